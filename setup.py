@@ -1,0 +1,132 @@
+"""Build turboloader's Cython extensions against libjpeg-turbo.
+
+Environment switches:
+  TURBOLOADER_JPEG_ROOT     prefix holding include/jpeglib.h and lib/libjpeg.*
+  TURBOLOADER_JPEG_INCLUDE  directory with jpeglib.h (overrides the root)
+  TURBOLOADER_JPEG_LIB      directory with libjpeg.* (overrides the root)
+  TURBOLOADER_DEBUG=1       Cython bounds/wraparound/initialized checks on, -O0 -g
+  TURBOLOADER_MARCH=native  add -march=<value> (faster kernels, binaries not portable)
+  TURBOLOADER_ONLY=a,b      build only these extension modules (e.g. _tar)
+"""
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+
+HERE = Path(__file__).resolve().parent
+NATIVE = Path("turboloader") / "_native"
+
+MISSING_JPEG = """
+turboloader needs libjpeg-turbo (>= 1.5) with its libjpeg API development files
+(jpeglib.h declaring jpeg_crop_scanline, and libjpeg.so). None was found{detail}.
+
+Install it with one of:
+  Debian:         apt-get install libjpeg62-turbo-dev
+  Ubuntu:         apt-get install libjpeg-turbo8-dev
+  Fedora/RHEL:    dnf install libjpeg-turbo-devel
+  macOS (brew):   brew install jpeg-turbo   (then TURBOLOADER_JPEG_ROOT=$(brew --prefix jpeg-turbo))
+  conda:          conda install -c conda-forge libjpeg-turbo
+or point TURBOLOADER_JPEG_ROOT (or TURBOLOADER_JPEG_INCLUDE and TURBOLOADER_JPEG_LIB)
+at an existing installation.
+"""
+
+
+def _pkg_config(name):
+    try:
+        cflags = subprocess.run(["pkg-config", "--cflags-only-I", name], capture_output=True, text=True)
+        libs = subprocess.run(["pkg-config", "--libs-only-L", name], capture_output=True, text=True)
+    except OSError:
+        return None
+    if cflags.returncode or libs.returncode:
+        return None
+    inc = [f[2:] for f in shlex.split(cflags.stdout) if f.startswith("-I")]
+    lib = [f[2:] for f in shlex.split(libs.stdout) if f.startswith("-L")]
+    return inc or ["/usr/include"], lib
+
+
+def _candidates():
+    env_root = os.environ.get("TURBOLOADER_JPEG_ROOT")
+    env_inc = os.environ.get("TURBOLOADER_JPEG_INCLUDE")
+    env_lib = os.environ.get("TURBOLOADER_JPEG_LIB")
+    if env_root or env_inc or env_lib:
+        root = Path(env_root) if env_root else None
+        inc = env_inc or (str(root / "include") if root else None)
+        lib = env_lib or (str(root / "lib") if root else None)
+        yield "environment", [inc] if inc else [], [lib] if lib else []
+        return  # an explicit choice is never silently replaced by a guess
+    for pc in ("libjpeg", "libturbojpeg"):
+        found = _pkg_config(pc)
+        if found:
+            yield f"pkg-config {pc}", found[0], found[1]
+    prefixes = ["/usr", "/usr/local", "/opt/libjpeg-turbo", "/opt/homebrew/opt/jpeg-turbo",
+                "/usr/local/opt/jpeg-turbo", "/opt/homebrew"]
+    if os.environ.get("CONDA_PREFIX"):
+        prefixes.insert(0, os.environ["CONDA_PREFIX"])
+    for p in prefixes:
+        yield p, [f"{p}/include"], [f"{p}/lib", f"{p}/lib64", f"{p}/lib/x86_64-linux-gnu",
+                                    f"{p}/lib/aarch64-linux-gnu"]
+
+
+def find_libjpeg_turbo():
+    """Return (include_dirs, library_dirs) of a libjpeg-turbo with the partial-decode API."""
+    tried = []
+    for origin, incs, libs in _candidates():
+        for inc in incs:
+            header = Path(inc) / "jpeglib.h"
+            if header.is_file() and "jpeg_crop_scanline" in header.read_text(errors="replace"):
+                return incs, [d for d in libs if Path(d).is_dir()]
+        tried.append(f"{origin}: {', '.join(incs) or '-'}")
+    detail = " (looked in " + "; ".join(tried) + ")" if tried else ""
+    sys.exit(MISSING_JPEG.format(detail=detail))
+
+
+def extensions():
+    from Cython.Build import cythonize
+
+    debug = os.environ.get("TURBOLOADER_DEBUG", "") not in ("", "0")
+    inc, libdirs = find_libjpeg_turbo()
+    if debug:
+        cflags = ["-O0", "-g", "-UNDEBUG"]
+    else:
+        cflags = ["-O3", "-ftree-vectorize", "-fno-math-errno", "-DNDEBUG"]
+    march = os.environ.get("TURBOLOADER_MARCH")
+    if march:
+        cflags.append(f"-march={march}")
+    native_inc = [str(NATIVE)]
+
+    def ext(name, *sources, jpeg=False):
+        return Extension(
+            f"turboloader._native.{name}",
+            [str(NATIVE / s) for s in sources],
+            include_dirs=native_inc + (inc if jpeg else []),
+            library_dirs=libdirs if jpeg else [],
+            libraries=["jpeg"] if jpeg else [],
+            extra_compile_args=cflags,
+            extra_link_args=["-g"] if debug else [],
+        )
+
+    exts = [
+        ext("_tar", "_tar.pyx"),
+        ext("_jpeg", "_jpeg.pyx", "jpeg_shim.c", jpeg=True),
+        ext("_imgproc", "_imgproc.pyx"),
+        ext("_fused", "_fused.pyx", "jpeg_shim.c", jpeg=True),
+    ]
+    only = {s.strip() for s in os.environ.get("TURBOLOADER_ONLY", "").split(",") if s.strip()}
+    if only:
+        exts = [e for e in exts if e.name.rsplit(".", 1)[1] in only]
+    directives = {
+        "language_level": 3,
+        "boundscheck": debug,
+        "wraparound": debug,
+        "initializedcheck": debug,
+        "cdivision": not debug,
+        "embedsignature": True,
+    }
+    return cythonize(exts, compiler_directives=directives, quiet=True,
+                     force=bool(os.environ.get("TURBOLOADER_FORCE_CYTHON")))
+
+
+setup(ext_modules=extensions())

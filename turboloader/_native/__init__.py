@@ -1,0 +1,1 @@
+"""Compiled kernels. Every loop over bytes or pixels lives here; decisions live in Python."""
