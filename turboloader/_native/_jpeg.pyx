@@ -1,0 +1,100 @@
+"""Python-facing wrappers around jpeg_shim (libjpeg-turbo). Validation and policy live in
+turboloader.jpeg; this module only checks what the C call's memory safety needs, releases the
+GIL around the decode, and turns status codes into exceptions."""
+
+from libc.stddef cimport ptrdiff_t
+from libc.stdint cimport uint8_t
+
+from turboloader._native.jpeg_shim cimport (
+    TL_CS_CMYK, TL_CS_GRAY, TL_CS_RGB, TL_CS_YCBCR, TL_CS_YCCK, TL_ERR_ARG, TL_FAST_DCT,
+    TL_MAX_SCANS, TL_MSG_LEN, TL_NO_FANCY_UPSAMPLING, TL_OK, TL_STRICT, tl_jpeg_decode,
+    tl_jpeg_info, tl_jpeg_read_header,
+)
+
+from turboloader.errors import DecodeError
+
+STRICT = TL_STRICT
+FAST_DCT = TL_FAST_DCT
+NO_FANCY_UPSAMPLING = TL_NO_FANCY_UPSAMPLING
+MAX_SCANS = TL_MAX_SCANS
+
+_COLOR_SPACES = {
+    TL_CS_GRAY: "gray",
+    TL_CS_RGB: "rgb",
+    TL_CS_YCBCR: "ycbcr",
+    TL_CS_CMYK: "cmyk",
+    TL_CS_YCCK: "ycck",
+}
+
+
+cdef str _text(const char *msg):
+    return msg.decode("ascii", "replace")
+
+
+cdef int _check(int status, const char *errmsg) except -1:
+    # Called with the GIL held, after the nogil section.
+    if status == TL_OK:
+        return 0
+    if status == TL_ERR_ARG:
+        raise ValueError(_text(errmsg))
+    raise DecodeError(_text(errmsg) or f"JPEG decode failed (status {status})")
+
+
+def read_header(const uint8_t[::1] data, /):
+    """Parse a JPEG's header. Returns (width, height, components, color_space, progressive,
+    h_samp, v_samp, adobe); raises DecodeError on bad data."""
+    cdef tl_jpeg_info info
+    cdef char errmsg[TL_MSG_LEN]
+    cdef const unsigned char *ptr = &data[0] if data.shape[0] > 0 else NULL
+    cdef size_t size = <size_t>data.shape[0]
+    cdef int status
+    with nogil:
+        status = tl_jpeg_read_header(ptr, size, &info, errmsg)
+    _check(status, errmsg)
+    n = min(info.components, 4)
+    return (
+        info.width,
+        info.height,
+        info.components,
+        _COLOR_SPACES.get(info.color_space, "unknown"),
+        bool(info.progressive),
+        tuple(info.h_samp[i] for i in range(n)),
+        tuple(info.v_samp[i] for i in range(n)),
+        bool(info.adobe),
+    )
+
+
+def decode_into(const uint8_t[::1] data, uint8_t[:, :, ::1] out, /, *, int scale_num=8,
+                int crop_x=0, int crop_y=0, int crop_w=0, int crop_h=0, int flags=0,
+                long long max_pixels=0):
+    """Decode into `out` (H, W, 3) uint8 whose last two dims are contiguous. crop_w == crop_h
+    == 0 decodes the whole image at scale scale_num/8 (out must then be that size); otherwise
+    the crop window, whose size must equal out's. Returns (n_warnings, first_warning);
+    raises DecodeError on bad data, ValueError on bad arguments."""
+    cdef char errmsg[TL_MSG_LEN]
+    cdef char warnmsg[TL_MSG_LEN]
+    cdef int n_warnings = 0
+    cdef int status
+    cdef Py_ssize_t h = out.shape[0], w = out.shape[1]
+    cdef ptrdiff_t stride
+    cdef size_t out_size
+    cdef const unsigned char *ptr = &data[0] if data.shape[0] > 0 else NULL
+    cdef size_t size = <size_t>data.shape[0]
+    if out.shape[2] != 3:
+        raise ValueError(f"out must have 3 channels, got {out.shape[2]}")
+    if h == 0 or w == 0:
+        raise ValueError("out must not be empty")
+    if w > 1 and out.strides[1] != 3:
+        raise ValueError("out's last two dimensions must be contiguous")
+    stride = out.strides[0] if h > 1 else 3 * w
+    if stride < 3 * w:
+        raise ValueError("out's rows overlap or run backwards (row stride < 3 * width)")
+    if (crop_w or crop_h) and (crop_w != w or crop_h != h):
+        raise ValueError(f"out has shape ({h}, {w}, 3) but the crop is {crop_h} x {crop_w}")
+    out_size = <size_t>((h - 1) * stride + 3 * w)
+    with nogil:
+        status = tl_jpeg_decode(ptr, size, scale_num, crop_x, crop_y, crop_w, crop_h,
+                                &out[0, 0, 0], stride, out_size, flags, max_pixels,
+                                errmsg, &n_warnings, warnmsg)
+    _check(status, errmsg)
+    return n_warnings, (_text(warnmsg) if n_warnings else "")

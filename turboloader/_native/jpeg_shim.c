@@ -1,0 +1,373 @@
+/*
+ * jpeg_shim.c -- every libjpeg call turboloader makes, and the setjmp that catches libjpeg's
+ * errors. See jpeg_shim.h for the contract. No globals: all state lives in a tl_ctx on the
+ * caller's stack, so concurrent calls from several threads never share anything.
+ */
+#include <limits.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "jpeg_shim.h"
+
+#if TL_MSG_LEN < JMSG_LENGTH_MAX
+#error "TL_MSG_LEN must hold a libjpeg message (JMSG_LENGTH_MAX)"
+#endif
+
+/* Rows handed to one jpeg_read_scanlines call when writing straight into `out`. */
+#define TL_ROW_BATCH 16
+
+typedef struct {
+    struct jpeg_error_mgr pub; /* first member: libjpeg's cinfo->err points here */
+    jmp_buf jb;
+    int status;                /* TL_ERR_* for the longjmp path */
+    int strict;
+    int n_warnings;
+    char *errmsg;              /* TL_MSG_LEN bytes, never NULL */
+    char *warnmsg;             /* TL_MSG_LEN bytes or NULL */
+} tl_err;
+
+typedef struct {
+    struct jpeg_decompress_struct cinfo;
+    tl_err err;
+    struct jpeg_progress_mgr progress;
+} tl_ctx;
+
+static void tl_fail(j_common_ptr cinfo, int status)
+{
+    tl_err *err = (tl_err *)cinfo->err;
+    err->status = status;
+    longjmp(err->jb, 1);
+}
+
+static void tl_error_exit(j_common_ptr cinfo)
+{
+    tl_err *err = (tl_err *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, err->errmsg);
+    tl_fail(cinfo, TL_ERR_DECODE);
+}
+
+/* Replaces libjpeg's printing to stderr. */
+static void tl_output_message(j_common_ptr cinfo)
+{
+    (void)cinfo;
+}
+
+static void tl_emit_message(j_common_ptr cinfo, int msg_level)
+{
+    tl_err *err = (tl_err *)cinfo->err;
+    if (msg_level >= 0)
+        return; /* trace messages */
+    /* A warning: libjpeg recovered and will go on, possibly filling with grey. Running out
+     * of data is never acceptable: the rest of the image would be invented. */
+    if (err->pub.msg_code == JWRN_JPEG_EOF) {
+        (*cinfo->err->format_message)(cinfo, err->errmsg);
+        tl_fail(cinfo, TL_ERR_TRUNCATED);
+    }
+    if (err->strict) {
+        (*cinfo->err->format_message)(cinfo, err->errmsg);
+        tl_fail(cinfo, TL_ERR_STRICT);
+    }
+    if (err->n_warnings == 0 && err->warnmsg != NULL)
+        (*cinfo->err->format_message)(cinfo, err->warnmsg);
+    err->n_warnings++;
+    err->pub.num_warnings++;
+}
+
+/* Called by libjpeg between units of work; stops pathological progressive files. */
+static void tl_progress_monitor(j_common_ptr cinfo)
+{
+    if (cinfo->is_decompressor &&
+        ((j_decompress_ptr)cinfo)->input_scan_number > TL_MAX_SCANS) {
+        tl_err *err = (tl_err *)cinfo->err;
+        snprintf(err->errmsg, TL_MSG_LEN, "Progressive JPEG image has more than %d scans",
+                 TL_MAX_SCANS);
+        tl_fail(cinfo, TL_ERR_TOO_MANY_SCANS);
+    }
+}
+
+/* Everything but jpeg_create_decompress, which must come after the caller's setjmp. */
+static void tl_ctx_init(tl_ctx *c, char *errmsg, char *warnmsg, int strict)
+{
+    memset(c, 0, sizeof(*c));
+    c->cinfo.err = jpeg_std_error(&c->err.pub);
+    c->err.pub.error_exit = tl_error_exit;
+    c->err.pub.emit_message = tl_emit_message;
+    c->err.pub.output_message = tl_output_message;
+    c->err.strict = strict;
+    c->err.errmsg = errmsg;
+    c->err.warnmsg = warnmsg;
+    c->progress.progress_monitor = tl_progress_monitor;
+    errmsg[0] = '\0';
+    if (warnmsg != NULL)
+        warnmsg[0] = '\0';
+}
+
+static int tl_color_space(J_COLOR_SPACE cs)
+{
+    switch (cs) {
+    case JCS_GRAYSCALE: return TL_CS_GRAY;
+    case JCS_RGB:       return TL_CS_RGB;
+    case JCS_YCbCr:     return TL_CS_YCBCR;
+    case JCS_CMYK:      return TL_CS_CMYK;
+    case JCS_YCCK:      return TL_CS_YCCK;
+    default:            return TL_CS_UNKNOWN;
+    }
+}
+
+/* libjpeg's CMYK output is Adobe-inverted (0 = full ink); Pillow decodes every CMYK JPEG
+ * as "CMYK;I" and converts with nk = 255 - K, R = nk - MULDIV255(C, nk). Reproduced exactly,
+ * written in terms of the raw (inverted) samples: C = 255 - c, nk = k. */
+static void tl_cmyk_to_rgb(const JSAMPLE *in, unsigned char *out, JDIMENSION n)
+{
+    JDIMENSION i;
+    for (i = 0; i < n; i++, in += 4, out += 3) {
+        int k = in[3];
+        int t;
+        t = (255 - in[0]) * k + 128; out[0] = (unsigned char)(k - (((t >> 8) + t) >> 8));
+        t = (255 - in[1]) * k + 128; out[1] = (unsigned char)(k - (((t >> 8) + t) >> 8));
+        t = (255 - in[2]) * k + 128; out[2] = (unsigned char)(k - (((t >> 8) + t) >> 8));
+    }
+}
+
+static int tl_arg_error(char *errmsg, const char *msg)
+{
+    snprintf(errmsg, TL_MSG_LEN, "%s", msg);
+    return TL_ERR_ARG;
+}
+
+int tl_jpeg_read_header(const unsigned char *data, size_t size, tl_jpeg_info *info,
+                        char *errmsg)
+{
+    tl_ctx c;
+    char localmsg[TL_MSG_LEN];
+    int ci;
+
+    if (errmsg == NULL)
+        errmsg = localmsg;
+    if (info == NULL)
+        return tl_arg_error(errmsg, "info is NULL");
+    memset(info, 0, sizeof(*info));
+    if (size > ULONG_MAX)
+        return tl_arg_error(errmsg, "input larger than libjpeg can address");
+
+    tl_ctx_init(&c, errmsg, NULL, 0);
+    if (setjmp(c.err.jb)) {
+        jpeg_destroy_decompress(&c.cinfo);
+        return c.err.status;
+    }
+    jpeg_create_decompress(&c.cinfo);
+    c.cinfo.progress = &c.progress;
+    jpeg_mem_src(&c.cinfo, data, (unsigned long)size);
+    jpeg_read_header(&c.cinfo, TRUE);
+
+    info->width = (int)c.cinfo.image_width;
+    info->height = (int)c.cinfo.image_height;
+    info->components = c.cinfo.num_components;
+    info->color_space = tl_color_space(c.cinfo.jpeg_color_space);
+    info->progressive = c.cinfo.progressive_mode ? 1 : 0;
+    for (ci = 0; ci < c.cinfo.num_components && ci < 4; ci++) {
+        info->h_samp[ci] = c.cinfo.comp_info[ci].h_samp_factor;
+        info->v_samp[ci] = c.cinfo.comp_info[ci].v_samp_factor;
+    }
+    info->adobe = c.cinfo.saw_Adobe_marker ? 1 : 0;
+    jpeg_destroy_decompress(&c.cinfo);
+    return TL_OK;
+}
+
+/* The part of tl_jpeg_decode that may longjmp out; the caller owns setjmp and cleanup. */
+static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int scale_num,
+                          int crop_x, int crop_y, int crop_w, int crop_h,
+                          unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                          int flags, long long max_pixels)
+{
+    j_decompress_ptr cinfo = &c->cinfo;
+    char *errmsg = c->err.errmsg;
+    JDIMENSION ow, oh, x, y, w, h, col0, dec_w, row;
+    int comps;
+
+    jpeg_mem_src(cinfo, data, (unsigned long)size);
+    jpeg_read_header(cinfo, TRUE);
+
+    /* Before jpeg_start_decompress, which allocates buffers proportional to the size. */
+    if (max_pixels > 0 &&
+        (long long)cinfo->image_width * (long long)cinfo->image_height > max_pixels) {
+        snprintf(errmsg, TL_MSG_LEN,
+                 "Image size %u x %u exceeds the limit of %lld pixels (max_pixels)",
+                 (unsigned)cinfo->image_width, (unsigned)cinfo->image_height, max_pixels);
+        return TL_ERR_TOO_LARGE;
+    }
+
+    switch (cinfo->jpeg_color_space) {
+    case JCS_GRAYSCALE:
+    case JCS_YCbCr:
+    case JCS_RGB:
+        cinfo->out_color_space = JCS_RGB;
+        break;
+    case JCS_CMYK:
+    case JCS_YCCK:
+        cinfo->out_color_space = JCS_CMYK;
+        break;
+    default:
+        snprintf(errmsg, TL_MSG_LEN,
+                 "Unsupported JPEG colour space (%d components) for RGB output",
+                 cinfo->num_components);
+        return TL_ERR_UNSUPPORTED;
+    }
+    cinfo->scale_num = (unsigned)scale_num;
+    cinfo->scale_denom = 8;
+    cinfo->dct_method = (flags & TL_FAST_DCT) ? JDCT_IFAST : JDCT_ISLOW;
+    cinfo->do_fancy_upsampling = (flags & TL_NO_FANCY_UPSAMPLING) ? FALSE : TRUE;
+    jpeg_calc_output_dimensions(cinfo);
+    ow = cinfo->output_width;
+    oh = cinfo->output_height;
+
+    /* Re-check the window and the buffer here: memory safety depends on them. */
+    if (crop_w == 0 && crop_h == 0) {
+        if (crop_x != 0 || crop_y != 0)
+            return tl_arg_error(errmsg, "crop_x/crop_y must be 0 when crop_w == crop_h == 0");
+        x = 0; y = 0; w = ow; h = oh;
+    } else {
+        if (crop_x < 0 || crop_y < 0 || crop_w <= 0 || crop_h <= 0 ||
+            (long long)crop_x + crop_w > (long long)ow ||
+            (long long)crop_y + crop_h > (long long)oh) {
+            snprintf(errmsg, TL_MSG_LEN,
+                     "crop (%d, %d, %d, %d) is not inside the %u x %u decoded image",
+                     crop_x, crop_y, crop_w, crop_h, (unsigned)ow, (unsigned)oh);
+            return TL_ERR_ARG;
+        }
+        x = (JDIMENSION)crop_x; y = (JDIMENSION)crop_y;
+        w = (JDIMENSION)crop_w; h = (JDIMENSION)crop_h;
+    }
+    if (out == NULL)
+        return tl_arg_error(errmsg, "out is NULL");
+    if (out_stride < (ptrdiff_t)3 * (ptrdiff_t)w)
+        return tl_arg_error(errmsg, "out_stride is smaller than 3 * width");
+    if ((unsigned long long)(h - 1) * (unsigned long long)out_stride + 3ULL * w >
+        (unsigned long long)out_size)
+        return tl_arg_error(errmsg, "out_size is too small for the output window");
+
+    jpeg_start_decompress(cinfo);
+    comps = cinfo->output_components;
+    if (cinfo->output_width != ow || cinfo->output_height != oh || (comps != 3 && comps != 4)) {
+        snprintf(errmsg, TL_MSG_LEN, "libjpeg changed the output geometry unexpectedly");
+        jpeg_abort_decompress(cinfo);
+        return TL_ERR_DECODE;
+    }
+
+    col0 = x;
+    if (x > 0 || w < ow) {
+        /* Fancy upsampling interpolates chroma from the neighbouring column, which
+         * jpeg_crop_scanline cuts off at the edges of its window (replicating the edge
+         * sample instead). Widen by one iMCU either side so the requested columns see
+         * their true neighbours, then copy out only the requested columns. */
+        JDIMENSION align = (JDIMENSION)cinfo->min_DCT_scaled_size *
+                           (JDIMENSION)cinfo->max_h_samp_factor;
+        JDIMENSION x0 = x > align ? x - align : 0;
+        JDIMENSION x1 = (ow - (x + w)) > align ? x + w + align : ow;
+        JDIMENSION cw = x1 - x0;
+        jpeg_crop_scanline(cinfo, &x0, &cw);
+        if (x0 > x || x0 + cinfo->output_width < x + w) {
+            snprintf(errmsg, TL_MSG_LEN, "jpeg_crop_scanline returned a window missing the crop");
+            jpeg_abort_decompress(cinfo);
+            return TL_ERR_DECODE;
+        }
+        col0 = x - x0;
+    }
+    dec_w = cinfo->output_width;
+
+    if (y > 0 && jpeg_skip_scanlines(cinfo, y) != y) {
+        snprintf(errmsg, TL_MSG_LEN, "jpeg_skip_scanlines skipped fewer rows than asked");
+        jpeg_abort_decompress(cinfo);
+        return TL_ERR_DECODE;
+    }
+
+    row = 0;
+    if (comps == 3 && col0 == 0 && dec_w == w) {
+        /* Decoded rows are exactly the window's: let libjpeg write into `out`. */
+        while (row < h) {
+            JSAMPROW rows[TL_ROW_BATCH];
+            JDIMENSION n = h - row < TL_ROW_BATCH ? h - row : TL_ROW_BATCH, i, got;
+            for (i = 0; i < n; i++)
+                rows[i] = out + (ptrdiff_t)(row + i) * out_stride;
+            got = jpeg_read_scanlines(cinfo, rows, n);
+            if (got == 0)
+                break;
+            row += got;
+        }
+    } else {
+        /* Freed by jpeg_destroy_decompress on every path (JPOOL_IMAGE). */
+        JDIMENSION nb = cinfo->rec_outbuf_height > 0 ? (JDIMENSION)cinfo->rec_outbuf_height : 1;
+        JSAMPARRAY tmp = (*cinfo->mem->alloc_sarray)((j_common_ptr)cinfo, JPOOL_IMAGE,
+                                                     dec_w * (JDIMENSION)comps, nb);
+        while (row < h) {
+            JDIMENSION n = h - row < nb ? h - row : nb, i, got;
+            got = jpeg_read_scanlines(cinfo, tmp, n);
+            if (got == 0)
+                break;
+            for (i = 0; i < got; i++) {
+                unsigned char *dst = out + (ptrdiff_t)(row + i) * out_stride;
+                const JSAMPLE *src = tmp[i] + (size_t)col0 * (size_t)comps;
+                if (comps == 4)
+                    tl_cmyk_to_rgb(src, dst, w);
+                else
+                    memcpy(dst, src, (size_t)w * 3);
+            }
+            row += got;
+        }
+    }
+    if (row < h) {
+        snprintf(errmsg, TL_MSG_LEN, "libjpeg returned no scanlines");
+        jpeg_abort_decompress(cinfo);
+        return TL_ERR_DECODE;
+    }
+
+    if (y + h == oh)
+        jpeg_finish_decompress(cinfo); /* reads to EOI: truncation at the end is an error */
+    else
+        jpeg_abort_decompress(cinfo);  /* the rest of the file is not needed */
+    return TL_OK;
+}
+
+int tl_jpeg_decode(const unsigned char *data, size_t size, int scale_num,
+                   int crop_x, int crop_y, int crop_w, int crop_h,
+                   unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                   int flags, long long max_pixels,
+                   char *errmsg, int *n_warnings, char *warnmsg)
+{
+    tl_ctx c;
+    char localmsg[TL_MSG_LEN];
+    int status;
+
+    if (errmsg == NULL)
+        errmsg = localmsg;
+    if (n_warnings != NULL)
+        *n_warnings = 0;
+    if (warnmsg != NULL)
+        warnmsg[0] = '\0';
+    errmsg[0] = '\0';
+    if (scale_num < 1 || scale_num > 8)
+        return tl_arg_error(errmsg, "scale_num must be in 1..8");
+    if (size > ULONG_MAX)
+        return tl_arg_error(errmsg, "input larger than libjpeg can address");
+
+    tl_ctx_init(&c, errmsg, warnmsg, (flags & TL_STRICT) != 0);
+    if (setjmp(c.err.jb)) {
+        /* Only memory (c), never registers, is read after the longjmp. */
+        jpeg_destroy_decompress(&c.cinfo);
+        if (n_warnings != NULL)
+            *n_warnings = c.err.n_warnings;
+        return c.err.status;
+    }
+    jpeg_create_decompress(&c.cinfo);
+    c.cinfo.progress = &c.progress;
+    status = tl_decode_body(&c, data, size, scale_num, crop_x, crop_y, crop_w, crop_h,
+                            out, out_stride, out_size, flags, max_pixels);
+    jpeg_destroy_decompress(&c.cinfo);
+    if (n_warnings != NULL)
+        *n_warnings = c.err.n_warnings;
+    return status;
+}

@@ -1,0 +1,120 @@
+/*
+ * jpeg_shim.h -- turboloader's small, hand-written C layer over libjpeg-turbo's libjpeg API.
+ *
+ * Why this file exists: libjpeg reports fatal errors with longjmp, and setjmp/longjmp must
+ * never cross Cython-generated frames. Every libjpeg call, and the setjmp that catches its
+ * errors, lives in jpeg_shim.c; callers only ever see integer status codes and messages.
+ *
+ * Contract for every function here:
+ *   - Reentrant and thread-safe: no globals, no static buffers; all state is on the stack
+ *     of the call. Safe to call concurrently from any number of threads without the GIL.
+ *   - Never prints (libjpeg's output_message/emit_message are replaced).
+ *   - Never allocates the output: pixels go into the caller's buffer. libjpeg's own working
+ *     memory is allocated and freed inside the call, on success and on every error path.
+ *   - Returns TL_OK (0) or one of the negative TL_ERR_* codes below; on error `errmsg`
+ *     (TL_MSG_LEN bytes, always NUL-terminated when non-NULL) holds libjpeg-turbo's own
+ *     message, or the shim's for errors the shim detects itself.
+ *
+ * This header deliberately does not include jpeglib.h, so it can be cimported from Cython
+ * (jpeg_shim.pxd) without exposing libjpeg's types.
+ */
+#ifndef TURBOLOADER_JPEG_SHIM_H
+#define TURBOLOADER_JPEG_SHIM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Size of every errmsg / warnmsg buffer (libjpeg's JMSG_LENGTH_MAX). */
+#define TL_MSG_LEN 200
+
+/* Progressive files with more scans than this are rejected (a denial-of-service guard:
+ * each scan walks the whole coefficient buffer; libjpeg-turbo's own fuzzers use 500). */
+#define TL_MAX_SCANS 500
+
+/* Status codes. Everything except TL_ERR_ARG means "bad input data". */
+#define TL_OK                  0
+#define TL_ERR_DECODE         -1  /* libjpeg error: corrupt data, not a JPEG, empty input, ... */
+#define TL_ERR_TRUNCATED      -2  /* premature end of data (libjpeg's JWRN_JPEG_EOF) */
+#define TL_ERR_STRICT         -3  /* a libjpeg warning, made fatal by TL_STRICT */
+#define TL_ERR_TOO_LARGE      -4  /* image width*height exceeds max_pixels */
+#define TL_ERR_TOO_MANY_SCANS -5  /* more than TL_MAX_SCANS scans */
+#define TL_ERR_UNSUPPORTED    -6  /* colour space with no RGB conversion (e.g. 2 components) */
+#define TL_ERR_ARG            -7  /* invalid argument: scale, crop window, output buffer */
+
+/* tl_jpeg_info.color_space: the colour space libjpeg infers from the file's markers. */
+#define TL_CS_UNKNOWN 0
+#define TL_CS_GRAY    1
+#define TL_CS_RGB     2
+#define TL_CS_YCBCR   3
+#define TL_CS_CMYK    4
+#define TL_CS_YCCK    5
+
+/* tl_jpeg_decode flags (bitwise or). */
+#define TL_STRICT              1  /* every libjpeg warning is an error (TL_ERR_STRICT) */
+#define TL_FAST_DCT            2  /* JDCT_IFAST instead of the accurate JDCT_ISLOW */
+#define TL_NO_FANCY_UPSAMPLING 4  /* replicate chroma instead of interpolating (faster) */
+
+typedef struct {
+    int width, height;  /* of the file, unscaled */
+    int components;     /* number of colour components (1, 3 or 4 in practice) */
+    int color_space;    /* TL_CS_* */
+    int progressive;    /* 1 for a progressive (SOF2) file */
+    int h_samp[4];      /* sampling factors of the first 4 components, 0 past `components` */
+    int v_samp[4];
+    int adobe;          /* 1 when an Adobe APP14 marker was seen */
+} tl_jpeg_info;
+
+/* libjpeg's size for one dimension decoded at scale num/8: ceil(dim * num / 8). */
+static inline long long tl_jpeg_scaled_dim(long long dim, int num)
+{
+    return (dim * num + 7) / 8;
+}
+
+/* Parse the markers up to the first SOS and fill *info. No pixel data is decoded and no
+ * size limit is applied. A file that ends inside its header is TL_ERR_TRUNCATED. */
+int tl_jpeg_read_header(const unsigned char *data, size_t size, tl_jpeg_info *info,
+                        char *errmsg);
+
+/*
+ * Decode `data` as RGB (3 bytes per pixel) into `out`.
+ *
+ * scale_num   1..8: decode at scale scale_num/8 with libjpeg's DCT scaling; the decoded
+ *             image is tl_jpeg_scaled_dim(width, n) x tl_jpeg_scaled_dim(height, n).
+ * crop_*      crop_w == crop_h == 0: the whole decoded image. Otherwise the window
+ *             [crop_x, crop_x + crop_w) x [crop_y, crop_y + crop_h) of the DECODED (scaled)
+ *             image, which must lie inside it (else TL_ERR_ARG). Only the rows up to the
+ *             window's last and the iMCU columns covering it (plus one iMCU either side, for
+ *             the upsampler's context) are decoded; the pixels equal that window of a full
+ *             decode at the same scale and flags. Data after the window's last row is not
+ *             read, so corruption or truncation confined to it goes unnoticed.
+ * out         first byte of the window's top-left pixel; row r starts at out + r*out_stride.
+ * out_stride  bytes between rows, >= 3 * window width.
+ * out_size    bytes writable from `out`; must be >= (h - 1) * out_stride + 3 * w.
+ * flags       TL_STRICT | TL_FAST_DCT | TL_NO_FANCY_UPSAMPLING.
+ * max_pixels  > 0: refuse files whose width*height exceeds it (TL_ERR_TOO_LARGE), checked
+ *             right after the header, before libjpeg allocates its image buffers. <= 0: no limit.
+ * errmsg      TL_MSG_LEN bytes: the error message on failure, "" on success.
+ * n_warnings  out: number of libjpeg warnings (recovered corruption), may be NULL.
+ * warnmsg     TL_MSG_LEN bytes, may be NULL: the first warning's message, "" if none.
+ *
+ * A premature end of data is always an error. Without TL_STRICT other warnings (e.g.
+ * "Corrupt JPEG data: 3 extraneous bytes before marker 0xd9") are only counted; the
+ * decoded pixels may then contain libjpeg's grey fill. Grayscale, YCbCr, RGB, CMYK and
+ * YCCK files all produce RGB; CMYK is treated as Adobe-inverted and converted like
+ * Pillow's CMYK -> RGB (R = (255 - C) * (255 - K) / 255, Pillow's rounding).
+ * On error the contents of the window are unspecified (partially written).
+ */
+int tl_jpeg_decode(const unsigned char *data, size_t size, int scale_num,
+                   int crop_x, int crop_y, int crop_w, int crop_h,
+                   unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                   int flags, long long max_pixels,
+                   char *errmsg, int *n_warnings, char *warnmsg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TURBOLOADER_JPEG_SHIM_H */
