@@ -64,10 +64,11 @@ def read_header(const uint8_t[::1] data, /):
     )
 
 
-def decode_into(const uint8_t[::1] data, uint8_t[:, :, ::1] out, /, *, int scale_num=8,
+def decode_into(const uint8_t[::1] data, uint8_t[:, :, :] out, /, *, int scale_num=8,
                 int crop_x=0, int crop_y=0, int crop_w=0, int crop_h=0, int flags=0,
                 long long max_pixels=0):
-    """Decode into `out` (H, W, 3) uint8 whose last two dims are contiguous. crop_w == crop_h
+    """Decode into `out` (H, W, 3) uint8 whose last two dims are contiguous (rows may be
+    strided). crop_w == crop_h
     == 0 decodes the whole image at scale scale_num/8 (out must then be that size); otherwise
     the crop window, whose size must equal out's. Returns (n_warnings, first_warning);
     raises DecodeError on bad data, ValueError on bad arguments."""
@@ -84,7 +85,7 @@ def decode_into(const uint8_t[::1] data, uint8_t[:, :, ::1] out, /, *, int scale
         raise ValueError(f"out must have 3 channels, got {out.shape[2]}")
     if h == 0 or w == 0:
         raise ValueError("out must not be empty")
-    if w > 1 and out.strides[1] != 3:
+    if out.strides[2] != 1 or (w > 1 and out.strides[1] != 3):
         raise ValueError("out's last two dimensions must be contiguous")
     stride = out.strides[0] if h > 1 else 3 * w
     if stride < 3 * w:
