@@ -1,0 +1,264 @@
+"""The JPEG corruption suite: truncated, bit-flipped, empty, random, over-limit and
+pathological-progressive input. Each case must end in a DecodeError, or (for recoverable
+corruption, without strict=True) an RGB array plus a DecodeWarning -- never a crash.
+
+The cases run in a subprocess so that a crash (a signal: negative return code) fails the
+test instead of killing pytest.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+PRELUDE = '''
+import io, struct, warnings
+import numpy as np
+from PIL import Image
+from turboloader import DecodeError, DecodeWarning, decode_jpeg, decode_jpeg_header
+
+def synth_rgb(h, w, seed=0):
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.stack([xx / w * 255, yy / h * 255,
+                    128 + 100 * np.sin(xx / 7) * np.cos(yy / 11)], axis=-1)
+    img += rng.normal(0, 12, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+def encode(mode="RGB", h=120, w=160, **kw):
+    im = Image.fromarray(synth_rgb(h, w))
+    if mode != "RGB":
+        im = im.convert(mode)
+    bio = io.BytesIO()
+    im.save(bio, "JPEG", quality=85, **kw)
+    return bio.getvalue()
+
+VARIANTS = {
+    "baseline420": encode(),
+    "progressive": encode(progressive=True),
+    "restart444": encode(subsampling=0, restart_marker_blocks=2),
+    "gray": encode("L"),
+    "cmyk": encode("CMYK"),
+}
+
+def outcome(data, **kw):
+    """('error', message) | ('ok', array) | ('warned', array); anything else raises."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            arr = decode_jpeg(data, **kw)
+        except DecodeError as exc:
+            assert str(exc), "DecodeError without a message"
+            return "error", str(exc)
+    assert all(issubclass(w.category, DecodeWarning) for w in caught), caught
+    assert arr.dtype == np.uint8 and arr.ndim == 3 and arr.shape[2] == 3, arr.shape
+    return ("warned" if caught else "ok"), arr
+'''
+
+
+def run_isolated(body, timeout=300):
+    """Run PRELUDE + body in a fresh interpreter; return its stdout. A non-zero exit code
+    fails: 1 is a failed assertion or an unexpected exception, negative is a crash."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
+        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
+    )
+    assert proc.returncode == 0, (
+        f"subprocess exited with {proc.returncode} (negative: killed by a signal, i.e. a "
+        f"crash)\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    )
+    return proc.stdout
+
+
+def test_harness_detects_a_crash():
+    # The suite relies on a crash showing up as a negative return code.
+    proc = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.string_at(0)"],
+                          capture_output=True)
+    assert proc.returncode < 0
+
+
+def test_truncated_files_always_raise():
+    # Every cut point of every variant, header or data, baseline or progressive: libjpeg
+    # would fill the missing part with grey and succeed; turboloader must raise.
+    out = run_isolated('''
+        n = 0
+        for name, data in VARIANTS.items():
+            step = max(1, len(data) // 150)
+            cuts = sorted(set(range(1, len(data), step)) | {1, 2, 3, len(data) - 3,
+                                                            len(data) - 2, len(data) - 1})
+            for cut in cuts:
+                for kw in ({}, {"strict": True}, {"scale": 0.125}):
+                    kind, msg = outcome(data[:cut], **kw)
+                    assert kind == "error", (name, cut, kw, kind)
+                    assert msg == "Premature end of JPEG file", (name, cut, kw, msg)
+                    n += 1
+        print(n)
+    ''')
+    assert int(out) > 2000
+
+
+def test_truncated_inside_crop_raises_and_below_crop_is_not_read():
+    run_isolated('''
+        for name, data in VARIANTS.items():
+            full = decode_jpeg(data)
+            h, w = full.shape[:2]
+            for frac in (0.3, 0.5, 0.8):
+                cut = data[: int(len(data) * frac)]
+                # A crop down to the last row needs all the data.
+                kind, msg = outcome(cut, crop=(5, h - 10, 20, 10))
+                assert (kind, msg) == ("error", "Premature end of JPEG file"), (name, frac)
+            # A crop of the top rows stops before the cut and is exact.
+            cut = data[: int(len(data) * 0.8)]
+            kind, arr = outcome(cut, crop=(5, 0, 20, 8))
+            if not decode_jpeg_header(data).progressive:  # progressive needs every scan
+                assert kind == "ok", (name, kind)
+                assert np.array_equal(arr, full[0:8, 5:25]), name
+            else:
+                assert kind == "error", name
+    ''')
+
+
+def test_bit_flips_raise_or_warn_and_strict_raises_on_every_warning():
+    out = run_isolated('''
+        from collections import Counter
+        counts = Counter()
+        for name, data in VARIANTS.items():
+            for seed in range(150):
+                rng = np.random.default_rng(seed)
+                buf = bytearray(data)
+                for _ in range(int(rng.integers(1, 5))):
+                    pos = int(rng.integers(2, len(buf)))  # keep SOI: otherwise "Not a JPEG"
+                    buf[pos] ^= 1 << int(rng.integers(0, 8))
+                buf = bytes(buf)
+                kind, res = outcome(buf)
+                skind, sres = outcome(buf, strict=True)
+                counts[kind] += 1
+                if kind == "ok":      # no warning at all: strict gives the same pixels
+                    assert skind == "ok" and np.array_equal(res, sres), (name, seed)
+                else:                 # a warning or an error: strict must raise
+                    assert skind == "error", (name, seed, kind, skind)
+                if kind != "error":   # partial decodes of the same damaged data
+                    h, w = res.shape[:2]
+                    x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
+                    ckind, cres = outcome(buf, crop=(x, y, w - x, h - y), scale=1)
+                    if ckind != "error":
+                        assert cres.shape == (h - y, w - x, 3)
+                    outcome(buf, scale=0.25, fancy_upsampling=False, fast_dct=True)
+        print(counts["ok"], counts["warned"], counts["error"])
+    ''')
+    ok, warned, error = (int(v) for v in out.split())
+    # The suite really exercised all three outcomes.
+    assert warned > 50 and error > 20 and ok > 0, (ok, warned, error)
+
+
+def test_zero_length_input():
+    run_isolated('''
+        for empty in (b"", bytearray(), memoryview(b""), np.empty(0, np.uint8),
+                      memoryview(b"abc")[3:]):
+            for kw in ({}, {"strict": True}, {"crop": (0, 0, 1, 1)}):
+                assert outcome(empty, **kw) == ("error", "Empty input file"), (empty, kw)
+            try:
+                decode_jpeg_header(empty)
+            except DecodeError as exc:
+                assert str(exc) == "Empty input file"
+            else:
+                raise AssertionError("header of empty input did not raise")
+    ''')
+
+
+def test_random_bytes():
+    run_isolated('''
+        for seed in range(200):
+            rng = np.random.default_rng(seed)
+            junk = rng.integers(0, 256, int(rng.integers(1, 5000)), dtype=np.uint8).tobytes()
+            if junk[:2] == b"\\xff\\xd8":
+                junk = b"\\x00" + junk
+            kind, msg = outcome(junk)
+            assert kind == "error" and msg.startswith("Not a JPEG file"), (seed, msg)
+            # Random bytes after a valid SOI: any error or warning, never a crash.
+            outcome(b"\\xff\\xd8" + junk)
+            outcome(b"\\xff\\xd8" + junk, strict=True)
+        for text in (b"hello world", b"\\x89PNG\\r\\n\\x1a\\n" + bytes(100), b"\\xff"):
+            kind, msg = outcome(text)
+            assert kind == "error", text
+    ''')
+
+
+def test_huge_claimed_dimensions_are_refused_before_allocating():
+    run_isolated('''
+        from turboloader._native import _jpeg
+        from turboloader.jpeg import DEFAULT_MAX_PIXELS
+        import resource
+        for name in ("baseline420", "progressive", "cmyk"):
+            data = VARIANTS[name]
+            sof = max(data.find(b"\\xff\\xc0"), data.find(b"\\xff\\xc2"))
+            buf = bytearray(data)
+            buf[sof + 5 : sof + 9] = struct.pack(">HH", 65000, 65000)  # height, width
+            buf = bytes(buf)
+            hdr = decode_jpeg_header(buf)
+            assert (hdr.width, hdr.height) == (65000, 65000)
+            for kw in ({}, {"scale": 0.125}, {"crop": (0, 0, 16, 16)}):
+                kind, msg = outcome(buf, **kw)
+                assert kind == "error" and "max_pixels" in msg, (name, kw, msg)
+            # The native layer refuses it too, before jpeg_start_decompress allocates.
+            out = np.zeros((16, 16, 3), np.uint8)
+            try:
+                _jpeg.decode_into(buf, out, scale_num=8, crop_w=16, crop_h=16,
+                                  max_pixels=DEFAULT_MAX_PIXELS)
+            except DecodeError as exc:
+                assert "max_pixels" in str(exc)
+            else:
+                raise AssertionError("native decode of a 65000x65000 claim did not raise")
+        # Nothing near 65000*65000*3 bytes (12 GB) was ever allocated.
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 2_000_000  # KiB
+    ''')
+
+
+def test_zero_dimension_in_header():
+    run_isolated('''
+        data = VARIANTS["baseline420"]
+        sof = data.find(b"\\xff\\xc0")
+        for hw in ((0, 160), (120, 0)):
+            buf = bytearray(data)
+            buf[sof + 5 : sof + 9] = struct.pack(">HH", *hw)
+            kind, msg = outcome(bytes(buf))
+            assert kind == "error", (hw, kind)
+    ''')
+
+
+def test_pathological_number_of_scans_is_refused():
+    run_isolated('''
+        data = encode(progressive=True, h=32, w=32)
+
+        def scans(data):
+            """(start, end) of every SOS segment including its entropy-coded data."""
+            i, found = 2, []
+            while True:
+                marker = data[i + 1]
+                if marker == 0xD9:
+                    return found
+                (length,) = struct.unpack(">H", data[i + 2 : i + 4])
+                j = i + 2 + length
+                if marker == 0xDA:
+                    while not (data[j] == 0xFF and data[j + 1] != 0 and
+                               not 0xD0 <= data[j + 1] <= 0xD7):
+                        j += 1
+                    found.append((i, j))
+                i = j
+
+        start, end = scans(data)[-1]
+        assert data[end:] == b"\\xff\\xd9"
+        # Repeat the last refinement scan: each repeat is a (bogus but recoverable) scan.
+        many = data[:end] + data[start:end] * 600 + data[end:]
+        kind, msg = outcome(many)
+        assert (kind, msg) == ("error", "Progressive JPEG image has more than 500 scans"), msg
+        some = data[:end] + data[start:end] * 100 + data[end:]
+        kind, _ = outcome(some)
+        assert kind == "warned", kind  # under the limit: decoded, with a warning
+        assert outcome(some, strict=True)[0] == "error"
+    ''')
