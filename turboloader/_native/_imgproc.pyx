@@ -525,24 +525,25 @@ cdef void _gray_luts(float* lr, float* lg, float* lb) noexcept nogil:
         lb[v] = <float>v * wb
 
 
-cdef void _apply_lut(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride, int channels,
-                     const uint8_t* lut) noexcept nogil:
+cdef inline uint8_t _clamp_trunc(float t) noexcept nogil:
+    # Branch-free form of _sat_trunc for finite t, so loops using it vectorize.
+    t = t if t > 0.0 else 0.0
+    t = t if t < 255.0 else 255.0
+    return <uint8_t><int32_t>t
+
+
+cdef void _blend_scalar(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
+                        int channels, float ratio, float other) noexcept nogil:
+    # img = uint8(clamp(img * ratio + other, 0, 255)); other = other_value * (1 - ratio).
     cdef Py_ssize_t y, j, n = w * channels
     cdef uint8_t* row
+    cdef float t
     for y in range(h):
         row = img + y * stride
         for j in range(n):
-            row[j] = lut[row[j]]
-
-
-cdef void _blend_lut(uint8_t* lut, float ratio, float other) noexcept nogil:
-    # lut[v] = uint8(clamp(v * ratio + other, 0, 255)), other = other_value * (1 - ratio).
-    cdef int v
-    cdef float t
-    for v in range(256):
-        t = <float>v * ratio
-        t = t + other
-        lut[v] = _sat_trunc(t)
+            t = <float>row[j] * ratio
+            t = t + other
+            row[j] = _clamp_trunc(t)
 
 
 cdef inline int _check_color(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
@@ -559,19 +560,16 @@ cdef inline int _check_color(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_
 cdef int adjust_brightness_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
                               int channels, double factor) noexcept nogil:
     """In-place brightness: uint8(clamp(x * factor)) (no GIL)."""
-    cdef uint8_t lut[256]
     cdef int st = _check_color(img, h, w, stride, channels, factor)
     if st != IMGPROC_OK:
         return st
-    _blend_lut(lut, <float>factor, <float>0.0)
-    _apply_lut(img, h, w, stride, channels, lut)
+    _blend_scalar(img, h, w, stride, channels, <float>factor, <float>0.0)
     return IMGPROC_OK
 
 
 cdef int adjust_contrast_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
                             int channels, double factor) noexcept nogil:
     """In-place contrast: blend with the mean of the floored grayscale (no GIL)."""
-    cdef uint8_t lut[256]
     cdef float lr[256]
     cdef float lg[256]
     cdef float lb[256]
@@ -594,39 +592,38 @@ cdef int adjust_contrast_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
             for x in range(n):
                 total += row[x]
     mean = <float>(<double>total / (<double>h * <double>w))
-    _blend_lut(lut, <float>factor, mean * <float>(1.0 - factor))
-    _apply_lut(img, h, w, stride, channels, lut)
+    _blend_scalar(img, h, w, stride, channels, <float>factor, mean * <float>(1.0 - factor))
     return IMGPROC_OK
 
 
 cdef int adjust_saturation_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
                               int channels, double factor) noexcept nogil:
     """In-place saturation: blend each pixel with its floored grayscale (no GIL)."""
-    cdef float lr[256]
-    cdef float lg[256]
-    cdef float lb[256]
-    cdef float lx[256]
-    cdef float lgray[256]
     cdef Py_ssize_t y, x
     cdef uint8_t* p
-    cdef float g
+    cdef float r, g, b, t, gray
     cdef float ratio = <float>factor, alpha = <float>(1.0 - factor)
-    cdef int v
+    cdef float wr = <float>0.2989, wg = <float>0.587, wb = <float>0.114
     cdef int st = _check_color(img, h, w, stride, channels, factor)
     if st != IMGPROC_OK or channels == 1:
         return st
-    _gray_luts(lr, lg, lb)
-    for v in range(256):
-        lx[v] = <float>v * ratio
-        lgray[v] = <float>v * alpha
     for y in range(h):
         p = img + y * stride
         for x in range(w):
-            g = lgray[<int>_gray_f(lr, lg, lb, p)]
-            p[0] = _sat_trunc(lx[p[0]] + g)
-            p[1] = _sat_trunc(lx[p[1]] + g)
-            p[2] = _sat_trunc(lx[p[2]] + g)
-            p += 3
+            r = <float>p[3 * x]
+            g = <float>p[3 * x + 1]
+            b = <float>p[3 * x + 2]
+            t = r * wr
+            t = t + g * wg
+            t = t + b * wb
+            gray = <float><int32_t>t          # floor_(): t >= 0
+            gray = gray * alpha
+            t = r * ratio
+            p[3 * x] = _clamp_trunc(t + gray)
+            t = g * ratio
+            p[3 * x + 1] = _clamp_trunc(t + gray)
+            t = b * ratio
+            p[3 * x + 2] = _clamp_trunc(t + gray)
     return IMGPROC_OK
 
 
