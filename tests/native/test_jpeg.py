@@ -557,12 +557,13 @@ def test_errors_in_threads_are_isolated():
 
 
 def test_gil_is_released_during_decode():
-    # Deterministic, no timing: with a huge switch interval a thread holding the GIL is never
-    # asked to drop it, so the main thread can only run while the worker is inside a
-    # `nogil` section (or once it has finished all decodes).
-    data = jpeg("420")
+    # No timing assert: with a huge switch interval a thread holding the GIL is never asked
+    # to drop it, so the main thread can only run while the worker is inside a `nogil`
+    # section (or once it has finished all decodes). The image is large so that each nogil
+    # section (tens of ms) dwarfs the main thread's wake-up latency.
+    data = encode(synth_rgb(1536, 2048, seed=9), quality=90)
     done = []
-    n = 5
+    n = 8
 
     def worker():
         for _ in range(n):
