@@ -366,8 +366,7 @@ cdef int _tar_scan(const uint8_t[::1] buf, int64_t[::1] offsets, int64_t[::1] si
     return TAR_DONE
 
 
-cdef str _error_message(int status, const TarScan* st, int64_t n):
-    cdef int64_t off = st.err_offset
+cdef str _error_message(int status, int64_t off, int64_t value, int64_t n):
     if status == TAR_ERR_EMPTY:
         return "empty buffer (0 bytes) is not a TAR archive"
     if status == TAR_ERR_PARTIAL_HEADER:
@@ -380,7 +379,7 @@ cdef str _error_message(int status, const TarScan* st, int64_t n):
     if status == TAR_ERR_SIZE_RANGE:
         return f"size is negative or too large in header at byte offset {off}"
     if status == TAR_ERR_TRUNCATED:
-        return (f"truncated member: header at byte offset {off} declares {st.err_value} "
+        return (f"truncated member: header at byte offset {off} declares {value} "
                 f"data bytes (padded to {BLOCK}-byte blocks) but the archive ends "
                 f"{n - off - BLOCK} bytes after the header")
     if status == TAR_ERR_SPARSE:
@@ -394,7 +393,29 @@ cdef str _error_message(int status, const TarScan* st, int64_t n):
     return f"internal error: TAR scan status {status} at byte offset {off}"
 
 
-def index_tar(const uint8_t[::1] buf not None, /):
+def _scan_pass(const uint8_t[::1] buf not None, int64_t[::1] offsets not None,
+               int64_t[::1] sizes not None, int64_t[::1] name_start not None,
+               int32_t[::1] name_len not None, uint8_t[::1] arena not None, /,
+               int64_t pos=0, int64_t count=0, int64_t arena_used=0):
+    """One kernel pass into caller-owned arrays (private: index_tar drives it; tests call it).
+
+    Returns ``(status, pos, count, arena_used, err_offset, err_value)``; see ``TarScan``.
+    """
+    cdef TarScan st
+    cdef int status
+    st.pos = pos
+    st.count = count
+    st.arena_used = arena_used
+    with nogil:
+        status = _tar_scan(buf, offsets, sizes, name_start, name_len, arena, &st)
+    return status, st.pos, st.count, st.arena_used, st.err_offset, st.err_value
+
+
+_DONE = TAR_DONE
+_FULL = TAR_FULL
+
+
+def index_tar(const uint8_t[::1] buf not None, /, *, capacity=None):
     """Index the regular members of an in-memory TAR archive.
 
     One pass, without the GIL, over ``buf`` (bytes, bytearray, a read-only ``mmap``, any
@@ -404,6 +425,8 @@ def index_tar(const uint8_t[::1] buf not None, /):
 
     Args:
         buf: the whole archive.
+        capacity: initial number of member slots, a hint (the arrays double as needed);
+            by default one per 8 KiB of archive, plus 64.
 
     Returns:
         ``(offsets, sizes, name_start, name_len, arena)``: int64 arrays of data offsets
@@ -414,54 +437,44 @@ def index_tar(const uint8_t[::1] buf not None, /):
         TarFormatError: bad header checksum, partial header block, member data running
             past the end of ``buf``, unsupported GNU sparse member, malformed PAX header,
             or an empty buffer. The message names the byte offset of the header.
+        ValueError: ``capacity`` is less than 1.
 
     Example:
         >>> offsets, sizes, starts, lens, arena = index_tar(open("shard.tar", "rb").read())
     """
     cdef int64_t n = buf.shape[0]
-    cdef TarScan st
+    cdef int64_t cap, arena_cap, count = 0, used = 0, pos = 0, err_offset, err_value
     cdef int status
-    cdef int64_t cap, arena_cap, count
     if n == 0:
         raise TarFormatError("empty buffer (0 bytes) is not a TAR archive")
-    # A guess, not a bound: typical shards hold members of a few KiB; the arrays double on demand.
-    cap = n // 8192 + 64
+    if capacity is None:
+        # a guess, not a bound: typical shards hold members of a few KiB
+        cap = n // 8192 + 64
+    else:
+        cap = capacity
+        if cap < 1:
+            raise ValueError(f"capacity must be at least 1, got {cap}")
     arena_cap = cap * 48
     offsets = np.empty(cap, np.int64)
     sizes = np.empty(cap, np.int64)
     name_start = np.empty(cap, np.int64)
     name_len = np.empty(cap, np.int32)
     arena = np.empty(arena_cap, np.uint8)
-    cdef int64_t[::1] o_v = offsets
-    cdef int64_t[::1] s_v = sizes
-    cdef int64_t[::1] ns_v = name_start
-    cdef int32_t[::1] nl_v = name_len
-    cdef uint8_t[::1] a_v = arena
-    st.pos = 0
-    st.count = 0
-    st.arena_used = 0
     while True:
-        with nogil:
-            status = _tar_scan(buf, o_v, s_v, ns_v, nl_v, a_v, &st)
+        status, pos, count, used, err_offset, err_value = _scan_pass(
+            buf, offsets, sizes, name_start, name_len, arena, pos, count, used)
         if status == TAR_DONE:
             break
         if status != TAR_FULL:
-            raise TarFormatError(_error_message(status, &st, n))
-        count = st.count
+            raise TarFormatError(_error_message(status, err_offset, err_value, n))
         if count >= cap:
             cap *= 2
             offsets = np.concatenate([offsets[:count], np.empty(cap - count, np.int64)])
             sizes = np.concatenate([sizes[:count], np.empty(cap - count, np.int64)])
             name_start = np.concatenate([name_start[:count], np.empty(cap - count, np.int64)])
             name_len = np.concatenate([name_len[:count], np.empty(cap - count, np.int32)])
-            o_v = offsets
-            s_v = sizes
-            ns_v = name_start
-            nl_v = name_len
-        if st.err_value > arena_cap - st.arena_used:
-            arena_cap = max(arena_cap * 2, st.arena_used + st.err_value)
-            arena = np.concatenate([arena[:st.arena_used], np.empty(arena_cap - st.arena_used, np.uint8)])
-            a_v = arena
-    count = st.count
+        if err_value > arena_cap - used:   # err_value: bytes of the name that did not fit
+            arena_cap = max(arena_cap * 2, used + err_value)
+            arena = np.concatenate([arena[:used], np.empty(arena_cap - used, np.uint8)])
     return (offsets[:count].copy(), sizes[:count].copy(), name_start[:count].copy(),
-            name_len[:count].copy(), arena[:st.arena_used].tobytes())
+            name_len[:count].copy(), arena[:used].tobytes())
