@@ -655,14 +655,25 @@ def sec_resized_crop(tl, arrays, seed):
     if tl.resized_crop is not None:
         s.add("turboloader resized_crop",
               over(lambda a: tl.resized_crop(a[0], *a[1], size), args), n)
-        _check(s, "turboloader vs Pillow resize(box=)", lambda: _agreement(
-            (tl.resized_crop(a, t, l, wh, ww, size),
-             np.asarray(Image.fromarray(a).resize(size, Image.BILINEAR,
-                                                  box=(l, t, l + ww, t + wh))))
-            for a, (t, l, wh, ww) in args[:NCHECK]))
+        _check(s, "turboloader resized_crop vs torchvision resized_crop (both: taps stay "
+                  "inside the window)", lambda: _agreement(
+                      (tl.resized_crop(a, t, l, wh, ww, size),
+                       TVF.resized_crop(torch.from_numpy(a).permute(2, 0, 1), t, l, wh, ww,
+                                        list(size), antialias=True).permute(1, 2, 0).numpy())
+                      for a, (t, l, wh, ww) in args[:NCHECK]))
     else:
         s.skip("turboloader resized_crop",
                tl.missing.get("turboloader.transforms.functional", "missing"))
+    if tl.resize is not None and "box" in tl.params(tl.resize):
+        bargs = [(a, (l, t, l + ww, t + wh)) for a, (t, l, wh, ww) in args]
+        s.add("turboloader resize(box=)",
+              over(lambda a: tl.resize(a[0], size, "bilinear", box=a[1]), bargs), n,
+              pair="Pillow resize(box=) BILINEAR")
+        _check(s, "turboloader resize(box=) vs Pillow resize(box=) (both: taps may read just "
+                  "outside the box)", lambda: _agreement(
+                      (tl.resize(a, size, "bilinear", box=bx),
+                       np.asarray(Image.fromarray(a).resize(size, Image.BILINEAR, box=bx)))
+                      for a, bx in bargs[:NCHECK]))
     pargs = [(Image.fromarray(a), (l, t, l + ww, t + wh)) for a, (t, l, wh, ww) in args]
     s.add("Pillow resize(box=) BILINEAR",
           over(lambda a: a[0].resize(size, Image.BILINEAR, box=a[1]), pargs), n)
@@ -751,6 +762,7 @@ def sec_train(tl, data, sizes, seed):
         targets=[("turboloader fused", "Pillow + v2 on PIL", 1.0,
                   "fused faster than Pillow + torchvision v2")])
     wins, flips = rrc_windows(sizes, seed)
+    check_fns = {}
     slot = np.empty((3, OUT_SIZE, OUT_SIZE), np.float32)
     size = (OUT_SIZE, OUT_SIZE)
 
@@ -762,6 +774,12 @@ def sec_train(tl, data, sizes, seed):
         else:
             args = list(zip(data, wins, flips))
             s.add("turboloader fused", over(lambda a: fused(*a), args), n)
+            check_fns["turboloader fused"] = lambda a: np.array(fused(*a[:3]))
+            if "dct_scaling" in tl.params(tl.decode_resized_crop):
+                exact = _fused_adapter(tl, slot, dct_scaling=False)
+                s.add("turboloader fused (dct_scaling=False)", over(lambda a: exact(*a), args), n)
+                check_fns["turboloader fused (dct_scaling=False)"] = (
+                    lambda a: np.array(exact(*a[:3])))
     else:
         s.skip("turboloader fused", tl.missing.get("turboloader.fused",
                                                    "turboloader.fused not available"))
@@ -770,40 +788,56 @@ def sec_train(tl, data, sizes, seed):
             and tl.to_chw_normalized is not None):
         p = tl.params(tl.decode_jpeg)
         has_scale = "scale" in p
+        has_box = "box" in tl.params(tl.resize)
 
-        def unfused(a):
+        def unfused(a, pow2=False):
             b, (t, l, wh, ww), flip, size_ = a
             if has_scale:
-                sc, crop = _scaled_window(tl, size_, (t, l, wh, ww))
+                sc, crop = _scaled_window(tl, size_, (t, l, wh, ww), pow2=pow2)
                 img = tl.decode_jpeg(b, scale=sc, crop=crop)
+                if has_box:
+                    # the exact (sub-pixel) window inside the decoded, integer-aligned crop
+                    x0, y0, cw, ch = crop
+                    bx = (max(0.0, float(l * sc - x0)), max(0.0, float(t * sc - y0)),
+                          min(float(cw), float((l + ww) * sc - x0)),
+                          min(float(ch), float((t + wh) * sc - y0)))
+                    img = tl.resize(img, size, "bilinear", box=bx)
+                else:
+                    img = tl.resize(img, size, "bilinear")
             else:
                 img = tl.decode_jpeg(b, crop=(l, t, ww, wh))
-            img = tl.resize(img, size, "bilinear")
+                img = tl.resize(img, size, "bilinear")
             return tl.to_chw_normalized(img, MEAN, STD, flip=flip, out=slot)
 
-        s.add("turboloader unfused", over(unfused, list(zip(data, wins, flips, sizes))), n,
-              note="decode_jpeg(scale, crop) → resize → to_chw_normalized")
+        uargs = list(zip(data, wins, flips, sizes))
+        s.add("turboloader unfused", over(unfused, uargs), n,
+              note="decode_jpeg(scale, crop) → resize(box) → to_chw_normalized(flip)")
+        check_fns["turboloader unfused"] = lambda a: np.array(unfused(a))
+        if has_scale:
+            s.add("turboloader unfused (powers-of-2 scales)",
+                  over(lambda a: unfused(a, pow2=True), uargs), n,
+                  note="scale restricted to 1, 1/2, 1/4, 1/8")
+            check_fns["turboloader unfused (powers-of-2 scales)"] = (
+                lambda a: np.array(unfused(a, pow2=True)))
     else:
         s.skip("turboloader unfused", "decode_jpeg / resize / to_chw_normalized not all present")
 
     def reference(a):
-        # Pillow decode + Pillow crop/resize on the same window + flip + normalise
+        # Pillow decode, then torchvision's resized_crop (antialias) on the same window,
+        # flip, to_dtype + normalize: what the fused path documents itself to match.
         b, (t, l, wh, ww), flip, _ = a
-        im = Image.open(io.BytesIO(b)).convert("RGB")
-        im = im.resize(size, Image.BILINEAR, box=(l, t, l + ww, t + wh))
-        x = np.asarray(im)
+        x = torch.from_numpy(np.array(Image.open(io.BytesIO(b)).convert("RGB")))
+        x = TVF.resized_crop(x.permute(2, 0, 1), t, l, wh, ww, list(size), antialias=True)
         if flip:
-            x = x[:, ::-1]
-        m, sd = np.array(MEAN, np.float32), np.array(STD, np.float32)
-        return ((x.astype(np.float32) / 255 - m) / sd).transpose(2, 0, 1)
+            x = TVF.horizontal_flip(x)
+        return TVF.normalize(TVF.to_dtype(x, torch.float32, scale=True), MEAN, STD).numpy()
 
     checks = list(zip(data, wins, flips, sizes))[:NCHECK]
     for row in s.rows:
-        fn = {"turboloader fused": lambda a: np.array(fused(*a[:3])),
-              "turboloader unfused": lambda a: np.array(unfused(a))}.get(row.label)
+        fn = check_fns.get(row.label)
         if fn is not None:
-            _check(s, f"{row.label} vs Pillow on the same window (normalised units; one "
-                      f"8-bit level ≈ 0.017)",
+            _check(s, f"{row.label} vs Pillow + torchvision resized_crop on the same window "
+                      f"(normalised units; one 8-bit level ≈ 0.017)",
                    lambda fn=fn: _agreement((fn(a), reference(a)) for a in checks))
 
     norm = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
@@ -825,13 +859,12 @@ def sec_train(tl, data, sizes, seed):
     return s
 
 
-def _fused_adapter(tl, slot):
+def _fused_adapter(tl, slot, **extra):
     """Map (jpeg bytes, (top, left, height, width) window, flip) onto whatever
     decode_resized_crop's signature is. Returns None if it isn't recognised."""
     fn = tl.decode_resized_crop
     p = tl.params(fn)
-    names = list(p)
-    kw = {}
+    kw = dict(extra)
     if "mean" in p:
         kw["mean"] = MEAN
     if "std" in p:
@@ -865,7 +898,6 @@ def _fused_adapter(tl, slot):
             return fn(b, **k)
 
         return call
-    del names
     return None
 
 
