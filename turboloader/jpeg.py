@@ -254,8 +254,10 @@ def decode_jpeg(
             whole decoded image is at least this size (see :func:`pick_scale`).
         crop: ``(x, y, width, height)`` window of the decoded (scaled) image to return. Only
             the rows down to the window's bottom and the columns around it are decoded; the
-            result equals the same window of a full decode. Data below the window is not
-            read, so damage confined to it is not detected.
+            result equals the same window of a full decode. A truncated file (one
+            that does not end in an EOI marker) is an error wherever the window lies;
+            corruption confined to the rows below the window of an otherwise intact
+            file is not detected.
         out: a uint8 array of shape exactly ``(h, w, 3)`` to decode into, with contiguous
             pixels and channels (its rows may be a slice of a larger buffer). Returned.
         strict: turn every libjpeg warning (recoverable corruption) into a DecodeError.

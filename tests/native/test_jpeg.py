@@ -313,17 +313,25 @@ def test_crop_exact_with_fast_dct():
     np.testing.assert_array_equal(got, full[21:101, 37:137])
 
 
-def test_crop_does_not_read_past_its_last_row():
-    # Rows below the crop are never decoded: truncation there does not matter, while the
-    # same truncation is an error for a full decode or a crop reaching into it.
+def test_crop_of_an_intact_file_stops_after_its_last_row_but_truncation_always_raises():
+    # Whether a sample is intact must not depend on where the window falls: a truncated
+    # file (no EOI at the end) raises even for a crop of its top rows...
     data = jpeg("420")
     cut = data[: int(len(data) * 0.6)]
-    np.testing.assert_array_equal(decode_jpeg(cut, crop=(10, 0, 200, 40)),
-                                  decode_jpeg(data)[0:40, 10:210])
+    for crop in ((10, 0, 200, 40), (10, 0, 200, H)):
+        with pytest.raises(DecodeError, match="Premature end"):
+            decode_jpeg(cut, crop=crop)
     with pytest.raises(DecodeError, match="Premature end"):
         decode_jpeg(cut)
-    with pytest.raises(DecodeError, match="Premature end"):
-        decode_jpeg(cut, crop=(10, 0, 200, H))
+    # ...while in a file that ends in EOI the rows below the window are not decoded, so
+    # damage confined to them (here: entropy data replaced by a premature EOI) goes unseen.
+    early_eoi = cut + b"\xff\xd9"
+    np.testing.assert_array_equal(decode_jpeg(early_eoi, crop=(10, 0, 200, 40)),
+                                  decode_jpeg(data)[0:40, 10:210])
+    with pytest.raises(DecodeError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DecodeWarning)
+            decode_jpeg(early_eoi, strict=True)
 
 
 @pytest.mark.parametrize(

@@ -179,6 +179,12 @@ int tl_jpeg_read_header(const unsigned char *data, size_t size, tl_jpeg_info *in
 }
 
 /* The part of tl_jpeg_decode that may longjmp out; the caller owns setjmp and cleanup. */
+/* Whether the data's last bytes are an EOI marker (FF D9), as an intact file's are. */
+static int tl_ends_with_eoi(const unsigned char *data, size_t size)
+{
+    return size >= 2 && data[size - 2] == 0xFF && data[size - 1] == 0xD9;
+}
+
 static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int scale_num,
                           int crop_x, int crop_y, int crop_w, int crop_h,
                           unsigned char *out, ptrdiff_t out_stride, size_t out_size,
@@ -325,10 +331,28 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
         return TL_ERR_DECODE;
     }
 
-    if (y + h == oh)
+    if (y + h < oh && !tl_ends_with_eoi(data, size)) {
+        /* A file that does not end in EOI is probably truncated. Its window decoded, but
+         * whether the sample is intact must not depend on where the window fell: entropy-
+         * decode the remaining rows (no IDCT or colour work) so truncation is an error. */
+        JDIMENSION left = oh - (y + h);
+        JSAMPARRAY last;
+        /* Skipping to the very end reads nothing (libjpeg just marks EOI reached), so skip
+         * all but the last row and decode that one. */
+        if (left > 1)
+            jpeg_skip_scanlines(cinfo, left - 1);
+        last = (*cinfo->mem->alloc_sarray)((j_common_ptr)cinfo, JPOOL_IMAGE,
+                                           cinfo->output_width * (JDIMENSION)comps,
+                                           cinfo->rec_outbuf_height > 0 ?
+                                           (JDIMENSION)cinfo->rec_outbuf_height : 1);
+        while (cinfo->output_scanline < oh)
+            if (jpeg_read_scanlines(cinfo, last, 1) == 0)
+                break;
+    }
+    if (cinfo->output_scanline == oh)
         jpeg_finish_decompress(cinfo); /* reads to EOI: truncation at the end is an error */
     else
-        jpeg_abort_decompress(cinfo);  /* the rest of the file is not needed */
+        jpeg_abort_decompress(cinfo);  /* the rest of an intact file is not needed */
     return TL_OK;
 }
 

@@ -88,8 +88,10 @@ int tl_jpeg_read_header(const unsigned char *data, size_t size, tl_jpeg_info *in
  *             image, which must lie inside it (else TL_ERR_ARG). Only the rows up to the
  *             window's last and the iMCU columns covering it (plus one iMCU either side, for
  *             the upsampler's context) are decoded; the pixels equal that window of a full
- *             decode at the same scale and flags. Data after the window's last row is not
- *             read, so corruption or truncation confined to it goes unnoticed.
+ *             decode at the same scale and flags. Data after the window's last row is read
+ *             (entropy-decoded only) when the file does not end in an EOI marker, so a
+ *             truncated file is an error wherever the window lies; in a file that does end
+ *             in EOI, corruption confined to the rows below the window goes unnoticed.
  * out         first byte of the window's top-left pixel; row r starts at out + r*out_stride.
  * out_stride  bytes between rows, >= 3 * window width.
  * out_size    bytes writable from `out`; must be >= (h - 1) * out_stride + 3 * w.
