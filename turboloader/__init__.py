@@ -5,7 +5,14 @@ Importing the package is cheap: public names are resolved from their modules on 
 
 import importlib
 
-from turboloader.errors import DecodeError, DecodeWarning, TarFormatError, TurboLoaderError
+from turboloader.errors import (
+    DecodeError,
+    DecodeWarning,
+    FailureBudgetExceeded,
+    SampleError,
+    TarFormatError,
+    TurboLoaderError,
+)
 
 __version__ = "0.1.0"
 
@@ -16,11 +23,16 @@ _LAZY = {
     "decode_jpeg": "turboloader.jpeg",
     "decode_jpeg_header": "turboloader.jpeg",
     "decode_resized_crop": "turboloader.fused",
+    "TarDataset": "turboloader.data",
+    "ImageFolder": "turboloader.data",
+    "transforms": "turboloader.transforms",
 }
 
 __all__ = [
     "DecodeError",
     "DecodeWarning",
+    "FailureBudgetExceeded",
+    "SampleError",
     "TarFormatError",
     "TurboLoaderError",
     "__version__",
@@ -32,7 +44,8 @@ def __getattr__(name):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'turboloader' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    imported = importlib.import_module(module)
+    value = imported if module == f"turboloader.{name}" else getattr(imported, name)
     globals()[name] = value
     return value
 

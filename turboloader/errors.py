@@ -5,7 +5,14 @@ Format errors also derive from :class:`ValueError`, the builtin that callers of
 ``PIL.Image.open`` or ``tarfile`` already catch.
 """
 
-__all__ = ["TurboLoaderError", "DecodeError", "TarFormatError", "DecodeWarning"]
+__all__ = [
+    "TurboLoaderError",
+    "DecodeError",
+    "TarFormatError",
+    "SampleError",
+    "FailureBudgetExceeded",
+    "DecodeWarning",
+]
 
 
 class TurboLoaderError(Exception):
@@ -25,6 +32,25 @@ class TarFormatError(TurboLoaderError, ValueError):
 
     The message names the byte offset of the offending header.
     """
+
+
+class SampleError(TurboLoaderError, ValueError):
+    """A sample is unusable as a whole: no image member, no label, an unreadable label.
+
+    The message names the sample's key and shard (or file) and what is missing.
+    """
+
+
+class FailureBudgetExceeded(TurboLoaderError):
+    """More samples failed than ``max_failures`` allows under ``on_error="skip"``.
+
+    ``.failures`` lists what was skipped: ``(shard, key, reason)`` tuples. The last
+    failure's exception is chained as ``__cause__``.
+    """
+
+    def __init__(self, message, failures=()):
+        super().__init__(message)
+        self.failures = list(failures)
 
 
 class DecodeWarning(UserWarning):
