@@ -1,7 +1,7 @@
 """Single-threaded kernel benchmarks: turboloader against Pillow, OpenCV, NumPy and torchvision.
 
 Every section times each system over the same images, in the same process, interleaving the
-systems within each repeat (so drift from other load on the machine hits them all alike), and
+systems slice by slice within each pass (so load from other processes hits them all alike), and
 reports the median of ``--repeat`` timed passes after one warm-up pass. Ratios between rows of
 one run are the figures to quote; absolute images/s move between runs and machines.
 
