@@ -430,7 +430,6 @@ cdef int normalize_chw_f32(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ss
     """3-channel HWC uint8 -> CHW float32 planes, in * scale[c] + bias[c] (no GIL)."""
     cdef Py_ssize_t y, x, plane = h * w
     cdef const uint8_t* row
-    cdef const uint8_t* sp
     cdef float* d0
     cdef float* d1
     cdef float* d2
@@ -451,11 +450,14 @@ cdef int normalize_chw_f32(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ss
         d1 = d0 + plane
         d2 = d1 + plane
         if flip:
-            sp = row + 3 * (w - 1)
+            # forward reads, mirrored writes: a backward-strided load defeats vectorization
+            d0 += w - 1
+            d1 += w - 1
+            d2 += w - 1
             for x in range(w):
-                d0[x] = sp[-3 * x] * s0 + b0
-                d1[x] = sp[-3 * x + 1] * s1 + b1
-                d2[x] = sp[-3 * x + 2] * s2 + b2
+                d0[-x] = row[3 * x] * s0 + b0
+                d1[-x] = row[3 * x + 1] * s1 + b1
+                d2[-x] = row[3 * x + 2] * s2 + b2
         else:
             for x in range(w):
                 d0[x] = row[3 * x] * s0 + b0
@@ -469,7 +471,6 @@ cdef int chw_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_s
     """3-channel HWC uint8 -> CHW uint8 planes (no GIL)."""
     cdef Py_ssize_t y, x, plane = h * w
     cdef const uint8_t* row
-    cdef const uint8_t* sp
     cdef uint8_t* d0
     cdef uint8_t* d1
     cdef uint8_t* d2
@@ -483,11 +484,13 @@ cdef int chw_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_s
         d1 = d0 + plane
         d2 = d1 + plane
         if flip:
-            sp = row + 3 * (w - 1)
+            d0 += w - 1
+            d1 += w - 1
+            d2 += w - 1
             for x in range(w):
-                d0[x] = sp[-3 * x]
-                d1[x] = sp[-3 * x + 1]
-                d2[x] = sp[-3 * x + 2]
+                d0[-x] = row[3 * x]
+                d1[-x] = row[3 * x + 1]
+                d2[-x] = row[3 * x + 2]
         else:
             for x in range(w):
                 d0[x] = row[3 * x]
