@@ -20,6 +20,7 @@ from turboloader.errors import DecodeError, DecodeWarning
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
+    "FAST_SCALES",
     "JpegHeader",
     "decode_jpeg",
     "decode_jpeg_header",
@@ -178,8 +179,14 @@ def scaled_size(width, height, scale):
     return (width * k + 7) // 8, (height * k + 7) // 8
 
 
-def pick_scale(width, height, min_height, min_width) -> Fraction:
-    """The smallest DCT scale k/8 at which the decoded image is still at least the minimum size.
+#: DCT scales with a SIMD IDCT in libjpeg-turbo (8x8, 4x4, 2x2, 1x1 blocks). The other
+#: k/8 scales run libjpeg's plain-C IDCTs and are measured slower than a full decode
+#: (benchmarks/bench_kernels.py: 7/8 at 0.58x, 3/4 at 0.72x of full-size decode speed).
+FAST_SCALES = (Fraction(1, 8), Fraction(1, 4), Fraction(1, 2), Fraction(1))
+
+
+def pick_scale(width, height, min_height, min_width, *, fast_only=True) -> Fraction:
+    """The smallest DCT scale at which the decoded image is still at least the minimum size.
 
     Decoding at a smaller scale is much faster; use this to decode no more pixels than a
     later resize to ``(min_height, min_width)`` needs. When even full size is smaller than
@@ -188,6 +195,8 @@ def pick_scale(width, height, min_height, min_width) -> Fraction:
     Args:
         width, height: full-resolution size.
         min_height, min_width: the smallest acceptable decoded size.
+        fast_only: consider only 1/8, 1/4, 1/2 and 1 (:data:`FAST_SCALES`, like Pillow's
+            ``draft``), which libjpeg-turbo decodes with SIMD; ``False`` considers every k/8.
 
     Returns:
         The scale as a :class:`fractions.Fraction` k/8.
@@ -197,15 +206,19 @@ def pick_scale(width, height, min_height, min_width) -> Fraction:
 
     Example:
         >>> pick_scale(1024, 768, 224, 224)
+        Fraction(1, 2)
+        >>> pick_scale(1024, 768, 224, 224, fast_only=False)
         Fraction(3, 8)
     """
     width = _positive_int(width, "width")
     height = _positive_int(height, "height")
     min_height = _positive_int(min_height, "min_height")
     min_width = _positive_int(min_width, "min_width")
-    for k in range(1, 9):
+    candidates = FAST_SCALES if fast_only else [Fraction(k, 8) for k in range(1, 9)]
+    for s in candidates:
+        k = s.numerator * 8 // s.denominator
         if (width * k + 7) // 8 >= min_width and (height * k + 7) // 8 >= min_height:
-            return Fraction(k, 8)
+            return s
     return Fraction(1)
 
 
@@ -250,8 +263,9 @@ def decode_jpeg(
         scale: decode at k/8 of full size (k in 1..8) using libjpeg's scaled IDCT, which is
             much faster than decoding then resizing; int ``1``, a float such as ``0.375``, or
             a :class:`fractions.Fraction`. The decoded size is ``ceil(dim * k / 8)``.
-        min_size: ``(height, width)``: instead of ``scale``, use the smallest scale whose
-            whole decoded image is at least this size (see :func:`pick_scale`).
+        min_size: ``(height, width)``: instead of ``scale``, use the smallest of the fast
+            scales 1/8, 1/4, 1/2, 1 whose whole decoded image is at least this size (see
+            :func:`pick_scale`).
         crop: ``(x, y, width, height)`` window of the decoded (scaled) image to return. Only
             the rows down to the window's bottom and the columns around it are decoded; the
             result equals the same window of a full decode. A truncated file (one

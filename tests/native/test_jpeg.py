@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, JpegImagePlugin
 
 from turboloader import DecodeError, DecodeWarning, JpegHeader, decode_jpeg, decode_jpeg_header
-from turboloader.jpeg import DEFAULT_MAX_PIXELS, pick_scale, scaled_size
+from turboloader.jpeg import DEFAULT_MAX_PIXELS, FAST_SCALES, pick_scale, scaled_size
 
 # -- data -------------------------------------------------------------------------------
 
@@ -235,28 +235,34 @@ def test_scaled_size():
 
 
 def test_pick_scale():
-    assert pick_scale(1024, 768, 224, 224) == Fraction(3, 8)
+    assert pick_scale(1024, 768, 224, 224) == Fraction(1, 2)
+    assert pick_scale(1024, 768, 224, 224, fast_only=False) == Fraction(3, 8)
     assert pick_scale(1024, 768, 96, 128) == Fraction(1, 8)
-    assert pick_scale(1024, 768, 97, 128) == Fraction(2, 8)
+    assert pick_scale(1024, 768, 97, 128) == Fraction(1, 4)
+    assert pick_scale(1024, 768, 97, 128, fast_only=False) == Fraction(2, 8)
     assert pick_scale(100, 100, 200, 50) == Fraction(1)  # never upscales
     assert isinstance(pick_scale(8, 8, 1, 1), Fraction)
     rng = np.random.default_rng(1)
-    for _ in range(200):
-        w, h = (int(v) for v in rng.integers(1, 3000, 2))
-        mh, mw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
-        s = pick_scale(w, h, mh, mw)
-        sw, sh = scaled_size(w, h, s)
-        assert sw >= mw and sh >= mh
-        if s > Fraction(1, 8):  # the next smaller scale would be too small
-            pw, ph = scaled_size(w, h, s - Fraction(1, 8))
-            assert pw < mw or ph < mh
+    for fast_only, allowed in ((False, [Fraction(k, 8) for k in range(1, 9)]),
+                               (True, list(FAST_SCALES))):
+        for _ in range(200):
+            w, h = (int(v) for v in rng.integers(1, 3000, 2))
+            mh, mw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+            s = pick_scale(w, h, mh, mw, fast_only=fast_only)
+            assert s in allowed
+            sw, sh = scaled_size(w, h, s)
+            assert sw >= mw and sh >= mh
+            smaller = [a for a in allowed if a < s]
+            if smaller:  # the next smaller allowed scale would be too small
+                pw, ph = scaled_size(w, h, smaller[-1])
+                assert pw < mw or ph < mh
 
 
 def test_min_size():
     data = jpeg("420")
     got = decode_jpeg(data, min_size=(60, 100))
     k = pick_scale(W, H, 60, 100)
-    assert k == Fraction(3, 8)
+    assert k == Fraction(1, 2)  # 3/8 would do, but 1/2 has libjpeg-turbo's SIMD IDCT
     np.testing.assert_array_equal(got, decode_jpeg(data, scale=k))
     with pytest.raises(ValueError, match="not both"):
         decode_jpeg(data, scale=0.5, min_size=(10, 10))
