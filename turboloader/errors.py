@@ -9,6 +9,7 @@ __all__ = [
     "TurboLoaderError",
     "DecodeError",
     "TarFormatError",
+    "FormatError",
     "SampleError",
     "FailureBudgetExceeded",
     "DecodeWarning",
@@ -31,6 +32,15 @@ class TarFormatError(TurboLoaderError, ValueError):
     """A TAR archive is malformed: bad header checksum, truncated member, size past the end.
 
     The message names the byte offset of the offending header.
+    """
+
+
+class FormatError(TurboLoaderError, ValueError):
+    """A TBL file is malformed: bad magic or version, damaged header, index or footer,
+    a record past the end, a checksum mismatch or a record that does not decompress.
+
+    The message names the file and, for a bad record, its position, key and byte offset.
+    An incompletely written file (no valid footer) is reported as such.
     """
 
 
