@@ -136,9 +136,10 @@ def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, 
 
     k = _dct_scale(W, H, width, height, out_w, out_h) if dct_scaling else 8
     sw, sh = (W * k + 7) // 8, (H * k + 7) // 8
-    fx, fy = sw / W, sh / H
-    x0, x1 = left * fx, (left + width) * fx
-    y0, y1 = top * fy, (top + height) * fy
+    # libjpeg maps each 8 x 8 block onto k x k pixels, so source x is scaled x * 8 / k
+    # (not x * sw / W: sw is rounded up, which would shift the window by up to a pixel)
+    x0, x1 = left * k / 8, min((left + width) * k / 8, sw)
+    y0, y1 = top * k / 8, min((top + height) * k / 8, sh)
     ix0, iy0 = math.floor(x0), math.floor(y0)
     ix1, iy1 = min(math.ceil(x1), sw), min(math.ceil(y1), sh)
     win_w, win_h = ix1 - ix0, iy1 - iy0

@@ -1,9 +1,53 @@
 """torchvision-shaped image transforms backed by turboloader's native kernels.
 
-``turboloader.transforms.functional`` holds the NumPy-facing functionals (HWC uint8 in,
-HWC uint8 or CHW out); the transform classes are built on top of them.
+The classes mirror ``torchvision.transforms.v2`` (names, arguments, defaults, semantics) and
+work standalone on PIL images, tensors and HWC uint8 NumPy arrays. :func:`plan` turns a
+``Compose`` made only of them into one fused native call per sample (JPEG bytes -> tensor);
+the datasets do this automatically. ``turboloader.transforms.functional`` holds the
+NumPy-facing functionals (HWC uint8 in, HWC uint8 or CHW out) the classes are built on.
+
+Example:
+    >>> from turboloader import transforms as T
+    >>> pipeline = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+    ...                       T.ToTensor(), T.Normalize((0.485, 0.456, 0.406),
+    ...                                                 (0.229, 0.224, 0.225))])
+    >>> fused = T.plan(pipeline)
+    >>> x = fused.from_jpeg(jpeg_bytes)  # doctest: +SKIP
 """
 
 from turboloader.transforms import functional
+from turboloader.transforms._plan import Plan, plan
+from turboloader.transforms._transforms import (
+    CenterCrop,
+    ColorJitter,
+    Compose,
+    Normalize,
+    PILToTensor,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    ToDtype,
+    ToImage,
+    ToTensor,
+    Transform,
+)
 
-__all__ = ["functional"]
+__all__ = [
+    "CenterCrop",
+    "ColorJitter",
+    "Compose",
+    "Normalize",
+    "PILToTensor",
+    "Plan",
+    "RandomCrop",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "Resize",
+    "ToDtype",
+    "ToImage",
+    "ToTensor",
+    "Transform",
+    "functional",
+    "plan",
+]
