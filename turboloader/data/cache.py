@@ -1,0 +1,249 @@
+"""A byte-bounded LRU of decoded samples, and the decode path that fills and uses it.
+
+Memory: each process that reads samples (the main process, or each DataLoader worker)
+holds its own cache of up to ``capacity`` bytes of pixel data. The total is therefore
+``capacity x num_workers x local ranks`` (x 2 when the DataLoader's workers and the main
+process both iterate), plus per-entry overhead of about 200 bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import numbers
+import re
+import struct
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from turboloader.errors import DecodeError
+from turboloader.jpeg import DEFAULT_MAX_PIXELS, decode_jpeg, decode_jpeg_header
+from turboloader.transforms._random import using_rng
+
+__all__ = ["ByteLRU", "parse_size"]
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+
+def parse_size(size) -> int:
+    """Bytes in ``size``: an int, or a string such as ``"512MB"``, ``"2GiB"``, ``"1.5g"``.
+
+    Example:
+        >>> parse_size("2GiB"), parse_size(1000)
+        (2147483648, 1000)
+    """
+    if isinstance(size, bool):
+        raise TypeError("size must be an int or a string such as '2GB'")
+    if isinstance(size, numbers.Integral):
+        value = int(size)
+    elif isinstance(size, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", size)
+        if m is None or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"cannot read a size from {size!r} (try '512MB' or '2GiB')")
+        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    else:
+        raise TypeError(f"size must be an int or a string such as '2GB', not {type(size).__name__}")
+    if value < 0:
+        raise ValueError(f"size must be >= 0, got {size!r}")
+    return value
+
+
+class ByteLRU:
+    """Least-recently-used mapping whose values' sizes add up to at most ``capacity`` bytes.
+
+    A value larger than the whole capacity is not stored. Not thread-safe (one per process).
+
+    Example:
+        >>> lru = ByteLRU(100)
+        >>> lru.put("a", b"x" * 60, 60); lru.put("b", b"y" * 60, 60)
+        0
+        1
+        >>> lru.get("a") is None, lru.stats()["evictions"]
+        (True, 1)
+    """
+
+    def __init__(self, capacity):
+        self.capacity = parse_size(capacity)
+        self._data = OrderedDict()
+        self.nbytes = 0
+        self.hits = self.misses = self.evictions = 0
+
+    def get(self, key):
+        """The value for ``key`` (now most recently used), or None; counts a hit or a miss."""
+        entry = self._data.get(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        self._data.move_to_end(key)
+        self.hits += 1
+        return entry[0]
+
+    def put(self, key, value, nbytes: int) -> int:
+        """Store ``value`` of ``nbytes`` bytes, evicting the least recently used as needed.
+
+        Returns:
+            The number of entries evicted.
+        """
+        old = self._data.pop(key, None)
+        if old is not None:
+            self.nbytes -= old[1]
+        if nbytes > self.capacity:
+            return 0
+        evicted = 0
+        while self.nbytes + nbytes > self.capacity:
+            _, (_, size) = self._data.popitem(last=False)
+            self.nbytes -= size
+            evicted += 1
+        self._data[key] = (value, nbytes)
+        self.nbytes += nbytes
+        self.evictions += evicted
+        return evicted
+
+    def __len__(self):
+        return len(self._data)
+
+    def __contains__(self, key):
+        return key in self._data
+
+    def clear(self):
+        self._data.clear()
+        self.nbytes = 0
+
+    def stats(self) -> dict:
+        return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
+                "bytes": self.nbytes, "items": len(self._data), "capacity": self.capacity}
+
+
+def is_jpeg(data) -> bool:
+    return bytes(data[:3]) == b"\xff\xd8\xff"
+
+
+def decode_pil(data):
+    """Decode any Pillow-readable image to an RGB ``PIL.Image`` (DecodeError on failure)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            return img.convert("RGB")
+    except (OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError,
+            Image.DecompressionBombError) as exc:
+        # Pillow signals bad data with all of these; ours are never raised from here
+        raise DecodeError(f"Pillow cannot decode the image: {type(exc).__name__}: {exc}") from exc
+
+
+def get_plan(transform):
+    """The fused plan of a turboloader transform pipeline, or None (generic path)."""
+    if transform is None:
+        return None
+    try:
+        from turboloader.transforms import plan
+    except ImportError:
+        return None
+    return plan(transform)
+
+
+class Timer:
+    """Per-epoch time counters of a Recorder (a no-op without one)."""
+
+    __slots__ = ("counters", "t")
+
+    def __init__(self, counters):
+        self.counters = counters
+        self.t = time.perf_counter()
+
+    def lap(self, name):
+        now = time.perf_counter()
+        if self.counters is not None:
+            self.counters[name] += now - self.t
+        self.t = now
+
+
+class Decoder:
+    """Bytes of an encoded image to the transformed sample, through the cache when on.
+
+    * plan and JPEG, no cache: ``plan.from_jpeg`` (fused decode + transform; its time is
+      counted as decode).
+    * cache: decode (DCT-downscaled when ``short_side``) to an HWC uint8 array once, then
+      ``plan.from_array`` (or the generic path on ``PIL.Image.fromarray``) on every use.
+    * otherwise: decode to a PIL RGB image (JPEG with libjpeg-turbo, others with Pillow)
+      and call ``transform(img)`` with the sample's generator current.
+    """
+
+    def __init__(self, transform, *, cache=None, short_side=None, max_pixels=DEFAULT_MAX_PIXELS):
+        self.transform = transform
+        self.plan = get_plan(transform)
+        self.cache = ByteLRU(cache) if cache else None
+        self.short_side = short_side
+        self.max_pixels = max_pixels
+
+    def _generic(self, img, rng):
+        if self.transform is None:
+            return img
+        with using_rng(rng):
+            return self.transform(img)
+
+    def _decode_array(self, data):
+        """(HWC uint8 array, original (h, w)), downscaled to ``short_side`` when set."""
+        s = self.short_side
+        if is_jpeg(data):
+            if s:
+                hdr = decode_jpeg_header(data)
+                arr = decode_jpeg(data, min_size=(s, s), max_pixels=self.max_pixels)
+                return arr, (hdr.height, hdr.width)
+            arr = decode_jpeg(data, max_pixels=self.max_pixels)
+            return arr, arr.shape[:2]
+        img = decode_pil(data)
+        size = (img.height, img.width)
+        if s and min(size) > s:
+            from PIL import Image
+
+            f = s / min(size)
+            img = img.resize((max(s, round(img.width * f)), max(s, round(img.height * f))),
+                             Image.Resampling.BILINEAR)
+        return np.ascontiguousarray(np.asarray(img)), size
+
+    def __call__(self, data, *, key, rng, counters=None):
+        """The transformed image for encoded ``data``; ``key`` names it in the cache."""
+        timer = Timer(counters)
+        plan = self.plan
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is None:
+                if counters is not None:
+                    counters["cache_misses"] += 1
+                arr, source = self._decode_array(data)
+                arr.setflags(write=False)
+                evicted = self.cache.put(key, (arr, source), arr.nbytes)
+                if counters is not None:
+                    counters["cache_evictions"] += evicted
+                timer.lap("decode_s")
+            else:
+                if counters is not None:
+                    counters["cache_hits"] += 1
+                arr, source = hit
+            if plan is not None:
+                src = None if tuple(source) == arr.shape[:2] else tuple(source)
+                out = plan.from_array(arr, rng=rng, source_size=src)
+            else:
+                from PIL import Image
+
+                out = self._generic(Image.fromarray(arr), rng)
+            timer.lap("transform_s")
+            return out
+        if plan is not None and is_jpeg(data):
+            out = plan.from_jpeg(data, rng=rng, max_pixels=self.max_pixels)
+            timer.lap("decode_s")
+            return out
+        if is_jpeg(data):
+            from PIL import Image
+
+            img = Image.fromarray(decode_jpeg(data, max_pixels=self.max_pixels))
+        else:
+            img = decode_pil(data)
+        timer.lap("decode_s")
+        out = self._generic(img, rng)
+        timer.lap("transform_s")
+        return out

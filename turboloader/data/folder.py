@@ -1,0 +1,189 @@
+"""ImageFolder: torchvision's class-per-directory dataset with native decoding."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torchvision.datasets
+
+from turboloader.data.cache import Decoder, Timer, parse_size
+from turboloader.data.policy import FailureLog, FailurePolicy, SharedEpoch, Telemetry
+from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
+from turboloader.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.transforms._random import sample_rng, using_rng
+
+__all__ = ["ImageFolder"]
+
+
+class _ProcessState:
+    def __init__(self, dataset, name):
+        self.pid = os.getpid()
+        self.decoder = Decoder(dataset.transform, cache=dataset._cache_bytes,
+                               short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
+        self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval)
+        self.recorder.cache = self.decoder.cache
+        self.logs = {}
+
+    def log(self, policy, n, epoch):
+        log = self.logs.get(epoch)
+        if log is None:
+            log = self.logs[epoch] = FailureLog(policy, n, epoch=epoch, recorder=self.recorder)
+        return log
+
+
+class ImageFolder(torchvision.datasets.ImageFolder):
+    """``torchvision.datasets.ImageFolder`` with libjpeg-turbo decoding and fused transforms.
+
+    Same constructor, ``classes``, ``class_to_idx``, ``samples``, ``targets`` and
+    ``imgs`` as torchvision's (it is a subclass: the directory scan is torchvision's own
+    ``find_classes``/``make_dataset``). What differs is how a sample is read: the file's
+    bytes are decoded natively; when ``transform`` is a turboloader pipeline with a fused
+    plan, JPEGs are decoded and transformed in one call (``plan.from_jpeg``); otherwise
+    (other formats, torchvision transforms) ``transform`` gets a PIL RGB image, as with
+    torchvision. A user ``loader`` is honoured and then used as is (no native decoding).
+    Random transform parameters of index ``i`` in epoch ``e`` come from
+    ``sample_rng(seed, e, i)``: call ``set_epoch`` from the main process each epoch.
+
+    ``on_error="skip"``: a sample that fails with a turboloader error (corrupt, truncated
+    or undecodable image) is replaced by the next index that reads (wrapping around), with
+    the requested index's transform parameters, and the failure is recorded in
+    ``stats()``; each process (main or DataLoader worker) may skip ``max_failures`` per
+    epoch (an int, or a fraction of ``len(dataset)``), then FailureBudgetExceeded is
+    raised. Under "raise" (default) the typed error carries a note naming the file.
+    Errors that are not turboloader's (a missing file, a TypeError in a transform, anything
+    a user ``loader`` raises) always propagate.
+
+    ``cache``: a per-process LRU of decoded images bounded in bytes (total = cache x
+    workers x local ranks). A map-style DataLoader hands indices to workers round-robin,
+    so with a shuffling sampler and several workers a worker gets a different subset each
+    epoch and hits its cache for only about 1/num_workers of its samples; with
+    ``num_workers=0`` (or a sampler that keeps indices on workers) every repeat hits.
+
+    Args:
+        root, transform, target_transform, loader, is_valid_file, allow_empty: as
+            torchvision's ``ImageFolder``.
+        seed: seed of the per-sample transform parameters (int >= 0).
+        cache, cache_short_side: decoded-image cache size (int bytes or ``"4GB"``) and the
+            optional pre-downscale of cached images (see :class:`TarDataset`).
+        on_error, max_failures: the failure policy (``"raise"`` or ``"skip"``; default
+            budget 0.01).
+        max_pixels: refuse larger images (decompression-bomb guard).
+        stats_interval: samples between statistics snapshots from each worker.
+
+    Example:
+        >>> from turboloader import ImageFolder, transforms as T             # doctest: +SKIP
+        >>> ds = ImageFolder("imagenet/train", T.Compose([T.RandomResizedCrop(224),
+        ...                  T.RandomHorizontalFlip(), T.ToTensor()]), on_error="skip")
+        >>> ds.classes[:2], ds[0][0].shape
+    """
+
+    def __init__(self, root, transform=None, target_transform=None, loader=None,
+                 is_valid_file=None, allow_empty=False, *, seed=0, cache=None,
+                 cache_short_side=None, on_error="raise", max_failures=0.01,
+                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256):
+        self._custom_loader = loader is not None
+        super().__init__(root, transform=transform, target_transform=target_transform,
+                         loader=loader if loader is not None else torchvision.datasets.folder.default_loader,
+                         is_valid_file=is_valid_file, allow_empty=allow_empty)
+        if int(seed) < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self.seed = int(seed)
+        self._cache_bytes = parse_size(cache) if cache else 0
+        self.cache_short_side = cache_short_side
+        self.policy = FailurePolicy(on_error, max_failures)
+        self.max_pixels = max_pixels
+        self.stats_interval = int(stats_interval)
+        self._epoch = SharedEpoch(0)
+        self._telemetry = Telemetry()
+        self._state = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_state"] = None
+        return state
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch.value
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch of the per-sample transform parameters (call from the main process)."""
+        epoch = int(epoch)
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._epoch.value = epoch
+
+    def _process_state(self):
+        st = self._state
+        if st is None or st.pid != os.getpid():
+            import torch.utils.data
+
+            info = torch.utils.data.get_worker_info()
+            name = f"worker{info.id}" if info is not None else "main"
+            st = self._state = _ProcessState(self, name)
+        return st
+
+    def _load(self, st, i, rng, counters):
+        path, target = self.samples[i]
+        if self._custom_loader:
+            timer = Timer(counters)
+            img = self.loader(path)
+            timer.lap("decode_s")
+            if self.transform is not None:
+                with using_rng(rng):
+                    img = self.transform(img)
+            timer.lap("transform_s")
+        else:
+            cache = st.decoder.cache
+            data = None
+            if cache is None or i not in cache:
+                t = time.perf_counter()
+                with open(path, "rb") as f:
+                    data = f.read()
+                counters["read_s"] += time.perf_counter() - t
+                counters["bytes_read"] += len(data)
+            try:
+                img = st.decoder(data, key=i, rng=rng, counters=counters)
+            except TurboLoaderError as exc:
+                exc.add_note(f"ImageFolder: file {path!r} (index {i})")
+                raise
+        return img, target
+
+    def __getitem__(self, index: int):
+        """``(image, target)`` for ``index`` (or, under "skip", for the next readable index)."""
+        n = len(self.samples)
+        if not -n <= index < n:
+            raise IndexError(f"index {index} out of range for {n} samples")
+        index %= n
+        epoch = self._epoch.value
+        st = self._process_state()
+        counters = st.recorder.counters(epoch)
+        rng_slot = index
+        for attempt in range(n):
+            i = (index + attempt) % n
+            try:
+                img, target = self._load(st, i, sample_rng(self.seed, epoch, rng_slot), counters)
+            except TurboLoaderError as exc:
+                path = self.samples[i][0]
+                key = os.path.relpath(path, self.root)
+                st.log(self.policy, n, epoch).record(exc, shard=path, key=key, offset=0)
+                continue
+            if self.target_transform is not None:
+                target = self.target_transform(target)
+            counters["samples"] += 1
+            st.recorder.sample_done()
+            return img, target
+        raise FailureBudgetExceeded(f"no sample of {self.root!r} could be read",
+                                    st.log(self.policy, n, epoch).failures)
+
+    def stats(self, epoch=None) -> dict:
+        """Counters of every process that read this dataset (see ``TarDataset.stats``).
+
+        Workers report every ``stats_interval`` samples and when they exit; counters of
+        live persistent workers can lag by up to ``stats_interval`` samples.
+        """
+        st = self._state
+        if st is not None and st.pid == os.getpid():
+            st.recorder.flush()
+        return self._telemetry.collect(epoch)

@@ -1,0 +1,270 @@
+"""The failure policy (skip or raise, with a budget), per-process statistics, shared epoch.
+
+The datasets route every data error through :meth:`FailureLog.record`, the one place that
+decides between raising and skipping. Only :class:`~turboloader.errors.TurboLoaderError`
+is ever skipped; anything else (TypeError in a transform, OSError reading a file) is a
+programming or environment error and propagates.
+
+Statistics: each process that reads samples (the main process, or each DataLoader worker)
+keeps its own counters in a :class:`Recorder` and writes a JSON snapshot of them into a
+private directory owned by the dataset object that created it, every ``interval`` samples,
+at the end of each pass over an iterable dataset, and when a worker process exits. The
+dataset's ``stats()`` in the main process reads all snapshots. Files rather than a queue:
+a worker never blocks on a pipe nobody drains, and the mechanism does not depend on the
+DataLoader's multiprocessing context.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.util
+import numbers
+import os
+import shutil
+import tempfile
+import time
+import weakref
+
+from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
+
+__all__ = ["FailureLog", "FailurePolicy", "Recorder", "SharedEpoch", "Telemetry"]
+
+#: Counters kept per epoch.
+COUNTERS = ("samples", "bytes_read", "read_s", "decode_s", "transform_s", "failures",
+            "cache_hits", "cache_misses", "cache_evictions")
+_MAX_LISTED = 10_000  # skipped samples listed per process (the count stays exact)
+
+
+def _spawning() -> bool:
+    return multiprocessing.context.get_spawning_popen() is not None
+
+
+class FailurePolicy:
+    """What to do when a sample cannot be read: ``"raise"`` or ``"skip"`` within a budget.
+
+    Args:
+        on_error: ``"raise"`` (default) re-raises the typed error, with notes naming the
+            shard/file, key and byte offset; ``"skip"`` records it and moves on.
+        max_failures: the skip budget per process (main or each DataLoader worker) per
+            epoch: an int count, or a float in [0, 1) taken as a fraction of the samples
+            that process is assigned in the epoch. One more failure than the budget raises
+            :class:`FailureBudgetExceeded`. Default 0.01 (1 %).
+
+    Raises:
+        ValueError: unknown ``on_error`` or a negative / out-of-range ``max_failures``.
+        TypeError: ``max_failures`` is not a number.
+    """
+
+    def __init__(self, on_error="raise", max_failures=0.01):
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
+        if isinstance(max_failures, bool) or not isinstance(max_failures, numbers.Real):
+            raise TypeError(f"max_failures must be an int or a float, not {type(max_failures).__name__}")
+        if isinstance(max_failures, numbers.Integral):
+            if max_failures < 0:
+                raise ValueError(f"max_failures must be >= 0, got {max_failures}")
+            max_failures = int(max_failures)
+        elif not 0 <= max_failures < 1:
+            raise ValueError(f"a fractional max_failures must be in [0, 1), got {max_failures}")
+        self.on_error = on_error
+        self.max_failures = max_failures
+
+    def budget(self, n_items: int) -> float:
+        """Failures allowed among ``n_items`` samples."""
+        if isinstance(self.max_failures, int):
+            return self.max_failures
+        return self.max_failures * n_items
+
+    def __repr__(self):
+        return f"FailurePolicy(on_error={self.on_error!r}, max_failures={self.max_failures!r})"
+
+
+class FailureLog:
+    """Failures of one process in one epoch, under a :class:`FailurePolicy`."""
+
+    def __init__(self, policy: FailurePolicy, n_items: int, *, epoch: int, recorder=None):
+        self.policy = policy
+        self.n_items = n_items
+        self.epoch = epoch
+        self.recorder = recorder
+        self.failures = []  # (shard, key, reason)
+        self.count = 0
+
+    def record(self, exc: BaseException, *, shard, key, offset=None) -> None:
+        """Raise ``exc`` under ``"raise"``; under ``"skip"`` count and list it, raising
+        :class:`FailureBudgetExceeded` (caused by ``exc``) once over budget.
+
+        Must be called from the ``except`` block that caught ``exc``.
+        """
+        if not isinstance(exc, TurboLoaderError) or self.policy.on_error == "raise":
+            raise exc
+        self.count += 1
+        reason = f"{type(exc).__name__}: {exc}"
+        self.failures.append((shard, key, reason))
+        if self.recorder is not None:
+            self.recorder.failure(self.epoch, shard, key, offset, reason)
+        budget = self.policy.budget(self.n_items)
+        if self.count > budget:
+            if self.recorder is not None:
+                self.recorder.flush()
+            raise FailureBudgetExceeded(
+                f"{self.count} samples failed in epoch {self.epoch}, over the budget of "
+                f"max_failures={self.policy.max_failures!r} ({math.floor(budget)} of "
+                f"{self.n_items} samples in this process); last: {reason}",
+                self.failures,
+            ) from exc
+
+
+class SharedEpoch:
+    """An int set in the main process and read by DataLoader workers, persistent ones too.
+
+    Backed by a ``multiprocessing.RawValue`` (shared memory, no lock: one writer). It
+    travels to workers by fork or when a spawned worker starts; any other pickling (e.g.
+    a copy sent elsewhere) carries the current value instead.
+    """
+
+    def __init__(self, value: int = 0):
+        self._value = multiprocessing.RawValue("q", int(value))
+
+    @property
+    def value(self) -> int:
+        return int(self._value.value)
+
+    @value.setter
+    def value(self, v: int) -> None:
+        self._value.value = int(v)
+
+    def __getstate__(self):
+        if _spawning():
+            return {"shared": self._value}
+        return {"value": self.value}
+
+    def __setstate__(self, state):
+        if "shared" in state:
+            self._value = state["shared"]
+        else:
+            self._value = multiprocessing.RawValue("q", state["value"])
+
+
+def _remove_dir(path, owner):
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Telemetry:
+    """A directory where the processes reading a dataset leave snapshots of their counters.
+
+    Created by the dataset in the main process and removed when that object is collected
+    (never by a forked copy). Picklable: it is just the path.
+    """
+
+    def __init__(self):
+        self.path = tempfile.mkdtemp(prefix="turboloader-stats-")
+        self._finalizer = weakref.finalize(self, _remove_dir, self.path, os.getpid())
+
+    def __getstate__(self):
+        return {"path": self.path}
+
+    def __setstate__(self, state):
+        self.path = state["path"]
+        self._finalizer = None
+
+    def recorder(self, name: str, *, interval: int = 256) -> "Recorder":
+        """A recorder for this process, continuing from any snapshot this name left."""
+        return Recorder(os.path.join(self.path, f"{name}.json"), name, interval=interval)
+
+    def snapshots(self) -> list[dict]:
+        out = []
+        try:
+            files = sorted(os.listdir(self.path))
+        except FileNotFoundError:
+            return out
+        for f in files:
+            if f.endswith(".json"):
+                try:
+                    with open(os.path.join(self.path, f)) as fh:
+                        out.append(json.load(fh))
+                except (OSError, ValueError):
+                    continue  # vanished or being replaced: os.replace makes this rare
+        return out
+
+    def collect(self, epoch=None) -> dict:
+        """Totals and per-process counters, for one epoch or (``None``) all of them."""
+        total = dict.fromkeys(COUNTERS, 0)
+        workers, skipped = {}, []
+        cache_bytes = 0
+        for snap in self.snapshots():
+            counters = dict.fromkeys(COUNTERS, 0)
+            for e, c in snap["epochs"].items():
+                if epoch is None or int(e) == epoch:
+                    for k in COUNTERS:
+                        counters[k] += c.get(k, 0)
+            for k in COUNTERS:
+                total[k] += counters[k]
+            cache = snap.get("cache") or {}
+            cache_bytes += cache.get("bytes", 0)
+            counters["cache"] = cache
+            counters["pid"] = snap["pid"]
+            workers[snap["name"]] = counters
+            skipped.extend(f for f in snap["failures"] if epoch is None or f["epoch"] == epoch)
+        total["cache_bytes"] = cache_bytes
+        total["skipped"] = skipped
+        total["workers"] = workers
+        return total
+
+
+class Recorder:
+    """Counters of one process (main or a DataLoader worker), per epoch."""
+
+    def __init__(self, path, name, *, interval=256):
+        self.path = path
+        self.name = name
+        self.interval = interval
+        self.epochs = {}
+        self.failures = []
+        self.cache = None  # a ByteLRU whose gauge goes in the snapshot
+        self._unflushed = 0
+        try:
+            with open(path) as fh:
+                snap = json.load(fh)
+            self.epochs = {int(e): c for e, c in snap["epochs"].items()}
+            self.failures = snap["failures"]
+        except (OSError, ValueError, KeyError):
+            pass
+        if multiprocessing.parent_process() is not None:
+            # a worker process: write the tail when it exits cleanly
+            multiprocessing.util.Finalize(self, self.flush, exitpriority=10)
+
+    def counters(self, epoch: int) -> dict:
+        c = self.epochs.get(epoch)
+        if c is None:
+            c = self.epochs[epoch] = dict.fromkeys(COUNTERS, 0)
+        return c
+
+    def sample_done(self) -> None:
+        self._unflushed += 1
+        if self._unflushed >= self.interval:
+            self.flush()
+
+    def failure(self, epoch, shard, key, offset, reason) -> None:
+        self.counters(epoch)["failures"] += 1
+        if len(self.failures) < _MAX_LISTED:
+            self.failures.append({"epoch": epoch, "shard": shard, "key": key, "offset": offset,
+                                  "reason": reason, "worker": self.name})
+
+    def flush(self) -> None:
+        snap = {"name": self.name, "pid": os.getpid(), "time": time.time(),
+                "epochs": {str(e): c for e, c in self.epochs.items()},
+                "failures": self.failures,
+                "cache": self.cache.stats() if self.cache is not None else None}
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as fh:
+                json.dump(snap, fh)
+            os.replace(tmp, self.path)
+        except OSError:
+            return  # the owning dataset is gone (its directory removed): nothing to report to
+        self._unflushed = 0

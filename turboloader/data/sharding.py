@@ -1,0 +1,155 @@
+"""Which samples each (rank, worker) reads in an epoch, and in what order.
+
+Pure functions of the shard sizes, seed, epoch and topology: no I/O, no global state.
+
+The algorithm (samples are numbered globally, shard by shard, in URL order):
+
+1. **Epoch order.** With ``shuffle``, shards are permuted by a generator seeded from
+   ``(seed, epoch)`` and the samples of each random-access shard by one seeded from
+   ``(seed, epoch, shard)``; compressed stream shards keep stream order. Without
+   ``shuffle``, or with ``fixed=True`` (the decoded-sample cache is on), the order is the
+   natural one and does not depend on the epoch.
+2. **Ranks.** The order is padded by repeating its start (``pad=True``, like
+   ``DistributedSampler``) or cut (``pad=False``) to ``per_rank * world_size`` positions;
+   rank ``r`` takes the contiguous block ``[r * per_rank, (r + 1) * per_rank)``.
+3. **Workers.** The rank's block is cut into ``num_workers`` contiguous pieces whose sizes
+   differ by at most one (so a worker opens few shards).
+4. **Within a worker.** With ``shuffle`` the piece is permuted by a generator seeded from
+   ``(seed, epoch, rank, worker)``: fully when all its samples are random access,
+   otherwise by permuting its per-shard runs and the samples inside random-access runs
+   (stream runs stay in stream order).
+
+With ``fixed=True`` steps 1-3 do not depend on the epoch, so every sample stays with the
+same (rank, worker) across epochs (its decoded copy stays in that worker's cache) and only
+step 4 reshuffles. Every sample appears exactly once per epoch across all ranks and
+workers, plus, with ``pad=True``, fewer than ``world_size`` padding repeats.
+
+Slots: each position gets a *slot*, the number its transform randomness is drawn from:
+the sample's global index for real positions, the padded position (``>= len``) for pads.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+__all__ = ["per_rank_count", "worker_items"]
+
+_SHARDS, _WITHIN, _WORKER = 1, 2, 3
+
+
+def _rng(*words):
+    return np.random.default_rng(np.random.SeedSequence([int(w) for w in words]))
+
+
+def per_rank_count(n: int, world_size: int, *, pad: bool = True) -> int:
+    """Samples each rank yields per epoch: ``ceil(n / world_size)`` with pad, else floor.
+
+    Example:
+        >>> per_rank_count(10, 4), per_rank_count(10, 4, pad=False)
+        (3, 2)
+    """
+    return -(-n // world_size) if pad else n // world_size
+
+
+def _check(name, value, lo=0):
+    value = operator.index(value)
+    if value < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {value}")
+    return value
+
+
+def worker_items(counts, *, seed=0, epoch=0, shuffle=True, rank=0, world_size=1, worker=0,
+                 num_workers=1, pad=True, fixed=False, random_access=None):
+    """The samples worker ``worker`` of rank ``rank`` reads in ``epoch``, in order.
+
+    Args:
+        counts: number of samples of each shard, in URL order.
+        seed, epoch: the shuffle's seed and epoch (non-negative ints).
+        shuffle: permute (see the module docstring); False gives the natural order.
+        rank, world_size, worker, num_workers: the reader's place in the topology.
+        pad: repeat samples so ranks get ``ceil(n / world_size)`` each (else drop the tail).
+        fixed: keep the sample -> (rank, worker) assignment the same in every epoch.
+        random_access: per shard, whether its samples can be read in any order
+            (False for compressed streams). Default: all True.
+
+    Returns:
+        ``(slots, samples)``: int64 arrays of equal length. ``samples`` are global sample
+        indices; ``slots`` number the positions for per-sample randomness.
+
+    Example:
+        >>> slots, samples = worker_items([3, 2], shuffle=False, world_size=2, rank=1)
+        >>> samples.tolist(), slots.tolist()
+        ([3, 4, 0], [3, 4, 5])
+    """
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+    if (counts < 0).any():
+        raise ValueError("shard sample counts must be non-negative")
+    seed, epoch = _check("seed", seed), _check("epoch", epoch)
+    world_size, num_workers = _check("world_size", world_size, 1), _check("num_workers", num_workers, 1)
+    rank, worker = _check("rank", rank), _check("worker", worker)
+    if rank >= world_size:
+        raise ValueError(f"rank {rank} is not below world_size {world_size}")
+    if worker >= num_workers:
+        raise ValueError(f"worker {worker} is not below num_workers {num_workers}")
+    ra = (np.ones(len(counts), bool) if random_access is None
+          else np.asarray(random_access, dtype=bool).reshape(-1))
+    if len(ra) != len(counts):
+        raise ValueError("random_access must have one entry per shard")
+
+    n = int(counts.sum())
+    per = per_rank_count(n, world_size, pad=pad)
+    lo = rank * per + worker * per // num_workers
+    hi = rank * per + (worker + 1) * per // num_workers
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+
+    permute = shuffle and not fixed
+    if permute:
+        order = _rng(seed, epoch, _SHARDS).permutation(len(counts))
+    else:
+        order = np.arange(len(counts))
+    ends = np.cumsum(counts[order])
+    starts = ends - counts[order]
+
+    def segment(a, b):
+        """Base-order entries at positions [a, b) (0 <= a <= b <= n)."""
+        parts = []
+        k = int(np.searchsorted(ends, a, side="right"))
+        while k < len(order) and starts[k] < b:
+            s = int(order[k])
+            c = int(counts[s])
+            i, j = max(a - int(starts[k]), 0), min(b - int(starts[k]), c)
+            if i < j:
+                if permute and ra[s]:
+                    local = _rng(seed, epoch, _WITHIN, s).permutation(c)[i:j]
+                else:
+                    local = np.arange(i, j, dtype=np.int64)
+                parts.append(local + offsets[s])
+            k += 1
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+    real = segment(lo, min(hi, n)) if lo < n else np.empty(0, np.int64)
+    pads = np.arange(max(lo, n), hi, dtype=np.int64)
+    pad_samples = np.array([segment(q, q + 1)[0] for q in ((pads - n) % n).tolist()],
+                           dtype=np.int64) if len(pads) else np.empty(0, np.int64)
+    samples = np.concatenate([real, pad_samples]).astype(np.int64)
+    slots = np.concatenate([real, pads]).astype(np.int64)
+
+    if shuffle and len(samples) > 1:
+        rng = _rng(seed, epoch, _WORKER, rank, world_size, worker, num_workers)
+        shard_of = np.searchsorted(offsets, samples, side="right") - 1
+        # empty shards share offsets with the next one: searchsorted picks the last, the right one
+        if ra[shard_of].all():
+            perm = rng.permutation(len(samples))
+        else:
+            breaks = np.flatnonzero(np.diff(shard_of)) + 1
+            runs = np.split(np.arange(len(samples)), breaks)
+            runs = [rng.permutation(r) if ra[shard_of[r[0]]] else r for r in runs]
+            if fixed:
+                runs = [runs[i] for i in rng.permutation(len(runs))]
+            perm = np.concatenate(runs)
+        samples, slots = samples[perm], slots[perm]
+    return slots, samples
+
+

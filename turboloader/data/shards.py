@@ -1,0 +1,389 @@
+"""Shard lists and shard readers: URL expansion, TAR opening, WebDataset sample grouping.
+
+Vocabulary is webdataset's: a *shard* is a TAR file; its members group into *samples* by
+``__key__``, the member path up to the first ``"."`` of its basename (``"a.b/x.y.jpg"`` has
+key ``"a.b/x"`` and extension ``"y.jpg"``; extensions are lower-cased). Like webdataset,
+only *consecutive* members with the same key form one sample.
+
+Two readers:
+
+* :class:`TarShard` (``.tar``): indexed natively through ``mmap`` (:class:`TarIndex`);
+  samples are read in any order, zero-copy.
+* :class:`StreamShard` (``.tar.gz`` / ``.tgz``): read front to back with :mod:`tarfile`.
+  Reading sample ``j`` after sample ``k > j`` re-opens the stream, so stream shards are
+  always visited in stream order. Counting a stream shard's samples decompresses it once.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import tarfile
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from turboloader.errors import SampleError, TarFormatError
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "LABEL_EXTENSIONS",
+    "SampleRecord",
+    "StreamShard",
+    "TarShard",
+    "braceexpand",
+    "check_record",
+    "count_samples",
+    "expand_urls",
+    "is_stream",
+    "open_shard",
+    "parse_label",
+    "split_key",
+]
+
+#: Image extensions, in order of preference when a sample has more than one.
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+#: Label extensions, in order of preference.
+LABEL_EXTENSIONS = ("cls", "json")
+_WANTED = frozenset(IMAGE_EXTENSIONS + LABEL_EXTENSIONS)
+_STREAM_SUFFIXES = (".tar.gz", ".tgz")
+
+_BRACE = re.compile(r"\{([^{}]*)\}")
+_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+
+
+def braceexpand(pattern: str) -> list[str]:
+    """Expand webdataset-style braces: ``{000..099}`` (zero-padded ranges), ``{a,b,c}``.
+
+    Ranges keep the width of the wider bound (``{0..10}`` -> ``0 .. 10``,
+    ``{00..10}`` -> ``00 .. 10``); several brace groups expand as a product, left first.
+
+    Example:
+        >>> braceexpand("train-{00..02}.tar")
+        ['train-00.tar', 'train-01.tar', 'train-02.tar']
+        >>> braceexpand("{a,b}-{1..2}")
+        ['a-1', 'a-2', 'b-1', 'b-2']
+    """
+    m = _BRACE.search(pattern)
+    if m is None:
+        return [pattern]
+    head, body, tail = pattern[:m.start()], m.group(1), pattern[m.end():]
+    r = _RANGE.match(body)
+    if r:
+        lo, hi = int(r.group(1)), int(r.group(2))
+        a, b = r.group(1).lstrip("-"), r.group(2).lstrip("-")
+        padded = (len(a) > 1 and a[0] == "0") or (len(b) > 1 and b[0] == "0")
+        width = max(len(r.group(1)), len(r.group(2))) if padded else 0
+        step = 1 if hi >= lo else -1
+        choices = [str(v).zfill(width) for v in range(lo, hi + step, step)]
+    else:
+        choices = body.split(",")
+    return [head + c + rest for c in choices for rest in braceexpand(tail)]
+
+
+def expand_urls(urls) -> list[str]:
+    """The shard list for ``urls``: a path, a glob, a brace pattern, or a list of those.
+
+    Brace patterns are expanded first, then each item containing ``*``, ``?`` or ``[`` is
+    globbed (sorted). Plain paths are kept as given, in order; existence is checked when the
+    shard is opened.
+
+    Raises:
+        FileNotFoundError: a glob matched nothing.
+        ValueError: the list is empty.
+        TypeError: ``urls`` is not a str, ``os.PathLike`` or a sequence of them.
+
+    Example:
+        >>> expand_urls("data/train-{00000..00002}.tar")        # doctest: +SKIP
+        ['data/train-00000.tar', 'data/train-00001.tar', 'data/train-00002.tar']
+    """
+    if isinstance(urls, (str, os.PathLike)):
+        urls = [urls]
+    elif isinstance(urls, (bytes, bytearray)) or not hasattr(urls, "__iter__"):
+        raise TypeError(f"urls must be a path, a pattern or a list of them, not {type(urls).__name__}")
+    out = []
+    for url in urls:
+        if not isinstance(url, (str, os.PathLike)):
+            raise TypeError(f"each url must be a str or os.PathLike, not {type(url).__name__}")
+        for item in braceexpand(os.fspath(url)):
+            if glob.has_magic(item):
+                matches = sorted(glob.glob(item))
+                if not matches:
+                    raise FileNotFoundError(f"no shard matches {item!r}")
+                out.extend(matches)
+            else:
+                out.append(item)
+    if not out:
+        raise ValueError("the shard list is empty")
+    return out
+
+
+def is_stream(url: str) -> bool:
+    """True for shards read as a compressed stream (``.tar.gz``, ``.tgz``)."""
+    return url.lower().endswith(_STREAM_SUFFIXES)
+
+
+def split_key(name: str):
+    """``(key, extension)`` of a member name, webdataset's way; ``(None, None)`` without a dot.
+
+    Example:
+        >>> split_key("train.v2/n01/0001.seg.PNG")
+        ('train.v2/n01/0001', 'seg.png')
+    """
+    slash = name.rfind("/") + 1
+    dot = name.find(".", slash)
+    if dot <= slash:  # no extension, or a hidden file such as ".DS_Store"
+        return None, None
+    return name[:dot], name[dot + 1:].lower()
+
+
+def _group(names):
+    """Group member names into samples: a list of (key, {ext: member_pos}, problem)."""
+    samples = []
+    key = members = problem = None
+    for pos, name in enumerate(names):
+        k, ext = split_key(name)
+        if k is None:
+            continue
+        if k != key:
+            if key is not None:
+                samples.append((key, members, problem))
+            key, members, problem = k, {}, None
+        if ext in members:
+            problem = problem or f"duplicate member {name!r} in sample {key!r}"
+        else:
+            members[ext] = pos
+    if key is not None:
+        samples.append((key, members, problem))
+    return samples
+
+
+def parse_label(data, ext: str, label_key):
+    """Decode a label member: ``.cls`` is an int in text, ``.json`` an object's ``label_key``.
+
+    Raises:
+        SampleError: the text is not an int / not JSON / has no ``label_key``.
+    """
+    text = bytes(data).decode("utf-8", "replace").strip()
+    if ext == "cls":
+        try:
+            return int(text)
+        except ValueError:
+            raise SampleError(f".cls label is not an integer: {text[:40]!r}") from None
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise SampleError(f".json label is not valid JSON: {exc}") from None
+    if label_key is None:
+        return obj
+    if not isinstance(obj, dict) or label_key not in obj:
+        raise SampleError(f".json label has no key {label_key!r}")
+    return obj[label_key]
+
+
+@dataclass
+class SampleRecord:
+    """What a shard holds for one sample: its key, image and label members, and any problem.
+
+    ``image``/``label`` are buffers (a zero-copy ``memoryview`` for ``.tar``) or None;
+    ``offset`` is the byte offset of the image member's data (the first member's when there
+    is no image), in the uncompressed stream for ``.tar.gz``.
+    """
+
+    url: str
+    key: str
+    member: str | None
+    offset: int
+    image: object
+    image_ext: str | None
+    label: object
+    label_ext: str | None
+    problem: str | None
+    nbytes: int
+
+
+def _pick(members, exts):
+    for ext in exts:
+        if ext in members:
+            return ext
+    return None
+
+
+def check_record(record):
+    """SampleError for a record the dataset cannot use as (image, label)."""
+    if record.problem:
+        raise SampleError(record.problem)
+    if record.image is None:
+        raise SampleError(f"sample {record.key!r} has no image member "
+                          f"(.{', .'.join(IMAGE_EXTENSIONS)})")
+    if record.label is None:
+        raise SampleError(f"sample {record.key!r} has no label member (.cls or .json)")
+
+
+class TarShard:
+    """Random-access reader of the samples of an uncompressed ``.tar`` shard.
+
+    Raises:
+        TarFormatError: the archive is malformed (from :class:`TarIndex`).
+    """
+
+    random_access = True
+
+    def __init__(self, url: str, /):
+        from turboloader.tar import TarIndex
+
+        self.url = url
+        self._index = TarIndex(url)
+        names = self._index.names
+        groups = _group(names)
+        self._keys = [g[0] for g in groups]
+        self._problems = {i: g[2] for i, g in enumerate(groups) if g[2]}
+        n = len(groups)
+        self._image = np.full(n, -1, np.int64)
+        self._label = np.full(n, -1, np.int64)
+        self._first = np.empty(n, np.int64)
+        self._image_ext = [None] * n
+        self._label_ext = [None] * n
+        for i, (_, members, _) in enumerate(groups):
+            self._first[i] = min(members.values())
+            ext = _pick(members, IMAGE_EXTENSIONS)
+            if ext is not None:
+                self._image[i] = members[ext]
+                self._image_ext[i] = ext
+            ext = _pick(members, LABEL_EXTENSIONS)
+            if ext is not None:
+                self._label[i] = members[ext]
+                self._label_ext[i] = ext
+        self._names = names
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def key(self, j: int) -> str:
+        return self._keys[j]
+
+    def sample(self, j: int, /) -> SampleRecord:
+        """The members of sample ``j`` (zero-copy views)."""
+        index = self._index
+        im, lb = int(self._image[j]), int(self._label[j])
+        pos = im if im >= 0 else int(self._first[j])
+        image = index.member(im) if im >= 0 else None
+        label = index.member(lb) if lb >= 0 else None
+        nbytes = (len(image) if image is not None else 0) + (len(label) if label is not None else 0)
+        return SampleRecord(self.url, self._keys[j], self._names[pos], int(index.offsets[pos]),
+                            image, self._image_ext[j], label, self._label_ext[j],
+                            self._problems.get(j), nbytes)
+
+    def close(self) -> None:
+        self._index.close()
+
+
+def _stream_error(url, exc):
+    err = TarFormatError(f"cannot read compressed TAR stream: {exc}")
+    err.add_note(f"archive: {url}")
+    return err
+
+
+class StreamShard:
+    """Front-to-back reader of a compressed ``.tar.gz`` / ``.tgz`` shard (stdlib ``tarfile``).
+
+    ``sample(j)`` is cheap when ``j`` is at or after the last sample read; going back
+    re-opens and re-decompresses the stream from the start.
+    """
+
+    random_access = False
+
+    def __init__(self, url: str, /):
+        self.url = url
+        self._it = None
+        self._next = 0  # index of the sample the open stream yields next
+
+    def _samples(self, *, read=True):
+        """Yield SampleRecords in stream order (data read only for image/label members)."""
+        url = self.url
+        try:
+            tf = tarfile.open(url, mode="r|*")
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise _stream_error(url, exc) from exc
+        with tf:
+            key = members = problem = first = None
+            try:
+                for info in tf:
+                    if not info.isfile():
+                        continue
+                    k, ext = split_key(info.name)
+                    if k is None:
+                        continue
+                    if k != key:
+                        if key is not None:
+                            yield self._record(key, members, problem, first)
+                        key, members, problem, first = k, {}, None, (info.name, info.offset_data)
+                    if ext in members:
+                        problem = problem or f"duplicate member {info.name!r} in sample {key!r}"
+                        continue
+                    data = None
+                    if read and ext in _WANTED:
+                        data = tf.extractfile(info).read()
+                    members[ext] = (info.name, info.offset_data, data)
+            except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+                raise _stream_error(url, exc) from exc
+            if key is not None:
+                yield self._record(key, members, problem, first)
+
+    def _record(self, key, members, problem, first):
+        iext = _pick(members, IMAGE_EXTENSIONS)
+        lext = _pick(members, LABEL_EXTENSIONS)
+        name, offset = (members[iext][0], members[iext][1]) if iext else first
+        image = members[iext][2] if iext else None
+        label = members[lext][2] if lext else None
+        nbytes = (len(image) if image is not None else 0) + (len(label) if label is not None else 0)
+        return SampleRecord(self.url, key, name, offset, image, iext, label, lext, problem, nbytes)
+
+    def count(self) -> int:
+        """Number of samples: one full decompression pass."""
+        return sum(1 for _ in self._samples(read=False))
+
+    def sample(self, j: int, /) -> SampleRecord:
+        if self._it is None or j < self._next:
+            self.close()
+            self._it = self._samples()
+            self._next = 0
+        while True:
+            try:
+                rec = next(self._it)
+            except StopIteration:
+                self.close()
+                raise IndexError(f"sample {j} is past the end of {self.url!r}") from None
+            self._next += 1
+            if self._next - 1 == j:
+                return rec
+
+    def close(self) -> None:
+        if self._it is not None:
+            self._it.close()
+            self._it = None
+        self._next = 0
+
+
+def open_shard(url: str, /):
+    """A :class:`TarShard` for ``.tar`` files, a :class:`StreamShard` for ``.tar.gz``/``.tgz``."""
+    return StreamShard(url) if is_stream(url) else TarShard(url)
+
+
+def count_samples(url: str, /) -> int:
+    """Number of samples in a shard (a ``.tar.gz`` is decompressed once to count them).
+
+    Raises:
+        TarFormatError: the shard is malformed. FileNotFoundError: it does not exist.
+    """
+    shard = open_shard(url)
+    try:
+        return shard.count() if isinstance(shard, StreamShard) else len(shard)
+    finally:
+        shard.close()
+

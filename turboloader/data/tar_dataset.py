@@ -1,0 +1,358 @@
+"""TarDataset: (image, label) samples from WebDataset-style TAR shards."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections import OrderedDict
+
+import numpy as np
+import torch.utils.data
+
+from turboloader.data import sharding
+from turboloader.data.cache import Decoder, parse_size
+from turboloader.data.policy import FailureLog, FailurePolicy, SharedEpoch, Telemetry
+from turboloader.data.shards import (
+    check_record as _check_record,
+    count_samples,
+    expand_urls,
+    is_stream,
+    open_shard,
+    parse_label,
+)
+from turboloader.errors import FailureBudgetExceeded, TarFormatError, TurboLoaderError
+from turboloader.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.transforms._random import sample_rng
+
+__all__ = ["TarDataset"]
+
+_FAILED = object()
+_MAX_OPEN_SHARDS = 16
+
+
+def _topology(rank, world_size):
+    if rank is not None:
+        return rank, world_size
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class _ProcessState:
+    """What one process keeps while reading: open shards, the decoder (and its cache),
+    the statistics recorder. Never pickled; rebuilt in each worker process."""
+
+    def __init__(self, dataset, name):
+        self.pid = os.getpid()
+        self.name = name
+        self.shards = OrderedDict()
+        self.decoder = Decoder(dataset.transform, cache=dataset._cache_bytes,
+                               short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
+        self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval)
+        self.recorder.cache = self.decoder.cache
+
+    def shard(self, url):
+        reader = self.shards.get(url)
+        if reader is None:
+            reader = self.shards[url] = open_shard(url)
+            while len(self.shards) > _MAX_OPEN_SHARDS:
+                self.shards.popitem(last=False)[1].close()
+        else:
+            self.shards.move_to_end(url)
+        return reader
+
+    def close(self):
+        for reader in self.shards.values():
+            reader.close()
+        self.shards.clear()
+
+
+class TarDataset(torch.utils.data.IterableDataset):
+    """(image, label) samples from WebDataset-style TAR shards, sharded over DDP ranks and
+    DataLoader workers, shuffled per epoch, with an optional decoded-sample cache.
+
+    Members group into samples by ``__key__`` (the member path up to the first ``"."`` of
+    its basename; consecutive members only, as in webdataset). The image is the sample's
+    ``.jpg``/``.jpeg``/``.png``/``.webp`` member (JPEGs decoded by libjpeg-turbo, others by
+    Pillow, all to RGB); the label its ``.cls`` member (an int) or the ``label_key`` of its
+    ``.json`` member. ``.tar`` shards are indexed natively over ``mmap``; ``.tar.gz``/
+    ``.tgz`` shards are read as streams: counting their samples for ``len`` decompresses
+    each once in ``__init__``, their samples are read in stream order, and reading one out
+    of order (a pad or a replacement) decompresses the shard again up to it.
+
+    When ``transform`` is a turboloader pipeline that has a fused plan
+    (``turboloader.transforms.plan``), JPEGs are decoded and transformed in one native call;
+    otherwise ``transform`` gets a PIL RGB image. Either way the random parameters of the
+    sample with global index ``i`` in epoch ``e`` come from ``sample_rng(seed, e, i)``,
+    whatever rank or worker reads it.
+
+    **Sharding.** Each epoch, every sample is read exactly once across all ranks x workers,
+    and every rank yields the same number of samples, ``len(dataset)``, so DDP never waits
+    on a rank that ran out: with ``pad=True`` (default, like ``DistributedSampler``) the
+    epoch is padded by repeating its first samples (fewer than ``world_size`` repeats;
+    each repeat draws its own transform parameters); with ``pad=False`` the last
+    ``len % world_size`` samples of the epoch order are dropped. Ranks are contiguous
+    blocks of the epoch order and workers contiguous blocks of their rank's, so a worker
+    opens few shards. See :mod:`turboloader.data.sharding`. The rank and world size come
+    from ``torch.distributed`` when it is initialised (read at iteration and ``len`` time),
+    unless ``rank``/``world_size`` are given.
+
+    **Shuffling** is this dataset's job (``shuffle=True`` by default): torch's DataLoader
+    rejects ``shuffle=True`` for iterable datasets. Call ``set_epoch(epoch)`` from the main
+    process before each epoch (persistent workers see it too); the same ``seed`` and epoch
+    give the same order on any run with the same topology. Compressed stream shards keep
+    their sample order; only their position in the epoch is shuffled.
+
+    **Cache.** ``cache="4GB"`` keeps decoded samples (HWC uint8, optionally DCT-downscaled
+    to a short side of at least ``cache_short_side`` pixels) in an LRU bounded in bytes,
+    *per reading process*: the total is ``cache x num_workers x local ranks``. With the
+    cache on, each sample is assigned to the same (rank, worker) in every epoch and only
+    the order within a worker is reshuffled, so from the second epoch on a cache that
+    holds the worker's share serves every sample without decoding (use
+    ``persistent_workers=True``: a new worker process starts with an empty cache).
+
+    **Failures.** ``on_error="raise"`` (default) raises the typed error (DecodeError,
+    SampleError, TarFormatError) with a note naming the shard, key and byte offset.
+    ``on_error="skip"`` records it and moves on; each process may skip ``max_failures``
+    samples per epoch (an int, or a fraction of the samples it is assigned), then raises
+    FailureBudgetExceeded. Skipped samples are replaced at the end of the worker's pass by
+    its own good samples (cycled in order, with the failed slot's transform parameters) so
+    batches stay full and ranks stay equal. Only turboloader's errors are skipped: a
+    TypeError in a transform, or an OSError reading a file, always propagates. A shard
+    whose TAR index is malformed in ``__init__`` raises under "raise"; under "skip" the
+    whole shard is left out (its samples are absent from ``len``), with a warning, and
+    listed in ``stats()["failed_shards"]``; it does not count against ``max_failures``.
+
+    Args:
+        urls: a path, glob, brace pattern (``"train-{00000..00099}.tar"``) or list of them.
+        transform: applied to each image (see above).
+        target_transform: applied to each label.
+        shuffle: shuffle per epoch (default True).
+        seed: the shuffle's and the transforms' seed (int >= 0, default 0).
+        label_key: the key of a ``.json`` member holding the label (default ``"label"``;
+            ``None``: the whole JSON value).
+        rank, world_size: this process's place among DDP ranks (default: from
+            ``torch.distributed`` if initialised, else 0 and 1).
+        pad: pad (True, default) or drop (False) to make ranks equal.
+        cache: per-process decoded-sample cache size in bytes (int or ``"4GB"``); None/0: off.
+        cache_short_side: decode cached JPEGs at the smallest DCT scale keeping the short
+            side at least this many pixels (other formats resized to it); None: full size.
+        on_error: ``"raise"`` or ``"skip"``.
+        max_failures: skip budget per process per epoch: int count or fraction in [0, 1).
+        max_pixels: refuse larger images (decompression-bomb guard).
+        stats_interval: samples between statistics snapshots from each process.
+
+    Raises:
+        FileNotFoundError: a shard or glob does not exist.
+        TarFormatError: a shard is malformed (``on_error="raise"``).
+
+    Example:
+        >>> from turboloader import TarDataset, transforms as T             # doctest: +SKIP
+        >>> ds = TarDataset("train-{0000..0099}.tar", T.Compose([...]), cache="2GB")
+        >>> loader = torch.utils.data.DataLoader(ds, batch_size=256, num_workers=8,
+        ...                                      persistent_workers=True)
+        >>> for epoch in range(90):
+        ...     ds.set_epoch(epoch)
+        ...     for images, labels in loader: ...
+        >>> ds.stats()["workers"]
+    """
+
+    def __init__(self, urls, transform=None, target_transform=None, *, shuffle=True, seed=0,
+                 label_key="label", rank=None, world_size=None, pad=True, cache=None,
+                 cache_short_side=None, on_error="raise", max_failures=0.01,
+                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256):
+        super().__init__()
+        if (rank is None) != (world_size is None):
+            raise ValueError("pass both rank and world_size, or neither")
+        if world_size is not None and not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        if int(seed) < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self.transform = transform
+        self.target_transform = target_transform
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.label_key = label_key
+        self.rank = rank
+        self.world_size = world_size
+        self.pad = bool(pad)
+        self._cache_bytes = parse_size(cache) if cache else 0
+        self.cache_short_side = cache_short_side
+        self.policy = FailurePolicy(on_error, max_failures)
+        self.max_pixels = max_pixels
+        self.stats_interval = int(stats_interval)
+
+        self.urls = []
+        self.failed_shards = []
+        counts = []
+        for url in expand_urls(urls):
+            try:
+                n = count_samples(url)
+            except TarFormatError as exc:
+                exc.add_note(f"while counting the samples of shard {url!r}")
+                if self.policy.on_error == "raise":
+                    raise
+                warnings.warn(f"TarDataset: leaving out malformed shard {url!r}: {exc}",
+                              RuntimeWarning, stacklevel=2)
+                self.failed_shards.append({"shard": url, "reason": f"{type(exc).__name__}: {exc}"})
+                continue
+            self.urls.append(url)
+            counts.append(n)
+        self._counts = np.asarray(counts, dtype=np.int64)
+        self._offsets = np.concatenate([[0], np.cumsum(self._counts)]).astype(np.int64)
+        self._random_access = [not is_stream(u) for u in self.urls]
+        self._epoch = SharedEpoch(0)
+        self._telemetry = Telemetry()
+        self._state = None
+
+    # -- pickling (DataLoader workers) ----------------------------------------------------
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_state"] = None
+        if self.rank is None:
+            # a spawned worker cannot see the parent's process group: resolve it now
+            rank, world = _topology(None, None)
+            if world > 1:
+                state["rank"], state["world_size"] = rank, world
+        return state
+
+    # -- sizes and epochs -------------------------------------------------------------------
+
+    @property
+    def num_samples(self) -> int:
+        """Samples in all (readable) shards."""
+        return int(self._offsets[-1])
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Samples per shard, in ``urls`` order."""
+        return self._counts.tolist()
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch: ``ceil(n / world_size)`` (pad) or floor (drop)."""
+        _, world = _topology(self.rank, self.world_size)
+        return sharding.per_rank_count(self.num_samples, world, pad=self.pad)
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch.value
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that orders and augments the next pass (call from the main process)."""
+        epoch = int(epoch)
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._epoch.value = epoch
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _process_state(self, name):
+        st = self._state
+        if st is None or st.pid != os.getpid() or st.name != name:
+            if st is not None and st.pid == os.getpid():
+                st.close()
+            st = self._state = _ProcessState(self, name)
+        return st
+
+    def _read(self, st, g, slot, epoch, log, counters):
+        """The sample with global index ``g`` (or _FAILED under skip)."""
+        s = int(np.searchsorted(self._offsets, g, side="right")) - 1
+        url, j = self.urls[s], g - int(self._offsets[s])
+        timer_start = time.perf_counter()
+        try:
+            record = st.shard(url).sample(j)
+        except TurboLoaderError as exc:
+            exc.add_note(f"TarDataset: shard {url!r}, sample #{j} of the shard")
+            log.record(exc, shard=url, key=None)
+            return _FAILED
+        counters["read_s"] += time.perf_counter() - timer_start
+        counters["bytes_read"] += record.nbytes
+        try:
+            _check_record(record)
+            label = parse_label(record.label, record.label_ext, self.label_key)
+            image = st.decoder(record.image, key=g, rng=sample_rng(self.seed, epoch, slot),
+                               counters=counters)
+        except TurboLoaderError as exc:
+            exc.add_note(f"TarDataset: shard {url!r}, key {record.key!r}, member "
+                         f"{record.member!r} at byte offset {record.offset}")
+            log.record(exc, shard=url, key=record.key, offset=record.offset)
+            return _FAILED
+        if self.target_transform is not None:
+            label = self.target_transform(label)
+        counters["samples"] += 1
+        st.recorder.sample_done()
+        return image, label
+
+    def __iter__(self):
+        rank, world = _topology(self.rank, self.world_size)
+        info = torch.utils.data.get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        epoch = self._epoch.value
+        name = f"rank{rank}-worker{worker}" if info is not None else f"rank{rank}-main"
+        st = self._process_state(name)
+        slots, samples = sharding.worker_items(
+            self._counts, seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank,
+            world_size=world, worker=worker, num_workers=num_workers, pad=self.pad,
+            fixed=bool(self._cache_bytes), random_access=self._random_access)
+        return self._generate(st, slots.tolist(), samples.tolist(), epoch)
+
+    def _generate(self, st, slots, samples, epoch):
+        recorder = st.recorder
+        counters = recorder.counters(epoch)
+        log = FailureLog(self.policy, len(samples), epoch=epoch, recorder=recorder)
+        good, failed = [], []
+        try:
+            for slot, g in zip(slots, samples):
+                out = self._read(st, g, slot, epoch, log, counters)
+                if out is _FAILED:
+                    failed.append(slot)
+                    continue
+                good.append(g)
+                yield out
+            k = 0
+            while failed:  # replacements, so every worker yields its full share
+                if not good:
+                    raise FailureBudgetExceeded(
+                        f"no sample of this worker's {len(samples)} could be read to replace "
+                        f"{len(failed)} skipped ones (epoch {epoch})", log.failures)
+                g = good[k % len(good)]
+                out = self._read(st, g, failed[0], epoch, log, counters)
+                if out is _FAILED:
+                    good.remove(g)
+                    continue
+                k += 1
+                failed.pop(0)
+                yield out
+        finally:
+            recorder.flush()
+
+    # -- statistics -------------------------------------------------------------------------
+
+    def stats(self, epoch=None) -> dict:
+        """Counters of every process that read this dataset, for ``epoch`` or all epochs.
+
+        Returns a dict: ``samples``, ``bytes_read``, ``read_s``, ``decode_s`` (a fused
+        decode + transform counts here), ``transform_s``, ``failures``, ``cache_hits``,
+        ``cache_misses``, ``cache_evictions``, ``cache_bytes`` (now, summed over
+        processes), ``skipped`` (one dict per skipped sample: ``shard``, ``key``,
+        ``offset``, ``reason``, ``epoch``, ``worker``), ``failed_shards`` and ``workers``
+        (the same counters per process, named ``"rank{r}-worker{w}"`` or
+        ``"rank{r}-main"``, each with its ``cache`` gauge). Workers report every
+        ``stats_interval`` samples and at the end of each pass. Counts are this rank's.
+        """
+        st = self._state
+        if st is not None and st.pid == os.getpid():
+            st.recorder.flush()
+        out = self._telemetry.collect(epoch)
+        out["failed_shards"] = list(self.failed_shards)
+        return out
+
+    def __repr__(self):
+        return (f"TarDataset({len(self.urls)} shards, {self.num_samples} samples, "
+                f"shuffle={self.shuffle}, seed={self.seed}, pad={self.pad}, "
+                f"cache={self._cache_bytes or None}, on_error={self.policy.on_error!r})")
+
