@@ -1,0 +1,215 @@
+"""Exact-once coverage, equal per-rank counts and deterministic epochs across ranks x workers."""
+
+import collections
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+import torch
+import torch.utils.data
+from shardgen import labels_of, size_of
+
+from turboloader import TarDataset
+from turboloader.data.sharding import per_rank_count, worker_items
+
+# (shard sizes, world_size, num_workers): uneven shards, fewer shards than workers, empty shards
+CASES = [
+    ([5, 3, 7, 1], 2, 2),
+    ([4], 3, 2),
+    ([2, 2], 1, 4),
+    ([6, 0, 3], 3, 3),
+    ([1, 1, 1, 1, 1], 2, 3),
+    ([9, 2], 4, 1),
+]
+
+
+def _check_epoch(per_reader, n, world, pad):
+    """per_reader: {(rank, worker): [sample ids]} of one epoch."""
+    per_rank = collections.Counter()
+    seen = collections.Counter()
+    for (rank, _), ids in per_reader.items():
+        per_rank[rank] += len(ids)
+        seen.update(ids)
+    expected = per_rank_count(n, world, pad=pad)
+    assert [per_rank[r] for r in range(world)] == [expected] * world
+    if pad:
+        assert set(seen) == set(range(n))
+        assert sum(seen.values()) - n == expected * world - n < world
+    else:
+        assert all(c == 1 for c in seen.values())
+        assert len(seen) == expected * world
+
+
+@pytest.mark.parametrize("sizes,world,workers", CASES)
+@pytest.mark.parametrize("pad", [True, False])
+@pytest.mark.parametrize("fixed", [False, True])
+def test_worker_items_cover_exactly(sizes, world, workers, pad, fixed):
+    n = sum(sizes)
+    ra = [i % 2 == 0 for i in range(len(sizes))]
+    orders = {}
+    for epoch in (0, 1):
+        got = {}
+        for r in range(world):
+            for w in range(workers):
+                slots, samples = worker_items(sizes, seed=7, epoch=epoch, rank=r, world_size=world,
+                                              worker=w, num_workers=workers, pad=pad, fixed=fixed,
+                                              random_access=ra)
+                got[r, w] = samples.tolist()
+                # slots: the sample's own index, or a unique padding position >= n
+                for s, g in zip(slots.tolist(), samples.tolist()):
+                    assert s == g or s >= n
+                again = worker_items(sizes, seed=7, epoch=epoch, rank=r, world_size=world,
+                                     worker=w, num_workers=workers, pad=pad, fixed=fixed,
+                                     random_access=ra)
+                assert again[1].tolist() == got[r, w] and again[0].tolist() == slots.tolist()
+        _check_epoch(got, n, world, pad)
+        orders[epoch] = got
+        all_slots = [s for r in range(world) for w in range(workers)
+                     for s in worker_items(sizes, seed=7, epoch=epoch, rank=r, world_size=world,
+                                           worker=w, num_workers=workers, pad=pad, fixed=fixed,
+                                           random_access=ra)[0].tolist()]
+        assert len(set(all_slots)) == len(all_slots)
+    if fixed:  # the same samples stay on the same reader
+        assert all(sorted(orders[0][k]) == sorted(orders[1][k]) for k in orders[0])
+
+
+def test_epochs_change_the_order():
+    sizes = [50, 30, 20]
+    a = worker_items(sizes, seed=1, epoch=0)[1].tolist()
+    b = worker_items(sizes, seed=1, epoch=1)[1].tolist()
+    c = worker_items(sizes, seed=2, epoch=0)[1].tolist()
+    assert sorted(a) == sorted(b) == list(range(100))
+    assert a != b and a != c
+    assert worker_items(sizes, seed=1, epoch=0, shuffle=False)[1].tolist() == list(range(100))
+    # the fixed assignment still reshuffles within a worker each epoch
+    f0 = worker_items(sizes, seed=1, epoch=0, fixed=True, world_size=2)[1].tolist()
+    f1 = worker_items(sizes, seed=1, epoch=1, fixed=True, world_size=2)[1].tolist()
+    assert f0 != f1 and sorted(f0) == sorted(f1)
+
+
+def test_stream_shards_keep_stream_order():
+    slots, samples = worker_items([6, 6], seed=0, epoch=3, random_access=[False, True])
+    s = samples.tolist()
+    first = [g for g in s if g < 6]
+    assert first == sorted(first) and sorted(s) == list(range(12))
+
+
+def _simulate(ds, world, workers, monkeypatch, epoch):
+    """Read one epoch as every (rank, worker) would, with a patched get_worker_info."""
+    got = {}
+    ds.set_epoch(epoch)
+    for r in range(world):
+        ds.rank, ds.world_size = r, world
+        assert len(ds) == per_rank_count(ds.num_samples, world, pad=ds.pad)
+        for w in range(workers):
+            info = types.SimpleNamespace(id=w, num_workers=workers, seed=0, dataset=ds)
+            monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: info)
+            got[r, w] = labels_of(ds)
+    monkeypatch.undo()
+    return got
+
+
+@pytest.mark.parametrize("sizes,world,workers", CASES[:4])
+@pytest.mark.parametrize("pad", [True, False])
+def test_dataset_simulated_topology(make_shards, monkeypatch, sizes, world, workers, pad):
+    ds = TarDataset(make_shards(sizes), size_of, seed=5, pad=pad, rank=0, world_size=world)
+    n = sum(sizes)
+    e1 = _simulate(ds, world, workers, monkeypatch, 1)
+    _check_epoch(e1, n, world, pad)
+    e2 = _simulate(ds, world, workers, monkeypatch, 2)
+    _check_epoch(e2, n, world, pad)
+    assert _simulate(ds, world, workers, monkeypatch, 1) == e1  # same seed + epoch, same order
+    if n > 3:
+        assert e1 != e2
+
+
+def test_dataloader_two_workers(make_shards):
+    paths = make_shards([5, 3, 7, 1])
+    ds = TarDataset(paths, size_of, seed=11)
+    loader = torch.utils.data.DataLoader(ds, batch_size=3, num_workers=2)
+    epochs = []
+    for epoch in (0, 1, 0):
+        ds.set_epoch(epoch)
+        labels = torch.cat([y for _, y in loader]).tolist()
+        assert sorted(labels) == list(range(16))
+        epochs.append(labels)
+    assert epochs[0] == epochs[2] != epochs[1]
+    assert len(loader) == 6
+    # persistent workers see set_epoch too
+    loader = torch.utils.data.DataLoader(ds, batch_size=3, num_workers=2, persistent_workers=True)
+    again = []
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        again.append(torch.cat([y for _, y in loader]).tolist())
+    assert again == epochs[:2]
+
+
+_DDP_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import torch, torch.distributed as dist, torch.utils.data
+    sys.path.insert(0, os.environ["TESTS_DIR"])
+    from shardgen import size_of
+    from turboloader import TarDataset
+
+    dist.init_process_group("gloo", rank=int(os.environ["RANK"]),
+                            world_size=int(os.environ["WORLD_SIZE"]))
+    ds = TarDataset(json.loads(os.environ["SHARDS"]), size_of, seed=3)
+    out = {"len": len(ds), "epochs": []}
+    loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=2)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        labels = [y for _, ys in loader for y in ys.tolist()]
+        # a collective per batch would hang here if the ranks' batch counts differed
+        t = torch.tensor([len(labels)])
+        dist.all_reduce(t)
+        out["epochs"].append(labels)
+    out["total"] = int(t)
+    dist.barrier()
+    dist.destroy_process_group()
+    with open(os.environ["OUT"], "w") as f:
+        json.dump(out, f)
+""")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torch_distributed_gloo(make_shards, tmp_path):
+    paths = make_shards([5, 2, 4])  # 11 samples, 2 ranks: one pad
+    script = tmp_path / "ddp.py"
+    script.write_text(_DDP_SCRIPT)
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), SHARDS=json.dumps(paths),
+                   OUT=str(tmp_path / f"rank{rank}.json"),
+                   TESTS_DIR=os.path.dirname(__file__),
+                   PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+        procs.append(subprocess.Popen([sys.executable, str(script)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("DDP run hung")
+        assert p.returncode == 0, out.decode()[-3000:]
+    res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert res[0]["len"] == res[1]["len"] == 6
+    for e in range(2):
+        a, b = res[0]["epochs"][e], res[1]["epochs"][e]
+        assert len(a) == len(b) == 6
+        assert set(a) | set(b) == set(range(11))
+        assert len(a + b) - len(set(a + b)) == 1  # exactly one pad repeat
+    assert res[0]["epochs"][0] != res[0]["epochs"][1]
+    assert res[0]["total"] == 12

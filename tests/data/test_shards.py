@@ -1,0 +1,124 @@
+"""URL expansion, shard readers, WebDataset grouping, .tar.gz and .json labels."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from shardgen import jpeg, labelled_members, labels_of, size_of, write_tar
+
+from turboloader import SampleError, TarDataset
+from turboloader.data.shards import (
+    StreamShard,
+    TarShard,
+    braceexpand,
+    count_samples,
+    expand_urls,
+    split_key,
+)
+
+
+def test_braceexpand():
+    assert braceexpand("t-{000..002}.tar") == ["t-000.tar", "t-001.tar", "t-002.tar"]
+    assert braceexpand("{8..11}") == ["8", "9", "10", "11"]
+    assert braceexpand("{08..11}") == ["08", "09", "10", "11"]
+    assert braceexpand("{a,b}/{1..2}.tar") == ["a/1.tar", "a/2.tar", "b/1.tar", "b/2.tar"]
+    assert braceexpand("plain.tar") == ["plain.tar"]
+
+
+def test_expand_urls(tmp_path, make_shards):
+    paths = make_shards([1, 1, 1, 1])
+    d = str(tmp_path)
+    assert expand_urls(f"{d}/shard-{{000..003}}.tar") == paths
+    assert expand_urls(f"{d}/shard-*.tar") == paths
+    assert expand_urls([paths[2], f"{d}/shard-00[01].tar"]) == [paths[2], paths[0], paths[1]]
+    assert expand_urls(tmp_path / "shard-000.tar") == [paths[0]]
+    with pytest.raises(FileNotFoundError):
+        expand_urls(f"{d}/nothing-*.tar")
+    with pytest.raises(TypeError):
+        expand_urls(3)
+    # every form gives the same dataset
+    for urls in (f"{d}/shard-{{000..003}}.tar", f"{d}/shard-*.tar", paths):
+        assert sorted(labels_of(TarDataset(urls, size_of, shuffle=False))) == [0, 1, 2, 3]
+
+
+def test_split_key():
+    assert split_key("a/b.c/0001.jpg") == ("a/b.c/0001", "jpg")
+    assert split_key("0001.seg.PNG") == ("0001", "seg.png")
+    assert split_key("dir/README") == (None, None)
+    assert split_key("dir/.hidden") == (None, None)
+
+
+def test_grouping_with_dots_in_directories(tmp_path):
+    members = [
+        ("train.v2/n01.x/000.jpg", jpeg(0)), ("train.v2/n01.x/000.cls", b"0"),
+        ("train.v2/n01.x/001.JPEG", jpeg(1)), ("train.v2/n01.x/001.cls", b"1"),
+        ("train.v2/n01.x/001.txt", b"caption"),
+        ("train.v2/README", b"not a sample"),
+        ("train.v2/n02/002.png", jpeg(2, fmt="PNG")), ("train.v2/n02/002.json", b'{"label": 2}'),
+    ]
+    path = write_tar(tmp_path / "g.tar", members)
+    shard = TarShard(path)
+    assert [shard.key(j) for j in range(len(shard))] == [
+        "train.v2/n01.x/000", "train.v2/n01.x/001", "train.v2/n02/002"]
+    rec = shard.sample(1)
+    assert (rec.image_ext, rec.label_ext, bytes(rec.label)) == ("jpeg", "cls", b"1")
+    assert rec.member == "train.v2/n01.x/001.JPEG"
+    assert bytes(rec.image) == jpeg(1)
+    with open(path, "rb") as f:
+        f.seek(rec.offset)
+        assert f.read(len(rec.image)) == jpeg(1)
+    shard.close()
+    ds = TarDataset(path, size_of, shuffle=False)
+    assert labels_of(ds) == [0, 1, 2]
+
+
+def test_tar_gz_matches_tar(tmp_path):
+    members = labelled_members(range(7))
+    plain = write_tar(tmp_path / "s.tar", members)
+    gz = write_tar(tmp_path / "s.tar.gz", members)
+    tgz = write_tar(tmp_path / "s.tgz", members)
+    assert count_samples(gz) == count_samples(plain) == 7
+    a = [(np.asarray(img), y) for img, y in TarDataset(plain, shuffle=False)]
+    for url in (gz, tgz):
+        b = [(np.asarray(img), y) for img, y in TarDataset(url, shuffle=False)]
+        assert [y for _, y in a] == [y for _, y in b] == list(range(7))
+        assert all((x == z).all() for (x, _), (z, _) in zip(a, b))
+    # streams re-open to go back
+    s = StreamShard(gz)
+    assert s.sample(5).key == "000005" and s.sample(2).key == "000002"
+    s.close()
+    # shuffled epochs of a stream dataset still cover it
+    ds = TarDataset([gz, plain], size_of, seed=3)
+    ds.set_epoch(2)
+    assert sorted(labels_of(ds)) == sorted(list(range(7)) * 2)
+
+
+def test_json_labels(tmp_path):
+    members = []
+    for i in range(4):
+        members.append((f"{i:03d}.jpg", jpeg(i)))
+        members.append((f"{i:03d}.json", json.dumps({"label": i, "idx": 10 + i}).encode()))
+    path = write_tar(tmp_path / "j.tar", members)
+    assert labels_of(TarDataset(path, size_of, shuffle=False)) == [0, 1, 2, 3]
+    assert labels_of(TarDataset(path, size_of, shuffle=False, label_key="idx")) == [10, 11, 12, 13]
+    whole = labels_of(TarDataset(path, size_of, shuffle=False, label_key=None))
+    assert whole[1] == {"label": 1, "idx": 11}
+    ds = TarDataset(path, size_of, shuffle=False, label_key="nope")
+    with pytest.raises(SampleError) as info:
+        next(iter(ds))
+    assert any("000" in n and "j.tar" in n for n in info.value.__notes__)
+    # target_transform applies to the label
+    assert labels_of(TarDataset(path, size_of, lambda y: y * 2, shuffle=False)) == [0, 2, 4, 6]
+
+
+def test_images_match_pillow(tmp_path, make_shards):
+    from PIL import Image
+    import io
+
+    (path,) = make_shards([3])
+    for img, y in TarDataset(path, shuffle=False):
+        ref = np.asarray(Image.open(io.BytesIO(jpeg(y))).convert("RGB"), dtype=np.int16)
+        assert img.size == (64, 48)
+        assert np.abs(np.asarray(img, dtype=np.int16) - ref).mean() < 1
+    assert os.path.exists(path)
