@@ -1,14 +1,31 @@
-"""The ``turboloader`` command line."""
+"""The ``turboloader`` command line: convert, inspect, verify, preview, bench, demo."""
 
 import argparse
+import os
 import sys
 
 __all__ = ["main"]
 
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
+
+_EXIT_CODES = """exit codes:
+  0  success
+  1  error: a bad path or option, unreadable data (verify: at least one bad sample)
+  2  usage error (bad arguments)
+  3  convert finished, but some samples were skipped (listed in the summary)"""
+
+_FORMATS_HELP = """formats (detected from the path, or given with --from / --to):
+  folder  an ImageFolder tree: ROOT/<class>/<image>.jpg; label = class index (sorted)
+  tar     WebDataset TAR shards: <key>.jpg + <key>.cls; a .tar file, a directory of them,
+          a brace pattern ('train-{00000..00099}.tar') or a glob; as output, a '%%'
+          pattern ('out/train-%%05d.tar'), a directory (with --to tar) or one .tar file
+  tbl     a TBL file (*.tbl): random access, optional pre-resizing; see docs/tbl-format.md"""
+
 
 def _build_parser():
     parser = argparse.ArgumentParser(
-        prog="turboloader", description="Fast image data loading for PyTorch.")
+        prog="turboloader", description="Fast image data loading for PyTorch.",
+        epilog=_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser(
@@ -21,18 +38,493 @@ def _build_parser():
     demo.add_argument("--threads", type=int, default=None,
                       help="threads for the multi-threaded row (default: CPU count)")
     demo.add_argument("--repeat", type=int, default=3, help="timed passes per pipeline; the best is kept")
+
+    fmt = argparse.RawDescriptionHelpFormatter
+    conv = sub.add_parser(
+        "convert", help="convert a dataset between folder, TAR shards and TBL",
+        formatter_class=fmt,
+        description="Convert SRC to DST, streaming, in source order. Samples whose image header "
+                    "cannot be read, with unsafe names (absolute, '..') or without an image are "
+                    "skipped and listed in the summary.\n\n" + _FORMATS_HELP,
+        epilog="examples:\n"
+               "  turboloader convert imagenet/train train.tbl\n"
+               "  turboloader convert 'shards/train-{0000..0146}.tar' train-256.tbl "
+               "--max-short-side 256 --quality 90\n"
+               "  turboloader convert imagenet/val 'val-shards/val-%%05d.tar' --shard-size 5000\n\n"
+               + _EXIT_CODES)
+    conv.add_argument("src", metavar="SRC", help="input dataset")
+    conv.add_argument("dst", metavar="DST", help="output: *.tbl, *.tar, a %%-pattern, or a folder")
+    conv.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"),
+                      help="input format (default: detected)")
+    conv.add_argument("--to", dest="dst_format", choices=("folder", "tar", "tbl"),
+                      help="output format (default: from DST's name)")
+    conv.add_argument("--shard-size", type=int, default=None,
+                      help="samples per TAR shard (default 5000)")
+    conv.add_argument("--max-short-side", type=int, default=None, metavar="PX",
+                      help="re-encode images whose short side is longer, resized to PX "
+                           "(e.g. 256); smaller images are copied as is")
+    conv.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (default 90)")
+    conv.add_argument("--codec", choices=("keep", "jpeg", "raw"), default="keep",
+                      help="keep the source codec (default), re-encode everything as JPEG, or "
+                           "store decoded RGB pixels (TBL only)")
+    conv.add_argument("--compression", choices=("auto", "none", "lz4"), default="auto",
+                      help="TBL record compression (default auto: LZ4 for raw pixels, where it pays)")
+    conv.add_argument("-j", "--workers", type=int, default=None,
+                      help="threads (default: CPU count when re-encoding, else 1)")
+    conv.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    conv.add_argument("--strict", action="store_true",
+                      help="stop at the first bad sample instead of skipping it")
+    _progress_args(conv)
+
+    insp = sub.add_parser(
+        "inspect", help="samples, keys, labels, image sizes and codecs of a dataset",
+        formatter_class=fmt,
+        description="Print what a dataset holds. TBL files are described from their index alone; "
+                    "folders and TAR shards are scanned (image headers only).\n\n" + _FORMATS_HELP,
+        epilog=_EXIT_CODES)
+    insp.add_argument("path", metavar="PATH")
+    insp.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"))
+    insp.add_argument("--top", type=int, default=10, help="labels listed in the histogram (default 10)")
+
+    ver = sub.add_parser(
+        "verify", help="decode every sample and report the bad ones",
+        formatter_class=fmt,
+        description="Decode every image (and check every TBL record's CRC-32); print each bad "
+                    "sample as SHARD: KEY: REASON. Exits 1 if any sample is bad.\n\n" + _FORMATS_HELP,
+        epilog=_EXIT_CODES)
+    ver.add_argument("path", metavar="PATH")
+    ver.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"))
+    ver.add_argument("-j", "--workers", type=int, default=None, help="threads (default: CPU count)")
+    ver.add_argument("--strict", action="store_true",
+                     help="treat libjpeg's recoverable-corruption warnings as errors while decoding")
+    _progress_args(ver)
+
+    prev = sub.add_parser(
+        "preview", help="save a grid of augmented samples as the model sees them",
+        formatter_class=fmt,
+        description="Run N samples through the train or val pipeline (RandomResizedCrop + flip, "
+                    "or Resize + CenterCrop; then the tensor conversion and normalization), undo "
+                    "the normalization for display and save them as one image grid.",
+        epilog=_EXIT_CODES)
+    prev.add_argument("path", metavar="PATH")
+    prev.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"))
+    prev.add_argument("--transform", choices=("train", "val"), default="train")
+    prev.add_argument("-o", "--output", default="preview.png", help="output image (default preview.png)")
+    prev.add_argument("-n", "--num", type=int, default=16, help="samples (default 16)")
+    prev.add_argument("--cols", type=int, default=None, help="grid columns (default: square-ish)")
+    prev.add_argument("--size", type=int, default=224, help="output size (default 224)")
+    prev.add_argument("--seed", type=int, default=0, help="seed of the sample choice and augmentations")
+    prev.add_argument("--epoch", type=int, default=0, help="epoch whose augmentations to show")
+
+    bench = sub.add_parser(
+        "bench", help="images/s of the train or val pipeline on your own data",
+        formatter_class=fmt,
+        description="Time each stage (read, decode, fused decode + transform) on the first N "
+                    "samples of PATH, single-threaded and on all threads, then the dataset "
+                    "through torch's DataLoader with its per-stage statistics.",
+        epilog=_EXIT_CODES)
+    bench.add_argument("path", metavar="PATH")
+    bench.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"))
+    bench.add_argument("--transform", choices=("train", "val"), default="train")
+    bench.add_argument("-n", "--num", type=int, default=500, help="samples to time (default 500)")
+    bench.add_argument("--size", type=int, default=224)
+    bench.add_argument("--threads", type=int, default=None, help="threads (default: CPU count)")
+    bench.add_argument("--workers", type=int, default=None,
+                       help="DataLoader workers for the loader row (default: CPU count; 0 to skip "
+                            "the row)")
+    bench.add_argument("--batch-size", type=int, default=64)
+    bench.add_argument("--repeat", type=int, default=2, help="timed passes per row; the best is kept")
     return parser
 
 
+def _progress_args(p):
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="draw a progress bar (default: when stderr is a terminal)")
+    g.add_argument("-q", "--no-progress", dest="progress", action="store_false")
+
+
+def _progress(args):
+    return sys.stderr.isatty() if args.progress is None else args.progress
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def _cmd_convert(args, out):
+    from turboloader.convert import convert
+
+    report = convert(args.src, args.dst, src_format=args.src_format, dst_format=args.dst_format,
+                     shard_size=args.shard_size, max_short_side=args.max_short_side,
+                     quality=args.quality, codec=args.codec, compression=args.compression,
+                     workers=args.workers, overwrite=args.overwrite, strict=args.strict,
+                     progress=_progress(args))
+    out(report.summary())
+    if report.written == 0:
+        out("error: no sample was written")
+        return EXIT_ERROR
+    return EXIT_SKIPPED if report.skipped else EXIT_OK
+
+
+def _quantiles(a):
+    import numpy as np
+
+    if len(a) == 0:
+        return "-"
+    q = np.percentile(a, [0, 5, 50, 95, 100]).round().astype(int)
+    return f"min {q[0]}, p5 {q[1]}, median {q[2]}, p95 {q[3]}, max {q[4]}"
+
+
+def _cmd_inspect(args, out):
+    import numpy as np
+
+    from turboloader.convert import _human, inspect_dataset
+
+    info = inspect_dataset(args.path, args.src_format)
+    n = info["samples"]
+    out(f"{info['path']}: {info['format']}" + (f" v{info['version'][0]}.{info['version'][1]}"
+                                              if "version" in info else ""))
+    out(f"samples: {n}")
+    if n:
+        out(f"keys: {', '.join(info['first_keys'])} ... {', '.join(info['last_keys'])}")
+    labels = info["labels"]
+    classes = info.get("classes")
+    out(f"labels: {len(labels)} distinct" + (f", {info['unlabelled']} unlabelled"
+                                             if info["unlabelled"] else "")
+        + (f", {len(classes)} class names" if classes else ""))
+    if labels:
+        counts = np.array(list(labels.values()))
+        out(f"  per label: min {counts.min()}, median {int(np.median(counts))}, max {counts.max()}")
+        width = max(counts.max(), 1)
+        for label, c in sorted(labels.items(), key=lambda kv: (-kv[1], kv[0]))[:args.top]:
+            name = f" ({classes[label]})" if classes and 0 <= label < len(classes) else ""
+            out(f"  {label:>6}{name:<20} {c:8d} {'#' * max(1, round(30 * c / width))}")
+        if len(labels) > args.top:
+            out(f"  ... {len(labels) - args.top} more labels")
+    w, h = info["widths"], info["heights"]
+    if n and w.any():
+        short = np.minimum(w, h)
+        out(f"width:      {_quantiles(w)}")
+        out(f"height:     {_quantiles(h)}")
+        out(f"short side: {_quantiles(short)}")
+        edges = [0, 128, 256, 320, 400, 512, 768, 1024, 2048, np.inf]
+        hist, _ = np.histogram(short, bins=edges)
+        cells = [f"{'<' if i == 0 else ''}{edges[i + 1] if i == 0 else edges[i]}"
+                 f"{'+' if np.isinf(edges[i + 1]) else ('-' + str(int(edges[i + 1]) - 1) if i else '')}: {c}"
+                 for i, c in enumerate(hist) if c]
+        out("  short side histogram: " + ", ".join(cells))
+    out("codecs: " + ", ".join(f"{k} {v}" for k, v in info["codecs"].most_common()))
+    if "compression" in info:
+        out("compression: " + ", ".join(f"{k} {v}" for k, v in info["compression"].most_common()))
+        out(f"bytes: {_human(info['bytes'])} stored ({_human(info['raw_bytes'])} uncompressed), "
+            f"file {_human(info['file_bytes'])}")
+        meta = {k: v for k, v in info["metadata"].items() if k != "classes"}
+        if meta:
+            out("metadata: " + ", ".join(f"{k}={v}" for k, v in sorted(meta.items())))
+    else:
+        out(f"bytes: {_human(info['bytes'])} of images"
+            + (f", {_human(info['bytes'] / n)} per sample" if n else ""))
+    if info["skipped"]:
+        out(f"unreadable: {len(info['skipped'])} (run 'turboloader verify' for the list)")
+    return EXIT_OK
+
+
+def _cmd_verify(args, out):
+    from turboloader.convert import verify_dataset
+
+    checked, bad = verify_dataset(args.path, args.src_format, workers=args.workers,
+                                  strict=args.strict, progress=_progress(args))
+    for b in bad:
+        out(f"{b.source}: {b.key}: {b.reason}")
+    out(f"checked {checked} samples: {checked - len(bad)} ok, {len(bad)} bad")
+    return EXIT_ERROR if bad else EXIT_OK
+
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+def standard_transform(kind, size=224):
+    """The ImageNet train or val pipeline built from turboloader's transforms."""
+    from turboloader import transforms as T
+
+    if kind == "train":
+        head = [T.RandomResizedCrop(size), T.RandomHorizontalFlip()]
+    else:
+        head = [T.Resize(round(size * 256 / 224)), T.CenterCrop(size)]
+    return T.Compose(head + [T.ToTensor(), T.Normalize(MEAN, STD)])
+
+
+def _pick_samples(path, fmt, n, seed):
+    """Up to ``n`` readable samples: a seeded random choice where the format allows it."""
+    import random
+
+    from turboloader.convert import Sample, _FolderSource, _TarSource, open_source
+
+    source = open_source(path, fmt)
+    rnd = random.Random(seed)
+    if isinstance(source, _TarSource):
+        picked = []
+        for item in source:
+            if isinstance(item, Sample):
+                item.data = bytes(item.data)
+                picked.append(item)
+                if len(picked) >= n:
+                    break
+        return picked, source.classes
+    if isinstance(source, _FolderSource):
+        source.files = rnd.sample(source.files, min(len(source.files), 4 * n))
+    else:  # TBL: random records, read lazily
+        idx = rnd.sample(range(len(source.file)), min(len(source.file), 4 * n))
+        f = source.file
+        picked = []
+        for i in idx:
+            try:
+                rec = f.record(i)
+            except Exception:  # noqa: BLE001 - a damaged record is simply not shown
+                continue
+            picked.append(Sample(rec.key, rec.data, rec.label, rec.codec, f.path,
+                                 width=rec.width, height=rec.height))
+            if len(picked) >= n:
+                break
+        return picked, source.classes
+    picked = [s for s in source if isinstance(s, Sample)][:n]
+    return picked, source.classes
+
+
+def _apply(decoder, s, rng):
+    import numpy as np
+
+    from turboloader.tbl import Codec
+
+    if s.codec == Codec.RAW:
+        arr = np.frombuffer(s.data, np.uint8).reshape(s.height, s.width, 3)
+        if decoder.plan is not None:
+            return decoder.plan.from_array(arr, rng=rng)
+        from PIL import Image
+
+        return decoder._generic(Image.fromarray(arr.copy()), rng)
+    return decoder(s.data, key=s.key, rng=rng)
+
+
+def _cmd_preview(args, out):
+    import math
+
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    from turboloader.data.cache import Decoder
+    from turboloader.errors import TurboLoaderError
+    from turboloader.transforms._random import sample_rng
+
+    if args.num < 1:
+        raise ValueError("--num must be >= 1")
+    transform = standard_transform(args.transform, args.size)
+    decoder = Decoder(transform)
+    samples, classes = _pick_samples(args.path, args.src_format, 4 * args.num, args.seed)
+    tiles = []
+    for i, s in enumerate(samples):
+        try:
+            x = _apply(decoder, s, sample_rng(args.seed, args.epoch, i))
+        except TurboLoaderError as exc:
+            out(f"skipped {s.source}: {s.key}: {type(exc).__name__}: {exc}")
+            continue
+        x = x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+        x = x * np.array(STD, np.float32)[:, None, None] + np.array(MEAN, np.float32)[:, None, None]
+        tile = Image.fromarray((np.clip(x, 0, 1) * 255 + 0.5).astype(np.uint8).transpose(1, 2, 0))
+        name = classes[s.label] if classes and s.label is not None and 0 <= s.label < len(classes) \
+            else s.label
+        text = f"{s.key.rsplit('/', 1)[-1][:18]} | {name}"
+        draw = ImageDraw.Draw(tile)
+        draw.rectangle((0, 0, tile.width, 12), fill=(0, 0, 0))
+        draw.text((2, 0), text, fill=(255, 255, 255))
+        tiles.append(tile)
+        if len(tiles) >= args.num:
+            break
+    if not tiles:
+        out(f"error: no sample of {args.path!r} could be read")
+        return EXIT_ERROR
+    cols = args.cols or math.ceil(math.sqrt(len(tiles)))
+    rows = math.ceil(len(tiles) / cols)
+    pad = 4
+    tw, th = tiles[0].size
+    grid = Image.new("RGB", (cols * (tw + pad) + pad, rows * (th + pad) + pad), (40, 40, 40))
+    for k, tile in enumerate(tiles):
+        r, c = divmod(k, cols)
+        grid.paste(tile, (pad + c * (tw + pad), pad + r * (th + pad)))
+    grid.save(args.output)
+    out(f"wrote {args.output}: {len(tiles)} samples, {args.transform} pipeline "
+        f"({', '.join(type(t).__name__ for t in transform.transforms)}), epoch {args.epoch}, "
+        f"seed {args.seed}")
+    return EXIT_OK
+
+
+def _best(fn, repeat):
+    import time
+
+    best = float("inf")
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _loader_row(args, transform, n):
+    """images/s and per-stage stats of the matching dataset through torch's DataLoader."""
+    import itertools
+    import time
+
+    import torch
+
+    from turboloader.convert import detect_format
+
+    fmt = args.src_format or detect_format(args.path)
+    if fmt == "tbl":
+        from turboloader.data.tbl_dataset import TBLDataset
+
+        ds = TBLDataset(args.path, transform, on_error="skip")
+        data = torch.utils.data.Subset(ds, range(min(n, len(ds))))
+    elif fmt == "folder":
+        from turboloader.data import ImageFolder
+
+        ds = ImageFolder(args.path, transform, on_error="skip")
+        data = torch.utils.data.Subset(ds, range(min(n, len(ds))))
+    else:
+        from turboloader.convert import _TarSource
+        from turboloader.data import TarDataset
+
+        ds = TarDataset(_TarSource(args.path).urls, transform, shuffle=False, on_error="skip")
+        data = ds
+    loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size,
+                                         num_workers=args.workers)
+    t0 = time.perf_counter()
+    seen = 0
+    for images, _ in itertools.islice(loader, -(-n // args.batch_size)):
+        seen += len(images)
+    seconds = time.perf_counter() - t0
+    return type(ds).__name__, seen, seconds, ds.stats()
+
+
+def _cmd_bench(args, out):
+    import os
+    import platform
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from turboloader.convert import Sample, open_source
+    from turboloader.data.cache import Decoder, decode_pil
+    from turboloader.demo import _cpu_model
+    from turboloader.jpeg import decode_jpeg
+    from turboloader.tbl import Codec
+    from turboloader.transforms._random import sample_rng
+
+    if args.num < 1:
+        raise ValueError("--num must be >= 1")
+    threads = args.threads or os.cpu_count() or 1
+    workers = os.cpu_count() or 1 if args.workers is None else args.workers
+    args.workers = workers
+    torch.set_num_threads(1)
+    transform = standard_transform(args.transform, args.size)
+    decoder = Decoder(transform)
+    source = open_source(args.path, args.src_format)
+
+    def read():
+        got = []
+        for item in source:
+            if isinstance(item, Sample) and item.codec != Codec.RAW:
+                got.append(item)
+                if len(got) >= args.num:
+                    break
+        return got
+
+    samples = read()
+    if not samples:
+        out(f"error: no encoded image could be read from {args.path!r}")
+        return EXIT_ERROR
+    n = len(samples)
+    for s in samples:
+        s.data = bytes(s.data)
+    rows = []
+    t = _best(read, args.repeat)
+    rows.append(("read (source -> bytes)", n / t))
+
+    def decode():
+        for s in samples:
+            if s.codec == Codec.JPEG:
+                decode_jpeg(s.data)
+            else:
+                decode_pil(s.data)
+
+    rows.append(("decode (full size)", n / _best(decode, args.repeat)))
+
+    def pipeline_one(i):
+        return decoder(samples[i].data, key=i, rng=sample_rng(0, 0, i))
+
+    fused = "fused plan" if decoder.plan is not None else "decode + transforms"
+    base = n / _best(lambda: [pipeline_one(i) for i in range(n)], args.repeat)
+    rows.append((f"{args.transform} pipeline ({fused}), 1 thread", base))
+    if threads > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            rate = n / _best(lambda: list(pool.map(pipeline_one, range(n))), args.repeat)
+        rows.append((f"{args.transform} pipeline ({fused}), {threads} threads", rate))
+    stats = None
+    if workers > 0:
+        name, seen, seconds, stats = _loader_row(args, transform, n)
+        rows.append((f"{name} + DataLoader, {workers} workers, batch {args.batch_size}",
+                     seen / seconds))
+
+    out(f"machine: {os.cpu_count()} CPUs, {_cpu_model()}, {platform.system()} "
+        f"{platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}")
+    out(f"data: {args.path} ({n} samples, {sum(len(s.data) for s in samples) / n / 1000:.1f} "
+        f"KB/image), transform: {args.transform} {args.size}")
+    width = max(len(r[0]) for r in rows)
+    out(f"| {'stage':<{width}} | images/s | ms/image | vs 1-thread pipeline |")
+    out(f"|{'-' * (width + 2)}|---------:|---------:|---------------------:|")
+    for label, rate in rows:
+        out(f"| {label:<{width}} | {rate:8.0f} | {1000 / rate:8.2f} | {rate / base:19.2f}x |")
+    if stats is not None and stats.get("samples"):
+        k = stats["samples"]
+        out(f"loader per-stage time (summed over workers, per sample): "
+            f"read {1e3 * stats['read_s'] / k:.2f} ms, decode {1e3 * stats['decode_s'] / k:.2f} ms, "
+            f"transform {1e3 * stats['transform_s'] / k:.2f} ms; {len(stats['skipped'])} skipped")
+    return EXIT_OK
+
+
 def main(argv=None):
-    """Run the command line; return the process exit code."""
+    """Run the command line; return the process exit code.
+
+    Example:
+        >>> main(["inspect", "train.tbl"])     # doctest: +SKIP
+        0
+    """
     args = _build_parser().parse_args(argv)
     if args.command == "demo":
         from turboloader.demo import run_demo
 
         return run_demo(num_images=args.num_images, seed=args.seed, threads=args.threads,
                         repeat=args.repeat)
-    return 2  # unreachable: argparse rejects unknown commands
+    commands = {"convert": _cmd_convert, "inspect": _cmd_inspect, "verify": _cmd_verify,
+                "preview": _cmd_preview, "bench": _cmd_bench}
+
+    def out(line):
+        print(line, flush=True)
+
+    from turboloader.errors import TurboLoaderError
+
+    try:
+        return commands[args.command](args, out)
+    except KeyboardInterrupt:
+        print(f"turboloader {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (TurboLoaderError, OSError, ValueError) as exc:
+        msg = str(exc) if not isinstance(exc, OSError) or not exc.filename else \
+            f"{exc.strerror}: {exc.filename!r}"
+        print(f"turboloader {args.command}: error: {msg}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):
+            print(f"  {note}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -1,0 +1,884 @@
+"""Conversion jobs behind the ``turboloader`` command line: folder / TAR shards / TBL.
+
+Three dataset layouts, read and written by this module:
+
+* ``folder``: a torchvision ``ImageFolder`` tree, ``root/<class>/<file>.jpg``; the label is
+  the index of the class directory in sorted order, the key the path without extension.
+* ``tar``: WebDataset-style TAR shards, members ``<key>.jpg`` (or ``.jpeg``/``.png``/
+  ``.webp``) and ``<key>.cls`` (the label as decimal text) or ``<key>.json``.
+* ``tbl``: a :mod:`turboloader.tbl` file.
+
+Every job streams: samples are read one at a time, checked (the image header must parse),
+optionally re-encoded (``max_short_side``/``quality``, or ``codec="raw"``), and written, in
+source order. Bad samples are skipped and listed with their shard, key and reason (or, with
+``strict=True``, the first one stops the job). Names from input TARs are never trusted:
+absolute names and names with a ``..`` component are skipped, and nothing is ever
+extracted by member name.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import re
+import sys
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from turboloader.errors import DecodeError, SampleError, TurboLoaderError
+from turboloader.tbl import MAGIC, Codec, TBLFile, TBLWriter, _image_size, detect_codec
+
+__all__ = [
+    "ConvertReport",
+    "Sample",
+    "convert",
+    "detect_format",
+    "inspect_dataset",
+    "iter_samples",
+    "verify_dataset",
+]
+
+FORMATS = ("folder", "tar", "tbl")
+_IMAGE_EXT = {"jpg": Codec.JPEG, "jpeg": Codec.JPEG, "png": Codec.PNG, "webp": Codec.WEBP}
+_EXT_OF = {Codec.JPEG: "jpg", Codec.PNG: "png", Codec.WEBP: "webp"}
+
+
+@dataclass
+class Sample:
+    """One sample read from a dataset: its bytes, label and where it came from.
+
+    ``data`` is an encoded image (``codec`` JPEG/PNG/WebP) or, for ``Codec.RAW``, RGB pixels
+    of ``width x height``. ``source`` names the file or shard, ``offset`` the byte offset of
+    the image inside it (0 for folders).
+    """
+
+    key: str
+    data: object
+    label: int | None
+    codec: Codec
+    source: str
+    offset: int = 0
+    width: int = 0
+    height: int = 0
+    reencoded: bool = False
+    size_in: int = 0
+
+
+@dataclass
+class Skip:
+    """A sample that could not be used: where it is and why."""
+
+    source: str
+    key: str | None
+    reason: str
+
+
+@dataclass
+class ConvertReport:
+    """What a conversion did.
+
+    Attributes:
+        written: samples written. skipped: :class:`Skip` entries (source, key, reason).
+        bytes_in / bytes_out: image bytes read / written. reencoded: samples re-encoded.
+        seconds: wall time. outputs: the files (or the directory) written.
+    """
+
+    written: int = 0
+    skipped: list = field(default_factory=list)
+    bytes_in: int = 0
+    bytes_out: int = 0
+    reencoded: int = 0
+    seconds: float = 0.0
+    outputs: list = field(default_factory=list)
+
+    def summary(self, *, max_listed=20) -> str:
+        """A human-readable multi-line summary, with skip reasons grouped and listed."""
+        rate = self.written / self.seconds if self.seconds > 0 else 0.0
+        lines = [f"samples written: {self.written} ({rate:.0f} samples/s, {self.seconds:.1f} s)",
+                 f"bytes: {_human(self.bytes_in)} read, {_human(self.bytes_out)} written"
+                 + (f", {self.reencoded} images re-encoded" if self.reencoded else "")]
+        if len(self.outputs) == 1:
+            lines.append(f"output: {self.outputs[0]}")
+        elif self.outputs:
+            lines.append(f"outputs: {len(self.outputs)} files, {self.outputs[0]} .. "
+                         f"{self.outputs[-1]}")
+        lines.append(f"skipped: {len(self.skipped)}")
+        if self.skipped:
+            reasons = collections.Counter(_reason_class(s.reason) for s in self.skipped)
+            for reason, n in reasons.most_common():
+                lines.append(f"  {n:6d}  {reason}")
+            for s in self.skipped[:max_listed]:
+                lines.append(f"  - {s.source}: key {s.key!r}: {s.reason}")
+            if len(self.skipped) > max_listed:
+                lines.append(f"  ... and {len(self.skipped) - max_listed} more")
+        return "\n".join(lines)
+
+
+def _reason_class(reason: str) -> str:
+    """The reason without sample-specific details, for grouping."""
+    head = reason.split(":", 2)
+    text = ":".join(head[:2]) if len(head) > 1 else reason
+    return re.sub(r"'[^']*'|\d+", "_", text)[:100]
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+# -- formats and sources ---------------------------------------------------------------------
+
+
+def _is_tbl_file(path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(8) == MAGIC
+    except OSError:
+        return False
+
+
+def _tar_files(directory):
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                  if f.lower().endswith((".tar", ".tar.gz", ".tgz")))
+
+
+def detect_format(path) -> str:
+    """``"tbl"``, ``"tar"`` or ``"folder"`` for an existing dataset path (or shard pattern).
+
+    A directory that holds ``.tar`` files and no subdirectories is a set of TAR shards;
+    any other directory is an ImageFolder tree. Brace patterns and globs are TAR shards.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+        ValueError: an existing file that is neither TBL nor TAR.
+
+    Example:
+        >>> detect_format("data/train.tbl")                    # doctest: +SKIP
+        'tbl'
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        entries = os.listdir(path)
+        has_dirs = any(os.path.isdir(os.path.join(path, e)) for e in entries)
+        return "tar" if _tar_files(path) and not has_dirs else "folder"
+    if os.path.isfile(path):
+        if _is_tbl_file(path):
+            return "tbl"
+        if path.lower().endswith((".tar", ".tar.gz", ".tgz")) or tarfile.is_tarfile(path):
+            return "tar"
+        raise ValueError(f"{path!r} is neither a TBL file, a TAR archive nor a directory")
+    if "{" in path or any(c in path for c in "*?["):
+        return "tar"
+    raise FileNotFoundError(f"no such file or directory: {path!r}")
+
+
+def _unsafe_name(name: str) -> str | None:
+    """Why a member name must not be used as a path, or None if it is a plain relative name."""
+    if not name or "\0" in name:
+        return "empty name or NUL byte in name"
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "absolute member name"
+    parts = re.split(r"[/\\]", name)
+    if ".." in parts:
+        return "member name with a '..' component"
+    return None
+
+
+class _FolderSource:
+    def __init__(self, root):
+        self.root = os.fspath(root)
+        self.classes = sorted(e.name for e in os.scandir(self.root) if e.is_dir())
+        if not self.classes:
+            raise FileNotFoundError(f"{self.root!r} has no class directories (expected "
+                                    f"root/<class>/<image>)")
+        files = []
+        for label, cls in enumerate(self.classes):
+            base = os.path.join(self.root, cls)
+            for dirpath, dirnames, filenames in os.walk(base, followlinks=True):
+                dirnames.sort()
+                for name in sorted(filenames):
+                    files.append((os.path.join(dirpath, name), label))
+        self.files = files
+
+    def __len__(self):
+        return len(self.files)
+
+    def __iter__(self):
+        for path, label in self.files:
+            rel = os.path.relpath(path, self.root).replace(os.sep, "/")
+            stem, dot, ext = rel.rpartition(".")
+            codec = _IMAGE_EXT.get(ext.lower()) if dot else None
+            if codec is None:
+                yield Skip(path, rel, "not an image file (extension is not .jpg, .jpeg, "
+                                      ".png or .webp)")
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+            yield Sample(stem, data, label, codec, path)
+
+
+class _TarSource:
+    def __init__(self, urls):
+        from turboloader.data.shards import expand_urls
+
+        path = os.fspath(urls) if isinstance(urls, (str, os.PathLike)) else None
+        if path is not None and os.path.isdir(path):
+            urls = _tar_files(path)
+            if not urls:
+                raise FileNotFoundError(f"no .tar shards in {path!r}")
+        self.urls = expand_urls(urls)
+        for u in self.urls:
+            if not os.path.exists(u):
+                raise FileNotFoundError(f"TAR shard not found: {u!r}")
+        self.classes = None
+        self._sizes = None
+
+    def __len__(self):
+        if self._sizes is None:
+            from turboloader.data.shards import count_samples
+
+            self._sizes = [count_samples(u) for u in self.urls]
+        return sum(self._sizes)
+
+    def __iter__(self):
+        from turboloader.data.shards import open_shard, parse_label
+
+        for url in self.urls:
+            try:
+                shard = open_shard(url)
+                n = len(shard) if hasattr(shard, "__len__") else None
+            except TurboLoaderError as exc:
+                yield Skip(url, None, f"{type(exc).__name__}: {exc} (whole shard skipped)")
+                continue
+            try:
+                j = 0
+                while n is None or j < n:
+                    try:
+                        rec = shard.sample(j)
+                    except IndexError:
+                        break
+                    except TurboLoaderError as exc:
+                        yield Skip(url, None, f"{type(exc).__name__}: {exc} (rest of shard "
+                                              f"skipped)")
+                        break
+                    j += 1
+                    unsafe = _unsafe_name(rec.key)
+                    if unsafe:
+                        yield Skip(url, rec.key, f"{unsafe}: {rec.member or rec.key!r}")
+                        continue
+                    if rec.problem:
+                        yield Skip(url, rec.key, rec.problem)
+                        continue
+                    if rec.image is None:
+                        yield Skip(url, rec.key, "no image member (.jpg, .jpeg, .png, .webp)")
+                        continue
+                    label = None
+                    if rec.label is not None:
+                        try:
+                            label = parse_label(rec.label, rec.label_ext, "label")
+                        except SampleError as exc:
+                            yield Skip(url, rec.key, f"SampleError: {exc}")
+                            continue
+                        if isinstance(label, bool) or not isinstance(label, int):
+                            yield Skip(url, rec.key, f"label {label!r} is not an int")
+                            continue
+                    codec = _IMAGE_EXT.get(rec.image_ext.rsplit(".", 1)[-1], Codec.BYTES)
+                    yield Sample(rec.key, rec.image, label, codec, url, rec.offset)
+            finally:
+                shard.close()
+
+
+class _TBLSource:
+    def __init__(self, path, *, check_crc=True):
+        self.path = os.fspath(path)
+        self.file = TBLFile(self.path, check_crc=check_crc)
+        self.classes = self.file.metadata.get("classes")
+
+    def __len__(self):
+        return len(self.file)
+
+    def __iter__(self):
+        f = self.file
+        index = f.index
+        for i in range(len(f)):
+            try:
+                rec = f.record(i)
+            except TurboLoaderError as exc:
+                yield Skip(self.path, f.key(i), f"{type(exc).__name__}: {exc}")
+                continue
+            yield Sample(rec.key, rec.data, rec.label, rec.codec, self.path,
+                         int(index["offset"][i]), rec.width, rec.height)
+
+
+def open_source(path, fmt=None, *, check_crc=True):
+    """A reader of ``path`` as ``fmt`` (detected when None): iterable of Sample / Skip,
+    with ``len()`` and ``classes`` (None when the format does not name classes)."""
+    fmt = fmt or detect_format(path)
+    if fmt == "folder":
+        return _FolderSource(path)
+    if fmt == "tar":
+        return _TarSource(path)
+    if fmt == "tbl":
+        return _TBLSource(path, check_crc=check_crc)
+    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def iter_samples(path, fmt=None):
+    """Yield the readable samples of a dataset as :class:`Sample` (bad ones are left out).
+
+    Example:
+        >>> for s in iter_samples("shards/"):               # doctest: +SKIP
+        ...     print(s.key, s.label, len(s.data))
+    """
+    for item in open_source(path, fmt):
+        if isinstance(item, Sample):
+            yield item
+
+
+# -- per-sample work -------------------------------------------------------------------------
+
+
+class _Processor:
+    """Check a sample's header and re-encode it when asked. Thread-safe (no shared state)."""
+
+    def __init__(self, *, max_short_side=None, quality=90, codec=None):
+        if max_short_side is not None and int(max_short_side) < 1:
+            raise ValueError(f"max_short_side must be >= 1, got {max_short_side}")
+        if not 1 <= int(quality) <= 100:
+            raise ValueError(f"quality must be in 1..100, got {quality}")
+        if codec not in (None, "keep", "raw", "jpeg"):
+            raise ValueError(f"codec must be 'keep', 'jpeg' or 'raw', got {codec!r}")
+        self.max_short_side = None if max_short_side is None else int(max_short_side)
+        self.quality = int(quality)
+        self.codec = None if codec == "keep" else codec
+
+    @property
+    def reencodes(self) -> bool:
+        return bool(self.max_short_side or self.codec)
+
+    def _pixels(self, s):
+        """Decoded RGB pixels of a sample, resized to max_short_side when larger."""
+        from turboloader.transforms import functional as F
+
+        target = self.max_short_side
+        w, h = s.width, s.height
+        if s.codec == Codec.RAW:
+            img = np.frombuffer(s.data, np.uint8).reshape(h, w, 3)
+        elif s.codec == Codec.JPEG:
+            from turboloader.jpeg import decode_jpeg
+
+            if target and min(w, h) > target:
+                f = target / min(w, h)
+                img = decode_jpeg(s.data, min_size=(max(1, round(h * f)), max(1, round(w * f))))
+            else:
+                img = decode_jpeg(s.data)
+        else:
+            from turboloader.data.cache import decode_pil
+
+            img = np.asarray(decode_pil(s.data))
+        if target and min(w, h) > target:
+            img = F.resize(np.ascontiguousarray(img), target, "bicubic")
+        return np.ascontiguousarray(img)
+
+    def __call__(self, s):
+        """The sample ready to write, with width/height set; Skip if it is unusable."""
+        s.size_in = len(s.data)
+        try:
+            if s.codec != Codec.RAW:
+                codec = detect_codec(s.data)
+                if codec == Codec.BYTES:
+                    return Skip(s.source, s.key, "not a JPEG, PNG or WebP image (by content)")
+                s.codec = codec
+                if not (s.width and s.height):
+                    s.width, s.height = _image_size(s.data, codec)
+            big = self.max_short_side and min(s.width, s.height) > self.max_short_side
+            if self.codec == "raw" and s.codec != Codec.RAW or big or \
+                    (self.codec == "jpeg" and s.codec != Codec.JPEG):
+                img = self._pixels(s)
+                s.height, s.width = img.shape[:2]
+                if self.codec == "raw":
+                    s.data, s.codec = img.reshape(-1), Codec.RAW
+                else:
+                    s.data, s.codec = _encode_jpeg(img, self.quality), Codec.JPEG
+                s.reencoded = True
+        except TurboLoaderError as exc:
+            return Skip(s.source, s.key, f"{type(exc).__name__}: {exc}")
+        return s
+
+
+def _encode_jpeg(img, quality):
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def _encode_png(img):
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "PNG", compress_level=1)
+    return buf.getvalue()
+
+
+# -- sinks -----------------------------------------------------------------------------------
+
+
+class _TBLSink:
+    def __init__(self, path, *, classes, metadata, compression, overwrite):
+        meta = dict(metadata)
+        if classes is not None:
+            meta["classes"] = list(classes)
+        self.writer = TBLWriter(path, compression=compression, metadata=meta,
+                                overwrite=overwrite)
+        self.outputs = [os.fspath(path)]
+
+    def write(self, s):
+        before = self.writer._pos
+        self.writer.write(s.data, key=s.key, label=s.label, codec=s.codec, width=s.width,
+                          height=s.height)
+        return self.writer._pos - before
+
+    def close(self):
+        self.writer.close()
+
+    def abort(self):
+        self.writer.abort()
+
+
+def _tar_info(name, size):
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+class _TarSink:
+    """WebDataset shards ``pattern % i``; each written to a temporary name and renamed."""
+
+    def __init__(self, pattern, *, shard_size, overwrite):
+        self.pattern = pattern
+        self.shard_size = shard_size
+        self.overwrite = overwrite
+        self.outputs = []
+        self._tar = self._tmp = None
+        self._count = 0
+        directory = os.path.dirname(os.path.abspath(pattern))
+        os.makedirs(directory, exist_ok=True)
+
+    def _open(self):
+        path = self.pattern % len(self.outputs) if "%" in self.pattern else self.pattern
+        if not self.overwrite and os.path.exists(path):
+            raise FileExistsError(f"{path!r} exists (use --overwrite to replace it)")
+        self._path = path
+        self._tmp = f"{path}.tmp-{os.getpid()}"
+        self._tar = tarfile.open(self._tmp, "w", format=tarfile.GNU_FORMAT)
+        self._count = 0
+
+    def _finish(self):
+        if self._tar is not None:
+            self._tar.close()
+            os.replace(self._tmp, self._path)
+            self.outputs.append(self._path)
+            self._tar = None
+
+    def write(self, s):
+        if s.codec == Codec.RAW:
+            data, ext = _encode_png(np.frombuffer(s.data, np.uint8).reshape(s.height, s.width, 3)), "png"
+        else:
+            data, ext = s.data, _EXT_OF[s.codec]
+        unsafe = _unsafe_name(s.key)
+        if unsafe:
+            raise SampleError(f"{unsafe}: {s.key!r}")
+        if self._tar is None:
+            self._open()
+        self._tar.addfile(_tar_info(f"{s.key}.{ext}", len(data)), io.BytesIO(data))
+        n = len(data)
+        if s.label is not None:
+            cls = str(s.label).encode("ascii")
+            self._tar.addfile(_tar_info(f"{s.key}.cls", len(cls)), io.BytesIO(cls))
+        self._count += 1
+        if self.shard_size and self._count >= self.shard_size and "%" in self.pattern:
+            self._finish()
+        return n
+
+    def close(self):
+        self._finish()
+
+    def abort(self):
+        if self._tar is not None:
+            self._tar.close()
+            os.unlink(self._tmp)
+            self._tar = None
+
+
+class _FolderSink:
+    """``root/<class>/<basename>.<ext>``; class names from the source, else ``class_NNNNN``."""
+
+    def __init__(self, root, *, classes, overwrite):
+        self.root = os.fspath(root)
+        if os.path.isdir(self.root) and os.listdir(self.root) and not overwrite:
+            raise FileExistsError(f"{self.root!r} is not empty (use --overwrite to write "
+                                  f"into it)")
+        os.makedirs(self.root, exist_ok=True)
+        self.classes = classes
+        self.outputs = [self.root]
+        self._seen = set()
+
+    def write(self, s):
+        if s.label is None:
+            raise SampleError("sample has no label, so no class directory")
+        if self.classes is not None and 0 <= s.label < len(self.classes):
+            cls = self.classes[s.label]
+        else:
+            cls = f"class_{s.label:05d}"
+        base = s.key.replace("\\", "/").rsplit("/", 1)[-1]
+        for part in (cls, base):
+            if _unsafe_name(part) or "/" in part or part in ("", ".", ".."):
+                raise SampleError(f"unsafe path component {part!r}")
+        if s.codec == Codec.RAW:
+            data = _encode_png(np.frombuffer(s.data, np.uint8).reshape(s.height, s.width, 3))
+            ext = "png"
+        else:
+            data, ext = s.data, _EXT_OF[s.codec]
+        rel = f"{cls}/{base}.{ext}"
+        if rel in self._seen:
+            raise SampleError(f"duplicate file name {rel!r} in the output folder")
+        self._seen.add(rel)
+        d = os.path.join(self.root, cls)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"{base}.{ext}"), "wb") as f:
+            f.write(data)
+        return len(data)
+
+    def close(self):
+        pass
+
+    def abort(self):
+        pass
+
+
+def _dst_format(dst, to):
+    if to:
+        return to
+    low = dst.lower()
+    if low.endswith(".tbl"):
+        return "tbl"
+    if low.endswith(".tar") or "%" in dst:
+        return "tar"
+    return "folder"
+
+
+def _tar_pattern(dst, shard_size):
+    if "%" in dst:
+        return dst
+    if dst.lower().endswith(".tar"):
+        return dst if not shard_size else dst[:-4] + "-%05d.tar"
+    return os.path.join(dst, "shard-%05d.tar")
+
+
+# -- progress --------------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line progress bar on a stream (stderr), redrawn at most 5 times a second."""
+
+    def __init__(self, total, *, label="", stream=None, enabled=True):
+        self.total = total
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.done = 0
+        self.t0 = self._last = time.perf_counter()
+
+    def update(self, n=1):
+        self.done += n
+        now = time.perf_counter()
+        if self.enabled and (now - self._last > 0.2 or self.done == self.total):
+            self._last = now
+            self._draw(now)
+
+    def _draw(self, now):
+        rate = self.done / max(now - self.t0, 1e-9)
+        if self.total:
+            frac = min(self.done / self.total, 1.0)
+            bar = "#" * int(frac * 30) + "-" * (30 - int(frac * 30))
+            eta = (self.total - self.done) / rate if rate > 0 else 0
+            text = f"{self.label} [{bar}] {self.done}/{self.total} {rate:.0f}/s ETA {eta:.0f}s"
+        else:
+            text = f"{self.label} {self.done} {rate:.0f}/s"
+        self.stream.write("\r" + text)
+        self.stream.flush()
+
+    def close(self):
+        if self.enabled:
+            self._draw(time.perf_counter())
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# -- the jobs --------------------------------------------------------------------------------
+
+
+def _ordered(items, fn, workers):
+    """``map(fn, items)`` in order, on ``workers`` threads with a bounded window."""
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    window = collections.deque()
+    with ThreadPoolExecutor(workers) as pool:
+        for item in items:
+            window.append(pool.submit(fn, item) if isinstance(item, Sample) else item)
+            if len(window) >= 4 * workers:
+                head = window.popleft()
+                yield head if isinstance(head, Skip) else head.result()
+        while window:
+            head = window.popleft()
+            yield head if isinstance(head, Skip) else head.result()
+
+
+def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
+            max_short_side=None, quality=90, codec=None, compression="auto", workers=None,
+            overwrite=False, strict=False, progress=False) -> ConvertReport:
+    """Convert a dataset between the folder, TAR-shard and TBL layouts.
+
+    Args:
+        src: an ImageFolder root, TAR shard(s) (a file, a directory of ``.tar`` files, a
+            brace pattern or glob) or a TBL file.
+        dst: the output: ``*.tbl`` -> TBL; ``*.tar`` or a ``%``-pattern such as
+            ``out/train-%05d.tar`` -> TAR shards; anything else -> an ImageFolder tree.
+        src_format, dst_format: ``"folder"``, ``"tar"`` or ``"tbl"`` to override detection
+            (``dst_format="tar"`` with a directory writes ``dst/shard-00000.tar``, ...).
+        shard_size: samples per TAR shard (default 5000 for a directory or pattern; a plain
+            ``x.tar`` without it is one file).
+        max_short_side: re-encode images whose shorter side is longer than this, resized so
+            it is exactly this (antialiased bicubic) and encoded as JPEG at ``quality``.
+            Smaller images are copied byte for byte.
+        quality: JPEG quality of re-encoded images (1..100).
+        codec: ``"keep"``/None (default), ``"jpeg"`` (re-encode PNG/WebP as JPEG) or
+            ``"raw"`` (TBL only: store decoded RGB pixels, LZ4-compressed where it pays).
+        compression: TBL record compression, ``"auto"``, ``"none"`` or ``"lz4"``.
+        workers: threads for checking and re-encoding (default: CPU count when
+            re-encoding, else 1; plain copies are I/O-bound).
+        overwrite: replace existing outputs.
+        strict: stop at the first bad sample (raising its error) instead of skipping it.
+        progress: draw a progress bar on stderr.
+
+    Returns:
+        A :class:`ConvertReport`.
+
+    Raises:
+        FileNotFoundError, ValueError: bad paths or options. FileExistsError: output exists.
+        TurboLoaderError: with ``strict``, the first bad sample's error (notes name it).
+
+    Example:
+        >>> report = convert("imagenet/train", "train-256.tbl", max_short_side=256)  # doctest: +SKIP
+        >>> print(report.summary())                                                 # doctest: +SKIP
+    """
+    t0 = time.perf_counter()
+    dst = os.fspath(dst)
+    dst_format = _dst_format(dst, dst_format)
+    if dst_format not in FORMATS:
+        raise ValueError(f"unknown output format {dst_format!r}; expected one of "
+                         f"{', '.join(FORMATS)}")
+    if codec == "raw" and dst_format != "tbl":
+        raise ValueError("codec='raw' (decoded pixels) can only be stored in a TBL file")
+    if shard_size is not None and int(shard_size) < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+    source = open_source(src, src_format)
+    proc = _Processor(max_short_side=max_short_side, quality=quality, codec=codec)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if proc.reencodes else 1
+    workers = max(1, int(workers))
+
+    if dst_format == "tbl":
+        meta = {"source": os.fspath(src) if isinstance(src, (str, os.PathLike)) else None}
+        if max_short_side:
+            meta.update(max_short_side=int(max_short_side), quality=int(quality))
+        sink = _TBLSink(dst, classes=source.classes, metadata=meta, compression=compression,
+                        overwrite=overwrite)
+    elif dst_format == "tar":
+        if shard_size is None and not dst.lower().endswith(".tar"):
+            shard_size = 5000
+        sink = _TarSink(_tar_pattern(dst, shard_size), shard_size=shard_size,
+                        overwrite=overwrite)
+    else:
+        sink = _FolderSink(dst, classes=source.classes, overwrite=overwrite)
+
+    report = ConvertReport()
+    try:
+        total = len(source)
+    except TurboLoaderError:
+        total = None
+    bar = Progress(total, label="convert", enabled=progress)
+    try:
+        for item in _ordered(source, proc, workers):
+            bar.update()
+            if isinstance(item, Sample):
+                report.bytes_in += item.size_in or len(item.data)
+                try:
+                    report.bytes_out += sink.write(item)
+                except TurboLoaderError as exc:
+                    item = Skip(item.source, item.key, f"{type(exc).__name__}: {exc}")
+                else:
+                    report.written += 1
+                    report.reencoded += item.reencoded
+                    continue
+            if strict:
+                raise SampleError(f"{item.source}: key {item.key!r}: {item.reason}")
+            report.skipped.append(item)
+        sink.close()
+    except BaseException:
+        sink.abort()
+        raise
+    finally:
+        bar.close()
+    report.outputs = list(sink.outputs)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+# -- inspect and verify ----------------------------------------------------------------------
+
+
+def inspect_dataset(path, fmt=None, *, limit=None) -> dict:
+    """Statistics of a dataset: samples, keys, labels, image sizes, codecs, bytes.
+
+    For TBL files everything comes from the index (no record is read); folders and TAR
+    shards are scanned (image headers only).
+
+    Returns:
+        A dict: ``format``, ``samples``, ``first_keys``, ``last_keys``, ``labels``
+        (label -> count), ``unlabelled``, ``codecs`` (name -> count), ``widths`` and
+        ``heights`` (arrays), ``bytes``, ``skipped`` (list of Skip), ``classes``, and for
+        TBL ``compression`` (name -> count), ``metadata`` and ``version``.
+    """
+    fmt = fmt or detect_format(path)
+    if fmt == "tbl":
+        from turboloader.tbl import Compression
+
+        with TBLFile(path) as f:
+            t = f.index
+            labels = f.labels
+            keys = f.keys
+            return {
+                "format": "tbl", "path": os.fspath(path), "version": f.version,
+                "samples": len(f), "first_keys": keys[:5], "last_keys": keys[-3:],
+                "labels": collections.Counter(labels[labels >= 0].tolist()),
+                "unlabelled": int((labels < 0).sum()),
+                "codecs": collections.Counter(Codec(c).name.lower() for c in t["codec"].tolist()),
+                "compression": collections.Counter(Compression(c).name.lower()
+                                                   for c in t["compression"].tolist()),
+                "widths": np.array(t["width"]), "heights": np.array(t["height"]),
+                "bytes": int(t["size"].sum()), "raw_bytes": int(t["raw_size"].sum()),
+                "file_bytes": os.path.getsize(path), "metadata": f.metadata,
+                "classes": f.metadata.get("classes"), "skipped": [],
+            }
+    source = open_source(path, fmt)
+    proc = _Processor()
+    keys, labels, codecs, widths, heights, skipped = [], collections.Counter(), \
+        collections.Counter(), [], [], []
+    nbytes = unlabelled = 0
+    for item in source:
+        if isinstance(item, Sample):
+            item = proc(item)
+        if isinstance(item, Skip):
+            skipped.append(item)
+            continue
+        keys.append(item.key)
+        if item.label is None:
+            unlabelled += 1
+        else:
+            labels[item.label] += 1
+        codecs[item.codec.name.lower()] += 1
+        widths.append(item.width)
+        heights.append(item.height)
+        nbytes += len(item.data)
+        if limit and len(keys) >= limit:
+            break
+    return {"format": fmt, "path": os.fspath(path), "samples": len(keys),
+            "first_keys": keys[:5], "last_keys": keys[-3:], "labels": labels,
+            "unlabelled": unlabelled, "codecs": codecs, "widths": np.array(widths, np.int64),
+            "heights": np.array(heights, np.int64), "bytes": nbytes, "classes": source.classes,
+            "skipped": skipped}
+
+
+def _decode_check(s, strict):
+    """Fully decode one sample; return None if fine, else the reason."""
+    import warnings
+
+    from turboloader.errors import DecodeWarning
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DecodeWarning)
+            if s.codec == Codec.JPEG:
+                from turboloader.jpeg import decode_jpeg
+
+                img = decode_jpeg(s.data, strict=strict)
+            elif s.codec in (Codec.PNG, Codec.WEBP):
+                from turboloader.data.cache import decode_pil
+
+                img = np.asarray(decode_pil(s.data))
+            elif s.codec == Codec.RAW:
+                img = np.frombuffer(s.data, np.uint8).reshape(s.height, s.width, 3)
+            else:
+                return "not a JPEG, PNG or WebP image (by content)"
+        if s.width and s.height and img.shape[:2] != (s.height, s.width):
+            return (f"decoded size {img.shape[1]} x {img.shape[0]} differs from the recorded "
+                    f"{s.width} x {s.height}")
+        if caught:
+            return f"DecodeWarning: {caught[0].message}"
+    except TurboLoaderError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    except ValueError as exc:  # reshape of a damaged raw record
+        return f"ValueError: {exc}"
+    return None
+
+
+def verify_dataset(path, fmt=None, *, workers=None, strict=False, progress=False):
+    """Decode every sample of a dataset; return ``(checked, bad)``.
+
+    ``bad`` lists :class:`Skip` entries (source, key, reason) for samples that cannot be read
+    or decoded: damaged records (CRC), undecodable or truncated images, unsafe names,
+    missing images. libjpeg warnings (recoverable corruption) count as bad.
+
+    Raises:
+        FileNotFoundError, ValueError: bad path. FormatError / TarFormatError: the file's
+        header or index is damaged, so no sample can be located.
+    """
+    source = open_source(path, fmt)
+    workers = max(1, int(workers or os.cpu_count() or 1))
+    bad = []
+    checked = 0
+    try:
+        total = len(source)
+    except TurboLoaderError:
+        total = None
+    bar = Progress(total, label="verify", enabled=progress)
+
+    def check(s):
+        reason = _decode_check(s, strict)
+        return Skip(s.source, s.key, reason) if reason else s
+
+    try:
+        for item in _ordered(source, check, workers):
+            bar.update()
+            checked += 1
+            if isinstance(item, Skip):
+                bad.append(item)
+    finally:
+        bar.close()
+    return checked, bad
