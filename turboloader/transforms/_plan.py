@@ -394,7 +394,8 @@ class Plan:
             source_size: ``(height, width)`` of the original image when ``img`` is a
                 downscaled copy of it: parameters are drawn on the original size and mapped
                 onto ``img``, so augmentations are the same with and without the cache (up
-                to resampling). Default: ``img``'s own size.
+                to resampling). Default: ``img``'s own size. (A pipeline that needs the
+                generic path, a crop larger than its image, draws on ``img``'s size.)
 
         Returns:
             A ``torch.Tensor`` (3, H, W) of ``output_dtype`` (``out`` itself when given).
