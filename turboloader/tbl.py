@@ -495,8 +495,11 @@ class TBLFile:
         try:
             self._parse(view, size)
         except BaseException:
-            view.release()
-            mm.close()
+            try:
+                view.release()
+                mm.close()
+            except BufferError:
+                pass  # a frame of the traceback still holds a slice; freed with it
             raise
         self._mmap = mm
         self._view = view
@@ -505,11 +508,11 @@ class TBLFile:
 
     def _parse(self, view, size):
         path = self._path
-        magic, major, minor, flags, header_size, entry_size, crc = _HEADER.unpack(
-            view[:HEADER_SIZE])
+        header = bytes(view[:HEADER_SIZE])
+        magic, major, minor, flags, header_size, entry_size, crc = _HEADER.unpack(header)
         if magic != MAGIC:
             raise _fmt_error(path, f"not a TBL file (magic {bytes(magic)!r} at offset 0)")
-        if zlib.crc32(view[:HEADER_SIZE - 4]) != crc:
+        if zlib.crc32(header[:-4]) != crc:
             raise _fmt_error(path, "header checksum mismatch (bytes 0..63 are damaged)")
         if major != VERSION[0]:
             raise _fmt_error(path, f"unsupported TBL version {major}.{minor} (this reader "
@@ -517,7 +520,7 @@ class TBLFile:
         if header_size != HEADER_SIZE or entry_size != ENTRY_DTYPE.itemsize:
             raise _fmt_error(path, f"unexpected header size {header_size} or index entry size "
                                    f"{entry_size}")
-        footer = view[size - FOOTER_SIZE:]
+        footer = bytes(view[size - FOOTER_SIZE:])
         (index_offset, n, keys_size, meta_size, index_crc, fmajor, fminor, footer_crc,
          end) = _FOOTER.unpack(footer)
         if end != FOOTER_MAGIC:
@@ -531,8 +534,7 @@ class TBLFile:
                 index_offset + index_size != size - FOOTER_SIZE:
             raise _fmt_error(path, f"footer is inconsistent with the file (index at "
                                    f"{index_offset}, {n} entries, file of {size} bytes)")
-        index = view[index_offset:index_offset + index_size]
-        if zlib.crc32(index) != index_crc:
+        if zlib.crc32(view[index_offset:index_offset + index_size]) != index_crc:
             raise _fmt_error(path, f"index checksum mismatch (index at bytes {index_offset}.."
                                    f"{index_offset + index_size - 1})")
         table = np.frombuffer(view.obj, ENTRY_DTYPE, count=n, offset=index_offset)
