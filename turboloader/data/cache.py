@@ -102,6 +102,11 @@ class ByteLRU:
         self.evictions += evicted
         return evicted
 
+    def peek(self, key, default=None):
+        """The value for ``key`` without counting a hit or refreshing it."""
+        entry = self._data.get(key)
+        return default if entry is None else entry[0]
+
     def __len__(self):
         return len(self._data)
 
@@ -205,8 +210,16 @@ class Decoder:
                              Image.Resampling.BILINEAR)
         return np.ascontiguousarray(np.asarray(img)), size
 
-    def __call__(self, data, *, key, rng, counters=None):
-        """The transformed image for encoded ``data``; ``key`` names it in the cache."""
+    def cached_extra(self, key, default=None):
+        """The ``extra`` stored with ``key``'s cached image (e.g. its label), or ``default``."""
+        if self.cache is None:
+            return default
+        entry = self.cache.peek(key)
+        return default if entry is None else entry[2]
+
+    def __call__(self, data, *, key, rng, counters=None, extra=None):
+        """The transformed image for encoded ``data``; ``key`` names it in the cache, where
+        ``extra`` is kept with it (``data`` may be None when ``key`` is cached)."""
         timer = Timer(counters)
         plan = self.plan
         if self.cache is not None:
@@ -216,14 +229,14 @@ class Decoder:
                     counters["cache_misses"] += 1
                 arr, source = self._decode_array(data)
                 arr.setflags(write=False)
-                evicted = self.cache.put(key, (arr, source), arr.nbytes)
+                evicted = self.cache.put(key, (arr, source, extra), arr.nbytes)
                 if counters is not None:
                     counters["cache_evictions"] += evicted
                 timer.lap("decode_s")
             else:
                 if counters is not None:
                     counters["cache_hits"] += 1
-                arr, source = hit
+                arr, source, _ = hit
             if plan is not None:
                 src = None if tuple(source) == arr.shape[:2] else tuple(source)
                 out = plan.from_array(arr, rng=rng, source_size=src)

@@ -260,27 +260,31 @@ class TarDataset(torch.utils.data.IterableDataset):
 
     def _read(self, st, g, slot, epoch, log, counters):
         """The sample with global index ``g`` (or _FAILED under skip)."""
-        s = int(np.searchsorted(self._offsets, g, side="right")) - 1
-        url, j = self.urls[s], g - int(self._offsets[s])
-        timer_start = time.perf_counter()
-        try:
-            record = st.shard(url).sample(j)
-        except TurboLoaderError as exc:
-            exc.add_note(f"TarDataset: shard {url!r}, sample #{j} of the shard")
-            log.record(exc, shard=url, key=None)
-            return _FAILED
-        counters["read_s"] += time.perf_counter() - timer_start
-        counters["bytes_read"] += record.nbytes
-        try:
-            _check_record(record)
-            label = parse_label(record.label, record.label_ext, self.label_key)
-            image = st.decoder(record.image, key=g, rng=sample_rng(self.seed, epoch, slot),
-                               counters=counters)
-        except TurboLoaderError as exc:
-            exc.add_note(f"TarDataset: shard {url!r}, key {record.key!r}, member "
-                         f"{record.member!r} at byte offset {record.offset}")
-            log.record(exc, shard=url, key=record.key, offset=record.offset)
-            return _FAILED
+        rng = sample_rng(self.seed, epoch, slot)
+        label = st.decoder.cached_extra(g, _FAILED)
+        if label is not _FAILED:  # cached with its label: no shard access at all
+            image = st.decoder(None, key=g, rng=rng, counters=counters)
+        else:
+            s = int(np.searchsorted(self._offsets, g, side="right")) - 1
+            url, j = self.urls[s], g - int(self._offsets[s])
+            start = time.perf_counter()
+            try:
+                record = st.shard(url).sample(j)
+            except TurboLoaderError as exc:
+                exc.add_note(f"TarDataset: shard {url!r}, sample #{j} of the shard")
+                log.record(exc, shard=url, key=None)
+                return _FAILED
+            counters["read_s"] += time.perf_counter() - start
+            counters["bytes_read"] += record.nbytes
+            try:
+                _check_record(record)
+                label = parse_label(record.label, record.label_ext, self.label_key)
+                image = st.decoder(record.image, key=g, rng=rng, counters=counters, extra=label)
+            except TurboLoaderError as exc:
+                exc.add_note(f"TarDataset: shard {url!r}, key {record.key!r}, member "
+                             f"{record.member!r} at byte offset {record.offset}")
+                log.record(exc, shard=url, key=record.key, offset=record.offset)
+                return _FAILED
         if self.target_transform is not None:
             label = self.target_transform(label)
         counters["samples"] += 1
