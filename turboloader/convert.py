@@ -479,7 +479,8 @@ class _TarSink:
     def _open(self):
         path = self.pattern % len(self.outputs) if "%" in self.pattern else self.pattern
         if not self.overwrite and os.path.exists(path):
-            raise FileExistsError(f"{path!r} exists (use --overwrite to replace it)")
+            raise FileExistsError(f"{path!r} exists (use --overwrite, or overwrite=True, to "
+                                  f"replace it)")
         self._path = path
         self._tmp = f"{path}.tmp-{os.getpid()}"
         self._tar = tarfile.open(self._tmp, "w", format=tarfile.GNU_FORMAT)
@@ -528,8 +529,8 @@ class _FolderSink:
     def __init__(self, root, *, classes, overwrite):
         self.root = os.fspath(root)
         if os.path.isdir(self.root) and os.listdir(self.root) and not overwrite:
-            raise FileExistsError(f"{self.root!r} is not empty (use --overwrite to write "
-                                  f"into it)")
+            raise FileExistsError(f"{self.root!r} is not empty (use --overwrite, or "
+                                  f"overwrite=True, to write into it)")
         os.makedirs(self.root, exist_ok=True)
         self.classes = classes
         self.outputs = [self.root]
@@ -703,6 +704,9 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
     workers = max(1, int(workers))
 
     if dst_format == "tbl":
+        if not overwrite and os.path.exists(dst):
+            raise FileExistsError(f"{dst!r} exists (use --overwrite, or overwrite=True, to "
+                                  f"replace it)")
         meta = {"source": os.fspath(src) if isinstance(src, (str, os.PathLike)) else None}
         if max_short_side:
             meta.update(max_short_side=int(max_short_side), quality=int(quality))
