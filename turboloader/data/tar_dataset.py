@@ -263,7 +263,12 @@ class TarDataset(torch.utils.data.IterableDataset):
         rng = sample_rng(self.seed, epoch, slot)
         label = st.decoder.cached_extra(g, _FAILED)
         if label is not _FAILED:  # cached with its label: no shard access at all
-            image = st.decoder(None, key=g, rng=rng, counters=counters)
+            try:
+                image = st.decoder(None, key=g, rng=rng, counters=counters)
+            except TurboLoaderError as exc:
+                exc.add_note(f"TarDataset: cached sample #{g}")
+                log.record(exc, shard=None, key=None)
+                return _FAILED
         else:
             s = int(np.searchsorted(self._offsets, g, side="right")) - 1
             url, j = self.urls[s], g - int(self._offsets[s])
