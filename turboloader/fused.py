@@ -15,10 +15,10 @@ import numpy as np
 
 from turboloader._native import _fused, _jpeg
 from turboloader.errors import DecodeError, DecodeWarning
-from turboloader.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _read_header
+from turboloader.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _read_header, window_scale
 from turboloader.transforms.functional import _interpolation
 
-__all__ = ["decode_resized_crop"]
+__all__ = ["decode_resized_crop", "decode_window"]
 
 
 def _size(size):
@@ -31,13 +31,43 @@ def _size(size):
     return h, w
 
 
-def _dct_scale(width, height, crop_w, crop_h, out_w, out_h):
-    """Smallest k in 1..8 whose scaled crop is still at least the output size (8: none)."""
-    for k in range(1, 8):
-        sw, sh = (width * k + 7) // 8, (height * k + 7) // 8
-        if crop_w * sw >= out_w * width and crop_h * sh >= out_h * height:
-            return k
-    return 8
+# Half-width of each filter's kernel at scale 1 (nearest, bilinear, bicubic).
+_SUPPORT = {0: 0.5, 1: 1.0, 2: 2.0}
+
+
+def decode_window(box, clip, out_size, dw, dh, scale, filt):
+    """Where to decode and what to resample, for a source box of the full-resolution image.
+
+    Args:
+        box: ``(x0, y0, x1, y1)`` in full-resolution pixels (floats allowed).
+        clip: True for crop-then-resize (torchvision's ``resized_crop``: the filter stops
+            at the box's edges); False for resize-then-crop (``Resize`` then a crop: the
+            filter sees the pixels around the box, as a full resize would).
+        out_size: output ``(height, width)``.
+        dw, dh: size of the decoded image.
+        scale: ``(fx, fy)``: source x maps to decoded ``x * fx``. For a JPEG decoded at
+            DCT scale k/8 that is exactly k/8 (libjpeg maps each 8 x 8 block onto k x k
+            pixels; ``dw / W`` would shift the window, as dw is rounded up).
+        filt: the native filter code, for its support.
+
+    Returns:
+        ``(wx, wy, ww, wh, inner)``: the decoded-pixel window to decode and the box
+        ``(x0, y0, x1, y1)`` inside it to resample from.
+    """
+    fx, fy = scale
+    x0, y0 = box[0] * fx, box[1] * fy
+    x1, y1 = min(box[2] * fx, dw), min(box[3] * fy, dh)
+    if clip:
+        ix0, iy0 = math.floor(x0), math.floor(y0)
+        ix1, iy1 = min(math.ceil(x1), dw), min(math.ceil(y1), dh)
+    else:  # widen by the filter's reach (+2 for rounding), clamped to the image
+        support = _SUPPORT.get(filt, 2.0)
+        mx = support * max((x1 - x0) / out_size[1], 1.0) + 2
+        my = support * max((y1 - y0) / out_size[0], 1.0) + 2
+        ix0, iy0 = max(0, math.floor(x0 - mx)), max(0, math.floor(y0 - my))
+        ix1, iy1 = min(dw, math.ceil(x1 + mx)), min(dh, math.ceil(y1 + my))
+    ww, wh = ix1 - ix0, iy1 - iy0
+    return ix0, iy0, ww, wh, (x0 - ix0, y0 - iy0, min(x1 - ix0, ww), min(y1 - iy0, wh))
 
 
 def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, mean=None,
@@ -50,8 +80,8 @@ def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, 
     height, width, size, antialias=True)`` on the Pillow-decoded image, followed by
     ``horizontal_flip`` and ``to_dtype(scale=True)`` + ``normalize``: within one uint8
     level (0.02 after ImageNet normalization) with ``dct_scaling=False``. With
-    ``dct_scaling`` (the default) the window is decoded at the smallest scale k/8 at which
-    it is still at least ``size``, which is several times faster for small outputs and
+    ``dct_scaling`` (the default) the window is decoded at the smallest of the scales 1/8,
+    1/4, 1/2 (those with a SIMD IDCT) at which it is still at least ``size``, which is several times faster for small outputs and
     differs from the full-size path as a slightly different antialiasing filter would
     (see the README for the measured tolerance).
 
@@ -134,16 +164,10 @@ def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, 
         raise ValueError(f"crop (top={top}, left={left}, height={height}, width={width}) is "
                          f"not a non-empty window inside the {W} x {H} image")
 
-    k = _dct_scale(W, H, width, height, out_w, out_h) if dct_scaling else 8
+    k = window_scale(width, height, out_w, out_h) if dct_scaling else 8
     sw, sh = (W * k + 7) // 8, (H * k + 7) // 8
-    # libjpeg maps each 8 x 8 block onto k x k pixels, so source x is scaled x * 8 / k
-    # (not x * sw / W: sw is rounded up, which would shift the window by up to a pixel)
-    x0, x1 = left * k / 8, min((left + width) * k / 8, sw)
-    y0, y1 = top * k / 8, min((top + height) * k / 8, sh)
-    ix0, iy0 = math.floor(x0), math.floor(y0)
-    ix1, iy1 = min(math.ceil(x1), sw), min(math.ceil(y1), sh)
-    win_w, win_h = ix1 - ix0, iy1 - iy0
-    box = (x0 - ix0, y0 - iy0, min(x1 - ix0, win_w), min(y1 - iy0, win_h))
+    box = (left, top, left + width, top + height)
+    ix0, iy0, win_w, win_h, box = decode_window(box, True, (out_h, out_w), sw, sh, (k / 8, k / 8), filt)
 
     flags = _jpeg.STRICT if strict else 0
     n_warnings, message = _fused.decode_resample_into(

@@ -26,6 +26,7 @@ __all__ = [
     "decode_jpeg_header",
     "pick_scale",
     "scaled_size",
+    "window_scale",
 ]
 
 #: Files with more pixels (width * height, before scaling) are refused. Pillow's
@@ -220,6 +221,24 @@ def pick_scale(width, height, min_height, min_width, *, fast_only=True) -> Fract
         if (width * k + 7) // 8 >= min_width and (height * k + 7) // 8 >= min_height:
             return s
     return Fraction(1)
+
+
+def window_scale(crop_w, crop_h, out_w, out_h) -> int:
+    """The k of the smallest fast DCT scale k/8 (1, 2, 4 or 8) at which a ``crop_w x crop_h``
+    window of the full-resolution image is still at least ``out_w x out_h``.
+
+    libjpeg maps each 8 x 8 block onto k x k pixels, so the window's decoded size is its
+    full-resolution size times k/8. Returns 8 (no reduction) when the window is smaller
+    than the output.
+
+    Example:
+        >>> window_scale(900, 700, 224, 224)
+        2
+    """
+    for k in (1, 2, 4):
+        if crop_w * k >= out_w * 8 and crop_h * k >= out_h * 8:
+            return k
+    return 8
 
 
 def _check_out(out, h, w):

@@ -34,20 +34,25 @@ Tolerances against torchvision v2 on the Pillow-decoded image with the same para
 ``dct_scaling=False``, at most 1 uint8 level (0.02 after ImageNet ``Normalize``); a
 ColorJitter chain is within 2 levels of torchvision's kernels run on the same resized image
 (each kernel is within 1). With DCT scaling (the default), the window is decoded at the
-smallest scale k/8 that still leaves it at least the output (resp. resized) size, which
-acts like a slightly different antialiasing filter. Measured on 48 ``synthetic_jpegs``
-(photograph-like, 250-700 px, quality 75-95, 4:2:0) x 3 draws, in uint8 levels:
+smallest of the scales 1/8, 1/4, 1/2 (those with libjpeg-turbo's SIMD IDCT) that still
+leaves it at least the output (resp. resized) size, which acts like a slightly different
+antialiasing filter. Measured in uint8 levels, 3 draws per image, ``sample_rng`` seeds:
 
-=========================  ===========  ==================  ====  ======  ===
-pipeline                   mean |diff|  worst image's mean  p99   p99.9   max
-=========================  ===========  ==================  ====  ======  ===
-RandomResizedCrop(224)     0.79         3.7                 8     13      45
-Resize(256)+CenterCrop     1.54         3.6                 9     15      45
-RandomResizedCrop(128)     1.44         4.0                 8     13      31
-=========================  ===========  ==================  ====  ======  ===
+=====================================  ===========  ==================  ====  ======  ===
+pipeline, data                         mean |diff|  worst image's mean  p99   p99.9   max
+=====================================  ===========  ==================  ====  ======  ===
+RandomResizedCrop(224), 48 synthetic   0.01         1.1                 0     2       33
+RandomResizedCrop(128), 48 synthetic   0.70         4.4                 7     11      40
+Resize(256)+CenterCrop, 48 synthetic   0.00         0.0                 0     1       2
+RandomResizedCrop(224), 12 hires       0.57         1.4                 4     7       23
+Resize(256)+CenterCrop, 12 hires       0.62         0.9                 4     6       27
+=====================================  ===========  ==================  ====  ======  ===
 
-i.e. about 0.014-0.027 mean after ImageNet normalization. ``tests/transforms/test_plan.py``
-asserts mean <= 2, per-image mean <= 5, p99 <= 12, max <= 64.
+"synthetic": ``turboloader.synthetic.synthetic_jpegs`` (photograph-like, 250-700 px,
+quality 75-95, 4:2:0), where a 224 output rarely allows any reduction; "hires":
+``benchmarks/datasets.py --hires`` photographs, 1600-4000 px, reduced 1/4 or 1/8.
+``tests/transforms/test_plan.py`` asserts mean <= 2, per-image mean <= 5, p99 <= 12,
+max <= 64.
 """
 
 import math
@@ -58,13 +63,12 @@ import numpy as np
 import torch
 
 from turboloader.errors import DecodeWarning
+from turboloader.fused import decode_window
+from turboloader.jpeg import window_scale
 from turboloader.transforms import _transforms as T
 from turboloader.transforms._random import current_rng, using_rng
 
 __all__ = ["Plan", "plan"]
-
-# Filter support radius in source pixels at scale 1 (nearest: Pillow samples centres).
-_SUPPORT = {0: 0.5, 1: 1.0, 2: 2.0}
 
 
 def _flatten(transform):
@@ -169,15 +173,6 @@ def _parse(members):
     return resize, crop, filt, post, affine, out_dtype
 
 
-def _dct_scale(width, height, crop_w, crop_h, out_w, out_h):
-    """Smallest k in 1..8 whose scaled crop is still at least the output size (8: none)."""
-    for k in range(1, 8):
-        sw, sh = (width * k + 7) // 8, (height * k + 7) // 8
-        if crop_w * sw >= out_w * width and crop_h * sh >= out_h * height:
-            return k
-    return 8
-
-
 class Plan:
     """A fused pipeline: one native call from JPEG bytes (or a decoded array) to a tensor.
 
@@ -260,28 +255,6 @@ class Plan:
             else:
                 ops.extend(T.ColorJitter.ops(params))
         return box, clip, out, flip, ops
-
-    def _window(self, box, clip, out, W, H, dw, dh, k=None):
-        """The decoded-pixel window (x, y, w, h) and the box inside it, for a source of
-        ``W x H`` decoded at ``dw x dh`` (by JPEG DCT scaling k/8 when ``k`` is given)."""
-        if k is not None:
-            fx = fy = k / 8  # libjpeg maps each 8 x 8 block onto k x k pixels
-        else:
-            fx, fy = dw / W, dh / H
-        x0, y0 = box[0] * fx, box[1] * fy
-        x1, y1 = min(box[2] * fx, dw), min(box[3] * fy, dh)
-        if clip:
-            ix0, iy0 = math.floor(x0), math.floor(y0)
-            ix1, iy1 = min(math.ceil(x1), dw), min(math.ceil(y1), dh)
-        else:
-            support = _SUPPORT.get(self._filter, 2.0)
-            mx = support * max((x1 - x0) / out[1], 1.0) + 2
-            my = support * max((y1 - y0) / out[0], 1.0) + 2
-            ix0, iy0 = max(0, math.floor(x0 - mx)), max(0, math.floor(y0 - my))
-            ix1, iy1 = min(dw, math.ceil(x1 + mx)), min(dh, math.ceil(y1 + my))
-        ww, wh = ix1 - ix0, iy1 - iy0
-        inner = (x0 - ix0, y0 - iy0, min(x1 - ix0, ww), min(y1 - iy0, wh))
-        return ix0, iy0, ww, wh, inner
 
     # -- output --------------------------------------------------------------------------
 
@@ -367,11 +340,12 @@ class Plan:
         if not self.dct_scaling:
             k = 8
         elif clip:
-            k = _dct_scale(W, H, box[2] - box[0], box[3] - box[1], ow, oh)
-        else:
-            k = _dct_scale(W, H, W, H, *self._resize.output_size((H, W))[::-1])
+            k = window_scale(box[2] - box[0], box[3] - box[1], ow, oh)
+        else:  # resize-then-crop: the whole image must stay at least the resized size
+            k = window_scale(W, H, *self._resize.output_size((H, W))[::-1])
         dw, dh = (W * k + 7) // 8, (H * k + 7) // 8
-        wx, wy, ww, wh, inner = self._window(box, clip, (oh, ow), W, H, dw, dh, k)
+        wx, wy, ww, wh, inner = decode_window(box, clip, (oh, ow), dw, dh, (k / 8, k / 8),
+                                            self._filter)
         view, ret = self._slot(out, (3, oh, ow))
         scale, bias = self._affine or (None, None)
         n_warnings, message = _fused.decode_resample_into(
@@ -423,7 +397,8 @@ class Plan:
         if drawn is None:
             return self._generic(img, rng, out)
         box, clip, (oh, ow), flip, ops = drawn
-        wx, wy, ww, wh, inner = self._window(box, clip, (oh, ow), W, H, dw, dh)
+        wx, wy, ww, wh, inner = decode_window(box, clip, (oh, ow), dw, dh, (dw / W, dh / H),
+                                            self._filter)
         view, ret = self._slot(out, (3, oh, ow))
         scale, bias = self._affine or (None, None)
         _fused.resample_array_into(img, view, win_x=wx, win_y=wy, win_w=ww, win_h=wh,
