@@ -9,6 +9,7 @@ import sys
 import textwrap
 import types
 
+import numpy as np
 import pytest
 import torch
 import torch.utils.data
@@ -213,3 +214,20 @@ def test_torch_distributed_gloo(make_shards, tmp_path):
         assert len(a + b) - len(set(a + b)) == 1  # exactly one pad repeat
     assert res[0]["epochs"][0] != res[0]["epochs"][1]
     assert res[0]["total"] == 12
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_mix_shards_bounds_the_shards_a_worker_interleaves(fixed):
+    sizes = [4] * 12
+    shard = np.repeat(np.arange(12), 4)
+    for mix in (1, 3, 16):
+        seq = shard[worker_items(sizes, seed=2, epoch=1, mix_shards=mix, fixed=fixed)[1]]
+        spans = []
+        for s in range(12):
+            where = np.flatnonzero(seq == s)
+            spans.append(len(set(seq[where[0]:where[-1] + 1].tolist())))
+        assert max(spans) <= mix
+        if mix == 16:
+            assert max(spans) > 3  # the whole piece mixes
+    with pytest.raises(ValueError):
+        worker_items(sizes, mix_shards=0)

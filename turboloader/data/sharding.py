@@ -14,10 +14,12 @@ The algorithm (samples are numbered globally, shard by shard, in URL order):
    rank ``r`` takes the contiguous block ``[r * per_rank, (r + 1) * per_rank)``.
 3. **Workers.** The rank's block is cut into ``num_workers`` contiguous pieces whose sizes
    differ by at most one (so a worker opens few shards).
-4. **Within a worker.** With ``shuffle`` the piece is permuted by a generator seeded from
-   ``(seed, epoch, rank, worker)``: fully when all its samples are random access,
-   otherwise by permuting its per-shard runs and the samples inside random-access runs
-   (stream runs stay in stream order).
+4. **Within a worker.** With ``shuffle`` the piece is cut into windows of at most
+   ``mix_shards`` consecutive random-access shards (default 16), and the samples of each
+   window are permuted together by a generator seeded from ``(seed, epoch, rank,
+   worker)``: a batch mixes up to 16 shards while a worker keeps at most 16 open and opens
+   each about once per epoch. Stream runs are windows of their own, in stream order. With
+   ``fixed=True`` the windows' order is permuted too.
 
 With ``fixed=True`` steps 1-3 do not depend on the epoch, so every sample stays with the
 same (rank, worker) across epochs (its decoded copy stays in that worker's cache) and only
@@ -61,7 +63,7 @@ def _check(name, value, lo=0):
 
 
 def worker_items(counts, *, seed=0, epoch=0, shuffle=True, rank=0, world_size=1, worker=0,
-                 num_workers=1, pad=True, fixed=False, random_access=None):
+                 num_workers=1, pad=True, fixed=False, random_access=None, mix_shards=16):
     """The samples worker ``worker`` of rank ``rank`` reads in ``epoch``, in order.
 
     Args:
@@ -73,6 +75,8 @@ def worker_items(counts, *, seed=0, epoch=0, shuffle=True, rank=0, world_size=1,
         fixed: keep the sample -> (rank, worker) assignment the same in every epoch.
         random_access: per shard, whether its samples can be read in any order
             (False for compressed streams). Default: all True.
+        mix_shards: a worker interleaves the samples of at most this many consecutive
+            shards of its piece at a time (bounds the shards it keeps open).
 
     Returns:
         ``(slots, samples)``: int64 arrays of equal length. ``samples`` are global sample
@@ -89,6 +93,7 @@ def worker_items(counts, *, seed=0, epoch=0, shuffle=True, rank=0, world_size=1,
     seed, epoch = _check("seed", seed), _check("epoch", epoch)
     world_size, num_workers = _check("world_size", world_size, 1), _check("num_workers", num_workers, 1)
     rank, worker = _check("rank", rank), _check("worker", worker)
+    mix_shards = _check("mix_shards", mix_shards, 1)
     if rank >= world_size:
         raise ValueError(f"rank {rank} is not below world_size {world_size}")
     if worker >= num_workers:
@@ -138,17 +143,28 @@ def worker_items(counts, *, seed=0, epoch=0, shuffle=True, rank=0, world_size=1,
 
     if shuffle and len(samples) > 1:
         rng = _rng(seed, epoch, _WORKER, rank, world_size, worker, num_workers)
-        shard_of = np.searchsorted(offsets, samples, side="right") - 1
         # empty shards share offsets with the next one: searchsorted picks the last, the right one
-        if ra[shard_of].all():
-            perm = rng.permutation(len(samples))
-        else:
-            breaks = np.flatnonzero(np.diff(shard_of)) + 1
-            runs = np.split(np.arange(len(samples)), breaks)
-            runs = [rng.permutation(r) if ra[shard_of[r[0]]] else r for r in runs]
-            if fixed:
-                runs = [runs[i] for i in rng.permutation(len(runs))]
-            perm = np.concatenate(runs)
+        shard_of = np.searchsorted(offsets, samples, side="right") - 1
+        runs = np.split(np.arange(len(samples)), np.flatnonzero(np.diff(shard_of)) + 1)
+        windows, mixing = [], []
+
+        def close_window():
+            if mixing:
+                windows.append(rng.permutation(np.concatenate(mixing)))
+                mixing.clear()
+
+        for run in runs:
+            if ra[shard_of[run[0]]]:
+                mixing.append(run)
+                if len(mixing) == mix_shards:
+                    close_window()
+            else:  # a stream run stays in stream order
+                close_window()
+                windows.append(run)
+        close_window()
+        if fixed:
+            windows = [windows[i] for i in rng.permutation(len(windows))]
+        perm = np.concatenate(windows)
         samples, slots = samples[perm], slots[perm]
     return slots, samples
 

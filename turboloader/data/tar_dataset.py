@@ -28,7 +28,6 @@ from turboloader.transforms._random import sample_rng
 __all__ = ["TarDataset"]
 
 _FAILED = object()
-_MAX_OPEN_SHARDS = 16
 
 
 def _topology(rank, world_size):
@@ -49,6 +48,7 @@ class _ProcessState:
         self.pid = os.getpid()
         self.name = name
         self.shards = OrderedDict()
+        self.max_open = dataset.mix_shards + 4  # the window, plus pads and replacements
         self.decoder = Decoder(dataset.transform, cache=dataset._cache_bytes,
                                short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
         self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval)
@@ -58,7 +58,7 @@ class _ProcessState:
         reader = self.shards.get(url)
         if reader is None:
             reader = self.shards[url] = open_shard(url)
-            while len(self.shards) > _MAX_OPEN_SHARDS:
+            while len(self.shards) > self.max_open:
                 self.shards.popitem(last=False)[1].close()
         else:
             self.shards.move_to_end(url)
@@ -103,8 +103,9 @@ class TarDataset(torch.utils.data.IterableDataset):
     **Shuffling** is this dataset's job (``shuffle=True`` by default): torch's DataLoader
     rejects ``shuffle=True`` for iterable datasets. Call ``set_epoch(epoch)`` from the main
     process before each epoch (persistent workers see it too); the same ``seed`` and epoch
-    give the same order on any run with the same topology. Compressed stream shards keep
-    their sample order; only their position in the epoch is shuffled.
+    give the same order on any run with the same topology. Shards are shuffled, then the
+    samples within each window of ``mix_shards`` consecutive shards of a worker's share.
+    Compressed stream shards keep their sample order; only their position is shuffled.
 
     **Cache.** ``cache="4GB"`` keeps decoded samples (HWC uint8, optionally DCT-downscaled
     to a short side of at least ``cache_short_side`` pixels) in an LRU bounded in bytes,
@@ -144,6 +145,8 @@ class TarDataset(torch.utils.data.IterableDataset):
         max_failures: skip budget per process per epoch: int count or fraction in [0, 1).
         max_pixels: refuse larger images (decompression-bomb guard).
         stats_interval: samples between statistics snapshots from each process.
+        mix_shards: a worker shuffles together the samples of up to this many consecutive
+            shards of its share at a time, and keeps that many open (default 16).
 
     Raises:
         FileNotFoundError: a shard or glob does not exist.
@@ -163,7 +166,7 @@ class TarDataset(torch.utils.data.IterableDataset):
     def __init__(self, urls, transform=None, target_transform=None, *, shuffle=True, seed=0,
                  label_key="label", rank=None, world_size=None, pad=True, cache=None,
                  cache_short_side=None, on_error="raise", max_failures=0.01,
-                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256):
+                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16):
         super().__init__()
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank and world_size, or neither")
@@ -184,6 +187,9 @@ class TarDataset(torch.utils.data.IterableDataset):
         self.policy = FailurePolicy(on_error, max_failures)
         self.max_pixels = max_pixels
         self.stats_interval = int(stats_interval)
+        if int(mix_shards) < 1:
+            raise ValueError(f"mix_shards must be >= 1, got {mix_shards}")
+        self.mix_shards = int(mix_shards)
 
         self.urls = []
         self.failed_shards = []
@@ -306,7 +312,8 @@ class TarDataset(torch.utils.data.IterableDataset):
         slots, samples = sharding.worker_items(
             self._counts, seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank,
             world_size=world, worker=worker, num_workers=num_workers, pad=self.pad,
-            fixed=bool(self._cache_bytes), random_access=self._random_access)
+            fixed=bool(self._cache_bytes), random_access=self._random_access,
+            mix_shards=self.mix_shards)
         return self._generate(st, slots.tolist(), samples.tolist(), epoch)
 
     def _generate(self, st, slots, samples, epoch):
