@@ -1,0 +1,598 @@
+"""End-to-end loader benchmark: images/s of whole data-loading pipelines, one process per system.
+
+    python benchmarks/run.py --quick          # < 3 min on 2 cores: 512 images, 1+1 epochs
+    python benchmarks/run.py                  # 2048 ImageNet-sized images, 1+3 epochs
+    python benchmarks/run.py --hires          # high-resolution variant (1600-4000 px)
+    python benchmarks/run.py --systems torchvision,turboloader-tar --epochs 5
+
+Pipelines (same output for everyone: float32 N x 3 x 224 x 224, ImageNet-normalised, labels):
+- train: RandomResizedCrop(224) + RandomHorizontalFlip + normalize, shuffled;
+- val: Resize(256) + CenterCrop(224) + normalize, in order.
+Every system uses the same batch size (256) and the same number of worker processes or
+threads (``--workers``, default 2). Each system runs in its own process, in its own venv where
+its package clashes with the dev environment (``benchmarks/setup_envs.py`` creates those).
+Each row: median images/s of the timed epochs after the warm-up, the ratio to the classic
+baseline (torchvision ImageFolder + v2 + DataLoader) and to the decode limit (libjpeg-turbo full
+decode alone, single-threaded x workers), peak memory of the whole process tree (RSS summed
+over the process and its workers, and PSS, which counts pages shared between forked workers
+once), CPU seconds per image (process tree, timed epochs), and the correctness checks:
+labels delivered, every sample exactly once per epoch, output statistics against the
+baseline's, and what happened to a truncated JPEG in a separate pass.
+
+Writes ``benchmarks/results/<tag>.md`` (+ ``.json`` with everything measured, ``.png`` chart).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SYSTEMS_DIR = HERE / "systems"
+sys.path.insert(0, str(HERE))
+
+import setup_envs  # noqa: E402
+
+BASELINE = "torchvision"
+LIMIT = "decode-limit"
+
+# key -> (row label, script, venv name or None for this interpreter, variant, needs repo on path)
+SYSTEMS = {
+    "turboloader-tar": ("turboloader TarDataset + torch DataLoader", "tl_ours.py", None, "tar", True),
+    "turboloader-folder": ("turboloader ImageFolder + torch DataLoader", "tl_ours.py", None, "folder", True),
+    "turboloader-threads": ("turboloader DataLoader(backend='threads')", "tl_ours.py", None, "threads", True),
+    "torchvision": ("torchvision ImageFolder + v2 + DataLoader (Pillow)", "tv_folder.py", None, "", False),
+    "pillow-simd": ("torchvision ImageFolder + v2 + DataLoader (pillow-simd)", "tv_folder.py", "simd", "", False),
+    "webdataset": ("WebDataset + v2 + DataLoader", "wds.py", "webdataset", "", False),
+    "turboloader-pypi": ("TurboLoader 2.39.0 (PyPI, C++)", "tl_pypi.py", "turboloader-pypi", "", False),
+    "spdl": ("SPDL pipeline (threads)", "spdl_sys.py", "spdl", "", False),
+    LIMIT: ("libjpeg-turbo full decode alone, 1 thread x workers", "decode_limit.py", None, "", True),
+}
+
+
+# ---------------------------------------------------------------- data
+def _write_folder(root: Path, items):
+    for i, (data, label) in enumerate(items):
+        d = root / f"class_{label:05d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{i:05d}.jpg").write_bytes(data)
+
+
+def _truncate(jpeg: bytes) -> bytes:
+    """The first 45 % of the file: the header parses, the entropy data ends early (libjpeg's
+    'premature end of data' warning, which a lenient decoder turns into grey rows)."""
+    return jpeg[: int(len(jpeg) * 0.45)]
+
+
+def prepare_data(root: Path, n: int, seed: int, hires: bool, workers: int, *,
+                 corrupt: bool = False) -> Path:
+    """Write (once) ``root/{folder,shards,all.tar,manifest.json}``: ``n`` JPEGs from
+    ``datasets.make_jpegs`` where image ``i`` has label ``i`` (labels identify samples, so
+    'exactly once' is checkable from labels alone). ``corrupt``: the last image is truncated."""
+    from datasets import describe, make_jpegs, write_shards
+
+    m = root / "manifest.json"
+    if m.exists():
+        return root
+    t0 = time.time()
+    jpegs = make_jpegs(n, seed, hires)
+    items = [(data, i) for i, (data, _) in enumerate(jpegs)]
+    meta = {"n": n, "seed": seed, "hires": hires}
+    if corrupt:
+        items[-1] = (_truncate(items[-1][0]), n - 1)
+        meta["corrupt_label"] = n - 1
+        meta["corrupt"] = "last image truncated to 45 % of its bytes"
+    tmp = root.with_name(root.name + ".tmp")
+    if tmp.exists():
+        import shutil
+        shutil.rmtree(tmp)
+    _write_folder(tmp / "folder", items)
+    shard_size = max(1, min(256, math.ceil(n / (2 * max(workers, 1)))))
+    write_shards(tmp / "shards", items, shard_size=shard_size)
+    write_shards(tmp, items, shard_size=len(items), prefix="all")
+    (tmp / "all-00000.tar").rename(tmp / "all.tar")
+    meta["shard_size"] = shard_size
+    meta["stats"] = describe(jpegs)
+    meta["seconds_to_make"] = round(time.time() - t0, 1)
+    (tmp / "manifest.json").write_text(json.dumps(meta, indent=1, default=str))
+    tmp.rename(root)
+    return root
+
+
+# ---------------------------------------------------------------- machine
+def machine() -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    flags = ""
+    try:
+        txt = Path("/proc/cpuinfo").read_text()
+        flags = ",".join(f for f in ("avx2", "avx512f") if f" {f} " in txt.replace("\n", " "))
+    except OSError:
+        pass
+    try:
+        mem = int(Path("/proc/meminfo").read_text().split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        mem = float("nan")
+    return {"cpu": cpu, "simd": flags, "cores": os.cpu_count(), "mem_gib": round(mem, 1),
+            "os": platform.platform(), "python": platform.python_version(),
+            "load_start": os.getloadavg()}
+
+
+# ---------------------------------------------------------------- process-tree memory
+def _children_map():
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                s = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            kids.setdefault(int(s[s.rfind(")") + 2:].split()[1]), []).append(int(d))
+    return kids
+
+
+class Sampler(threading.Thread):
+    """Samples RSS and PSS summed over the *active* system's process tree every ``period``
+    seconds (only one system works at a time), keeping the peak per system and phase
+    (phases come from the system's ``@@PHASE`` lines)."""
+
+    def __init__(self, period=0.1):
+        super().__init__(daemon=True)
+        self.period = period
+        self.active = None
+        self.lock = threading.Lock()
+        self.halt = threading.Event()
+        self.page = os.sysconf("SC_PAGE_SIZE")
+
+    def sample(self, h=None):
+        with self.lock:
+            h = h or self.active
+            if h is None:
+                return
+            kids = _children_map()
+            rss = pss = procs = 0
+            stack = [h.proc.pid]
+            while stack:
+                p = stack.pop()
+                stack.extend(kids.get(p, ()))
+                try:
+                    rss += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * self.page
+                    for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                        if line.startswith("Pss:"):
+                            pss += int(line.split()[1]) * 1024
+                            break
+                    procs += 1
+                except (OSError, ValueError, IndexError):
+                    continue
+            pk = h.peaks.setdefault(h.phase, {"rss": 0, "pss": 0, "procs": 0})
+            pk["rss"] = max(pk["rss"], rss)
+            pk["pss"] = max(pk["pss"], pss)
+            pk["procs"] = max(pk["procs"], procs)
+
+    def run(self):
+        while not self.halt.is_set():
+            self.sample()
+            self.halt.wait(self.period)
+
+
+class Handle:
+    """One system's process, driven step by step (see ``_harness.gate``)."""
+
+    def __init__(self, key, a, data, corrupt, workdir, log):
+        self.key, self.log = key, log
+        label, script, venv, variant, needs_repo = SYSTEMS[key]
+        self.result = None
+        self.peaks, self.phase, self.tail = {}, "startup", []
+        self.proc = None
+        if venv:
+            st, detail = setup_envs.status(venv)
+            if st != "ok":
+                why = (f"venv benchmarks/.venv-{venv} not set up ({detail})" if st == "missing"
+                       else detail)
+                self.result = {"system": key, "unavailable": why}
+                return
+            py = str(setup_envs.venv_python(venv))
+        else:
+            py = sys.executable
+        self.out = workdir / f"{key}.json"
+        self.thumbs = workdir / f"{key}-val-thumbs.npy"
+        cmd = [py, str(SYSTEMS_DIR / script), "--data", str(data), "--out", str(self.out),
+               "--epochs", str(a.epochs), "--warmup", str(a.warmup), "--workers",
+               str(a.workers), "--batch", str(a.batch), "--seed", str(a.seed),
+               "--pipelines", a.pipelines, "--thumbs", str(self.thumbs)]
+        if variant:
+            cmd += ["--variant", variant]
+        if corrupt is not None and key != LIMIT:
+            cmd += ["--corrupt-data", str(corrupt)]
+        env = dict(os.environ)
+        env.pop("PYTHONPATH", None)  # keeps this repo's turboloader away from PyPI's
+        if needs_repo:
+            env["PYTHONPATH"] = str(REPO)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["BENCH_LOCKSTEP"] = "1"
+        self.t0 = time.time()
+        self.busy = 0.0
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env,
+                                     cwd=str(workdir))
+        self.alive = True
+
+    def read_until_ready(self, sampler, first=False):
+        """Read output until the system asks for the next step (True) or exits (False)."""
+        for line in self.proc.stdout:
+            if line.startswith("@@READY "):
+                return True
+            if line.startswith("@@PHASE "):
+                sampler.sample(self)
+                self.phase = line.split()[1]
+            elif line.startswith("@@END "):
+                sampler.sample(self)
+                self.phase = "between"
+            else:
+                self.tail = (self.tail + [line.rstrip()])[-40:]
+                self.log.write(f"[{self.key}] {line}")
+        self.alive = False
+        return False
+
+    def step(self, sampler):
+        t = time.time()
+        with sampler.lock:
+            sampler.active = self
+        try:
+            self.proc.stdin.write("go\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+        ok = self.read_until_ready(sampler)
+        sampler.sample(self)
+        with sampler.lock:
+            sampler.active = None
+        self.busy += time.time() - t
+        return ok
+
+    def finish(self, timeout):
+        if self.result is not None:
+            return self.result
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = "timeout"
+        if self.out.exists():
+            res = json.loads(self.out.read_text())
+        else:
+            err = next((ln for ln in reversed(self.tail) if ln.strip()), f"exit status {rc}")
+            res = {"system": self.key, "error": f"exit status {rc}: {err[:300]}", "pipelines": {}}
+        res["system"] = self.key
+        res["memory"] = self.peaks
+        res["wall_s"] = round(self.busy, 1)
+        res["returncode"] = rc
+        if self.thumbs.exists():
+            res["thumbs_file"] = str(self.thumbs)
+        self.result = res
+        return res
+
+
+def run_lockstep(keys, a, data, corrupt, workdir, log):
+    """Start every system, then hand out one step (a loader build or one epoch) at a time,
+    round-robin in an order rotated every round: only one system works at any moment, and a
+    burst of load from elsewhere lands on all systems alike instead of on one row."""
+    sampler = Sampler()
+    sampler.start()
+    handles = [Handle(k, a, data, corrupt, workdir, log) for k in keys]
+    live = [h for h in handles if h.proc is not None]
+    for h in live:  # imports run concurrently; wait for each to be ready
+        h.read_until_ready(sampler, first=True)
+    live = [h for h in live if h.alive]
+    r = 0
+    while live:
+        order = live[r % len(live):] + live[: r % len(live)]
+        for h in order:
+            if not h.step(sampler):
+                print(f"[{h.key}] done ({h.busy:.0f} s of work)", flush=True)
+        live = [h for h in live if h.alive]
+        r += 1
+    sampler.halt.set()
+    return {h.key: h.finish(a.timeout) for h in handles}
+
+
+# ---------------------------------------------------------------- report
+def _fmt(x, spec=".0f", none="–"):
+    return none if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def output_check(res, base, pipeline, thumbs_base):
+    """Compare a system's delivered output with the baseline's: channel mean/std and, for val,
+    per-image thumbnail differences (normalised units; one 8-bit level is about 0.017)."""
+    p, b = res["pipelines"].get(pipeline, {}), base["pipelines"].get(pipeline, {})
+    o, ob = p.get("output"), b.get("output")
+    if not o:
+        return None, "no output"
+    notes = []
+    if o["shape"] != [3, 224, 224]:
+        notes.append(f"shape {o['shape']}")
+    if o["dtype"] != "float32":
+        notes.append(f"dtype {o['dtype']}")
+    if o["constant_images"]:
+        notes.append(f"{o['constant_images']} constant images")
+    if o["nonfinite"]:
+        notes.append(f"{o['nonfinite']} non-finite values")
+    dm = ds = None
+    if ob and res is not base:
+        dm = max(abs(x - y) for x, y in zip(o["mean"], ob["mean"]))
+        ds = max(abs(x / y - 1) for x, y in zip(o["std"], ob["std"]))
+        notes.append(f"Δmean {dm:.3f}, std ratio-1 {ds:+.1%}" if ds is not None else "")
+    mad = None
+    if pipeline == "val" and thumbs_base is not None and res.get("thumbs_file") and res is not base:
+        t = np.load(res["thumbs_file"])
+        if p.get("thumbs_order") == "delivery":
+            notes.append("thumbnails unmatched (no labels)")
+        elif t.shape == thumbs_base.shape:
+            d = np.abs(t - thumbs_base).mean(axis=(1, 2, 3))
+            d = d[np.isfinite(d)]
+            if len(d):
+                mad = float(np.median(d))
+                notes.append(f"val thumbs |Δ| median {mad:.3f}, max {d.max():.3f}")
+    ok = (not o["constant_images"] and not o["nonfinite"] and o["shape"] == [3, 224, 224]
+          and (dm is None or dm < 0.05) and (ds is None or abs(ds) < 0.05)
+          and (mad is None or mad < 0.1))
+    return ok, "; ".join(n for n in notes if n)
+
+
+def build_report(a, results, mach, cmdline, started, duration, data_meta):
+    base = results.get(BASELINE)
+    lim = results.get(LIMIT)
+    thumbs_base = None
+    if base and base.get("thumbs_file"):
+        thumbs_base = np.load(base["thumbs_file"])
+    pipelines = [p for p in a.pipelines.split(",") if p]
+    lines = []
+    title = "hires" if a.hires else "ImageNet-sized"
+    lines.append(f"# Loader benchmark ({title}{', quick' if a.quick else ''})\n")
+    lines.append(f"- date: {started} UTC; whole run {duration / 60:.1f} min")
+    lines.append(f"- command: `{cmdline}`")
+    lines.append(f"- machine: {mach['cpu']} ({mach['simd']}), {mach['cores']} cores, "
+                 f"{mach['mem_gib']} GiB, {mach['os']}, Python {mach['python']}; "
+                 f"load average at start {mach['load_start'][0]:.2f}, at end "
+                 f"{os.getloadavg()[0]:.2f}")
+    st = data_meta.get("stats", {})
+    lines.append(f"- data: {data_meta['n']} JPEGs from `benchmarks/datasets.py` (seed "
+                 f"{data_meta['seed']}{', hires' if a.hires else ''}; mean "
+                 f"{_fmt(st.get('mean_megapixels'), '.3f', '?')} MP, "
+                 f"{_fmt(st.get('mean_kbytes'), '.1f', '?')} KB), label = image index; "
+                 f"page-cached (every system reads the same files from RAM after the first pass)")
+    lines.append(f"- {a.workers} worker processes/threads, batch {a.batch}, {a.warmup} warm-up + "
+                 f"{a.epochs} timed epochs per pipeline (median epoch reported)")
+    vers = {}
+    for r in results.values():
+        for k, v in (r.get("versions") or {}).items():
+            vers.setdefault(k, set()).add(str(v))
+    lines.append("- versions: " + "; ".join(f"{k} {'/'.join(sorted(v))}" for k, v in
+                                            sorted(vers.items()) if k != "PIL module"))
+    lines.append("")
+    for pl in pipelines:
+        desc = ("RandomResizedCrop(224) + RandomHorizontalFlip + Normalize, shuffled"
+                if pl == "train" else "Resize(256) + CenterCrop(224) + Normalize, in order")
+        lines.append(f"## {pl}: {desc}\n")
+        lines.append("| system | images/s | × baseline | × decode limit | peak RSS / PSS MiB "
+                     "(procs) | CPU ms/image | labels | exactly once | output vs baseline |")
+        lines.append("|---|---:|---:|---:|---:|---:|---|---|---|")
+        brate = (base or {}).get("pipelines", {}).get(pl, {}).get("images_per_s")
+        lrate = (lim or {}).get("pipelines", {}).get(pl, {}).get("images_per_s")
+        for key, r in results.items():
+            label = SYSTEMS[key][0]
+            if "unavailable" in r:
+                lines.append(f"| {label} | not run: {r['unavailable']} | | | | | | | |")
+                continue
+            p = r.get("pipelines", {}).get(pl)
+            if p is None or "error" in p:
+                why = (p or {}).get("error") or r.get("error") or "did not run"
+                if why.startswith("Unavailable: "):
+                    lines.append(f"| {label} | {why.split(': ', 1)[1]} | | | | | | | |")
+                else:
+                    lines.append(f"| {label} | error: {why} | | | | | | | |")
+                continue
+            rate = p["images_per_s"]
+            mem = r.get("memory", {}).get(pl, {})
+            memtxt = (f"{mem.get('rss', 0) / 2**20:.0f} / {mem.get('pss', 0) / 2**20:.0f} "
+                      f"({mem.get('procs', 0)})") if mem else "–"
+            if key == LIMIT:
+                lines.append(f"| **{label}** | **{rate:.0f}** | {_fmt(rate / brate if brate else None, '.2f')} "
+                             f"| 1.00 | {memtxt} | {p['cpu_s_per_image'] * 1e3:.2f} | n/a | n/a | "
+                             f"{p.get('note', '')} |")
+                continue
+            labels = [x for x in p.get("labels", [])]
+            has_labels = not any("no labels" in x for x in labels)
+            byidx = [x.split("by sample index: ", 1)[1] for x in labels if "by sample index: " in x]
+            if labels == ["ok"]:
+                once = "yes"
+            elif byidx and not has_labels:
+                once = ("yes (by sample index)" if byidx == ["ok"] and len(labels) == 1
+                        else "by sample index: " + "; ".join(byidx))
+            elif not has_labels:
+                once = "unknown (no labels)"
+            else:
+                once = "**" + "; ".join(labels) + "**"
+            ok, notes = output_check(r, base, pl, thumbs_base) if base else (None, "")
+            if key == BASELINE:
+                o = p.get("output") or {}
+                notes = (f"reference: mean {o.get('mean')}, std {o.get('std')}")
+            elif ok is False:
+                notes = "**differs**: " + notes
+            bold = "**" if key == BASELINE else ""
+            lines.append(f"| {bold}{label}{bold} | {rate:.0f} | "
+                         f"{_fmt(rate / brate if brate else None, '.2f')} | "
+                         f"{_fmt(rate / lrate if lrate else None, '.2f')} | {memtxt} | "
+                         f"{p['cpu_s_per_image'] * 1e3:.2f} | {'yes' if has_labels else '**no**'} | "
+                         f"{once} | {notes} |")
+        lines.append("")
+    lines.append("## Corrupt sample (one truncated JPEG among 32, val pipeline, one epoch)\n")
+    lines.append("| system | what happened |")
+    lines.append("|---|---|")
+    for key, r in results.items():
+        if key == LIMIT or "unavailable" in r:
+            continue
+        c = r.get("corrupt")
+        if any("not available yet" in str(p.get("error", "")) for p in r.get("pipelines", {}).values()):
+            continue
+        lines.append(f"| {SYSTEMS[key][0]} | {(c or {}).get('outcome', 'not run')} |")
+    lines.append("")
+    lines.append("## How each system was configured\n")
+    for key, r in results.items():
+        if "unavailable" in r:
+            lines.append(f"- **{SYSTEMS[key][0]}**: not run: {r['unavailable']}")
+            continue
+        notes = {p.get("note", "") for p in r.get("pipelines", {}).values() if isinstance(p, dict)}
+        notes = "; ".join(sorted(n for n in notes if n))
+        lines.append(f"- **{SYSTEMS[key][0]}** ({r.get('wall_s', '?')} s in all): {notes}")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def chart(a, results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pipelines = [p for p in a.pipelines.split(",") if p]
+    keys = [k for k, r in results.items() if "unavailable" not in r]
+    base = results.get(BASELINE, {}).get("pipelines", {})
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(keys) * len(pipelines) + 1.5))
+    ys, labels, vals, colors = [], [], [], []
+    y = 0
+    for k in reversed(keys):
+        for j, pl in enumerate(pipelines):
+            p = results[k].get("pipelines", {}).get(pl, {})
+            b = base.get(pl, {}).get("images_per_s")
+            v = p.get("images_per_s") / b if (p.get("images_per_s") and b) else 0
+            ys.append(y)
+            vals.append(v)
+            labels.append(f"{SYSTEMS[k][0]} [{pl}]")
+            colors.append("tab:blue" if pl == "train" else "tab:orange")
+            y += 1
+        y += 0.5
+    ax.barh(ys, vals, color=colors)
+    for yy, v in zip(ys, vals):
+        ax.text(v, yy, f" {v:.2f}×" if v else " not run / failed", va="center", fontsize=8)
+    ax.set_yticks(ys)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xlabel("images/s relative to torchvision ImageFolder + v2 + DataLoader (Pillow)")
+    ax.set_title(f"{'hires' if a.hires else 'ImageNet-sized'} JPEGs, {a.workers} workers, "
+                 f"batch {a.batch} (blue: train, orange: val)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 512 images, 1 warm-up + 1 timed epoch (< 3 min on 2 cores)")
+    ap.add_argument("--hires", action="store_true", help="1600-4000 px images instead")
+    ap.add_argument("--n", type=int, help="images (default 2048; --quick 512; --hires 256)")
+    ap.add_argument("--epochs", type=int, help="timed epochs (default 3; --quick 2)")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=2, help="worker processes/threads (all systems)")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pipelines", default="train,val")
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help=f"comma list from: {', '.join(SYSTEMS)}")
+    ap.add_argument("--setup-envs", action="store_true",
+                    help="create missing venvs first (benchmarks/setup_envs.py)")
+    ap.add_argument("--data-root", default=str(HERE / "data"))
+    ap.add_argument("--out-dir", default=str(HERE / "results"))
+    ap.add_argument("--tag", help="output file stem (default: derived from the options)")
+    ap.add_argument("--timeout", type=float, default=120,
+                    help="seconds to wait for a system to exit after its last step")
+    ap.add_argument("--sequential", action="store_true",
+                    help="run systems one after another instead of interleaving their epochs")
+    a = ap.parse_args(argv)
+    if a.n is None:
+        a.n = 512 if a.quick else (256 if a.hires else 2048)
+        if a.quick and a.hires:
+            a.n = 64
+    if a.epochs is None:
+        a.epochs = 1 if a.quick else 3
+    keys = [k for k in a.systems.split(",") if k]
+    unknown = [k for k in keys if k not in SYSTEMS]
+    if unknown:
+        ap.error(f"unknown systems {unknown}")
+    # the baseline first (others are compared with it), the limit last
+    keys = ([BASELINE] if BASELINE in keys else []) + [k for k in keys if k not in (BASELINE, LIMIT)] \
+        + ([LIMIT] if LIMIT in keys else [])
+    t_start = time.time()
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")
+    cmdline = "python benchmarks/run.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
+    mach = machine()
+    if a.setup_envs:
+        needed = sorted({SYSTEMS[k][2] for k in keys if SYSTEMS[k][2]})
+        for v in needed:
+            if setup_envs.status(v)[0] == "missing":
+                setup_envs.create(v, share=True, force=False)
+    data_root = Path(a.data_root)
+    tagdata = f"bench-n{a.n}-s{a.seed}{'-hires' if a.hires else ''}"
+    print(f"preparing data {data_root / tagdata} ...", flush=True)
+    data = prepare_data(data_root / tagdata, a.n, a.seed, a.hires, a.workers)
+    corrupt = prepare_data(data_root / f"bench-corrupt32-s{a.seed}", 32, a.seed + 1, False,
+                           a.workers, corrupt=True)
+    data_meta = json.loads((data / "manifest.json").read_text())
+    tag = a.tag or ("quick" if a.quick else "full") + ("-hires" if a.hires else "")
+    out_dir = Path(a.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workdir = data_root / f"work-{tag}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    for f in workdir.glob("*"):
+        f.unlink()
+    with open(workdir / "log.txt", "w") as log:
+        if a.sequential:
+            results = {}
+            for k in keys:
+                results.update(run_lockstep([k], a, data, corrupt, workdir, log))
+        else:
+            results = run_lockstep(keys, a, data, corrupt, workdir, log)
+    for k, r in results.items():
+        summary = r.get("unavailable") or r.get("error") or ", ".join(
+            f"{pl} {p['images_per_s']:.0f}/s" if "images_per_s" in p else f"{pl} {p.get('error')}"
+            for pl, p in r.get("pipelines", {}).items())
+        print(f"[{k}] {summary}", flush=True)
+    duration = time.time() - t_start
+    report = build_report(a, results, mach, cmdline, started, duration, data_meta)
+    md = out_dir / f"{tag}.md"
+    md.write_text(report + f"\n![ratios]({tag}.png)\n")
+    for r in results.values():
+        r.pop("thumbs_file", None)
+    (out_dir / f"{tag}.json").write_text(json.dumps(
+        {"machine": mach, "command": cmdline, "started": started, "duration_s": duration,
+         "args": vars(a), "data": data_meta, "results": results}, indent=1, default=str))
+    try:
+        chart(a, results, out_dir / f"{tag}.png")
+    except Exception as exc:  # noqa: BLE001 - the table matters more than the chart
+        print(f"chart failed: {exc!r}")
+    print(report)
+    print(f"wrote {md} ({duration:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The physical limit: libjpeg-turbo full decode alone over the same files, one thread,
+multiplied by the number of workers.
+
+The JPEG bytes are read into memory first; a pass decodes every image at full size to RGB
+(no resize, no normalise, no batching). Two libjpeg-turbo front ends are timed: Pillow
+(``Image.open(BytesIO(b)).load()``, the libjpeg-turbo Pillow bundles) and turboloader's
+``decode_jpeg`` (the libjpeg-turbo it links), when importable; the faster one is the limit.
+A loader that decodes at a reduced DCT scale or only a crop window (RandomResizedCrop) can
+beat this "limit": it decodes fewer pixels than a full decode.
+"""
+import glob
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import _harness as H
+
+
+def main():
+    args = H.parse_args()
+    files = sorted(glob.glob(f"{args.data}/folder/*/*.jpg"))
+    blobs = [Path(f).read_bytes() for f in files]
+    from PIL import Image
+
+    fronts = {"Pillow Image.open().load()": lambda b: Image.open(io.BytesIO(b)).load()}
+    try:
+        from turboloader.jpeg import decode_jpeg
+
+        fronts["turboloader decode_jpeg"] = decode_jpeg
+    except Exception as exc:  # noqa: BLE001
+        print(f"turboloader decode_jpeg unavailable: {exc!r}")
+    H._phase("PHASE", "decode")
+    times = {k: [] for k in fronts}
+    cpu = {k: 0.0 for k in fronts}
+    for e in range(args.warmup + args.epochs):
+        for k, f in fronts.items():
+            H.gate(f"decode:{k}:{e}")
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            for b in blobs:
+                f(b)
+            dt = time.perf_counter() - t0
+            if e >= args.warmup:
+                times[k].append(dt)
+                cpu[k] += time.process_time() - c0
+    H._phase("END", "decode")
+    n = len(blobs)
+    single = {k: n / float(np.median(v)) for k, v in times.items()}
+    best = max(single, key=single.get)
+    note = (f"{best}: {single[best]:.0f} images/s on 1 thread x {args.workers}; "
+            + ", ".join(f"{k} {v:.0f}/s" for k, v in single.items() if k != best))
+    res = {"images_per_s": single[best] * args.workers, "single_thread": single,
+           "cpu_s_per_image": cpu[best] / (n * args.epochs), "note": note, "labels": ["n/a"],
+           "n": n}
+    import PIL.features
+    versions = {"PIL": __import__("PIL").__version__,
+                "libjpeg-turbo": PIL.features.version_feature("libjpeg_turbo")}
+    out = {"system": "decode-limit", "versions": versions,
+           "pipelines": {p: dict(res, pipeline=p) for p in args.pipelines.split(",") if p}}
+    H.gate("exit")
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
