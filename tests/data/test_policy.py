@@ -184,3 +184,17 @@ def test_policy_validation():
         FailurePolicy("skip", "10")
     assert FailurePolicy("skip", 0.1).budget(50) == 5
     assert FailurePolicy("skip", 3).budget(50) == 3
+
+
+def test_duplicate_and_empty_members(tmp_path):
+    path = write_tar(tmp_path / "dup.tar", [
+        ("a.jpg", jpeg(0)), ("a.cls", b"0"), ("a.jpg", jpeg(1)),  # duplicate within a sample
+        ("b.jpg", b""), ("b.cls", b"1"),                          # zero-length image
+        ("c.jpg", jpeg(2)), ("c.cls", b"2"),
+    ])
+    with pytest.raises(SampleError, match="duplicate member 'a.jpg'"):
+        labels_of(TarDataset(path, size_of, shuffle=False))
+    ds = TarDataset(path, size_of, on_error="skip", max_failures=2, shuffle=False)
+    assert labels_of(ds) == [2, 2, 2]
+    reasons = {s["key"]: s["reason"] for s in ds.stats()["skipped"]}
+    assert reasons["a"].startswith("SampleError") and reasons["b"].startswith("DecodeError")
