@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from turboloader.errors import DecodeError, SampleError, TurboLoaderError
+from turboloader.errors import SampleError, TurboLoaderError
 from turboloader.tbl import MAGIC, Codec, TBLFile, TBLWriter, _image_size, detect_codec
 
 __all__ = [

@@ -1,7 +1,6 @@
 """TBLDataset: agreement with ImageFolder, per-sample randomness, failure policy, cache,
 RAW records, several files, DataLoader workers with DistributedSampler."""
 
-import numpy as np
 import pytest
 import torch
 

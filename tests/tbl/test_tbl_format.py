@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from turboloader.errors import FormatError, TurboLoaderError
-from turboloader.tbl import (ENTRY_DTYPE, FOOTER_SIZE, HEADER_SIZE, Codec, Compression, TBLFile,
+from turboloader.tbl import (ENTRY_DTYPE, FOOTER_SIZE, Codec, Compression, TBLFile,
                              TBLWriter, write_tbl)
 
 ROOT = Path(__file__).resolve().parents[2]
