@@ -113,6 +113,7 @@ def extensions():
         ext("_jpeg", "_jpeg.pyx", "jpeg_shim.c", jpeg=True),
         ext("_imgproc", "_imgproc.pyx"),
         ext("_fused", "_fused.pyx", "jpeg_shim.c", jpeg=True),
+        ext("_warp", "_warp.pyx"),
     ]
     only = {s.strip() for s in os.environ.get("TURBOLOADER_ONLY", "").split(",") if s.strip()}
     if only:
