@@ -6,7 +6,7 @@ fused decode path cimports. Resampling reproduces Pillow's ``Resample.c`` (8 bpc
 horizontal pass first), so results match Pillow and torchvision's antialiased uint8 resize
 within 1; the colour kernels follow torchvision v2's uint8 tensor arithmetic in float32.
 """
-from libc.math cimport ceil, floorf, fmodf, isfinite
+from libc.math cimport ceil, floorf, fmodf, isfinite, nearbyintf
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
@@ -982,3 +982,324 @@ def adjust_hue_(uint8_t[:, :, ::1] img not None, double factor, /):
                            <int>img.shape[2], factor)
     if st != IMGPROC_OK:
         _raise_status(st, "adjust_hue")
+
+
+# ---------------------------------------------------------------------------------------------
+# Point operations (AutoAugment's colour ops), torchvision v2 uint8 semantics
+# ---------------------------------------------------------------------------------------------
+
+cdef inline int _check_plain(const uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
+                             int channels) noexcept nogil:
+    if img == NULL or h <= 0 or w <= 0 or channels < 1 or channels > 4:
+        return IMGPROC_EBADSIZE
+    if stride < w * channels:
+        return IMGPROC_ESTRIDE
+    return IMGPROC_OK
+
+
+cdef int posterize_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
+                      int channels, int bits) noexcept nogil:
+    """In place ``x & mask`` keeping the top ``bits`` bits (no GIL; vectorizes)."""
+    cdef Py_ssize_t y, j, n = w * channels
+    cdef uint8_t* row
+    cdef uint8_t mask
+    cdef int st = _check_plain(img, h, w, stride, channels)
+    if st != IMGPROC_OK:
+        return st
+    if bits < 0 or bits > 8:
+        return IMGPROC_EARG
+    mask = <uint8_t>(((1 << bits) - 1) << (8 - bits))
+    for y in range(h):
+        row = img + y * stride
+        for j in range(n):
+            row[j] = row[j] & mask
+    return IMGPROC_OK
+
+
+cdef int solarize_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
+                     int channels, int threshold) noexcept nogil:
+    """In place ``x >= threshold ? 255 - x : x`` for an integer threshold in [0, 256] (no GIL)."""
+    cdef Py_ssize_t y, j, n = w * channels
+    cdef uint8_t* row
+    cdef uint8_t v, t
+    cdef int st = _check_plain(img, h, w, stride, channels)
+    if st != IMGPROC_OK:
+        return st
+    if threshold < 0 or threshold > 256:
+        return IMGPROC_EARG
+    if threshold == 256:
+        return IMGPROC_OK
+    t = <uint8_t>threshold
+    for y in range(h):
+        row = img + y * stride
+        for j in range(n):
+            v = row[j]
+            row[j] = (255 - v) if v >= t else v
+    return IMGPROC_OK
+
+
+cdef int invert_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
+                   int channels) noexcept nogil:
+    """In place ``255 - x`` (no GIL; vectorizes)."""
+    cdef Py_ssize_t y, j, n = w * channels
+    cdef uint8_t* row
+    cdef int st = _check_plain(img, h, w, stride, channels)
+    if st != IMGPROC_OK:
+        return st
+    for y in range(h):
+        row = img + y * stride
+        for j in range(n):
+            row[j] = 255 - row[j]
+    return IMGPROC_OK
+
+
+cdef int lut_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
+                int channels, const uint8_t* lut) noexcept nogil:
+    """In place per-channel table lookup; ``lut`` holds ``channels * 256`` bytes (no GIL)."""
+    cdef Py_ssize_t y, x
+    cdef uint8_t* row
+    cdef int st = _check_plain(img, h, w, stride, channels)
+    if st != IMGPROC_OK:
+        return st
+    if lut == NULL:
+        return IMGPROC_EARG
+    for y in range(h):
+        row = img + y * stride
+        if channels == 3:
+            for x in range(w):
+                row[3 * x] = lut[row[3 * x]]
+                row[3 * x + 1] = lut[256 + row[3 * x + 1]]
+                row[3 * x + 2] = lut[512 + row[3 * x + 2]]
+        elif channels == 1:
+            for x in range(w):
+                row[x] = lut[row[x]]
+        else:
+            for x in range(w * channels):
+                row[x] = lut[(x % channels) * 256 + row[x]]
+    return IMGPROC_OK
+
+
+cdef int histogram_u8(const uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
+                      int channels, int64_t* hist) noexcept nogil:
+    """Add per-channel value counts to ``hist`` (``channels * 256`` int64; no GIL)."""
+    cdef Py_ssize_t y, x
+    cdef const uint8_t* row
+    cdef int st = _check_plain(img, h, w, stride, channels)
+    if st != IMGPROC_OK:
+        return st
+    if hist == NULL:
+        return IMGPROC_EARG
+    for y in range(h):
+        row = img + y * stride
+        if channels == 3:
+            for x in range(w):
+                hist[row[3 * x]] += 1
+                hist[256 + row[3 * x + 1]] += 1
+                hist[512 + row[3 * x + 2]] += 1
+        else:
+            for x in range(w * channels):
+                hist[(x % channels) * 256 + row[x]] += 1
+    return IMGPROC_OK
+
+
+cdef int grayscale_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_stride,
+                      uint8_t* dst, Py_ssize_t dst_stride, int out_channels) noexcept nogil:
+    """3-channel ``src`` -> 1 or 3 channel ``dst``: torchvision's float32 luma, truncated."""
+    cdef float lr[256]
+    cdef float lg[256]
+    cdef float lb[256]
+    cdef Py_ssize_t y, x
+    cdef const uint8_t* row
+    cdef uint8_t* drow
+    cdef uint8_t v
+    if src == NULL or dst == NULL or h <= 0 or w <= 0 or (out_channels != 1 and out_channels != 3):
+        return IMGPROC_EBADSIZE
+    if src_stride < 3 * w or dst_stride < out_channels * w:
+        return IMGPROC_ESTRIDE
+    _gray_luts(lr, lg, lb)
+    for y in range(h):
+        row = src + y * src_stride
+        drow = dst + y * dst_stride
+        if out_channels == 1:
+            for x in range(w):
+                drow[x] = <uint8_t><int32_t>_gray_f(lr, lg, lb, row + 3 * x)
+        else:
+            for x in range(w):
+                v = <uint8_t><int32_t>_gray_f(lr, lg, lb, row + 3 * x)
+                drow[3 * x] = v
+                drow[3 * x + 1] = v
+                drow[3 * x + 2] = v
+    return IMGPROC_OK
+
+
+cdef int sharpness_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_stride,
+                      int channels, uint8_t* dst, Py_ssize_t dst_stride,
+                      double factor) noexcept nogil:
+    """torchvision ``adjust_sharpness`` on uint8: src -> dst, borders copied (no GIL)."""
+    cdef Py_ssize_t y, j, n = w * channels, C = channels
+    cdef const uint8_t* r0
+    cdef const uint8_t* r1
+    cdef const uint8_t* r2
+    cdef uint8_t* d
+    cdef float a = <float>(1.0 / 13.0), b = <float>(5.0 / 13.0)
+    cdef float alpha = <float>(1.0 - factor)
+    cdef float s, x, blur, o
+    if src == NULL or dst == NULL or h <= 0 or w <= 0 or (channels != 1 and channels != 3):
+        return IMGPROC_EBADSIZE
+    if src_stride < n or dst_stride < n:
+        return IMGPROC_ESTRIDE
+    if not isfinite(factor) or factor < 0.0:
+        return IMGPROC_EARG
+    for y in range(h):
+        memcpy(dst + y * dst_stride, src + y * src_stride, n)
+    if h <= 2 or w <= 2:
+        return IMGPROC_OK
+    for y in range(1, h - 1):
+        r0 = src + (y - 1) * src_stride
+        r1 = src + y * src_stride
+        r2 = src + (y + 1) * src_stride
+        d = dst + y * dst_stride
+        for j in range(C, n - C):
+            x = <float>r1[j]
+            s = a * <float>r0[j - C] + a * <float>r0[j]
+            s = s + a * <float>r0[j + C]
+            s = s + a * <float>r1[j - C]
+            s = s + b * x
+            s = s + a * <float>r1[j + C]
+            s = s + a * <float>r2[j - C]
+            s = s + a * <float>r2[j]
+            s = s + a * <float>r2[j + C]
+            blur = nearbyintf(s)
+            o = x + alpha * (blur - x)
+            d[j] = _clamp_trunc(o)
+    return IMGPROC_OK
+
+
+cdef int _plain_args(const uint8_t[:, :, ::1] img, str what) except -1:
+    if img.shape[2] < 1 or img.shape[2] > 4:
+        raise ValueError(f"{what}: images must have 1 to 4 channels, got {img.shape[2]}")
+    if img.shape[0] <= 0 or img.shape[1] <= 0:
+        raise ValueError(f"{what}: sizes must be positive")
+    return 0
+
+
+def posterize_(uint8_t[:, :, ::1] img not None, int bits, /):
+    """In place: keep the top ``bits`` (0..8) bits of every value (torchvision ``posterize``).
+
+    Raises ValueError for bits outside 0..8. Example: ``posterize_(img, 4)``.
+    """
+    cdef int st
+    _plain_args(img, "posterize")
+    if bits < 0 or bits > 8:
+        raise ValueError(f"posterize: bits must be in [0, 8], got {bits}")
+    with nogil:
+        st = posterize_u8(&img[0, 0, 0], img.shape[0], img.shape[1], img.strides[0],
+                          <int>img.shape[2], bits)
+    if st != IMGPROC_OK:
+        _raise_status(st, "posterize")
+
+
+def solarize_(uint8_t[:, :, ::1] img not None, int threshold, /):
+    """In place: invert values ``>= threshold`` (an integer in [0, 256]; 256 changes nothing).
+
+    Raises ValueError outside [0, 256]. Example: ``solarize_(img, 128)``.
+    """
+    cdef int st
+    _plain_args(img, "solarize")
+    if threshold < 0 or threshold > 256:
+        raise ValueError(f"solarize: threshold must be in [0, 256], got {threshold}")
+    with nogil:
+        st = solarize_u8(&img[0, 0, 0], img.shape[0], img.shape[1], img.strides[0],
+                         <int>img.shape[2], threshold)
+    if st != IMGPROC_OK:
+        _raise_status(st, "solarize")
+
+
+def invert_(uint8_t[:, :, ::1] img not None, /):
+    """In place ``img = 255 - img``. Example: ``invert_(img)``."""
+    cdef int st
+    _plain_args(img, "invert")
+    with nogil:
+        st = invert_u8(&img[0, 0, 0], img.shape[0], img.shape[1], img.strides[0],
+                       <int>img.shape[2])
+    if st != IMGPROC_OK:
+        _raise_status(st, "invert")
+
+
+def lut_(uint8_t[:, :, ::1] img not None, const uint8_t[:, ::1] lut not None, /):
+    """In place per-channel lookup: ``img[..., c] = lut[c][img[..., c]]``; lut is (C, 256).
+
+    Raises ValueError on a lut of the wrong shape. Example: ``lut_(img, np.tile(np.arange(256, dtype=np.uint8)[::-1], (3, 1)))``.
+    """
+    cdef int st
+    _plain_args(img, "lut")
+    if lut.shape[0] != img.shape[2] or lut.shape[1] != 256:
+        raise ValueError(f"lut: table must have shape ({img.shape[2]}, 256), got "
+                         f"{(lut.shape[0], lut.shape[1])}")
+    with nogil:
+        st = lut_u8(&img[0, 0, 0], img.shape[0], img.shape[1], img.strides[0],
+                    <int>img.shape[2], &lut[0, 0])
+    if st != IMGPROC_OK:
+        _raise_status(st, "lut")
+
+
+def histogram(const uint8_t[:, :, ::1] img not None, /):
+    """Per-channel 256-bin histograms of ``img`` as a (C, 256) int64 array.
+
+    Example: ``histogram(img)[0].sum() == img.shape[0] * img.shape[1]``.
+    """
+    import numpy as np
+    cdef int st
+    _plain_args(img, "histogram")
+    hist = np.zeros((img.shape[2], 256), np.int64)
+    cdef int64_t[:, ::1] hv = hist
+    with nogil:
+        st = histogram_u8(&img[0, 0, 0], img.shape[0], img.shape[1], img.strides[0],
+                          <int>img.shape[2], &hv[0, 0])
+    if st != IMGPROC_OK:
+        _raise_status(st, "histogram")
+    return hist
+
+
+def grayscale_into(const uint8_t[:, :, ::1] src not None, uint8_t[:, :, ::1] dst not None, /):
+    """(H, W, 3) ``src`` -> (H, W, 1 or 3) ``dst``: torchvision's uint8 ``rgb_to_grayscale``.
+
+    Raises ValueError on shapes. Example: ``grayscale_into(img, np.empty(img.shape[:2] + (1,), np.uint8))``.
+    """
+    cdef int st
+    if src.shape[2] != 3:
+        raise ValueError(f"grayscale: src must have 3 channels, got {src.shape[2]}")
+    if dst.shape[0] != src.shape[0] or dst.shape[1] != src.shape[1] or dst.shape[2] not in (1, 3):
+        raise ValueError("grayscale: dst must be (H, W, 1) or (H, W, 3) with src's H and W")
+    if src.shape[0] <= 0 or src.shape[1] <= 0:
+        raise ValueError("grayscale: sizes must be positive")
+    with nogil:
+        st = grayscale_u8(&src[0, 0, 0], src.shape[0], src.shape[1], src.strides[0],
+                          &dst[0, 0, 0], dst.strides[0], <int>dst.shape[2])
+    if st != IMGPROC_OK:
+        _raise_status(st, "grayscale")
+
+
+def sharpness_into(const uint8_t[:, :, ::1] src not None, uint8_t[:, :, ::1] dst not None,
+                   double factor, /):
+    """torchvision's uint8 ``adjust_sharpness(src, factor)`` written into ``dst``.
+
+    Raises ValueError on shapes, overlapping buffers or a negative factor.
+    Example: ``sharpness_into(img, out, 1.8)``.
+    """
+    cdef int st
+    cdef Py_ssize_t H = src.shape[0], W = src.shape[1], C = src.shape[2]
+    _check_channels(C, "adjust_sharpness", False)
+    if dst.shape[0] != H or dst.shape[1] != W or dst.shape[2] != C:
+        raise ValueError("adjust_sharpness: dst must have the shape of src")
+    if H <= 0 or W <= 0:
+        raise ValueError("adjust_sharpness: sizes must be positive")
+    if not isfinite(factor) or factor < 0:
+        raise ValueError(f"sharpness_factor ({factor}) is not non-negative.")
+    if _overlap(&src[0, 0, 0], H * src.strides[0], &dst[0, 0, 0], H * dst.strides[0]):
+        raise ValueError("adjust_sharpness: src and dst overlap")
+    with nogil:
+        st = sharpness_u8(&src[0, 0, 0], H, W, src.strides[0], <int>C, &dst[0, 0, 0],
+                          dst.strides[0], factor)
+    if st != IMGPROC_OK:
+        _raise_status(st, "adjust_sharpness")

@@ -15,7 +15,7 @@ import operator
 
 import numpy as np
 
-from turboloader._native import _imgproc
+from turboloader._native import _imgproc, _warp
 
 __all__ = [
     "Interpolation",
@@ -23,12 +23,26 @@ __all__ = [
     "adjust_contrast",
     "adjust_hue",
     "adjust_saturation",
+    "adjust_sharpness",
+    "affine",
+    "autocontrast",
     "crop",
+    "equalize",
+    "erase",
+    "gaussian_blur",
     "horizontal_flip",
+    "invert",
+    "pad",
+    "perspective",
+    "posterize",
     "resize",
     "resized_crop",
+    "rgb_to_grayscale",
+    "rotate",
+    "solarize",
     "to_chw_normalized",
     "to_chw_uint8",
+    "vertical_flip",
 ]
 
 
@@ -403,4 +417,486 @@ def to_chw_uint8(img, *, flip=False, out=None):
     hwc, _ = _image(img, "to_chw_uint8", channels=(3,))
     res = _output(out, (3,) + hwc.shape[:2], np.uint8, "to_chw_uint8")
     _imgproc.chw_into(hwc, res, flip=bool(flip))
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Geometry: flips, padding, warps (torchvision v2's uint8 tensor path), blur, erasing
+# ---------------------------------------------------------------------------------------------
+
+def vertical_flip(img):
+    """Return the image mirrored top-bottom (a new C-contiguous array).
+
+    Example:
+        >>> upside_down = vertical_flip(img)
+    """
+    _image(img, "vertical_flip", channels=(1, 2, 3, 4))
+    return np.ascontiguousarray(img[::-1])
+
+
+def _pad_arg(padding):
+    # torchvision's [all] / [left/right, top/bottom] / [left, top, right, bottom]
+    if isinstance(padding, (int, np.integer)) and not isinstance(padding, bool):
+        padding = [int(padding)]
+    try:
+        padding = [_index(p, "padding") for p in padding]
+    except TypeError:
+        raise TypeError(f"padding must be an int or a sequence of ints, got {padding!r}") from None
+    if len(padding) == 1:
+        return [padding[0]] * 4
+    if len(padding) == 2:
+        return [padding[0], padding[1], padding[0], padding[1]]
+    if len(padding) == 4:
+        return padding
+    raise ValueError(f"padding must have 1, 2 or 4 elements, got {len(padding)}")
+
+
+def pad(img, padding, fill=0, padding_mode="constant"):
+    """Pad like torchvision's ``pad``: ``padding`` = int, (lr, tb) or (left, top, right, bottom).
+
+    Args:
+        img: (H, W[, C]) uint8.
+        padding: as torchvision; negative values crop (``constant``/``edge`` only... as
+            torchvision, any mode: a negative pad removes that many pixels first).
+        fill: constant value, or one per channel (``"constant"`` mode only).
+        padding_mode: ``"constant"``, ``"edge"``, ``"reflect"`` or ``"symmetric"``.
+
+    Returns:
+        A new C-contiguous array.
+
+    Raises:
+        ValueError: bad mode or padding length; reflect padding not smaller than the side.
+
+    Example:
+        >>> padded = pad(img, [4, 4], fill=(124, 116, 104))
+    """
+    hwc, flat = _image(img, "pad", channels=(1, 2, 3, 4))
+    if padding_mode not in ("constant", "edge", "reflect", "symmetric"):
+        raise ValueError("Padding mode should be either constant, edge, reflect or symmetric")
+    left, top, right, bottom = _pad_arg(padding)
+    # negative padding crops, as torch's pad does
+    hwc = hwc[max(0, -top):hwc.shape[0] - max(0, -bottom), max(0, -left):hwc.shape[1] - max(0, -right)]
+    left, top, right, bottom = (max(0, v) for v in (left, top, right, bottom))
+    if hwc.shape[0] <= 0 or hwc.shape[1] <= 0:
+        raise ValueError("pad: negative padding removes the whole image")
+    widths = [(top, bottom), (left, right), (0, 0)]
+    if padding_mode == "constant":
+        C = hwc.shape[2]
+        vals = np.broadcast_to(np.asarray(0 if fill is None else fill, np.float64).reshape(-1), (C,))
+        out = np.empty((hwc.shape[0] + top + bottom, hwc.shape[1] + left + right, C), np.uint8)
+        out[...] = np.clip(np.round(vals), 0, 255).astype(np.uint8)
+        out[top:top + hwc.shape[0], left:left + hwc.shape[1]] = hwc
+    else:
+        if padding_mode == "reflect" and (max(top, bottom) >= hwc.shape[0]
+                                          or max(left, right) >= hwc.shape[1]):
+            raise ValueError("pad: reflect padding must be smaller than the image side")
+        out = np.ascontiguousarray(np.pad(hwc, widths, mode=padding_mode))
+    return out[:, :, 0] if flat else out
+
+
+_WARP_MODES = {"nearest": _warp.NEAREST, "bilinear": _warp.BILINEAR}
+
+
+def _warp_mode(interpolation):
+    name = getattr(interpolation, "value", interpolation)
+    if isinstance(name, (int, np.integer)) and not isinstance(name, bool):
+        name = {0: "nearest", 2: "bilinear"}.get(int(name), name)   # PIL constants
+    if isinstance(name, str) and name.lower() in _WARP_MODES:
+        return _WARP_MODES[name.lower()]
+    raise ValueError(f"interpolation must be 'nearest' or 'bilinear' for warps (as torchvision's "
+                     f"tensor kernels), got {interpolation!r}")
+
+
+def _warp_fill(fill):
+    if fill is None or isinstance(fill, (int, float, np.number)):
+        return None if fill is None else float(fill)
+    return [float(v) for v in fill]
+
+
+def inverse_affine_matrix(center, angle, translate, scale, shear):
+    """torchvision's ``_get_inverse_affine_matrix`` (output -> input, centred coordinates).
+
+    Example:
+        >>> inverse_affine_matrix([0.0, 0.0], 0.0, [0.0, 0.0], 1.0, [0.0, 0.0])
+        [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    """
+    rot = math.radians(angle)
+    sx, sy = math.radians(shear[0]), math.radians(shear[1])
+    cx, cy = center
+    tx, ty = translate
+    a = math.cos(rot - sy) / math.cos(sy)
+    b = -math.cos(rot - sy) * math.tan(sx) / math.cos(sy) - math.sin(rot)
+    c = math.sin(rot - sy) / math.cos(sy)
+    d = -math.sin(rot - sy) * math.tan(sx) / math.cos(sy) + math.cos(rot)
+    matrix = [x / scale for x in (d, -b, 0.0, -c, a, 0.0)]
+    matrix[2] += matrix[0] * (-cx - tx) + matrix[1] * (-cy - ty)
+    matrix[5] += matrix[3] * (-cx - tx) + matrix[4] * (-cy - ty)
+    matrix[2] += cx
+    matrix[5] += cy
+    return matrix
+
+
+def _shear_pair(shear):
+    if isinstance(shear, (int, float, np.number)):
+        return [float(shear), 0.0]
+    shear = [float(v) for v in shear]
+    if len(shear) == 1:
+        return [shear[0], shear[0]]
+    if len(shear) != 2:
+        raise ValueError(f"shear should be a sequence of length 2, got {len(shear)}")
+    return shear
+
+
+def affine(img, angle, translate, scale, shear, interpolation="nearest", fill=None, center=None):
+    """Affine warp with torchvision v2's uint8 tensor semantics (``F.affine``).
+
+    Same matrix (``_get_inverse_affine_matrix``), float32 sampling grid and
+    ``grid_sample(align_corners=False)`` taps, fill blend and round-half-even as torchvision;
+    measured identical on the tests' images (see ``tests/transforms/test_augment.py``).
+
+    Args:
+        img: (H, W[, C]) uint8, C in 1..4.
+        angle: degrees, counter-clockwise. translate: (tx, ty) pixels. scale: > 0.
+        shear: a number (x shear) or (sx, sy) in degrees.
+        interpolation: ``"nearest"`` or ``"bilinear"`` (or the InterpolationMode / PIL code).
+        fill: None (zeros), a number, or one number per channel.
+        center: optional (cx, cy) pixel centre of rotation; default the image centre.
+
+    Returns:
+        A new (H, W[, C]) uint8 array.
+
+    Raises:
+        ValueError: bad interpolation, scale <= 0, bad translate/shear/fill lengths.
+
+    Example:
+        >>> tilted = affine(img, 15.0, [4, -2], 1.1, [5.0, 0.0], "bilinear", fill=0)
+    """
+    hwc, flat = _image(img, "affine", channels=(1, 2, 3, 4))
+    mode = _warp_mode(interpolation)
+    if not scale > 0.0:
+        raise ValueError("Argument scale should be positive")
+    translate = [float(t) for t in translate]
+    if len(translate) != 2:
+        raise ValueError(f"translate should be a sequence of length 2, got {len(translate)}")
+    H, W = hwc.shape[:2]
+    center_f = [0.0, 0.0] if center is None else [c - s * 0.5 for c, s in zip(center, (W, H))]
+    matrix = inverse_affine_matrix(center_f, float(angle), translate, float(scale),
+                                   _shear_pair(shear))
+    res, dst = _hwc_out(None, H, W, hwc.shape[2], flat, "affine")
+    _warp.affine_into(hwc, dst, matrix=matrix, interpolation=mode, fill=_warp_fill(fill))
+    return res
+
+
+def _expanded_size(matrix, w, h):
+    # torchvision's _compute_affine_output_size (tensor variant: float32, 1e-4 truncation)
+    half_w, half_h = 0.5 * w, 0.5 * h
+    m = np.asarray(matrix, np.float32).reshape(2, 3)
+    pts = np.array([[-half_w, -half_h, 1.0], [-half_w, half_h, 1.0], [half_w, half_h, 1.0],
+                    [half_w, -half_h, 1.0]], np.float32)
+    new = pts @ m.T
+    lo = new.min(axis=0) + np.array([half_w, half_h], np.float32)
+    hi = new.max(axis=0) + np.array([half_w, half_h], np.float32)
+    cmax = np.ceil(np.trunc(hi * np.float32(1e4)) * np.float32(1e-4))
+    cmin = np.floor(np.trunc(lo * np.float32(1e4)) * np.float32(1e-4))
+    size = cmax - cmin
+    return int(size[0]), int(size[1])
+
+
+def rotate(img, angle, interpolation="nearest", expand=False, center=None, fill=None):
+    """Rotate counter-clockwise by ``angle`` degrees, as torchvision v2's ``F.rotate`` on uint8.
+
+    Multiples of 90 degrees take torchvision's exact fast paths (rot90) where it does.
+
+    Args:
+        img: (H, W[, C]) uint8.
+        angle: degrees. interpolation: ``"nearest"`` or ``"bilinear"``.
+        expand: grow the output to hold the whole rotated image (torchvision's size rule).
+        center: optional (cx, cy) pixel centre; default the image centre.
+        fill: None (zeros), a number or one per channel.
+
+    Returns:
+        A new uint8 array.
+
+    Example:
+        >>> turned = rotate(img, 30.0, "bilinear", fill=0)
+    """
+    hwc, flat = _image(img, "rotate", channels=(1, 2, 3, 4))
+    angle = float(angle) % 360
+    H, W = hwc.shape[:2]
+    if center is None:
+        k = None
+        if angle == 0:
+            k = 0
+        elif angle == 180:
+            k = 2
+        elif (expand or H == W) and angle in (90.0, 270.0):
+            k = 1 if angle == 90 else 3
+        if k is not None:
+            out = np.ascontiguousarray(np.rot90(hwc, k=k, axes=(0, 1)))
+            return out[:, :, 0] if flat else out
+    mode = _warp_mode(interpolation)
+    center_f = [0.0, 0.0] if center is None else [c - s * 0.5 for c, s in zip(center, (W, H))]
+    matrix = inverse_affine_matrix(center_f, -angle, [0.0, 0.0], 1.0, [0.0, 0.0])
+    ow, oh = _expanded_size(matrix, W, H) if expand else (W, H)
+    res, dst = _hwc_out(None, oh, ow, hwc.shape[2], flat, "rotate")
+    _warp.affine_into(hwc, dst, matrix=matrix, interpolation=mode, fill=_warp_fill(fill))
+    return res
+
+
+def perspective_coefficients(startpoints, endpoints):
+    """torchvision's ``_get_perspective_coeffs``: 8 float32-rounded coefficients mapping
+    output (``endpoints``) to input (``startpoints``) corners.
+
+    Example:
+        >>> perspective_coefficients([[0, 0], [9, 0], [9, 9], [0, 9]], [[0, 0], [9, 0], [9, 9], [0, 9]])
+        [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    """
+    if len(startpoints) != 4 or len(endpoints) != 4:
+        raise ValueError(f"Please provide exactly four corners, got {len(startpoints)} "
+                         f"startpoints and {len(endpoints)} endpoints.")
+    a = np.zeros((8, 8), np.float64)
+    for i, (p1, p2) in enumerate(zip(endpoints, startpoints)):
+        a[2 * i] = [p1[0], p1[1], 1, 0, 0, 0, -p2[0] * p1[0], -p2[0] * p1[1]]
+        a[2 * i + 1] = [0, 0, 0, p1[0], p1[1], 1, -p2[1] * p1[0], -p2[1] * p1[1]]
+    b = np.asarray(startpoints, np.float64).reshape(8)
+    res = np.linalg.lstsq(a, b, rcond=None)[0].astype(np.float32)
+    return [float(v) for v in res]
+
+
+def perspective(img, startpoints, endpoints, interpolation="bilinear", fill=None,
+                coefficients=None):
+    """Perspective warp, as torchvision v2's ``F.perspective`` on uint8 tensors.
+
+    Args:
+        img: (H, W[, C]) uint8.
+        startpoints, endpoints: four ``[x, y]`` corners each (top-left, top-right,
+            bottom-right, bottom-left), or None when ``coefficients`` is given.
+        interpolation: ``"nearest"`` or ``"bilinear"``.
+        fill: None (zeros), a number or one per channel.
+        coefficients: the 8 coefficients directly.
+
+    Returns:
+        A new uint8 array of the same shape.
+
+    Example:
+        >>> warped = perspective(img, [[0, 0], [99, 0], [99, 99], [0, 99]],
+        ...                      [[5, 3], [90, 0], [99, 95], [2, 99]])
+    """
+    hwc, flat = _image(img, "perspective", channels=(1, 2, 3, 4))
+    mode = _warp_mode(interpolation)
+    if coefficients is not None:
+        if startpoints is not None and endpoints is not None:
+            raise ValueError("The startpoints/endpoints and the coefficients shouldn't be "
+                             "defined concurrently.")
+        if len(coefficients) != 8:
+            raise ValueError("Argument coefficients should have 8 float values")
+        coeffs = [float(c) for c in coefficients]
+    elif startpoints is not None and endpoints is not None:
+        coeffs = perspective_coefficients(startpoints, endpoints)
+    else:
+        raise ValueError("Either the startpoints/endpoints or the coefficients must have non "
+                         "`None` values.")
+    res, dst = _hwc_out(None, hwc.shape[0], hwc.shape[1], hwc.shape[2], flat, "perspective")
+    _warp.perspective_into(hwc, dst, coefficients=coeffs, interpolation=mode,
+                           fill=_warp_fill(fill))
+    return res
+
+
+def gaussian_kernel1d(kernel_size, sigma):
+    """torchvision's float32 1-D Gaussian taps: ``softmax(-(linspace(-lim, lim) / sigma)^2)``."""
+    lim = (kernel_size - 1) / (2.0 * math.sqrt(2.0))
+    x = np.linspace(-lim, lim, kernel_size, dtype=np.float32) if kernel_size > 1 else \
+        np.zeros(1, np.float32)
+    z = -np.square(x / np.float32(sigma))
+    e = np.exp(z - z.max())
+    return (e / e.sum(dtype=np.float32)).astype(np.float32)
+
+
+def gaussian_blur(img, kernel_size, sigma=None):
+    """Gaussian blur as torchvision v2's ``F.gaussian_blur`` on uint8 (reflect padding).
+
+    Args:
+        img: (H, W[, C]) uint8.
+        kernel_size: odd positive int or (kx, ky).
+        sigma: float or (sx, sy); default ``0.3 * ((k - 1) * 0.5 - 1) + 0.8`` as torchvision
+            (``k * 0.15 + 0.35``).
+
+    Returns:
+        A new uint8 array.
+
+    Raises:
+        ValueError: even or non-positive sizes, non-positive sigma, kernel half-width not
+            smaller than the image side (torch's reflect-padding limit).
+
+    Example:
+        >>> soft = gaussian_blur(img, 9, 2.0)
+    """
+    hwc, flat = _image(img, "gaussian_blur", channels=(1, 2, 3, 4))
+    if isinstance(kernel_size, (int, np.integer)):
+        kernel_size = [int(kernel_size)] * 2
+    kernel_size = [_index(k, "kernel_size") for k in kernel_size]
+    if len(kernel_size) != 2:
+        raise ValueError(f"If kernel_size is a sequence its length should be 2. Got {len(kernel_size)}")
+    for k in kernel_size:
+        if k % 2 == 0 or k < 0:
+            raise ValueError(f"kernel_size should have odd and positive integers. Got {kernel_size}")
+    if sigma is None:
+        sigma = [k * 0.15 + 0.35 for k in kernel_size]
+    elif isinstance(sigma, (int, float, np.number)):
+        sigma = [float(sigma)] * 2
+    else:
+        sigma = [float(s) for s in sigma]
+        if len(sigma) == 1:
+            sigma = sigma * 2
+        if len(sigma) != 2:
+            raise ValueError(f"If sigma is a sequence, its length should be 2. Got {len(sigma)}")
+    if any(s <= 0.0 for s in sigma):
+        raise ValueError(f"sigma should have positive values. Got {sigma}")
+    kx = gaussian_kernel1d(kernel_size[0], sigma[0])
+    ky = gaussian_kernel1d(kernel_size[1], sigma[1])
+    res, dst = _hwc_out(None, hwc.shape[0], hwc.shape[1], hwc.shape[2], flat, "gaussian_blur")
+    tmp = np.empty(hwc.size, np.float32)
+    _warp.gaussian_blur_into(hwc, dst, kx=kx, ky=ky, tmp=tmp)
+    return res
+
+
+def erase(img, i, j, h, w, v, inplace=False):
+    """Set the window ``(i, j, h, w)`` to ``v`` (a scalar, per-channel values or an
+    (h, w[, C]) block), as torchvision's ``erase``.
+
+    Example:
+        >>> cut = erase(img, 10, 10, 32, 32, 0)
+    """
+    _image(img, "erase", channels=(1, 2, 3, 4))
+    out = img if inplace else img.copy()
+    out[i:i + h, j:j + w] = v
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Point operations (AutoAugment's colour ops)
+# ---------------------------------------------------------------------------------------------
+
+def _point(img, what, inplace):
+    hwc, _ = _image(img, what, channels=(1, 2, 3, 4))
+    if inplace:
+        if not img.flags.writeable:
+            raise ValueError(f"{what}: img is read-only; pass inplace=False")
+        return img, hwc
+    res = img.copy()
+    return res, (res[:, :, None] if res.ndim == 2 else res)
+
+
+def posterize(img, bits, *, inplace=False):
+    """Keep the top ``bits`` bits of each value (torchvision ``posterize`` on uint8).
+
+    Raises TypeError unless ``bits`` is an int in [0, 8]. Example: ``posterize(img, 4)``.
+    """
+    if not isinstance(bits, (int, np.integer)) or isinstance(bits, bool) or not 0 <= bits <= 8:
+        raise TypeError(f"bits must be a positive integer in the range [0, 8], got {bits} instead.")
+    res, target = _point(img, "posterize", inplace)
+    _imgproc.posterize_(target, int(bits))
+    return res
+
+
+def solarize(img, threshold, *, inplace=False):
+    """Invert values ``>= threshold`` (torchvision ``solarize`` on uint8).
+
+    Raises TypeError when threshold > 255 (as torchvision). Example: ``solarize(img, 128)``.
+    """
+    threshold = float(threshold)
+    if threshold > 255:
+        raise TypeError(f"Threshold should be less or equal the maximum value of the dtype, "
+                        f"but got {threshold}")
+    res, target = _point(img, "solarize", inplace)
+    _imgproc.solarize_(target, max(0, math.ceil(threshold)))   # x >= t  <=>  x >= ceil(t)
+    return res
+
+
+def invert(img, *, inplace=False):
+    """``255 - img``. Example: ``invert(img)``."""
+    res, target = _point(img, "invert", inplace)
+    _imgproc.invert_(target)
+    return res
+
+
+def rgb_to_grayscale(img, num_output_channels=1):
+    """torchvision's uint8 ``rgb_to_grayscale``: truncated float32 ``0.2989 R + 0.587 G + 0.114 B``.
+
+    Args:
+        img: (H, W, 3) uint8, or a 1-channel image (copied / repeated).
+        num_output_channels: 1 or 3.
+
+    Returns:
+        (H, W, num_output_channels) uint8 ((H, W) for a 2-D 1-channel input and 1 output).
+
+    Example:
+        >>> g = rgb_to_grayscale(img, 3)
+    """
+    if num_output_channels not in (1, 3):
+        raise ValueError(f"num_output_channels must be 1 or 3, got {num_output_channels}.")
+    hwc, flat = _image(img, "rgb_to_grayscale", channels=(1, 3))
+    if hwc.shape[2] == 1:
+        if num_output_channels == 1:
+            return img.copy()
+        return np.repeat(hwc, 3, axis=2)
+    out = np.empty(hwc.shape[:2] + (num_output_channels,), np.uint8)
+    _imgproc.grayscale_into(hwc, out)
+    return out
+
+
+def autocontrast(img, *, inplace=False):
+    """Stretch each channel to [0, 255] (torchvision ``autocontrast`` on uint8, float32 math).
+
+    Example: ``autocontrast(img)``.
+    """
+    res, target = _point(img, "autocontrast", inplace)
+    hist = _imgproc.histogram(target)
+    C = target.shape[2]
+    lut = np.empty((C, 256), np.uint8)
+    v = np.arange(256, dtype=np.float32)
+    for c in range(C):
+        nz = np.flatnonzero(hist[c])
+        lo, hi = np.float32(nz[0]), np.float32(nz[-1])
+        if lo == hi:
+            lo, inv_scale = np.float32(0.0), np.float32(1.0)
+        else:
+            inv_scale = (hi - lo) * np.float32(1.0 / 255)
+        lut[c] = np.clip((v - lo) / inv_scale, 0, 255).astype(np.uint8)
+    _imgproc.lut_(target, lut)
+    return res
+
+
+def equalize(img, *, inplace=False):
+    """Histogram equalization per channel (torchvision ``equalize`` / PIL's LUT rule).
+
+    Example: ``equalize(img)``.
+    """
+    res, target = _point(img, "equalize", inplace)
+    hist = _imgproc.histogram(target)
+    C = target.shape[2]
+    n = target.shape[0] * target.shape[1]
+    lut = np.empty((C, 256), np.uint8)
+    ident = np.arange(256, dtype=np.uint8)
+    for c in range(C):
+        cum = np.cumsum(hist[c])
+        last = int(np.argmax(cum))                 # first bin reaching the total
+        step = (n - int(hist[c][last])) // 255
+        if step == 0:
+            lut[c] = ident
+            continue
+        lut[c, 0] = 0
+        lut[c, 1:] = np.clip((cum[:-1] + step // 2) // step, 0, 255)
+    _imgproc.lut_(target, lut)
+    return res
+
+
+def adjust_sharpness(img, sharpness_factor):
+    """torchvision's uint8 ``adjust_sharpness``: blend with a 3x3 smoothing of the interior.
+
+    Raises ValueError for a negative factor. Example: ``adjust_sharpness(img, 1.8)``.
+    """
+    hwc, flat = _image(img, "adjust_sharpness")
+    res, dst = _hwc_out(None, hwc.shape[0], hwc.shape[1], hwc.shape[2], flat, "adjust_sharpness")
+    _imgproc.sharpness_into(hwc, dst, float(sharpness_factor))
     return res
