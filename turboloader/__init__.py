@@ -9,6 +9,7 @@ from turboloader.errors import (
     DecodeError,
     DecodeWarning,
     FailureBudgetExceeded,
+    FormatError,
     SampleError,
     TarFormatError,
     TurboLoaderError,
@@ -25,6 +26,10 @@ _LAZY = {
     "decode_resized_crop": "turboloader.fused",
     "TarDataset": "turboloader.data",
     "ImageFolder": "turboloader.data",
+    "TBLDataset": "turboloader.data",
+    "TBLFile": "turboloader.tbl",
+    "TBLWriter": "turboloader.tbl",
+    "write_tbl": "turboloader.tbl",
     "transforms": "turboloader.transforms",
 }
 
@@ -32,6 +37,7 @@ __all__ = [
     "DecodeError",
     "DecodeWarning",
     "FailureBudgetExceeded",
+    "FormatError",
     "SampleError",
     "TarFormatError",
     "TurboLoaderError",
