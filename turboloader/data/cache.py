@@ -12,6 +12,7 @@ import io
 import numbers
 import re
 import struct
+import threading
 import time
 from collections import OrderedDict
 
@@ -54,7 +55,8 @@ def parse_size(size) -> int:
 class ByteLRU:
     """Least-recently-used mapping whose values' sizes add up to at most ``capacity`` bytes.
 
-    A value larger than the whole capacity is not stored. Not thread-safe (one per process).
+    A value larger than the whole capacity is not stored. Thread-safe (a lock around each
+    operation): the thread backend's decode threads may share one (map-style datasets).
 
     Example:
         >>> lru = ByteLRU(100)
@@ -70,16 +72,18 @@ class ByteLRU:
         self._data = OrderedDict()
         self.nbytes = 0
         self.hits = self.misses = self.evictions = 0
+        self._lock = threading.Lock()
 
     def get(self, key):
         """The value for ``key`` (now most recently used), or None; counts a hit or a miss."""
-        entry = self._data.get(key)
-        if entry is None:
-            self.misses += 1
-            return None
-        self._data.move_to_end(key)
-        self.hits += 1
-        return entry[0]
+        with self._lock:
+            entry = self._data.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._data.move_to_end(key)
+            self.hits += 1
+            return entry[0]
 
     def put(self, key, value, nbytes: int) -> int:
         """Store ``value`` of ``nbytes`` bytes, evicting the least recently used as needed.
@@ -87,20 +91,21 @@ class ByteLRU:
         Returns:
             The number of entries evicted.
         """
-        old = self._data.pop(key, None)
-        if old is not None:
-            self.nbytes -= old[1]
-        if nbytes > self.capacity:
-            return 0
-        evicted = 0
-        while self.nbytes + nbytes > self.capacity:
-            _, (_, size) = self._data.popitem(last=False)
-            self.nbytes -= size
-            evicted += 1
-        self._data[key] = (value, nbytes)
-        self.nbytes += nbytes
-        self.evictions += evicted
-        return evicted
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self.nbytes -= old[1]
+            if nbytes > self.capacity:
+                return 0
+            evicted = 0
+            while self.nbytes + nbytes > self.capacity:
+                _, (_, size) = self._data.popitem(last=False)
+                self.nbytes -= size
+                evicted += 1
+            self._data[key] = (value, nbytes)
+            self.nbytes += nbytes
+            self.evictions += evicted
+            return evicted
 
     def peek(self, key, default=None):
         """The value for ``key`` without counting a hit or refreshing it."""
@@ -114,8 +119,9 @@ class ByteLRU:
         return key in self._data
 
     def clear(self):
-        self._data.clear()
-        self.nbytes = 0
+        with self._lock:
+            self._data.clear()
+            self.nbytes = 0
 
     def stats(self) -> dict:
         return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
@@ -217,9 +223,14 @@ class Decoder:
         entry = self.cache.peek(key)
         return default if entry is None else entry[2]
 
-    def __call__(self, data, *, key, rng, counters=None, extra=None):
+    def __call__(self, data, *, key, rng, counters=None, extra=None, out=None):
         """The transformed image for encoded ``data``; ``key`` names it in the cache, where
-        ``extra`` is kept with it (``data`` may be None when ``key`` is cached)."""
+        ``extra`` is kept with it (``data`` may be None when ``key`` is cached).
+
+        ``out``: an optional C-contiguous CPU slot (e.g. ``batch[i]`` of a preallocated
+        batch) that the fused plan paths write into and return. The generic path (no plan,
+        or a non-JPEG without the cache) ignores it: callers check ``result is out`` and
+        copy otherwise."""
         timer = Timer(counters)
         plan = self.plan
         if self.cache is not None:
@@ -239,7 +250,7 @@ class Decoder:
                 arr, source, _ = hit
             if plan is not None:
                 src = None if tuple(source) == arr.shape[:2] else tuple(source)
-                out = plan.from_array(arr, rng=rng, source_size=src)
+                out = plan.from_array(arr, rng=rng, source_size=src, out=out)
             else:
                 from PIL import Image
 
@@ -247,7 +258,7 @@ class Decoder:
             timer.lap("transform_s")
             return out
         if plan is not None and is_jpeg(data):
-            out = plan.from_jpeg(data, rng=rng, max_pixels=self.max_pixels)
+            out = plan.from_jpeg(data, rng=rng, max_pixels=self.max_pixels, out=out)
             timer.lap("decode_s")
             return out
         if is_jpeg(data):

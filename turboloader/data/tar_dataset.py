@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -28,6 +29,7 @@ from turboloader.transforms._random import sample_rng
 __all__ = ["TarDataset"]
 
 _FAILED = object()
+_STATES_LOCK = threading.Lock()  # guards TarDataset._states (module level: picklable dataset)
 
 
 def _topology(rank, world_size):
@@ -212,13 +214,13 @@ class TarDataset(torch.utils.data.IterableDataset):
         self._random_access = [not is_stream(u) for u in self.urls]
         self._epoch = SharedEpoch(0)
         self._telemetry = Telemetry()
-        self._state = None
+        self._states = {}  # name -> _ProcessState of this process (one per reading stream)
 
     # -- pickling (DataLoader workers) ----------------------------------------------------
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_state"] = None
+        state["_states"] = {}
         if self.rank is None:
             # a spawned worker cannot see the parent's process group: resolve it now
             rank, world = _topology(None, None)
@@ -257,20 +259,33 @@ class TarDataset(torch.utils.data.IterableDataset):
     # -- reading ----------------------------------------------------------------------------
 
     def _process_state(self, name):
-        st = self._state
-        if st is None or st.pid != os.getpid() or st.name != name:
-            if st is not None and st.pid == os.getpid():
-                st.close()
-            st = self._state = _ProcessState(self, name)
+        """The reading state named ``name`` in this process, kept across epochs (its cache
+        too). One per stream: a DataLoader worker process has one, the thread backend one
+        per logical worker, each used by one thread at a time. States inherited from a
+        parent process (fork) are dropped, not closed."""
+        pid = os.getpid()
+        with _STATES_LOCK:
+            states = self._states
+            if any(st.pid != pid for st in states.values()):
+                states = self._states = {k: st for k, st in states.items() if st.pid == pid}
+            st = states.get(name)
+            if st is None:
+                st = states[name] = _ProcessState(self, name)
         return st
 
-    def _read(self, st, g, slot, epoch, log, counters):
+    @property
+    def _state(self):
+        """The most recently created reading state of this process, or None (debugging)."""
+        states = [st for st in self._states.values() if st.pid == os.getpid()]
+        return states[-1] if states else None
+
+    def _read(self, st, g, slot, epoch, log, counters, out=None):
         """The sample with global index ``g`` (or _FAILED under skip)."""
         rng = sample_rng(self.seed, epoch, slot)
         label = st.decoder.cached_extra(g, _FAILED)
         if label is not _FAILED:  # cached with its label: no shard access at all
             try:
-                image = st.decoder(None, key=g, rng=rng, counters=counters)
+                image = st.decoder(None, key=g, rng=rng, counters=counters, out=out)
             except TurboLoaderError as exc:
                 exc.add_note(f"TarDataset: cached sample #{g}")
                 log.record(exc, shard=None, key=None)
@@ -290,7 +305,8 @@ class TarDataset(torch.utils.data.IterableDataset):
             try:
                 _check_record(record)
                 label = parse_label(record.label, record.label_ext, self.label_key)
-                image = st.decoder(record.image, key=g, rng=rng, counters=counters, extra=label)
+                image = st.decoder(record.image, key=g, rng=rng, counters=counters, extra=label,
+                                   out=out)
             except TurboLoaderError as exc:
                 exc.add_note(f"TarDataset: shard {url!r}, key {record.key!r}, member "
                              f"{record.member!r} at byte offset {record.offset}")
@@ -303,27 +319,43 @@ class TarDataset(torch.utils.data.IterableDataset):
         return image, label
 
     def __iter__(self):
-        rank, world = _topology(self.rank, self.world_size)
         info = torch.utils.data.get_worker_info()
-        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is None:
+            return self._stream(0, 1, "main")
+        return self._stream(info.id, info.num_workers, f"worker{info.id}")
+
+    def _stream(self, worker, num_workers, name, out_slots=None):
+        """The (image, label) samples of logical worker ``worker`` of ``num_workers`` in the
+        current epoch: exactly what ``__iter__`` yields in DataLoader worker ``worker``
+        (same items, order, transform parameters and failure policy).
+
+        The hook of ``turboloader.DataLoader(backend="threads")``, which runs each logical
+        worker's stream in its own thread. ``name`` names the reading state and its
+        statistics (``"rank{r}-{name}"`` in ``stats()["workers"]``). ``out_slots``: None,
+        or a callable returning the slot (a C-contiguous CPU tensor, e.g. ``batch[i]``, or
+        None) that the next sample is decoded into; it is called before each read, so a
+        read that fails and is skipped leaves its slot to the next sample. A yielded image
+        is that slot when the fused plan wrote it, otherwise a new tensor to copy.
+        """
+        rank, world = _topology(self.rank, self.world_size)
         epoch = self._epoch.value
-        name = f"rank{rank}-worker{worker}" if info is not None else f"rank{rank}-main"
-        st = self._process_state(name)
+        st = self._process_state(f"rank{rank}-{name}")
         slots, samples = sharding.worker_items(
             self._counts, seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank,
             world_size=world, worker=worker, num_workers=num_workers, pad=self.pad,
             fixed=bool(self._cache_bytes), random_access=self._random_access,
             mix_shards=self.mix_shards)
-        return self._generate(st, slots.tolist(), samples.tolist(), epoch)
+        return self._generate(st, slots.tolist(), samples.tolist(), epoch, out_slots)
 
-    def _generate(self, st, slots, samples, epoch):
+    def _generate(self, st, slots, samples, epoch, out_slots=None):
         recorder = st.recorder
         counters = recorder.counters(epoch)
         log = FailureLog(self.policy, len(samples), epoch=epoch, recorder=recorder)
         good, failed = [], []
         try:
+            slot_of = out_slots or (lambda: None)
             for slot, g in zip(slots, samples):
-                out = self._read(st, g, slot, epoch, log, counters)
+                out = self._read(st, g, slot, epoch, log, counters, slot_of())
                 if out is _FAILED:
                     failed.append(slot)
                     continue
@@ -336,7 +368,7 @@ class TarDataset(torch.utils.data.IterableDataset):
                         f"no sample of this worker's {len(samples)} could be read to replace "
                         f"{len(failed)} skipped ones (epoch {epoch})", log.failures)
                 g = good[k % len(good)]
-                out = self._read(st, g, failed[0], epoch, log, counters)
+                out = self._read(st, g, failed[0], epoch, log, counters, slot_of())
                 if out is _FAILED:
                     good.remove(g)
                     continue
@@ -360,9 +392,9 @@ class TarDataset(torch.utils.data.IterableDataset):
         ``"rank{r}-main"``, each with its ``cache`` gauge). Workers report every
         ``stats_interval`` samples and at the end of each pass. Counts are this rank's.
         """
-        st = self._state
-        if st is not None and st.pid == os.getpid():
-            st.recorder.flush()
+        for st in list(self._states.values()):
+            if st.pid == os.getpid():
+                st.recorder.flush()
         out = self._telemetry.collect(epoch)
         out["failed_shards"] = list(self.failed_shards)
         return out
