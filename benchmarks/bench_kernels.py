@@ -396,7 +396,10 @@ def _pick_scale_for(tl, w, h, min_h, min_w, pow2=False):
     pick_scale (any k/8) when present and not ``pow2``, else the power-of-two rule (the scales
     libjpeg-turbo has SIMD IDCTs for, and the only ones Pillow's draft() uses)."""
     if tl.pick_scale is not None and not pow2:
-        return Fraction(tl.pick_scale(w, h, min_h, min_w))
+        try:
+            return Fraction(tl.pick_scale(w, h, min_h, min_w, fast_only=False))
+        except TypeError:  # before pick_scale grew fast_only (it then considered any k/8)
+            return Fraction(tl.pick_scale(w, h, min_h, min_w))
     s = Fraction(1)
     for cand in (Fraction(1, 2), Fraction(1, 4), Fraction(1, 8)):
         if math.ceil(w * cand) >= min_w and math.ceil(h * cand) >= min_h:
