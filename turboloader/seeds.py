@@ -93,18 +93,23 @@ def _as_list(samples):
 
 
 def _core_loader(dataset, *, batch_size, num_workers, collate_fn=None, shuffle=False,
-                 pin_memory=False, drop_last=False, backend=None):
+                 sampler=None, pin_memory=False, drop_last=False, backend=None):
     """turboloader's DataLoader over ``dataset``; torch's when that module is not present."""
     kwargs = {"batch_size": batch_size, "shuffle": shuffle, "num_workers": int(num_workers),
               "pin_memory": bool(pin_memory) and torch.cuda.is_available(),
               "drop_last": drop_last}
     if collate_fn is not None:
         kwargs["collate_fn"] = collate_fn
+    if sampler is not None:
+        kwargs["sampler"] = sampler
+        kwargs["shuffle"] = False
     try:
         from turboloader.loader import DataLoader
     except ImportError:  # the core loader is optional here: torch's runs the same datasets
         DataLoader = None
     if DataLoader is not None:
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            kwargs["shuffle"] = None  # the dataset shuffles itself
         if backend is not None:
             kwargs["backend"] = backend
         return DataLoader(dataset, **kwargs)
@@ -716,38 +721,16 @@ def imagenet_val_transform(image_size=224):
                       T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 
-class _CountLRU:
-    """The decode cache bounded in images rather than bytes (the seed's ``cache_size``),
-    thread-safe: turboloader's byte LRU with every entry counted as 1, under a lock."""
+def _count_lru(capacity):
+    """The decode cache bounded in images rather than bytes (the seed's ``cache_size``):
+    turboloader's thread-safe LRU with every entry counted as one unit."""
+    from turboloader.data import ByteLRU
 
-    def __init__(self, capacity):
-        from turboloader.data import ByteLRU
+    class CountLRU(ByteLRU):
+        def put(self, key, value, nbytes):
+            return super().put(key, value, 1)
 
-        self._lru = ByteLRU(int(capacity))
-        self._lock = threading.Lock()
-
-    def get(self, key):
-        with self._lock:
-            return self._lru.get(key)
-
-    def peek(self, key, default=None):
-        with self._lock:
-            return self._lru.peek(key, default)
-
-    def put(self, key, value, nbytes):
-        with self._lock:
-            return self._lru.put(key, value, 1)
-
-    def __contains__(self, key):
-        with self._lock:
-            return key in self._lru
-
-    def __len__(self):
-        return len(self._lru)
-
-    def stats(self):
-        with self._lock:
-            return self._lru.stats()
+    return CountLRU(int(capacity))
 
 
 class _Preloaded(dict):
@@ -826,7 +809,7 @@ class HighPerformanceDataset(torch.utils.data.Dataset):
 
         decoder = Decoder(self.transform)
         if cache is None and self.cache_size:
-            cache = _CountLRU(self.cache_size)
+            cache = _count_lru(self.cache_size)
         decoder.cache = cache
         return decoder
 
