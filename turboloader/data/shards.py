@@ -12,10 +12,17 @@ Two readers:
 * :class:`StreamShard` (``.tar.gz`` / ``.tgz``): read front to back with :mod:`tarfile`.
   Reading sample ``j`` after sample ``k > j`` re-opens the stream, so stream shards are
   always visited in stream order. Counting a stream shard's samples decompresses it once.
+
+Remote shards (``s3://``, ``http(s)://``, see :mod:`turboloader.data.remote`): without a
+:class:`~turboloader.data.remote.ShardCache` they are streamed (a :class:`StreamShard`
+over a retrying remote stream, read in stream order, nothing downloaded ahead); with one,
+the shard is fetched into the node-local cache and read as a local file (``.tar``: a
+random-access :class:`TarShard` over the cached copy). Errors name the URL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -26,7 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from turboloader.errors import SampleError, TarFormatError
+from turboloader.data.remote import is_remote, open_remote, url_path
+from turboloader.errors import SampleError, TarFormatError, TurboLoaderError
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -41,6 +49,7 @@ __all__ = [
     "is_stream",
     "open_shard",
     "parse_label",
+    "random_access",
     "split_key",
 ]
 
@@ -89,7 +98,8 @@ def expand_urls(urls) -> list[str]:
 
     Brace patterns are expanded first, then each item containing ``*``, ``?`` or ``[`` is
     globbed (sorted). Plain paths are kept as given, in order; existence is checked when the
-    shard is opened.
+    shard is opened. Remote URLs (``s3://``, ``http(s)://``) are brace-expanded but never
+    globbed (a ``?`` there starts a query string).
 
     Raises:
         FileNotFoundError: a glob matched nothing.
@@ -109,7 +119,7 @@ def expand_urls(urls) -> list[str]:
         if not isinstance(url, (str, os.PathLike)):
             raise TypeError(f"each url must be a str or os.PathLike, not {type(url).__name__}")
         for item in braceexpand(os.fspath(url)):
-            if glob.has_magic(item):
+            if glob.has_magic(item) and not is_remote(item):
                 matches = sorted(glob.glob(item))
                 if not matches:
                     raise FileNotFoundError(f"no shard matches {item!r}")
@@ -123,7 +133,7 @@ def expand_urls(urls) -> list[str]:
 
 def is_stream(url: str) -> bool:
     """True for shards read as a compressed stream (``.tar.gz``, ``.tgz``)."""
-    return url.lower().endswith(_STREAM_SUFFIXES)
+    return url_path(url).lower().endswith(_STREAM_SUFFIXES)
 
 
 def split_key(name: str):
@@ -232,11 +242,11 @@ class TarShard:
 
     random_access = True
 
-    def __init__(self, url: str, /):
+    def __init__(self, url: str, /, *, path=None):
         from turboloader.tar import TarIndex
 
-        self.url = url
-        self._index = TarIndex(url)
+        self.url = url  # what errors name; ``path`` (default: the url) is what is read
+        self._index = TarIndex(url if path is None else path)
         names = self._index.names
         groups = _group(names)
         self._keys = [g[0] for g in groups]
@@ -296,21 +306,29 @@ class StreamShard:
 
     random_access = False
 
-    def __init__(self, url: str, /):
+    def __init__(self, url: str, /, *, opener=None):
         self.url = url
+        self._opener = opener  # () -> binary file object; default: open the path ``url``
         self._it = None
         self._next = 0  # index of the sample the open stream yields next
 
     def _samples(self, *, read=True):
         """Yield SampleRecords in stream order (data read only for image/label members)."""
         url = self.url
+        fileobj = None
         try:
-            tf = tarfile.open(url, mode="r|*")
+            if self._opener is None:
+                tf = tarfile.open(url, mode="r|*")
+            else:
+                fileobj = self._opener()
+                tf = tarfile.open(fileobj=fileobj, mode="r|*")
         except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-            if isinstance(exc, FileNotFoundError):
+            if fileobj is not None:
+                fileobj.close()
+            if isinstance(exc, (FileNotFoundError, TurboLoaderError)):
                 raise
             raise _stream_error(url, exc) from exc
-        with tf:
+        with tf, (fileobj if fileobj is not None else contextlib.nullcontext()):
             key = members = problem = first = None
             try:
                 for info in tf:
@@ -331,6 +349,8 @@ class StreamShard:
                         data = tf.extractfile(info).read()
                     members[ext] = (info.name, info.offset_data, data)
             except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+                if isinstance(exc, TurboLoaderError):  # a remote shard that stayed unavailable
+                    raise
                 raise _stream_error(url, exc) from exc
             if key is not None:
                 yield self._record(key, members, problem, first)
@@ -370,18 +390,37 @@ class StreamShard:
         self._next = 0
 
 
-def open_shard(url: str, /):
-    """A :class:`TarShard` for ``.tar`` files, a :class:`StreamShard` for ``.tar.gz``/``.tgz``."""
+def open_shard(url: str, /, *, cache=None):
+    """A :class:`TarShard` for ``.tar`` files, a :class:`StreamShard` for ``.tar.gz``/``.tgz``.
+
+    Remote URLs: with ``cache`` (a :class:`~turboloader.data.remote.ShardCache`) the shard
+    is fetched into it and read locally; without, it is streamed (a :class:`StreamShard`).
+    """
+    if is_remote(url):
+        if cache is not None:
+            path = cache.fetch(url)
+            if is_stream(url):
+                return StreamShard(url, opener=lambda: open(path, "rb"))
+            return TarShard(url, path=path)
+        return StreamShard(url, opener=lambda: open_remote(url))
     return StreamShard(url) if is_stream(url) else TarShard(url)
 
 
-def count_samples(url: str, /) -> int:
-    """Number of samples in a shard (a ``.tar.gz`` is decompressed once to count them).
+def random_access(url: str, /, *, cache=None) -> bool:
+    """Whether the samples of shard ``url`` can be read in any order: local ``.tar``, or
+    remote ``.tar`` with a shard cache."""
+    return not is_stream(url) and (cache is not None or not is_remote(url))
+
+
+def count_samples(url: str, /, *, cache=None) -> int:
+    """Number of samples in a shard (a ``.tar.gz`` is decompressed once to count them; a
+    remote shard is read once, into ``cache`` if given).
 
     Raises:
         TarFormatError: the shard is malformed. FileNotFoundError: it does not exist.
+        RemoteShardError: a remote shard stayed unavailable.
     """
-    shard = open_shard(url)
+    shard = open_shard(url, cache=cache)
     try:
         return shard.count() if isinstance(shard, StreamShard) else len(shard)
     finally:

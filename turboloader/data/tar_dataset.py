@@ -18,10 +18,11 @@ from turboloader.data.shards import (
     check_record as _check_record,
     count_samples,
     expand_urls,
-    is_stream,
     open_shard,
     parse_label,
+    random_access as _random_access,
 )
+from turboloader.data.remote import RemoteShardError, ShardCache
 from turboloader.errors import FailureBudgetExceeded, TarFormatError, TurboLoaderError
 from turboloader.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.transforms._random import sample_rng
@@ -42,6 +43,42 @@ def _topology(rank, world_size):
     return 0, 1
 
 
+def delivered_counts(sizes, batches, batch_size, *, drop_last=False):
+    """Samples each worker stream has delivered after ``batches`` batches of a torch
+    DataLoader over an iterable dataset, and the stream the next batch comes from.
+
+    Each worker batches its own stream (``batch_size`` samples, a short last batch unless
+    ``drop_last``); the main process takes batches round-robin from worker 0, skipping
+    workers that are exhausted (torch's order with ``in_order=True``).
+
+    Example:
+        >>> delivered_counts([5, 5, 4], 4, 2)
+        ([4, 2, 2], 1)
+    """
+    if batch_size < 1 or batches < 0:
+        raise ValueError(f"need batch_size >= 1 and batches >= 0, got {batch_size}, {batches}")
+    nb = [n // batch_size if drop_last else -(-n // batch_size) for n in sizes]
+    if batches > sum(nb):
+        raise ValueError(f"{batches} batches is more than the epoch's {sum(nb)}")
+    got = [0] * len(sizes)
+    left, r = batches, 0
+    while left:
+        active = [w for w in range(len(sizes)) if nb[w] > r]
+        if left >= len(active):  # a whole round
+            for w in active:
+                got[w] += 1
+            left -= len(active)
+            r += 1
+            continue
+        for w in active[:left]:
+            got[w] += 1
+        left = 0
+    # the next batch: the lowest round still open, lowest worker in it
+    waiting = [(got[w], w) for w in range(len(sizes)) if nb[w] > got[w]]
+    next_worker = min(waiting)[1] if waiting else 0
+    return [min(g * batch_size, n) for g, n in zip(got, sizes)], next_worker
+
+
 class _ProcessState:
     """What one process keeps while reading: open shards, the decoder (and its cache),
     the statistics recorder. Never pickled; rebuilt in each worker process."""
@@ -51,6 +88,8 @@ class _ProcessState:
         self.name = name
         self.shards = OrderedDict()
         self.max_open = dataset.mix_shards + 4  # the window, plus pads and replacements
+        self.shard_cache = dataset.shard_cache
+        self.plan = []  # the shards of the current pass, in order of first use (prefetch)
         self.decoder = Decoder(dataset.transform, cache=dataset._cache_bytes,
                                short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
         self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval)
@@ -59,7 +98,14 @@ class _ProcessState:
     def shard(self, url):
         reader = self.shards.get(url)
         if reader is None:
-            reader = self.shards[url] = open_shard(url)
+            reader = self.shards[url] = open_shard(url, cache=self.shard_cache)
+            if self.shard_cache is not None and self.plan:
+                # a new shard: have the node cache fetch the ones this stream reads next
+                try:
+                    i = self.plan.index(url)
+                except ValueError:
+                    i = -1
+                self.shard_cache.prefetch(self.plan[i + 1:i + 1 + self.shard_cache.prefetch_count])
             while len(self.shards) > self.max_open:
                 self.shards.popitem(last=False)[1].close()
         else:
@@ -168,7 +214,8 @@ class TarDataset(torch.utils.data.IterableDataset):
     def __init__(self, urls, transform=None, target_transform=None, *, shuffle=True, seed=0,
                  label_key="label", rank=None, world_size=None, pad=True, cache=None,
                  cache_short_side=None, on_error="raise", max_failures=0.01,
-                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16):
+                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16,
+                 shard_cache=None, shard_sizes=None):
         super().__init__()
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank and world_size, or neither")
@@ -192,14 +239,25 @@ class TarDataset(torch.utils.data.IterableDataset):
         if int(mix_shards) < 1:
             raise ValueError(f"mix_shards must be >= 1, got {mix_shards}")
         self.mix_shards = int(mix_shards)
+        if shard_cache is not None and not isinstance(shard_cache, ShardCache):
+            shard_cache = ShardCache(shard_cache)
+        self.shard_cache = shard_cache
 
         self.urls = []
         self.failed_shards = []
         counts = []
-        for url in expand_urls(urls):
+        expanded = expand_urls(urls)
+        if shard_sizes is not None:
+            shard_sizes = ([shard_sizes[u] for u in expanded] if isinstance(shard_sizes, dict)
+                           else [int(c) for c in shard_sizes])
+            if len(shard_sizes) != len(expanded) or min(shard_sizes, default=0) < 0:
+                raise ValueError(f"shard_sizes needs one count >= 0 per shard "
+                                 f"({len(expanded)} shards)")
+        for i, url in enumerate(expanded):
             try:
-                n = count_samples(url)
-            except TarFormatError as exc:
+                n = shard_sizes[i] if shard_sizes is not None else count_samples(
+                    url, cache=self.shard_cache)
+            except (TarFormatError, RemoteShardError) as exc:
                 exc.add_note(f"while counting the samples of shard {url!r}")
                 if self.policy.on_error == "raise":
                     raise
@@ -211,16 +269,19 @@ class TarDataset(torch.utils.data.IterableDataset):
             counts.append(n)
         self._counts = np.asarray(counts, dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(self._counts)]).astype(np.int64)
-        self._random_access = [not is_stream(u) for u in self.urls]
+        self._random_access = [_random_access(u, cache=self.shard_cache) for u in self.urls]
         self._epoch = SharedEpoch(0)
         self._telemetry = Telemetry()
         self._states = {}  # name -> _ProcessState of this process (one per reading stream)
+        self._progress = {}  # logical worker -> its pass's position (see state_dict)
+        self._resume = None  # what load_state_dict asked the next pass to skip
 
     # -- pickling (DataLoader workers) ----------------------------------------------------
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_states"] = {}
+        state["_progress"] = {}
         if self.rank is None:
             # a spawned worker cannot see the parent's process group: resolve it now
             rank, world = _topology(None, None)
@@ -254,6 +315,8 @@ class TarDataset(torch.utils.data.IterableDataset):
         epoch = int(epoch)
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
+        if epoch != self._epoch.value:
+            self._resume = None  # a resume point belongs to the epoch it was taken in
         self._epoch.value = epoch
 
     # -- reading ----------------------------------------------------------------------------
@@ -322,7 +385,14 @@ class TarDataset(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         if info is None:
             return self._stream(0, 1, "main")
-        return self._stream(info.id, info.num_workers, f"worker{info.id}")
+        worker = info.id
+        resume = self._resume
+        if resume is not None and resume["epoch"] == self._epoch.value and \
+                resume["num_workers"] == info.num_workers:
+            # torch hands out batches round-robin from worker 0: rotate the logical streams
+            # so the first batch after a resume comes from the stream that was next
+            worker = (worker + resume["next_worker"]) % info.num_workers
+        return self._stream(worker, info.num_workers, f"worker{info.id}")
 
     def _stream(self, worker, num_workers, name, out_slots=None):
         """The (image, label) samples of logical worker ``worker`` of ``num_workers`` in the
@@ -345,23 +415,51 @@ class TarDataset(torch.utils.data.IterableDataset):
             world_size=world, worker=worker, num_workers=num_workers, pad=self.pad,
             fixed=bool(self._cache_bytes), random_access=self._random_access,
             mix_shards=self.mix_shards)
-        return self._generate(st, slots.tolist(), samples.tolist(), epoch, out_slots)
+        slots, samples = slots.tolist(), samples.tolist()
+        if self.shard_cache is not None:
+            seen = dict.fromkeys(int(np.searchsorted(self._offsets, g, side="right")) - 1
+                                 for g in samples)
+            st.plan = [self.urls[s] for s in seen]
+        resume = self._take_resume(epoch, worker, num_workers)
+        return self._generate(st, slots, samples, epoch, out_slots, worker=worker,
+                              num_workers=num_workers, resume=resume)
 
-    def _generate(self, st, slots, samples, epoch, out_slots=None):
+    def _generate(self, st, slots, samples, epoch, out_slots=None, *, worker=0, num_workers=1,
+                  resume=None):
         recorder = st.recorder
         counters = recorder.counters(epoch)
         log = FailureLog(self.policy, len(samples), epoch=epoch, recorder=recorder)
         good, failed = [], []
+        # the position of this pass, for state_dict (updated before each yield)
+        progress = {"epoch": epoch, "num_workers": num_workers, "pos": 0, "failed_pos": [],
+                    "failed_slots": [], "replaced": 0, "failures": 0, "size": len(samples)}
+        start, k = 0, 0
+        if resume is not None:  # seek: no replay, no decoding of what was delivered
+            start = min(int(resume["pos"]), len(samples))
+            failed_pos = [int(f) for f in resume["failed_pos"] if f < start]
+            k = int(resume["replaced"])
+            skip = set(failed_pos)
+            good = [samples[i] for i in range(start) if i not in skip]
+            failed = [slots[i] for i in failed_pos][k:]
+            log.count = int(resume["failures"])
+            progress.update(pos=start, failed_pos=failed_pos,
+                            failed_slots=[slots[i] for i in failed_pos], replaced=k,
+                            failures=log.count)
+        self._progress[worker] = progress
         try:
             slot_of = out_slots or (lambda: None)
-            for slot, g in zip(slots, samples):
+            for pos in range(start, len(samples)):
+                slot, g = slots[pos], samples[pos]
                 out = self._read(st, g, slot, epoch, log, counters, slot_of())
+                progress["pos"] = pos + 1
                 if out is _FAILED:
                     failed.append(slot)
+                    progress["failed_pos"].append(pos)
+                    progress["failed_slots"].append(slot)
+                    progress["failures"] = log.count
                     continue
                 good.append(g)
                 yield out
-            k = 0
             while failed:  # replacements, so every worker yields its full share
                 if not good:
                     raise FailureBudgetExceeded(
@@ -371,12 +469,179 @@ class TarDataset(torch.utils.data.IterableDataset):
                 out = self._read(st, g, failed[0], epoch, log, counters, slot_of())
                 if out is _FAILED:
                     good.remove(g)
+                    progress["failures"] = log.count
                     continue
                 k += 1
                 failed.pop(0)
+                progress["replaced"] = k
                 yield out
         finally:
             recorder.flush()
+
+    # -- checkpoints: resume mid-epoch -------------------------------------------------------
+
+    def _fingerprint(self):
+        _, world = _topology(self.rank, self.world_size)
+        return {"num_samples": self.num_samples, "seed": self.seed, "shuffle": self.shuffle,
+                "pad": self.pad, "world_size": world, "mix_shards": self.mix_shards,
+                "fixed": bool(self._cache_bytes)}
+
+    def _worker_sizes(self, num_workers):
+        _, world = _topology(self.rank, self.world_size)
+        per = sharding.per_rank_count(self.num_samples, world, pad=self.pad)
+        return [(w + 1) * per // num_workers - w * per // num_workers for w in range(num_workers)]
+
+    def _take_resume(self, epoch, worker, num_workers):
+        """The resume point of logical worker ``worker`` for this pass, used once."""
+        resume = self._resume
+        if resume is None or resume["epoch"] != epoch:
+            return None
+        if resume["num_workers"] != num_workers:
+            raise ValueError(
+                f"TarDataset: the loaded state was taken with {resume['num_workers']} "
+                f"workers per rank but this pass has {num_workers}; resume with the same "
+                f"num_workers (the split of a rank's samples depends on it)")
+        entry = resume["workers"].pop(worker, None)
+        if not resume["workers"]:
+            self._resume = None
+        return entry
+
+    @staticmethod
+    def _entry(delivered, size, progress=None):
+        """A worker's resume entry after it delivered ``delivered`` samples. Failures are
+        known only when this process ran the stream (``progress``); otherwise none are
+        assumed (see state_dict)."""
+        if progress is None:
+            return {"pos": min(delivered, size), "failed_pos": [], "replaced": 0, "failures": 0}
+        # every failure before the point took an item without delivering a sample
+        fails = progress["failed_pos"]
+        pos = delivered
+        for fp in fails:
+            if fp < pos:
+                pos += 1
+        pos = min(pos, size)
+        before = [fp for fp in fails if fp < pos]
+        replaced = max(0, delivered - (size - len(before))) if pos >= size else 0
+        return {"pos": pos, "failed_pos": before, "replaced": replaced,
+                "failures": len(before) if pos < progress["pos"] else progress["failures"]}
+
+    def state_dict(self, *, batches=None, batch_size=None, num_workers=None, drop_last=False,
+                   delivered=None) -> dict:
+        """The position in the current epoch, to continue from with :meth:`load_state_dict`.
+
+        Which samples were *delivered* decides the state; three ways to say it:
+
+        * no arguments: the streams this process ran. Right in a DataLoader worker (what
+          ``torchdata.stateful_dataloader.StatefulDataLoader`` calls; it saves one such
+          state per worker) and for ``num_workers=0``.
+        * ``batches=k, batch_size=B, num_workers=W`` (and ``drop_last``): the main process
+          of a plain ``torch.utils.data.DataLoader`` (``in_order=True``, the default) that
+          has handed out ``k`` batches of this epoch. Its workers' streams and torch's
+          round-robin over them are deterministic, so each worker's count follows. The
+          result is the same on every rank (ranks get equal shares), so rank 0's copy in a
+          checkpoint serves all ranks.
+        * ``delivered=[n_0, ..., n_{W-1}]``: samples delivered from each logical worker
+          stream (a loader that tracks them, e.g. the thread backend).
+
+        Returns:
+            a JSON-able dict: ``format`` (``"turboloader.TarDataset/1"``), ``scope``
+            (``"rank"``, or ``"worker"`` from inside a DataLoader worker), ``epoch``,
+            ``num_workers``, ``next_worker`` (the stream the next batch comes from),
+            ``workers`` (``{"<logical worker>": {"pos": items of its list consumed,
+            "failed_pos": positions skipped, "replaced": replacements yielded,
+            "failures": failures counted}}``), ``delivered`` (samples this rank delivered in the epoch) and the
+            fingerprint it must match: ``num_samples``, ``seed``, ``shuffle``, ``pad``,
+            ``world_size``, ``mix_shards``, ``fixed``.
+
+        Raises:
+            ValueError: inconsistent arguments.
+
+        Example:
+            >>> state = ds.state_dict(batches=step, batch_size=256, num_workers=8)  # doctest: +SKIP
+            >>> ds2 = TarDataset(urls, tf); ds2.load_state_dict(state)
+            >>> for images, labels in DataLoader(ds2, batch_size=256, num_workers=8): ...
+        """
+        epoch = self._epoch.value
+        rank, _ = _topology(self.rank, self.world_size)
+        base = {"format": "turboloader.TarDataset/1", "epoch": epoch, "rank": rank,
+                **self._fingerprint()}
+        info = torch.utils.data.get_worker_info()
+        progress = {w: p for w, p in self._progress.items() if p["epoch"] == epoch}
+        if info is not None and batches is None and delivered is None:
+            # inside a DataLoader worker: this worker's own stream
+            entries = {w: {"pos": p["pos"], "failed_pos": list(p["failed_pos"]),
+                           "replaced": p["replaced"], "failures": p["failures"]}
+                       for w, p in progress.items() if p["num_workers"] == info.num_workers}
+            if not entries:  # not started in this epoch yet
+                resume = self._resume
+                if resume is not None and resume["epoch"] == epoch:
+                    entries = {w: dict(e) for w, e in resume["workers"].items()}
+            return {**base, "scope": "worker", "num_workers": info.num_workers,
+                    "next_worker": 0, "workers": {str(w): e for w, e in entries.items()},
+                    "delivered": sum(e["pos"] for e in entries.values())}
+        if batches is not None:
+            if batch_size is None or num_workers is None or delivered is not None:
+                raise ValueError("batches= needs batch_size= and num_workers= (and no delivered=)")
+            W = max(int(num_workers), 1)
+            delivered, next_worker = delivered_counts(
+                self._worker_sizes(W), int(batches), int(batch_size), drop_last=drop_last)
+        elif delivered is not None:
+            delivered = [int(d) for d in delivered]
+            W, next_worker = len(delivered), 0
+        else:  # the streams run in this process (num_workers=0)
+            W = max((p["num_workers"] for p in progress.values()), default=1)
+            delivered = [progress[w]["pos"] - len(progress[w]["failed_pos"])
+                         + progress[w]["replaced"] if w in progress else 0 for w in range(W)]
+            sizes0 = self._worker_sizes(W)
+            delivered = [min(d, n) for d, n in zip(delivered, sizes0)]
+            next_worker = 0
+        sizes = self._worker_sizes(W)
+        if any(d < 0 or d > n for d, n in zip(delivered, sizes)):
+            raise ValueError(f"delivered counts {delivered} do not fit the worker shares {sizes}")
+        workers = {}
+        for w in range(W):
+            p = progress.get(w)
+            if p is not None and p["num_workers"] != W:
+                p = None
+            workers[str(w)] = self._entry(delivered[w], sizes[w], p)
+        return {**base, "scope": "rank", "num_workers": W, "next_worker": next_worker,
+                "workers": workers, "delivered": int(sum(delivered))}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state`` (from :meth:`state_dict`): the next pass over its epoch
+        skips what was delivered, by offset into each worker's item list (nothing is read or
+        decoded again), and yields the rest in the same order with the same transform
+        parameters. Sets the epoch to the state's (call ``set_epoch`` with that epoch, or
+        not at all, before the pass; another epoch discards the resume point).
+
+        Call it in the main process before the DataLoader starts its workers (with
+        ``persistent_workers=True``, before the first ``iter(loader)``), with the same
+        ``num_workers`` as when the state was taken. ``StatefulDataLoader`` calls it inside
+        each worker with that worker's state, which is also supported.
+
+        Raises:
+            ValueError: the state is not a TarDataset state, or was taken over other data
+                or another topology (shards, seed, shuffle, pad, world size, cache).
+        """
+        if not isinstance(state, dict) or state.get("format") != "turboloader.TarDataset/1":
+            raise ValueError("not a TarDataset state (expected format 'turboloader.TarDataset/1')")
+        mine = self._fingerprint()
+        diff = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
+        if diff:
+            raise ValueError("the state was taken over other data or another topology: " +
+                             ", ".join(f"{k}={a!r} there, {b!r} here" for k, (a, b) in diff.items()))
+        rank, _ = _topology(self.rank, self.world_size)
+        workers = {}
+        for w, e in state["workers"].items():
+            e = {k: (list(v) if isinstance(v, list) else int(v)) for k, v in e.items()}
+            if state.get("rank") != rank:
+                # positions are rank-independent (equal shares); the skip lists are not
+                e.update(failed_pos=[], replaced=0, failures=0)
+            workers[int(w)] = e
+        self._resume = {"epoch": int(state["epoch"]), "num_workers": int(state["num_workers"]),
+                        "next_worker": int(state.get("next_worker", 0)), "workers": workers}
+        if torch.utils.data.get_worker_info() is None:
+            self._epoch.value = int(state["epoch"])
 
     # -- statistics -------------------------------------------------------------------------
 
@@ -397,6 +662,8 @@ class TarDataset(torch.utils.data.IterableDataset):
                 st.recorder.flush()
         out = self._telemetry.collect(epoch)
         out["failed_shards"] = list(self.failed_shards)
+        if self.shard_cache is not None:
+            out["shard_cache"] = self.shard_cache.stats()
         return out
 
     def __repr__(self):

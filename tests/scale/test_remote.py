@@ -1,0 +1,145 @@
+"""Remote shards over a loopback HTTP server and a moto S3 server; the node-local cache."""
+
+import os
+import shutil
+import threading
+import warnings
+
+import pytest
+import torch
+
+from conftest import write_shards
+from shardgen import size_of
+from turboloader.data import TarDataset
+from turboloader.data.remote import (RemoteShardError, RemoteShardNotFoundError, ShardCache,
+                                     is_remote, open_remote, redact)
+
+SIZES = [5, 3, 7, 4]
+N = sum(SIZES)
+
+
+def labels(ds, num_workers=0, batch_size=4):
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=num_workers,
+                                         timeout=60 if num_workers else 0)
+    return [int(v) for _, lab in loader for v in lab]
+
+
+def publish(srv, tmp_path, sizes=SIZES, suffix=".tar"):
+    write_shards(srv.root, sizes, name="train", suffix=suffix)
+    return f"{srv.url}/train-{{0000..{len(sizes) - 1:04d}}}{suffix}"
+
+
+def test_url_helpers():
+    assert is_remote("s3://b/k.tar") and is_remote("HTTPS://h/x") and not is_remote("/a/b.tar")
+    assert redact("https://user:pw@h:8/p/x.tar?X-Amz-Signature=abc#f") == "https://h:8/p/x.tar"
+
+
+@pytest.mark.parametrize("suffix", [".tar", ".tar.gz"])
+def test_http_stream_every_sample_once(http_root, tmp_path, suffix):
+    url = publish(http_root, tmp_path, suffix=suffix)
+    ds = TarDataset(url, size_of, shuffle=True, seed=3)
+    assert ds.shard_sizes == SIZES and ds._random_access == [False] * 4  # streamed in order
+    got = labels(ds, num_workers=2)
+    assert sorted(got) == list(range(N))
+    ds.set_epoch(1)
+    assert sorted(labels(ds)) == list(range(N))
+
+
+def test_http_killed_connections_are_retried(http_root, tmp_path):
+    url = publish(http_root, tmp_path)
+    http_root.drop_first.add("train-0001.tar")  # no response at all
+    http_root.cut_first.add("train-0002.tar")   # half the body, then the connection dies
+    got = labels(TarDataset(url, size_of, shuffle=False))
+    assert got == list(range(N))
+    assert http_root.requests["train-0001.tar"] >= 3  # count: failed, retried; then read
+    assert http_root.requests["train-0002.tar"] >= 3
+
+
+def test_open_remote_resumes_mid_stream(http_root, tmp_path):
+    data = os.urandom(3 << 20)
+    with open(os.path.join(http_root.root, "blob.bin"), "wb") as fh:
+        fh.write(data)
+    http_root.cut_first.add("blob.bin")
+    with open_remote(f"{http_root.url}/blob.bin", backoff=0.01) as f:
+        assert f.read() == data
+    assert http_root.requests["blob.bin"] == 2  # the second request was a Range request
+
+
+def test_http_missing_and_unreachable(http_root, tmp_path):
+    url = publish(http_root, tmp_path)
+    missing = f"{http_root.url}/nope-0000.tar"
+    with pytest.raises(RemoteShardNotFoundError) as info:
+        TarDataset([url, missing], size_of)
+    assert any("nope-0000.tar" in n for n in info.value.__notes__)
+    assert isinstance(info.value, FileNotFoundError)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = TarDataset([url, missing], size_of, on_error="skip")
+    assert ds.num_samples == N and ds.failed_shards[0]["shard"] == missing
+    assert any("nope-0000.tar" in str(w.message) for w in caught)
+    # nothing listens there: retried with backoff, then a clear error naming the URL
+    dead = "http://127.0.0.1:9/train.tar?X-Amz-Signature=secret"
+    with pytest.raises(RemoteShardError) as info:
+        with open_remote(dead, retries=2, backoff=0.01, timeout=2) as f:
+            f.read(10)
+    text = str(info.value) + " ".join(info.value.__notes__)
+    assert "3 failed attempts" in text and "http://127.0.0.1:9/train.tar" in text
+    assert "secret" not in text
+
+
+def test_s3_streamed_and_cached(s3, tmp_path):
+    paths = write_shards(str(tmp_path / "src"), SIZES, name="train")
+    for p in paths:
+        s3.upload_file(p, "bucket", f"prefix/{os.path.basename(p)}")
+    url = "s3://bucket/prefix/train-{0000..0003}.tar"
+    # streamed: no cache
+    assert sorted(labels(TarDataset(url, size_of, seed=1), num_workers=2)) == list(range(N))
+    # cached: a bound of about two shards, so eviction runs; random access over the copy
+    biggest = max(os.path.getsize(p) for p in paths)
+    cache = ShardCache(tmp_path / "cache", max_bytes=2 * biggest + 1024, prefetch=1)
+    ds = TarDataset(url, size_of, seed=1, shard_cache=cache)
+    assert ds._random_access == [True] * 4
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        got = labels(ds, num_workers=2)
+        assert sorted(got) == list(range(N))
+        st = cache.stats()
+        assert st["bytes"] <= cache.max_bytes and st["files"] < 4
+    st = ds.stats()["shard_cache"]
+    assert st["misses"] >= 4 and st["hits"] >= 1 and st["evictions"] >= 1
+    assert st["bytes_downloaded"] >= sum(os.path.getsize(p) for p in paths)
+    on_disk = sum(os.path.getsize(os.path.join(cache.root, f)) for f in os.listdir(cache.root)
+                  if not f.startswith("."))
+    assert on_disk <= cache.max_bytes
+    with pytest.raises(RemoteShardNotFoundError):
+        TarDataset("s3://bucket/prefix/missing.tar", shard_cache=cache)
+
+
+def test_cache_downloads_once_for_concurrent_readers(http_root, tmp_path):
+    write_shards(http_root.root, [6], name="one")
+    url = f"{http_root.url}/one-0000.tar"
+    cache = ShardCache(tmp_path / "cache", max_bytes="10MB", prefetch=0)
+    barrier = threading.Barrier(4)
+    paths, errors = [], []
+
+    def reader():
+        try:
+            barrier.wait(timeout=10)
+            paths.append(cache.fetch(url))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors and len(set(paths)) == 1
+    st = cache.stats()
+    assert st["misses"] == 1 and st["hits"] == 3 and http_root.requests["one-0000.tar"] == 2
+    assert not [f for f in os.listdir(cache.root) if f.startswith(".tmp-")]
+    with open(paths[0], "rb") as a, open(os.path.join(http_root.root, "one-0000.tar"), "rb") as b:
+        assert a.read() == b.read()
+    cache.clear()
+    assert cache.stats()["files"] == 0
+    shutil.rmtree(cache.root)

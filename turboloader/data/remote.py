@@ -1,0 +1,591 @@
+"""Remote shards (``s3://``, ``http://``, ``https://``) and a node-local shard cache.
+
+Reading. :func:`open_remote` returns a buffered, *sequential* file object over a remote
+object that starts at byte 0 and streams: nothing is downloaded ahead of what is read.
+A connection that fails mid-stream (reset, timeout, truncated body, HTTP 5xx/429, S3
+``SlowDown``) is re-opened at the byte where it stopped, with a ``Range`` request, after
+an exponential backoff; after ``retries`` failed attempts in a row the read raises
+:class:`RemoteShardError` (a :class:`~turboloader.errors.TurboLoaderError` and an
+``OSError``) with notes naming the URL (query string removed: presigned URLs carry
+credentials) and the byte offset. A missing object (HTTP 404/410, S3 ``NoSuchKey``) is
+:class:`RemoteShardNotFoundError` (also a ``FileNotFoundError``) at once, without retries.
+
+* ``s3://bucket/key`` is read with ``boto3`` (``get_object`` with ``Range``). Endpoint,
+  region, credentials and botocore's own retry settings come from boto3's standard
+  configuration: environment (``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3`` for
+  S3-compatible stores, ``AWS_PROFILE``, ``AWS_ACCESS_KEY_ID`` ...), ``~/.aws/config``,
+  instance roles. One client per process, created on first use (never shared over fork).
+* ``http(s)://`` is read with the standard library (``urllib.request``): proxies and
+  certificates as configured for it.
+
+Caching. :class:`ShardCache` keeps whole shards in a node-local directory, bounded in
+bytes with least-recently-used eviction, shared by every rank and DataLoader worker of
+the node that names the same directory: a shard is downloaded once per node (a per-shard
+``flock`` makes the other processes wait for it), written to a temporary file and
+renamed into place (readers never see a partial shard), and space is reserved before a
+download under a directory lock so that the bound holds while several processes download
+at once. Counters (hits, misses, bytes downloaded, evictions) are node-wide, kept in the
+directory. :meth:`ShardCache.prefetch` downloads the next shards of a reading process in a
+background thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import http.client
+import io
+import json
+import os
+import random
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from turboloader.errors import TurboLoaderError
+
+__all__ = ["REMOTE_SCHEMES", "RemoteShardError", "RemoteShardNotFoundError", "ShardCache",
+           "is_remote", "open_remote", "redact"]
+
+#: URL schemes read remotely.
+REMOTE_SCHEMES = ("s3", "http", "https")
+_CHUNK = 1 << 20
+
+
+class RemoteShardError(TurboLoaderError, OSError):
+    """A remote shard could not be read: unreachable after the retries, or refused.
+
+    Notes name the URL (without its query string) and the byte offset reached.
+    """
+
+
+class RemoteShardNotFoundError(RemoteShardError, FileNotFoundError):
+    """The remote object does not exist (HTTP 404/410, S3 NoSuchKey/NoSuchBucket)."""
+
+
+def is_remote(url) -> bool:
+    """True for ``s3://``, ``http://`` and ``https://`` URLs."""
+    if not isinstance(url, str):
+        return False
+    scheme, sep, _ = url.partition("://")
+    return bool(sep) and scheme.lower() in REMOTE_SCHEMES
+
+
+def redact(url: str) -> str:
+    """``url`` without query string, fragment or user info (they may hold credentials)."""
+    p = urllib.parse.urlsplit(url)
+    netloc = p.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((p.scheme, netloc, p.path, "", ""))
+
+
+def url_path(url: str) -> str:
+    """The path component of a URL (for suffix checks such as ``.tar.gz``)."""
+    return urllib.parse.urlsplit(url).path if is_remote(url) else url
+
+
+# -- transports -----------------------------------------------------------------------------
+
+class _Transient(Exception):
+    """Internal: a failure worth retrying (wraps the original as __cause__)."""
+
+
+_s3_lock = threading.Lock()
+_s3_client = {}
+
+
+def _s3():
+    pid = os.getpid()
+    client = _s3_client.get(pid)
+    if client is None:
+        with _s3_lock:
+            client = _s3_client.get(pid)
+            if client is None:
+                import boto3
+                from botocore.config import Config
+
+                # boto3's standard chain: env (AWS_ENDPOINT_URL ...), config files, roles
+                client = boto3.session.Session().client(
+                    "s3", config=Config(retries={"mode": "standard"}))
+                _s3_client.clear()
+                _s3_client[pid] = client
+    return client
+
+
+def _s3_split(url):
+    p = urllib.parse.urlsplit(url)
+    if not p.netloc or not p.path.strip("/"):
+        raise ValueError(f"an S3 URL needs a bucket and a key: {redact(url)!r}")
+    return p.netloc, p.path.lstrip("/")
+
+
+_S3_MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
+_S3_TRANSIENT = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                 "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable", "503", "500"}
+
+
+def _s3_open(url, start, timeout):
+    """(body with .read(n), total size) for the object from byte ``start``."""
+    import botocore.exceptions as bx
+
+    bucket, key = _s3_split(url)
+    try:
+        resp = _s3().get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-")
+    except bx.ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if code in _S3_MISSING:
+            raise RemoteShardNotFoundError(errno.ENOENT, f"no such S3 object ({code})") from exc
+        if code == "InvalidRange":
+            return io.BytesIO(b""), start
+        if code in _S3_TRANSIENT or status >= 500 or status == 429:
+            raise _Transient(f"S3 {code or status}") from exc
+        raise RemoteShardError(f"S3 refused the request: {code or status}") from exc
+    except (bx.BotoCoreError, ConnectionError, socket.timeout) as exc:
+        if isinstance(exc, (bx.NoCredentialsError, bx.ParamValidationError)):
+            raise RemoteShardError(f"S3 client: {type(exc).__name__}") from exc
+        raise _Transient(type(exc).__name__) from exc
+    total = None
+    rng = resp.get("ContentRange")  # "bytes 0-99/100"
+    if rng and "/" in rng:
+        tail = rng.rpartition("/")[2]
+        total = int(tail) if tail.isdigit() else None
+    elif resp.get("ContentLength") is not None:
+        total = start + int(resp["ContentLength"])
+    return resp["Body"], total
+
+
+def _http_open(url, start, timeout):
+    req = urllib.request.Request(url, headers={"Range": f"bytes={start}-"} if start else {})
+    try:
+        resp = urllib.request.urlopen(req, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        if exc.code in (404, 410):
+            raise RemoteShardNotFoundError(errno.ENOENT, f"HTTP {exc.code}") from None
+        if exc.code == 416:  # range past the end: nothing left to read
+            return io.BytesIO(b""), start
+        if exc.code >= 500 or exc.code in (408, 429):
+            raise _Transient(f"HTTP {exc.code}") from None
+        raise RemoteShardError(f"HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout,
+            TimeoutError) as exc:
+        raise _Transient(type(exc).__name__) from exc
+    total = None
+    if start and resp.status != 206:
+        resp.close()  # the server ignored the Range header: cannot resume
+        raise RemoteShardError(f"HTTP server does not honour Range requests (status {resp.status})")
+    rng = resp.headers.get("Content-Range")
+    if rng and "/" in rng:
+        tail = rng.rpartition("/")[2]
+        total = int(tail) if tail.isdigit() else None
+    elif resp.headers.get("Content-Length") is not None:
+        total = start + int(resp.headers["Content-Length"])
+    return resp, total
+
+
+def _transport(url):
+    scheme = url.partition("://")[0].lower()
+    if scheme == "s3":
+        return _s3_open
+    if scheme in ("http", "https"):
+        return _http_open
+    raise ValueError(f"not a remote URL: {redact(url)!r}")
+
+
+def _read_errors():
+    errs = [ConnectionError, socket.timeout, TimeoutError, http.client.HTTPException]
+    try:
+        import botocore.exceptions as bx
+        import urllib3.exceptions as ux
+
+        errs += [bx.BotoCoreError, ux.HTTPError]
+    except ImportError:  # no boto3: HTTP only
+        pass
+    return tuple(errs)
+
+
+class _RetryingReader(io.RawIOBase):
+    """A sequential raw stream over a remote object that re-opens at the current byte on
+    transient errors, with exponential backoff; ``retries`` failures in a row raise."""
+
+    def __init__(self, url, *, retries=5, backoff=0.25, max_backoff=8.0, timeout=60.0):
+        self.url = url
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.timeout = timeout
+        self.pos = 0
+        self.size = None
+        self.attempts = 0  # connections opened (for tests and stats)
+        self._body = None
+        self._open = _transport(url)
+        self._errors = _read_errors()
+        self._jitter = random.Random(hash((os.getpid(), url)))  # spreads retries of many ranks
+
+    def readable(self):
+        return True
+
+    def _fail(self, exc, *, note):
+        exc.add_note(f"remote shard {redact(self.url)}, at byte offset {self.pos}"
+                     + (f" of {self.size}" if self.size is not None else ""))
+        if note:
+            exc.add_note(note)
+        return exc
+
+    def _retry(self, failures, cause):
+        if failures > self.retries:
+            err = RemoteShardError(
+                f"remote shard unavailable after {failures} failed attempts: {cause}")
+            raise self._fail(err, note=None) from cause
+        delay = min(self.max_backoff, self.backoff * 2 ** (failures - 1))
+        time.sleep(delay * (0.5 + self._jitter.random()))
+
+    def _connect(self):
+        failures = 0
+        while True:
+            try:
+                self.attempts += 1
+                body, total = self._open(self.url, self.pos, self.timeout)
+            except _Transient as exc:
+                failures += 1
+                self._retry(failures, exc.__cause__ or exc)
+                continue
+            except RemoteShardError as exc:
+                raise self._fail(exc, note=None)
+            if total is not None:
+                self.size = total
+            self._body = body
+            return
+
+    def readinto(self, buf):
+        n = len(buf)
+        if n == 0 or (self.size is not None and self.pos >= self.size):
+            return 0
+        failures = 0
+        while True:
+            if self._body is None:
+                self._connect()
+                if self.size is not None and self.pos >= self.size:
+                    return 0
+            try:
+                data = self._body.read(n)
+            except self._errors as exc:
+                self._drop()
+                failures += 1
+                self._retry(failures, exc)
+                continue
+            if not data and self.size is not None and self.pos < self.size:
+                # the connection ended early (killed): resume from here
+                self._drop()
+                failures += 1
+                self._retry(failures, ConnectionError(
+                    f"connection closed at byte {self.pos} of {self.size}"))
+                continue
+            k = len(data)
+            buf[:k] = data
+            self.pos += k
+            return k
+
+    def _drop(self):
+        body, self._body = self._body, None
+        if body is not None:
+            with contextlib.suppress(Exception):
+                body.close()
+
+    def close(self):
+        self._drop()
+        super().close()
+
+
+def open_remote(url: str, /, *, retries=5, backoff=0.25, timeout=60.0):
+    """A buffered sequential binary file over a remote object, retrying as described in
+    the module docstring.
+
+    Args:
+        url: ``s3://bucket/key`` or ``http(s)://...``.
+        retries: failed attempts in a row tolerated before :class:`RemoteShardError`.
+        backoff: first backoff in seconds (doubled per failure, capped at 8 s, jittered).
+        timeout: socket timeout in seconds for HTTP (S3 uses botocore's settings).
+
+    Raises:
+        RemoteShardNotFoundError: the object does not exist (raised on first read).
+        RemoteShardError: unreachable after the retries, or the request was refused.
+
+    Example:
+        >>> with open_remote("https://example.org/train-0000.tar") as f:   # doctest: +SKIP
+        ...     header = f.read(512)
+    """
+    return io.BufferedReader(_RetryingReader(url, retries=retries, backoff=backoff,
+                                             timeout=timeout), buffer_size=_CHUNK)
+
+
+# -- node-local cache -------------------------------------------------------------------------
+
+def _parse_size(size):
+    from turboloader.data.cache import parse_size
+
+    return parse_size(size)
+
+
+@contextlib.contextmanager
+def _flock(path):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if this process dies
+        yield
+    finally:
+        os.close(fd)
+
+
+_STAT_KEYS = ("hits", "misses", "bytes_downloaded", "evictions", "downloads_failed")
+
+
+class ShardCache:
+    """A node-local directory of whole shards, LRU-bounded in bytes, shared safely by all
+    processes of a node that use the same ``root``.
+
+    Args:
+        root: a directory on local disk (created if missing). Every rank and worker of a
+            node should pass the same one; do not put it on a network file system
+            (``flock`` semantics).
+        max_bytes: the bound on the shards kept (int or ``"50GB"``). A shard larger than
+            the bound is still downloaded (the reader needs it) and is the first evicted.
+        prefetch: shards downloaded ahead of the one being read, per reading process, in a
+            background thread (0: off).
+        retries, backoff, timeout: passed to :func:`open_remote`.
+
+    The object is a picklable configuration; counters live in ``root/.stats.json``.
+
+    Example:
+        >>> cache = ShardCache("/local_nvme/shards", max_bytes="200GB", prefetch=2)  # doctest: +SKIP
+        >>> ds = TarDataset("s3://bucket/train-{0000..0999}.tar", tf, shard_cache=cache)
+        >>> cache.stats()
+        {'hits': ..., 'misses': ..., 'bytes_downloaded': ..., 'bytes': ..., 'files': ...}
+    """
+
+    def __init__(self, root, max_bytes="10GB", *, prefetch=2, retries=5, backoff=0.25,
+                 timeout=60.0):
+        self.root = os.path.abspath(os.fspath(root))
+        self.max_bytes = _parse_size(max_bytes)
+        if self.max_bytes <= 0:
+            raise ValueError(f"max_bytes must be > 0, got {max_bytes!r}")
+        if int(prefetch) < 0:
+            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        self.prefetch_count = int(prefetch)
+        self.retries, self.backoff, self.timeout = int(retries), float(backoff), timeout
+        os.makedirs(self.root, exist_ok=True)
+        self._prefetcher = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_prefetcher"] = None
+        return state
+
+    def __repr__(self):
+        return f"ShardCache({self.root!r}, max_bytes={self.max_bytes}, prefetch={self.prefetch_count})"
+
+    # paths
+    def path(self, url: str) -> str:
+        """Where the shard of ``url`` is (or would be) cached."""
+        digest = hashlib.sha256(url.encode()).hexdigest()[:32]
+        base = os.path.basename(url_path(url))[-64:]
+        return os.path.join(self.root, f"{digest}-{base}")
+
+    def _dirlock(self):
+        return _flock(os.path.join(self.root, ".lock"))
+
+    def _entries(self):
+        """[(mtime, size, path)] of complete shards and in-flight reservations."""
+        out = []
+        with os.scandir(self.root) as it:
+            for e in it:
+                if e.name.startswith(".") and not e.name.startswith(".tmp-"):
+                    continue
+                if e.name.endswith(".lock"):
+                    continue
+                try:
+                    st = e.stat()
+                except FileNotFoundError:
+                    continue
+                out.append((st.st_mtime, st.st_size, e.path))
+        return out
+
+    def _bump(self, **inc):
+        """Add to the node-wide counters (caller holds the directory lock)."""
+        f = os.path.join(self.root, ".stats.json")
+        try:
+            with open(f) as fh:
+                counts = json.load(fh)
+        except (OSError, ValueError):
+            counts = {}
+        for k, v in inc.items():
+            counts[k] = counts.get(k, 0) + v
+        tmp = f"{f}.{os.getpid()}.{threading.get_ident()}"
+        with open(tmp, "w") as fh:
+            json.dump(counts, fh)
+        os.replace(tmp, f)
+
+    def _reserve(self, nbytes, keep):
+        """Evict least-recently-used shards until ``nbytes`` more fit (dir lock held)."""
+        entries = sorted(self._entries())
+        total = sum(size for _, size, _ in entries)
+        evicted = 0
+        for _, size, p in entries:
+            if total + nbytes <= self.max_bytes:
+                break
+            if p == keep or os.path.basename(p).startswith(".tmp-"):
+                continue  # in-flight downloads hold their reservation
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)  # an open mmap of it stays valid
+                total -= size
+                evicted += 1
+        return evicted
+
+    def stats(self) -> dict:
+        """Node-wide counters: ``hits``, ``misses``, ``bytes_downloaded``, ``evictions``,
+        ``downloads_failed``; and now: ``bytes`` and ``files`` cached, ``max_bytes``."""
+        try:
+            with open(os.path.join(self.root, ".stats.json")) as fh:
+                counts = json.load(fh)
+        except (OSError, ValueError):
+            counts = {}
+        out = {k: int(counts.get(k, 0)) for k in _STAT_KEYS}
+        entries = [e for e in self._entries() if not os.path.basename(e[2]).startswith(".tmp-")]
+        out["bytes"] = sum(size for _, size, _ in entries)
+        out["files"] = len(entries)
+        out["max_bytes"] = self.max_bytes
+        return out
+
+    def _size_of(self, url):
+        """The object's size from a 0-byte-range probe, or None if unknown."""
+        reader = _RetryingReader(url, retries=self.retries, backoff=self.backoff,
+                                 timeout=self.timeout)
+        try:
+            reader._connect()
+            return reader.size
+        finally:
+            reader.close()
+
+    def fetch(self, url: str, /, *, _count=True) -> str:
+        """The local path of the shard of ``url``, downloading it first on a miss.
+
+        Concurrent calls for one URL (any process of the node) download it once.
+
+        Raises:
+            RemoteShardError / RemoteShardNotFoundError: as :func:`open_remote`.
+        """
+        path = self.path(url)
+        if self._touch(path, _count):
+            return path
+        with _flock(path + ".lock"):
+            if self._touch(path, _count):  # another process downloaded it while we waited
+                return path
+            self._download(url, path)
+        return path
+
+    def _touch(self, path, count=True):
+        try:
+            os.utime(path)  # the LRU clock: last use
+        except FileNotFoundError:
+            return False
+        if count:
+            with self._dirlock():
+                self._bump(hits=1)
+        return True
+
+    def _download(self, url, path):
+        size = self._size_of(url)
+        tmp = os.path.join(self.root, f".tmp-{os.getpid()}-{threading.get_ident()}-"
+                                      f"{os.path.basename(path)}")
+        with self._dirlock():
+            evicted = self._reserve(size or 0, keep=None)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            if size:
+                os.ftruncate(fd, size)  # the reservation: counted by _entries while in flight
+            self._bump(misses=1, evictions=evicted)
+        written = 0
+        try:
+            with os.fdopen(fd, "wb") as out, open_remote(
+                    url, retries=self.retries, backoff=self.backoff, timeout=self.timeout) as src:
+                while True:
+                    chunk = src.read(_CHUNK)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    written += len(chunk)
+                if size is not None and written != size:
+                    err = RemoteShardError(f"downloaded {written} bytes, expected {size}")
+                    err.add_note(f"remote shard {redact(url)}")
+                    raise err
+                out.truncate(written)
+                out.flush()
+                os.fsync(out.fileno())
+            with self._dirlock():
+                os.replace(tmp, path)  # atomic: readers see no partial shard
+                evicted = self._reserve(0, keep=path)
+                self._bump(bytes_downloaded=written, evictions=evicted)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            with contextlib.suppress(OSError), self._dirlock():
+                self._bump(downloads_failed=1)
+            raise
+
+    def clear(self) -> None:
+        """Remove every cached shard and the counters."""
+        with self._dirlock():
+            for _, _, p in self._entries():
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(p)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.root, ".stats.json"))
+
+    # prefetch
+    def prefetch(self, urls) -> None:
+        """Download ``urls`` (the next shards, in order) in this process's background
+        thread, without waiting; already cached or queued URLs are skipped. Failures are
+        left for the reader to meet (and report) when it needs the shard."""
+        if not self.prefetch_count:
+            return
+        p = self._prefetcher
+        if p is None or p.pid != os.getpid():
+            p = self._prefetcher = _Prefetcher(self)
+        p.submit([u for u in urls if is_remote(u)])
+
+
+class _Prefetcher:
+    def __init__(self, cache):
+        self.pid = os.getpid()
+        self.cache = cache
+        self.queue = []
+        self.seen = set()
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="turboloader-prefetch", daemon=True)
+        self.thread.start()
+
+    def submit(self, urls):
+        with self.cond:
+            for u in urls:
+                if u not in self.seen:
+                    self.seen.add(u)
+                    self.queue.append(u)
+            self.cond.notify()
+
+    def _run(self):
+        while True:
+            with self.cond:
+                while not self.queue:
+                    self.cond.wait()
+                url = self.queue.pop(0)
+            try:
+                self.cache.fetch(url, _count=False)
+            except Exception:  # the reader retries and reports it with context
+                pass
+            finally:
+                with self.cond:
+                    self.seen.discard(url)
