@@ -1,0 +1,143 @@
+"""Mid-epoch resume: the samples not yet delivered, in the same order, by offset."""
+
+import os
+
+import pytest
+import torch
+
+from conftest import write_shards
+from shardgen import size_of
+from turboloader.data import TarDataset
+from turboloader.data.tar_dataset import delivered_counts
+
+SIZES = [6, 2, 7, 5]  # uneven; 20 samples
+N = sum(SIZES)
+
+
+def loader(ds, num_workers, batch_size):
+    return torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=num_workers,
+                                       timeout=60 if num_workers else 0)
+
+
+def batches(it, k=None):
+    out = []
+    for b, (_, lab) in enumerate(it):
+        out.append(lab.tolist())
+        if k is not None and b + 1 == k:
+            break
+    return out
+
+
+@pytest.fixture
+def urls(tmp_path):
+    return write_shards(str(tmp_path / "s"), SIZES)
+
+
+def test_delivered_counts_follow_torch_round_robin():
+    # worker sizes 6, 7, 7 with batches of 3: batch counts 2, 3, 3
+    assert delivered_counts([6, 7, 7], 0, 3) == ([0, 0, 0], 0)
+    assert delivered_counts([6, 7, 7], 4, 3) == ([6, 3, 3], 1)
+    assert delivered_counts([6, 7, 7], 6, 3) == ([6, 6, 6], 1)
+    assert delivered_counts([6, 7, 7], 7, 3) == ([6, 7, 6], 2)
+    assert delivered_counts([6, 7, 7], 8, 3) == ([6, 7, 7], 0)
+    assert delivered_counts([6, 7, 7], 4, 3, drop_last=True) == ([6, 3, 3], 1)
+    with pytest.raises(ValueError):
+        delivered_counts([6, 7, 7], 9, 3)
+
+
+@pytest.mark.parametrize("num_workers,batch_size", [(3, 3), (2, 4)])
+def test_plain_dataloader_resume_same_order(urls, num_workers, batch_size):
+    ds = TarDataset(urls, size_of, seed=5)
+    ds.set_epoch(2)
+    full = batches(loader(ds, num_workers, batch_size))
+    assert sorted(sum(full, [])) == list(range(N))
+    for k in range(len(full) + 1):
+        ds = TarDataset(urls, size_of, seed=5)
+        ds.set_epoch(2)
+        head = batches(loader(ds, num_workers, batch_size), k) if k else []
+        state = ds.state_dict(batches=k, batch_size=batch_size, num_workers=num_workers)
+        assert state["delivered"] == len(sum(head, []))
+        fresh = TarDataset(urls, size_of, seed=5)  # a new process after a restart
+        fresh.load_state_dict(state)
+        assert fresh.epoch == 2
+        fresh.set_epoch(2)  # the training loop's call for the resumed epoch keeps the point
+        tail = batches(loader(fresh, num_workers, batch_size))
+        assert head + tail == full, k
+        fresh.set_epoch(3)  # the next epoch is whole again
+        assert sorted(sum(batches(loader(fresh, num_workers, batch_size)), [])) == list(range(N))
+
+
+def test_main_process_state_and_ranks(urls):
+    full = {r: batches(loader(TarDataset(urls, size_of, rank=r, world_size=2), 0, 4))
+            for r in range(2)}
+    ds = TarDataset(urls, size_of, rank=0, world_size=2)
+    head = batches(loader(ds, 0, 4), 2)
+    state = ds.state_dict()  # num_workers=0: the stream ran in this process
+    assert state["delivered"] == 8 and state["world_size"] == 2
+    for r in range(2):  # rank 0's state serves every rank: equal shares, same offsets
+        ds = TarDataset(urls, size_of, rank=r, world_size=2)
+        ds.load_state_dict(state)
+        tail = batches(loader(ds, 0, 4))
+        assert full[r][:2] + tail == full[r]
+    assert head == full[0][:2]
+
+
+def test_stateful_dataloader(urls):
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    make = lambda: sdl.StatefulDataLoader(TarDataset(urls, size_of, seed=1), batch_size=3,  # noqa: E731
+                                          num_workers=2, timeout=60)
+    full = batches(make())
+    dl = make()
+    it = iter(dl)
+    head = [next(it)[1].tolist() for _ in range(3)]
+    state = dl.state_dict()
+    del it
+    dl2 = make()
+    dl2.load_state_dict(state)
+    assert head + batches(dl2) == full
+
+
+def test_thread_backend_streams_delivered(urls):
+    """Logical worker streams run in this process (the thread backend's hook)."""
+    ds = TarDataset(urls, size_of, seed=9)
+    streams = [ds._stream(w, 2, f"thread{w}") for w in range(2)]
+    got = [[next(streams[0])[1] for _ in range(3)], [next(streams[1])[1] for _ in range(1)]]
+    next(streams[1])  # produced (prefetched) but not delivered
+    state = ds.state_dict(delivered=[3, 1])
+    rest = []
+    for w in range(2):
+        rest.append([lab for _, lab in ds._stream(w, 2, f"x{w}")])
+    fresh = TarDataset(urls, size_of, seed=9)
+    fresh.load_state_dict(state)
+    resumed = [[lab for _, lab in fresh._stream(w, 2, f"t{w}")] for w in range(2)]
+    assert resumed == [rest[0][3:], rest[1][1:]]
+    assert got == [rest[0][:3], rest[1][:1]]
+
+
+def test_skip_policy_resume(tmp_path):
+    from shardgen import labelled_members, write_tar
+
+    members = labelled_members(range(8))
+    members[6] = (members[6][0], b"not a jpeg")  # sample 3's image
+    urls = [write_tar(tmp_path / "a.tar", members)]
+    mk = lambda: TarDataset(urls, size_of, shuffle=False, on_error="skip", max_failures=2)  # noqa: E731
+    full = batches(loader(mk(), 0, 2))
+    assert sum(full, []) == [0, 1, 2, 4, 5, 6, 7, 0]  # slot 3 replaced at the end
+    for k in range(len(full) + 1):
+        ds = mk()
+        head = batches(loader(ds, 0, 2), k) if k else []
+        fresh = mk()
+        fresh.load_state_dict(ds.state_dict())
+        assert head + batches(loader(fresh, 0, 2)) == full, k
+
+
+def test_mismatched_state_is_refused(urls):
+    ds = TarDataset(urls, size_of, seed=1)
+    state = ds.state_dict(batches=1, batch_size=2, num_workers=2)
+    with pytest.raises(ValueError, match="seed"):
+        TarDataset(urls, size_of, seed=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="format"):
+        ds.load_state_dict({"epoch": 0})
+    ds.load_state_dict(state)
+    with pytest.raises(ValueError, match="num_workers"):
+        list(ds._stream(0, 3, "w"))
