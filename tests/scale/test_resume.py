@@ -141,3 +141,46 @@ def test_mismatched_state_is_refused(urls):
     ds.load_state_dict(state)
     with pytest.raises(ValueError, match="num_workers"):
         list(ds._stream(0, 3, "w"))
+
+
+def test_tbl_resumable_sampler(tmp_path):
+    from turboloader import transforms as T
+    from turboloader.convert import convert
+    from turboloader.data.tbl_dataset import ResumableSampler, TBLDataset
+    from turboloader.synthetic import synthetic_jpegs
+
+    folder = tmp_path / "folder"
+    for i, (jpeg, label) in enumerate(synthetic_jpegs(11, seed=2, num_classes=2)):
+        (folder / f"c{label}").mkdir(parents=True, exist_ok=True)
+        (folder / f"c{label}" / f"{i:03d}.jpg").write_bytes(jpeg)
+    convert(folder, tmp_path / "all.tbl")
+    tf = T.Compose([T.RandomResizedCrop(16), T.ToTensor()])
+
+    def run(state=None, stop=None, rank=1):
+        ds = TBLDataset(tmp_path / "all.tbl", tf, seed=4)
+        sampler = ResumableSampler(ds, num_replicas=2, rank=rank, seed=3)
+        sampler.set_epoch(5)
+        ds.set_epoch(5)
+        if state is not None:
+            sampler.load_state_dict(state["sampler"])
+            ds.load_state_dict(state["dataset"])
+        out = []
+        for images, _ in torch.utils.data.DataLoader(ds, batch_size=2, sampler=sampler,
+                                                     num_workers=2, timeout=60):
+            out.append(images)
+            if stop is not None and len(out) == stop:
+                break
+        return out, {"sampler": sampler.state_dict(batches=len(out), batch_size=2),
+                     "dataset": ds.state_dict()}
+
+    full, _ = run()
+    assert len(full) == 3  # 6 of the 12 padded positions, batches of 2
+    head, state = run(stop=2)
+    fresh = TBLDataset(tmp_path / "all.tbl", tf)
+    fresh.load_state_dict(state["dataset"])
+    assert fresh.epoch == 5
+    tail, _ = run(state=state, rank=1)
+    assert len(head) + len(tail) == len(full)
+    assert all(torch.equal(a, b) for a, b in zip(head + tail, full))
+    with pytest.raises(ValueError):
+        ResumableSampler(fresh, num_replicas=3, rank=0).load_state_dict(state["sampler"])

@@ -16,7 +16,7 @@ from turboloader.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.tbl import Codec, TBLFile
 from turboloader.transforms._random import sample_rng, using_rng
 
-__all__ = ["TBLDataset"]
+__all__ = ["ResumableSampler", "TBLDataset"]
 
 
 class _ProcessState:
@@ -231,6 +231,18 @@ class TBLDataset(torch.utils.data.Dataset):
         raise FailureBudgetExceeded(f"no sample of {self.paths!r} could be read",
                                     st.log(self.policy, n, epoch).failures)
 
+    def state_dict(self) -> dict:
+        """``{"format": "turboloader.TBLDataset/1", "epoch": e}``. A map-style dataset
+        has no position: where the epoch stands is the sampler's state (see
+        :class:`ResumableSampler`)."""
+        return {"format": "turboloader.TBLDataset/1", "epoch": self._epoch.value}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the epoch of the per-sample transform parameters (main process)."""
+        if not isinstance(state, dict) or state.get("format") != "turboloader.TBLDataset/1":
+            raise ValueError("not a TBLDataset state (expected format 'turboloader.TBLDataset/1')")
+        self.set_epoch(state["epoch"])
+
     def stats(self, epoch=None) -> dict:
         """Counters of every process that read this dataset (see ``TarDataset.stats``)."""
         st = self._state
@@ -241,3 +253,62 @@ class TBLDataset(torch.utils.data.Dataset):
     def __repr__(self) -> str:
         files = self.paths[0] if len(self.paths) == 1 else f"{len(self.paths)} files"
         return f"TBLDataset({files!r}, {len(self)} samples)"
+
+
+class ResumableSampler(torch.utils.data.DistributedSampler):
+    """``DistributedSampler`` (same order, padding and arguments) that can start mid-epoch.
+
+    ``state_dict(batches=k, batch_size=B)`` after the DataLoader handed out ``k`` batches
+    of this epoch; ``load_state_dict(state)`` makes the next pass over that epoch start at
+    the first index not yet delivered (indices are skipped, nothing is read), and
+    ``len()`` shrink accordingly. Map-style batches come in index order, so the main
+    process's batch count fixes the position whatever ``num_workers`` is. The state is
+    the same on every rank. Another ``set_epoch`` discards the resume point.
+
+    With ``torchdata``'s ``StatefulDataLoader`` use torch's ``DistributedSampler``
+    instead: that loader fast-forwards sampler indices itself.
+
+    Example:
+        >>> sampler = ResumableSampler(ds, num_replicas=world, rank=rank, seed=0)  # doctest: +SKIP
+        >>> ckpt["sampler"] = sampler.state_dict(batches=step_in_epoch, batch_size=256)
+        >>> sampler.load_state_dict(ckpt["sampler"]); ds.set_epoch(sampler.epoch)
+    """
+
+    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
+                 drop_last=False):
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
+                         seed=seed, drop_last=drop_last)
+        self._skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self._skip = 0
+        super().set_epoch(epoch)
+
+    def state_dict(self, *, batches: int, batch_size: int) -> dict:
+        """The position after ``batches`` batches of ``batch_size`` of this epoch."""
+        if batches < 0 or batch_size < 1:
+            raise ValueError(f"need batches >= 0 and batch_size >= 1, got {batches}, {batch_size}")
+        return {"format": "turboloader.ResumableSampler/1", "epoch": self.epoch,
+                "consumed": min(self._skip + batches * batch_size, self.num_samples),
+                "num_samples": self.num_samples, "num_replicas": self.num_replicas,
+                "seed": self.seed, "shuffle": self.shuffle, "dataset_len": len(self.dataset)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state, dict) or state.get("format") != "turboloader.ResumableSampler/1":
+            raise ValueError("not a ResumableSampler state")
+        mine = {"num_samples": self.num_samples, "num_replicas": self.num_replicas,
+                "seed": self.seed, "shuffle": self.shuffle, "dataset_len": len(self.dataset)}
+        diff = [k for k, v in mine.items() if state.get(k) != v]
+        if diff:
+            raise ValueError(f"the sampler state was taken with other {', '.join(diff)}")
+        self.epoch = int(state["epoch"])
+        self._skip = int(state["consumed"])
+
+    def __iter__(self):
+        indices = list(super().__iter__())
+        skip, self._skip = self._skip, 0  # used by one pass
+        return iter(indices[skip:])
+
+    def __len__(self) -> int:
+        return self.num_samples - self._skip
