@@ -172,6 +172,9 @@ def main(argv=None):
     ap.add_argument("--epochs", type=int, default=2, help="timed epochs after one warm-up")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the systems in turn this many times; report each one's median "
+                         "(the machine is shared: interleaving spreads load changes evenly)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -183,11 +186,23 @@ def main(argv=None):
     print(f"machine: {os.cpu_count()} cores, {cpu}; python {platform.python_version()}")
     print(f"data: {root} ({a.n} JPEGs); train pipeline, batch {a.batch}, {a.workers} workers, "
           f"1 warm-up + {a.epochs} timed epochs (median)")
+    runs = {s: [] for s in a.systems.split(",")}
+    for _ in range(a.rounds):
+        for s in runs:
+            r = run_system(s, root, a)
+            if "error" in r:
+                print(f"{s}: FAILED: {r['error']}")
+            else:
+                runs[s].append(r)
     results = {}
-    for s in a.systems.split(","):
-        results[s] = run_system(s, root, a)
-        if "error" in results[s]:
-            print(f"{s}: FAILED: {results[s]['error']}")
+    for s, rs in runs.items():
+        if not rs:
+            results[s] = {"error": "failed"}
+            continue
+        results[s] = dict(rs[-1], images_per_s=statistics.median(r["images_per_s"] for r in rs),
+                          rounds=[round(r["images_per_s"], 1) for r in rs],
+                          peak_rss=max(r["peak_rss"] for r in rs),
+                          peak_pss=max(r["peak_pss"] for r in rs))
     tv = results.get("torchvision", {}).get("images_per_s")
     pr = results.get("processes", {}).get("images_per_s")
     print(f"\n{'system':<13}{'images/s':>10}{'vs torchvision':>16}{'vs processes':>14}"
@@ -198,7 +213,7 @@ def main(argv=None):
         rate = r["images_per_s"]
         print(f"{s:<13}{rate:>10.1f}{(f'{rate / tv:.2f}x' if tv else '-'):>16}"
               f"{(f'{rate / pr:.2f}x' if pr else '-'):>14}{r['peak_rss'] / 2**20:>13.0f}"
-              f"{r['peak_pss'] / 2**20:>13.0f}")
+              f"{r['peak_pss'] / 2**20:>13.0f}   rounds: {r['rounds']}")
     if "stage_table" in results.get("threads", {}):
         print("\nthread backend, last epoch:\n" + results["threads"]["stage_table"])
     return 0

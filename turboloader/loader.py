@@ -277,7 +277,8 @@ class _BatchBuffer:
         if self.images is None:
             self.images = self.alloc.like(img)
         dst = self.images[j]
-        if img is not dst:
+        if not (img.data_ptr() == dst.data_ptr() and img.dtype == dst.dtype
+                and img.shape == dst.shape):  # not decoded into its slot: copy it there
             if tuple(img.shape) != tuple(dst.shape):
                 raise RuntimeError(
                     f"stack expects each tensor to be equal size, but got {tuple(dst.shape)} "
