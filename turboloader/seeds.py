@@ -130,9 +130,11 @@ def _set_epoch(loader, dataset, epoch):
         sampler.set_epoch(epoch)
 
 
-def _to_hwc(img):
-    """The decoded PIL RGB image as a writable (H, W, 3) uint8 array (picklable)."""
-    return np.array(img, dtype=np.uint8, copy=True)
+def _decoded_chw():
+    """The transform that makes the dataset return each image as decoded, a CHW uint8
+    tensor: a fusable pipeline, so JPEGs are decoded natively straight into it."""
+    T = _T()
+    return T.Compose([T.ToImage()])
 
 
 def _tar_dataset(paths, transform, *, shuffle, distributed, seed=0):
@@ -197,7 +199,7 @@ class SampleBatchLoader:
 
 def _sample_dict(sample):
     image, label = sample
-    return {"image": image, "label": label}
+    return {"image": np.ascontiguousarray(image.permute(1, 2, 0).numpy()), "label": label}
 
 
 def seed001_loader(path, batch_size=32, num_workers=4, shuffle=False, enable_distributed=False,
@@ -241,8 +243,8 @@ def seed001_loader(path, batch_size=32, num_workers=4, shuffle=False, enable_dis
         path = os.fspath(path)
     elif isinstance(path, (list, tuple)):
         path = [os.fspath(p) for p in path]
-    dataset = _tar_dataset(path, _to_hwc, shuffle=shuffle, distributed=enable_distributed,
-                           seed=seed)
+    dataset = _tar_dataset(path, _decoded_chw(), shuffle=shuffle,
+                           distributed=enable_distributed, seed=seed)
     loader = _core_loader(dataset, batch_size=batch_size, num_workers=num_workers,
                           collate_fn=_as_list, pin_memory=pin_memory, backend=backend)
     return SampleBatchLoader(dataset, loader, batch_size, drop_last=drop_last,
@@ -314,19 +316,6 @@ class TransformConfig:
         return T.Compose(steps)
 
 
-class _ToHWC:
-    """Wrap a CHW-tensor pipeline so samples come out as HWC NumPy arrays (a zero-copy
-    transposed view of the CHW buffer; ``torch.from_numpy(a).permute(2, 0, 1)`` is the
-    contiguous CHW tensor again)."""
-
-    def __init__(self, transform):
-        self.transform = transform
-
-    def __call__(self, img):
-        out = self.transform(img)
-        return out.permute(1, 2, 0).numpy()
-
-
 class Sample:
     """One sample of a :class:`Pipeline` batch."""
 
@@ -337,7 +326,8 @@ class Sample:
         self.label = label
 
     def get_image(self):
-        """The transformed image, (H, W, 3) ndarray (see :class:`TransformConfig`)."""
+        """The transformed image, an (H, W, 3) ndarray (see :class:`TransformConfig`): a
+        transposed view of a C-contiguous CHW buffer, so ``permute(2, 0, 1)`` is free."""
         return self.image
 
     def get_label(self):
@@ -402,7 +392,7 @@ class Pipeline:
         self.shuffle = bool(shuffle)
         self.enable_simd_transforms = bool(enable_simd_transforms)
         self.transform_config = transform_config if transform_config is not None else TransformConfig()
-        transform = _ToHWC(self.transform_config.to_transform())
+        transform = self.transform_config.to_transform()  # fusable: one native call per JPEG
         self._dataset = _tar_dataset(self.tar_paths, transform, shuffle=self.shuffle,
                                      distributed=False, seed=seed)
         chunk = max(1, min(32, self.queue_size))
@@ -438,7 +428,9 @@ class Pipeline:
         def fill():
             try:
                 for image, label in source:
-                    item = Sample(image, label)
+                    # HWC as a view of the CHW result: ``torch.from_numpy(a).permute(2, 0, 1)``
+                    # is the contiguous CHW tensor again, with no copy either way
+                    item = Sample(image.permute(1, 2, 0).numpy(), label)
                     while not stopping.is_set():
                         try:
                             q.put(item, timeout=0.1)
