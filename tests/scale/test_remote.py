@@ -143,3 +143,19 @@ def test_cache_downloads_once_for_concurrent_readers(http_root, tmp_path):
     cache.clear()
     assert cache.stats()["files"] == 0
     shutil.rmtree(cache.root)
+
+
+def test_cache_reclaims_downloads_of_dead_processes(http_root, tmp_path):
+    import subprocess
+    import sys
+
+    write_shards(http_root.root, [4, 4], name="d")
+    cache = ShardCache(tmp_path / "cache", max_bytes=os.path.getsize(
+        os.path.join(http_root.root, "d-0000.tar")) + 10, prefetch=0)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+    stale = os.path.join(cache.root, f".tmp-{dead}-1-killed.tar")
+    with open(stale, "wb") as fh:
+        fh.truncate(cache.max_bytes)  # a reservation left by a killed download
+    cache.fetch(f"{http_root.url}/d-0000.tar")
+    assert not os.path.exists(stale) and cache.stats()["bytes"] <= cache.max_bytes

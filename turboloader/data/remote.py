@@ -342,6 +342,18 @@ def _flock(path):
         os.close(fd)
 
 
+def _dead(tmp_name):
+    """True for a ``.tmp-<pid>-...`` download whose process no longer exists (killed)."""
+    try:
+        pid = int(tmp_name.split("-")[1])
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, IndexError, PermissionError):
+        return False
+    return False
+
+
 _STAT_KEYS = ("hits", "misses", "bytes_downloaded", "evictions", "downloads_failed")
 
 
@@ -438,8 +450,11 @@ class ShardCache:
         for _, size, p in entries:
             if total + nbytes <= self.max_bytes:
                 break
-            if p == keep or os.path.basename(p).startswith(".tmp-"):
+            name = os.path.basename(p)
+            if name.startswith(".tmp-") and not _dead(name):
                 continue  # in-flight downloads hold their reservation
+            if p == keep:
+                continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)  # an open mmap of it stays valid
                 total -= size
