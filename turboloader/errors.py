@@ -12,6 +12,8 @@ __all__ = [
     "FormatError",
     "SampleError",
     "FailureBudgetExceeded",
+    "RemoteShardError",
+    "RemoteShardNotFoundError",
     "DecodeWarning",
 ]
 
@@ -61,6 +63,17 @@ class FailureBudgetExceeded(TurboLoaderError):
     def __init__(self, message, failures=()):
         super().__init__(message)
         self.failures = list(failures)
+
+
+class RemoteShardError(TurboLoaderError, OSError):
+    """A remote shard could not be read: unreachable after the retries, or refused.
+
+    Notes name the URL (without its query string) and the byte offset reached.
+    """
+
+
+class RemoteShardNotFoundError(RemoteShardError, FileNotFoundError):
+    """The remote object does not exist (HTTP 404/410, S3 NoSuchKey/NoSuchBucket)."""
 
 
 class DecodeWarning(UserWarning):

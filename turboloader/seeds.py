@@ -140,9 +140,11 @@ def _decoded_chw():
 def _tar_dataset(paths, transform, *, shuffle, distributed, seed=0):
     from turboloader.data import TarDataset
 
+    # The seeds build TARs of bare images (``tar -cf train.tar *.jpg``): label those -1.
+    kw = dict(shuffle=shuffle, seed=seed, missing_label=-1)
     if distributed:  # rank and world size from torch.distributed (read at iteration time)
-        return TarDataset(paths, transform, shuffle=shuffle, seed=seed)
-    return TarDataset(paths, transform, shuffle=shuffle, seed=seed, rank=0, world_size=1)
+        return TarDataset(paths, transform, **kw)
+    return TarDataset(paths, transform, rank=0, world_size=1, **kw)
 
 
 class SampleBatchLoader:

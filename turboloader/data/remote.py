@@ -47,7 +47,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from turboloader.errors import TurboLoaderError
+from turboloader.errors import RemoteShardError, RemoteShardNotFoundError, TurboLoaderError
 
 __all__ = ["REMOTE_SCHEMES", "RemoteShardError", "RemoteShardNotFoundError", "ShardCache",
            "is_remote", "open_remote", "redact"]
@@ -55,17 +55,6 @@ __all__ = ["REMOTE_SCHEMES", "RemoteShardError", "RemoteShardNotFoundError", "Sh
 #: URL schemes read remotely.
 REMOTE_SCHEMES = ("s3", "http", "https")
 _CHUNK = 1 << 20
-
-
-class RemoteShardError(TurboLoaderError, OSError):
-    """A remote shard could not be read: unreachable after the retries, or refused.
-
-    Notes name the URL (without its query string) and the byte offset reached.
-    """
-
-
-class RemoteShardNotFoundError(RemoteShardError, FileNotFoundError):
-    """The remote object does not exist (HTTP 404/410, S3 NoSuchKey/NoSuchBucket)."""
 
 
 def is_remote(url) -> bool:

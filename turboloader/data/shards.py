@@ -222,14 +222,14 @@ def _pick(members, exts):
     return None
 
 
-def check_record(record):
+def check_record(record, *, require_label=True):
     """SampleError for a record the dataset cannot use as (image, label)."""
     if record.problem:
         raise SampleError(record.problem)
     if record.image is None:
         raise SampleError(f"sample {record.key!r} has no image member "
                           f"(.{', .'.join(IMAGE_EXTENSIONS)})")
-    if record.label is None:
+    if require_label and record.label is None:
         raise SampleError(f"sample {record.key!r} has no label member (.cls or .json)")
 
 

@@ -183,6 +183,8 @@ class TarDataset(torch.utils.data.IterableDataset):
         seed: the shuffle's and the transforms' seed (int >= 0, default 0).
         label_key: the key of a ``.json`` member holding the label (default ``"label"``;
             ``None``: the whole JSON value).
+        missing_label: the label of a sample with no ``.cls``/``.json`` member (e.g. ``-1``
+            for unlabelled shards); None (default): such a sample is a SampleError.
         rank, world_size: this process's place among DDP ranks (default: from
             ``torch.distributed`` if initialised, else 0 and 1).
         pad: pad (True, default) or drop (False) to make ranks equal.
@@ -212,7 +214,8 @@ class TarDataset(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, urls, transform=None, target_transform=None, *, shuffle=True, seed=0,
-                 label_key="label", rank=None, world_size=None, pad=True, cache=None,
+                 label_key="label", missing_label=None, rank=None, world_size=None, pad=True,
+                 cache=None,
                  cache_short_side=None, on_error="raise", max_failures=0.01,
                  max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16,
                  shard_cache=None, shard_sizes=None):
@@ -228,6 +231,7 @@ class TarDataset(torch.utils.data.IterableDataset):
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.label_key = label_key
+        self.missing_label = missing_label
         self.rank = rank
         self.world_size = world_size
         self.pad = bool(pad)
@@ -366,8 +370,9 @@ class TarDataset(torch.utils.data.IterableDataset):
             counters["read_s"] += time.perf_counter() - start
             counters["bytes_read"] += record.nbytes
             try:
-                _check_record(record)
-                label = parse_label(record.label, record.label_ext, self.label_key)
+                _check_record(record, require_label=self.missing_label is None)
+                label = (self.missing_label if record.label is None
+                         else parse_label(record.label, record.label_ext, self.label_key))
                 image = st.decoder(record.image, key=g, rng=rng, counters=counters, extra=label,
                                    out=out)
             except TurboLoaderError as exc:
