@@ -57,13 +57,17 @@ class Loader:
                          f"DataLoader(shuffle={train}, num_workers={args.workers}, "
                          "persistent_workers=True), set_epoch each epoch")
         elif args.variant == "threads":
-            if not hasattr(tl, "DataLoader"):
-                raise Unavailable("not available yet: turboloader has no DataLoader "
-                                  "(thread backend) in this checkout")
+            DataLoader = getattr(tl, "DataLoader", None)
+            if DataLoader is None:  # written but not yet exported from the package
+                try:
+                    from turboloader.loader import DataLoader
+                except ImportError:
+                    raise Unavailable("not available yet: turboloader has no DataLoader "
+                                      "(thread backend) in this checkout") from None
             urls = sorted(glob.glob(f"{root}/shards/*.tar"))
             self.ds = tl.TarDataset(urls, tf, shuffle=train, seed=args.seed, **pol)
-            self.dl = tl.DataLoader(self.ds, batch_size=args.batch, num_workers=args.workers,
-                                    backend="threads")
+            self.dl = DataLoader(self.ds, batch_size=args.batch, num_workers=args.workers,
+                                 backend="threads")
             self.note = (f"turboloader.DataLoader(TarDataset, backend='threads', "
                          f"num_workers={args.workers})")
         else:
