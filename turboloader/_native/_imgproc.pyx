@@ -6,7 +6,7 @@ fused decode path cimports. Resampling reproduces Pillow's ``Resample.c`` (8 bpc
 horizontal pass first), so results match Pillow and torchvision's antialiased uint8 resize
 within 1; the colour kernels follow torchvision v2's uint8 tensor arithmetic in float32.
 """
-from libc.math cimport ceil, floorf, fmodf, isfinite, nearbyintf
+from libc.math cimport ceil, isfinite, nearbyintf
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
@@ -501,7 +501,24 @@ cdef int chw_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_s
 
 # ---------------------------------------------------------------------------------------------
 # Colour (torchvision v2 uint8 semantics: float32 math, clamp, truncating cast)
+#
+# torch's CPU kernels compute ``a.add_(b, alpha=k)`` as one fused multiply-add (vec::fmadd),
+# i.e. with a single float32 rounding. The kernels below reproduce that without FMA
+# instructions: the product of two of these operands (8-bit integer x float32, or float32 x
+# float32 of bounded exponent) and the sum are exact in double precision, so casting the double
+# sum to float32 rounds once, exactly as the FMA does. Point operations (brightness, the
+# contrast blend) become 256-entry tables computed that way and applied per byte; saturation
+# and the contrast mean use per-value tables for each product; hue runs branch-free on
+# deinterleaved chunks so the float32 HSV round trip vectorizes.
 # ---------------------------------------------------------------------------------------------
+
+cdef enum:
+    HUE_CHUNK = 128     # pixels per deinterleaved chunk (3 x 128 floats on the stack)
+
+cdef float GRAY_WR = <float>0.2989
+cdef float GRAY_WG = <float>0.587
+cdef float GRAY_WB = <float>0.114
+
 
 cdef inline uint8_t _sat_trunc(float v) noexcept nogil:
     if v < 0.0:       # also maps NaN to 0 rather than invoking UB in the cast
@@ -511,42 +528,56 @@ cdef inline uint8_t _sat_trunc(float v) noexcept nogil:
     return <uint8_t>v
 
 
-cdef inline float _gray_f(const float* lr, const float* lg, const float* lb,
-                          const uint8_t* px) noexcept nogil:
-    # torchvision's r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114), then floor_().
-    cdef float t = lr[px[0]] + lg[px[1]]
-    t = t + lb[px[2]]
-    return floorf(t)
+cdef struct GrayTables:
+    # torchvision's r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114) per channel value:
+    # r's product rounded to float32 (a plain multiply), g's and b's kept exact for the FMA.
+    double r[256]
+    double g[256]
+    double b[256]
 
 
-cdef void _gray_luts(float* lr, float* lg, float* lb) noexcept nogil:
+cdef void _gray_tables(GrayTables* t) noexcept nogil:
     cdef int v
-    cdef float wr = <float>0.2989, wg = <float>0.587, wb = <float>0.114
     for v in range(256):
-        lr[v] = <float>v * wr
-        lg[v] = <float>v * wg
-        lb[v] = <float>v * wb
+        t.r[v] = <double>(<float>v * GRAY_WR)
+        t.g[v] = <double>v * <double>GRAY_WG
+        t.b[v] = <double>v * <double>GRAY_WB
+
+
+cdef inline int32_t _gray_floor(const GrayTables* t, const uint8_t* px) noexcept nogil:
+    # floor of the float32 luma; the luma is >= 0 so truncation is floor
+    cdef float s = <float>(t.r[px[0]] + t.g[px[1]])
+    s = <float>(<double>s + t.b[px[2]])
+    return <int32_t>s
 
 
 cdef inline uint8_t _clamp_trunc(float t) noexcept nogil:
-    # Branch-free form of _sat_trunc for finite t, so loops using it vectorize.
-    t = t if t > 0.0 else 0.0
-    t = t if t < 255.0 else 255.0
-    return <uint8_t><int32_t>t
+    # uint8(clamp(t, 0, 255)) without branches (cvttss2si to 64 bits, integer cmovs): on
+    # noisy pixels a branchy clamp mispredicts on most values. Valid for |t| < 2^63 (callers
+    # guarantee it); NaN converts to INT64_MIN, i.e. 0.
+    cdef int64_t i = <int64_t>t
+    i = i if i > 0 else 0
+    i = i if i < 255 else 255
+    return <uint8_t>i
 
 
-cdef void _blend_scalar(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
-                        int channels, float ratio, float other) noexcept nogil:
-    # img = uint8(clamp(img * ratio + other, 0, 255)); other = other_value * (1 - ratio).
+cdef void _blend_lut(uint8_t* lut, float ratio, float other, float alpha) noexcept nogil:
+    # lut[x] = uint8(clamp(fma(other, alpha, float(x) * ratio))): torchvision's _blend on uint8
+    # with a constant second image (other = 0 for brightness's plain multiply).
+    cdef int v
+    cdef double prod = <double>other * <double>alpha
+    for v in range(256):
+        lut[v] = _sat_trunc(<float>(<double>(<float>v * ratio) + prod))
+
+
+cdef void _apply_lut(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
+                     int channels, const uint8_t* lut) noexcept nogil:
     cdef Py_ssize_t y, j, n = w * channels
     cdef uint8_t* row
-    cdef float t
     for y in range(h):
         row = img + y * stride
         for j in range(n):
-            t = <float>row[j] * ratio
-            t = t + other
-            row[j] = _clamp_trunc(t)
+            row[j] = lut[row[j]]
 
 
 cdef inline int _check_color(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
@@ -562,87 +593,172 @@ cdef inline int _check_color(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_
 
 cdef int adjust_brightness_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
                               int channels, double factor) noexcept nogil:
-    """In-place brightness: uint8(clamp(x * factor)) (no GIL)."""
+    """In-place brightness: uint8(clamp(x * factor)) via a 256-entry table (no GIL)."""
+    cdef uint8_t lut[256]
     cdef int st = _check_color(img, h, w, stride, channels, factor)
     if st != IMGPROC_OK:
         return st
-    _blend_scalar(img, h, w, stride, channels, <float>factor, <float>0.0)
+    _blend_lut(lut, <float>factor, <float>0.0, <float>0.0)
+    _apply_lut(img, h, w, stride, channels, lut)
     return IMGPROC_OK
 
 
 cdef int adjust_contrast_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
                             int channels, double factor) noexcept nogil:
     """In-place contrast: blend with the mean of the floored grayscale (no GIL)."""
-    cdef float lr[256]
-    cdef float lg[256]
-    cdef float lb[256]
+    cdef GrayTables gt
+    cdef uint8_t lut[256]
     cdef Py_ssize_t y, x, n = w * channels
     cdef int64_t total = 0
+    cdef int64_t t0, t1
     cdef const uint8_t* row
     cdef float mean
     cdef int st = _check_color(img, h, w, stride, channels, factor)
     if st != IMGPROC_OK:
         return st
     if channels == 3:
-        _gray_luts(lr, lg, lb)
+        _gray_tables(&gt)
         for y in range(h):
             row = img + y * stride
-            for x in range(w):
-                total += <int64_t>_gray_f(lr, lg, lb, row + 3 * x)
+            t0 = 0
+            t1 = 0
+            x = 0
+            while x + 1 < w:     # two independent sums shorten the dependency chain
+                t0 += _gray_floor(&gt, row + 3 * x)
+                t1 += _gray_floor(&gt, row + 3 * x + 3)
+                x += 2
+            if x < w:
+                t0 += _gray_floor(&gt, row + 3 * x)
+            total += t0 + t1
     else:
         for y in range(h):
             row = img + y * stride
+            t0 = 0
             for x in range(n):
-                total += row[x]
+                t0 += row[x]
+            total += t0
     mean = <float>(<double>total / (<double>h * <double>w))
-    _blend_scalar(img, h, w, stride, channels, <float>factor, mean * <float>(1.0 - factor))
+    _blend_lut(lut, <float>factor, mean, <float>(1.0 - factor))
+    _apply_lut(img, h, w, stride, channels, lut)
     return IMGPROC_OK
 
 
 cdef int adjust_saturation_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
                               int channels, double factor) noexcept nogil:
     """In-place saturation: blend each pixel with its floored grayscale (no GIL)."""
+    cdef GrayTables gt
+    cdef double scaled[256]     # float32(x * ratio), widened
+    cdef double grayw[256]      # gray * alpha, exact
     cdef Py_ssize_t y, x
+    cdef int v
     cdef uint8_t* p
-    cdef float r, g, b, t, gray
+    cdef double gd
     cdef float ratio = <float>factor, alpha = <float>(1.0 - factor)
-    cdef float wr = <float>0.2989, wg = <float>0.587, wb = <float>0.114
     cdef int st = _check_color(img, h, w, stride, channels, factor)
     if st != IMGPROC_OK or channels == 1:
         return st
+    _gray_tables(&gt)
+    for v in range(256):
+        scaled[v] = <double>(<float>v * ratio)
+        grayw[v] = <double>v * <double>alpha
+    if factor > 1e6:    # sums may leave _clamp_trunc's range: the branchy clamp is exact
+        for y in range(h):
+            p = img + y * stride
+            for x in range(w):
+                gd = grayw[_gray_floor(&gt, p)]
+                p[0] = _sat_trunc(<float>(scaled[p[0]] + gd))
+                p[1] = _sat_trunc(<float>(scaled[p[1]] + gd))
+                p[2] = _sat_trunc(<float>(scaled[p[2]] + gd))
+                p += 3
+        return IMGPROC_OK
     for y in range(h):
         p = img + y * stride
         for x in range(w):
-            r = <float>p[3 * x]
-            g = <float>p[3 * x + 1]
-            b = <float>p[3 * x + 2]
-            t = r * wr
-            t = t + g * wg
-            t = t + b * wb
-            gray = <float><int32_t>t          # floor_(): t >= 0
-            gray = gray * alpha
-            t = r * ratio
-            p[3 * x] = _clamp_trunc(t + gray)
-            t = g * ratio
-            p[3 * x + 1] = _clamp_trunc(t + gray)
-            t = b * ratio
-            p[3 * x + 2] = _clamp_trunc(t + gray)
+            gd = grayw[_gray_floor(&gt, p)]
+            p[0] = _clamp_trunc(<float>(scaled[p[0]] + gd))
+            p[1] = _clamp_trunc(<float>(scaled[p[1]] + gd))
+            p[2] = _clamp_trunc(<float>(scaled[p[2]] + gd))
+            p += 3
     return IMGPROC_OK
+
+
+cdef extern from *:
+    # torchvision's _rgb_to_hsv -> hue shift (fmod / remainder) -> _hsv_to_rgb on n pixels in
+    # [0, 1], in place, with its float32 operations in its order; flat selects, no branches.
+    # Plain C because GCC only vectorizes this loop when it may evaluate both sides of every
+    # select, i.e. without -ftrapping-math (set per function: it changes no result, only
+    # whether FP exception flags may be raised speculatively).
+    # fmod(hh, 1) and remainder(hh, 1) are single exact subtractions on the ranges reached
+    # ([5/6, 11/6] and [-0.5, 1.5)); h6 >= 0, so truncation is floor.
+    """
+    #if defined(__GNUC__) && !defined(__clang__)
+    #define TL_NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math")))
+    #else
+    #define TL_NO_TRAPPING_MATH
+    #endif
+    #if defined(__GNUC__) || defined(__clang__)
+    #define TL_RESTRICT __restrict__
+    #else
+    #define TL_RESTRICT
+    #endif
+    static TL_NO_TRAPPING_MATH void tl_hue_chunk(float* TL_RESTRICT rf, float* TL_RESTRICT gf,
+                                                 float* TL_RESTRICT bf, Py_ssize_t n, float hue) {
+        const float one = 1.0f, zero = 0.0f, six = 6.0f, sixth = (float)(1.0 / 6.0);
+        for (Py_ssize_t k = 0; k < n; k++) {
+            float r = rf[k], g = gf[k], b = bf[k];
+            float maxc = r > g ? r : g; maxc = maxc > b ? maxc : b;
+            float minc = r < g ? r : g; minc = minc < b ? minc : b;
+            float cr = maxc - minc;
+            float den = maxc == minc ? one : maxc;
+            float s = cr / den;
+            float crd = maxc == minc ? one : cr;
+            float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
+            float hr = bc - gc, hg = (rc + 2.0f) - bc, hb = (gc + 4.0f) - rc;
+            float hh = maxc == g ? hg : hb;
+            hh = maxc == r ? hr : hh;
+            hh = hh * sixth + one;
+            hh = hh >= one ? hh - one : hh;
+            hh = hh + hue;
+            float hm = hh >= one ? hh - one : hh;
+            hh = hh < zero ? hh + one : hm;
+            float h6 = hh * six;
+            float fi = (float)(int32_t)h6;
+            float f = h6 - fi;
+            fi = fi >= six ? zero : fi;
+            float sxf = s * f, oms = one - s;
+            float q = (one - sxf) * maxc, t = (sxf + oms) * maxc, pp = oms * maxc;
+            q = q > zero ? q : zero; q = q < one ? q : one;
+            t = t > zero ? t : zero; t = t < one ? t : one;
+            pp = pp > zero ? pp : zero; pp = pp < one ? pp : one;
+            float v = maxc;
+            float ro = fi == 4.0f ? t : v;
+            ro = fi == 2.0f ? pp : ro; ro = fi == 3.0f ? pp : ro;
+            ro = fi == one ? q : ro;
+            float go = fi == zero ? t : pp;
+            go = fi == one ? v : go; go = fi == 2.0f ? v : go;
+            go = fi == 3.0f ? q : go;
+            float bo = fi == 5.0f ? q : v;
+            bo = fi == 2.0f ? t : bo;
+            bo = fi < 1.5f ? pp : bo;
+            rf[k] = ro; gf[k] = go; bf[k] = bo;
+        }
+    }
+    """
+    void tl_hue_chunk(float* rf, float* gf, float* bf, Py_ssize_t n, float hue) noexcept nogil
 
 
 cdef int adjust_hue_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
                        int channels, double factor) noexcept nogil:
     """In-place hue rotation through torchvision's float32 HSV round trip (no GIL)."""
-    cdef Py_ssize_t y, x
+    cdef float rf[HUE_CHUNK]
+    cdef float gf[HUE_CHUNK]
+    cdef float bf[HUE_CHUNK]
+    cdef float lut[256]
+    cdef Py_ssize_t y, x0, k, n
     cdef uint8_t* p
-    cdef float r, g, b, maxc, minc, cr, s, crd, rc, gc, bc, hh, h6, f, sxf, oms, q, t, pp, v
-    cdef float one = 1.0, zero = 0.0
-    cdef float inv255 = <float>(1.0 / 255.0)
-    cdef float sixth = <float>(1.0 / 6.0)
     cdef float hue = <float>factor
     cdef float to_u8 = <float>(255.0 + 1.0 - 1e-3)
-    cdef float ro, go, bo
-    cdef int i
+    cdef int v
     if img == NULL or h <= 0 or w <= 0 or (channels != 1 and channels != 3):
         return IMGPROC_EBADSIZE
     if stride < w * channels:
@@ -651,76 +767,25 @@ cdef int adjust_hue_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stri
         return IMGPROC_EARG
     if channels == 1:
         return IMGPROC_OK
+    for v in range(256):
+        lut[v] = <float>v * <float>(1.0 / 255.0)
     for y in range(h):
-        p = img + y * stride
-        for x in range(w):
-            r = <float>p[0] * inv255
-            g = <float>p[1] * inv255
-            b = <float>p[2] * inv255
-            maxc = r if r > g else g
-            maxc = maxc if maxc > b else b
-            minc = r if r < g else g
-            minc = minc if minc < b else b
-            cr = maxc - minc
-            if maxc == minc:
-                s = cr / one
-                crd = one
-            else:
-                s = cr / maxc
-                crd = cr
-            rc = (maxc - r) / crd
-            gc = (maxc - g) / crd
-            bc = (maxc - b) / crd
-            if maxc == r:
-                hh = bc - gc
-            elif maxc == g:
-                hh = rc + <float>2.0
-                hh = hh - bc
-            else:
-                hh = gc + <float>4.0
-                hh = hh - rc
-            hh = hh * sixth
-            hh = hh + one
-            hh = fmodf(hh, one)
-            hh = hh + hue
-            hh = fmodf(hh, one)           # torch.remainder(hh, 1.0)
-            if hh != zero and hh < zero:
-                hh = hh + one
-            # HSV -> RGB
-            h6 = hh * <float>6.0
-            f = floorf(h6)
-            i = <int>f
-            f = h6 - f
-            sxf = s * f
-            oms = one - s
-            q = one - sxf
-            q = q * maxc
-            t = sxf + oms
-            t = t * maxc
-            pp = oms * maxc
-            q = zero if q < zero else (one if q > one else q)
-            t = zero if t < zero else (one if t > one else t)
-            pp = zero if pp < zero else (one if pp > one else pp)
-            v = maxc
-            i = i % 6
-            if i < 0:
-                i += 6
-            if i == 0:
-                ro = v; go = t; bo = pp
-            elif i == 1:
-                ro = q; go = v; bo = pp
-            elif i == 2:
-                ro = pp; go = v; bo = t
-            elif i == 3:
-                ro = pp; go = q; bo = v
-            elif i == 4:
-                ro = t; go = pp; bo = v
-            else:
-                ro = v; go = pp; bo = q
-            p[0] = _sat_trunc(ro * to_u8)
-            p[1] = _sat_trunc(go * to_u8)
-            p[2] = _sat_trunc(bo * to_u8)
-            p += 3
+        x0 = 0
+        while x0 < w:
+            n = w - x0
+            if n > HUE_CHUNK:
+                n = HUE_CHUNK
+            p = img + y * stride + 3 * x0
+            for k in range(n):
+                rf[k] = lut[p[3 * k]]
+                gf[k] = lut[p[3 * k + 1]]
+                bf[k] = lut[p[3 * k + 2]]
+            tl_hue_chunk(rf, gf, bf, n, hue)
+            for k in range(n):          # outputs are in [0, 1]: the cast cannot overflow
+                p[3 * k] = _clamp_trunc(rf[k] * to_u8)
+                p[3 * k + 1] = _clamp_trunc(gf[k] * to_u8)
+                p[3 * k + 2] = _clamp_trunc(bf[k] * to_u8)
+            x0 += n
     return IMGPROC_OK
 
 
@@ -1105,9 +1170,7 @@ cdef int histogram_u8(const uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
 cdef int grayscale_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_stride,
                       uint8_t* dst, Py_ssize_t dst_stride, int out_channels) noexcept nogil:
     """3-channel ``src`` -> 1 or 3 channel ``dst``: torchvision's float32 luma, truncated."""
-    cdef float lr[256]
-    cdef float lg[256]
-    cdef float lb[256]
+    cdef GrayTables gt
     cdef Py_ssize_t y, x
     cdef const uint8_t* row
     cdef uint8_t* drow
@@ -1116,16 +1179,16 @@ cdef int grayscale_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
         return IMGPROC_EBADSIZE
     if src_stride < 3 * w or dst_stride < out_channels * w:
         return IMGPROC_ESTRIDE
-    _gray_luts(lr, lg, lb)
+    _gray_tables(&gt)
     for y in range(h):
         row = src + y * src_stride
         drow = dst + y * dst_stride
         if out_channels == 1:
             for x in range(w):
-                drow[x] = <uint8_t><int32_t>_gray_f(lr, lg, lb, row + 3 * x)
+                drow[x] = <uint8_t>_gray_floor(&gt, row + 3 * x)
         else:
             for x in range(w):
-                v = <uint8_t><int32_t>_gray_f(lr, lg, lb, row + 3 * x)
+                v = <uint8_t>_gray_floor(&gt, row + 3 * x)
                 drow[3 * x] = v
                 drow[3 * x + 1] = v
                 drow[3 * x + 2] = v
@@ -1170,8 +1233,9 @@ cdef int sharpness_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
             s = s + a * <float>r2[j]
             s = s + a * <float>r2[j + C]
             blur = nearbyintf(s)
-            o = x + alpha * (blur - x)
-            d[j] = _clamp_trunc(o)
+            # view.add_(blur - view, alpha=1 - factor): one fused multiply-add in torch
+            o = <float>(<double>x + <double>alpha * <double>(blur - x))
+            d[j] = _sat_trunc(o)
     return IMGPROC_OK
 
 

@@ -100,9 +100,11 @@ cdef int warp_u8(const uint8_t* src, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ss
                 den = den + one
                 gx = gx / den - one
                 gy = gy / den - one
-            # grid_sample's unnormalize, align_corners=False: (g + 1) * size / 2 - 0.5
-            ix = (gx + one) * half_w - half
-            iy = (gy + one) * half_h - half
+            # grid_sample's unnormalize, align_corners=False: (g + 1) * (size / 2) - 0.5, which
+            # torch's AVX2/NEON kernels evaluate as one fused multiply-add. The double product
+            # of two floats and the sum are exact, so the cast rounds once, like the FMA.
+            ix = <float>(<double>(gx + one) * <double>half_w - 0.5)
+            iy = <float>(<double>(gy + one) * <double>half_h - 0.5)
             if mode == WARP_NEAREST:
                 fx = nearbyintf(ix)
                 fy = nearbyintf(iy)
@@ -139,15 +141,18 @@ cdef int warp_u8(const uint8_t* src, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ss
                 in_sw = 0 <= xi < sw and 0 <= yi + 1 < sh
                 in_se = 0 <= xi + 1 < sw and 0 <= yi + 1 < sh
                 for c in range(C):
+                    # nw*v_nw + ne*v_ne + sw*v_sw + se*v_se with torch's FMA chain (each step
+                    # rounded once; the double product of a float and a byte is exact).
                     v = 0.0
                     if in_nw:
-                        v = v + nw * <float>src[yi * sstride + xi * C + c]
+                        v = nw * <float>src[yi * sstride + xi * C + c]
                     if in_ne:
-                        v = v + ne * <float>src[yi * sstride + (xi + 1) * C + c]
+                        v = <float>(<double>v + <double>ne * src[yi * sstride + (xi + 1) * C + c])
                     if in_sw:
-                        v = v + sw_ * <float>src[(yi + 1) * sstride + xi * C + c]
+                        v = <float>(<double>v + <double>sw_ * src[(yi + 1) * sstride + xi * C + c])
                     if in_se:
-                        v = v + se * <float>src[(yi + 1) * sstride + (xi + 1) * C + c]
+                        v = <float>(<double>v + <double>se *
+                                    src[(yi + 1) * sstride + (xi + 1) * C + c])
                     if fill != NULL:
                         m = 0.0
                         if in_nw:

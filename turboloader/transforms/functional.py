@@ -809,7 +809,10 @@ def solarize(img, threshold, *, inplace=False):
         raise TypeError(f"Threshold should be less or equal the maximum value of the dtype, "
                         f"but got {threshold}")
     res, target = _point(img, "solarize", inplace)
-    _imgproc.solarize_(target, max(0, math.ceil(threshold)))   # x >= t  <=>  x >= ceil(t)
+    # torch compares the uint8 image with the threshold in float32; for integer x,
+    # x >= t  <=>  x >= ceil(t)
+    t32 = float(np.float32(threshold))
+    _imgproc.solarize_(target, min(256, max(0, math.ceil(t32))))
     return res
 
 
