@@ -35,10 +35,13 @@ def test_demo_runs_and_agrees_with_torchvision():
     from turboloader.demo import run_demo
 
     lines = []
-    assert run_demo(num_images=12, seed=3, threads=2, repeat=1, print=lines.append) == 0
+    assert run_demo(num_images=40, seed=3, workers=2, batch_size=16, epochs=1,
+                    print=lines.append) == 0
     report = "\n".join(lines)
-    assert "Pillow + torchvision v2, 1 thread" in report and "1.00x" in report
-    assert "turboloader, DCT-scaled crop decode, 2 threads" in report
+    assert "torchvision ImageFolder + v2, torch DataLoader" in report and "1.00x" in report
+    assert "turboloader TarDataset, thread backend" in report
+    assert "40 samples, 40 cache hits, 0 misses" in report  # epoch 2 decodes nothing
+    assert "exactly once" in report and "FAILED" not in report
 
 
 def test_synthetic_jpegs_are_deterministic_and_imagenet_sized():
