@@ -168,6 +168,7 @@ class TurboDataModule(LightningDataModule):
         self.rank, self.world_size = self._topology()
         if stage in (None, "fit") and self.train_dataset is None:
             self.train_dataset = self._make_dataset(self.train, self.train_transform, shuffle=True)
+            self._apply_pending_state()
         if self.val is not None and stage in (None, "fit", "validate") and self.val_dataset is None:
             self.val_dataset = self._make_dataset(self.val, self.val_transform, shuffle=False)
 
@@ -181,6 +182,37 @@ class TurboDataModule(LightningDataModule):
                               sampler=sampler, pin_memory=torch.cuda.is_available(),
                               drop_last=self.drop_last and train, backend=self.backend)
         return _StageLoader(self, dataset, loader)
+
+    # -- checkpoints: Lightning calls these when it saves and restores a checkpoint --------
+
+    def state_dict(self):
+        """The training data's position, saved in Lightning checkpoints.
+
+        For TAR shards (an iterable dataset): the dataset's resume state after the batches
+        the current epoch has processed so far, so a fit resumed from a mid-epoch
+        checkpoint continues with exactly the samples not yet seen, in the same order (see
+        :meth:`turboloader.TarDataset.state_dict`). For map-style datasets: the epoch.
+        """
+        ds, trainer = self.train_dataset, self._trainer_or_none()
+        if ds is None or trainer is None or not hasattr(ds, "state_dict"):
+            return {}
+        if isinstance(ds, torch.utils.data.IterableDataset):
+            batches = int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+            return {"train": ds.state_dict(batches=batches, batch_size=self.batch_size,
+                                           num_workers=self.num_workers,
+                                           drop_last=self.drop_last)}
+        return {"train": ds.state_dict()}
+
+    def load_state_dict(self, state_dict):
+        """Restore :meth:`state_dict` (before the training loader's next pass)."""
+        self._pending_state = state_dict.get("train")
+        self._apply_pending_state()
+
+    def _apply_pending_state(self):
+        state = getattr(self, "_pending_state", None)
+        if state is not None and self.train_dataset is not None:
+            self.train_dataset.load_state_dict(state)
+            self._pending_state = None
 
     def train_dataloader(self):
         if self.train_dataset is None:

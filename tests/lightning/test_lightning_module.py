@@ -102,3 +102,26 @@ def test_ddp_two_ranks_see_disjoint_data(shards, tmp_path, strategy):
         assert not set(va) & set(vb) and sorted(va + vb) == list(range(16))
     # new shuffle in epoch 1: the split of samples over ranks changes
     assert set(records[0]["seen"]["0"]) != set(records[0]["seen"]["1"])
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_mid_epoch_checkpoint_resumes_with_the_unseen_samples(shards, tmp_path, num_workers):
+    # An uninterrupted epoch is the oracle: it checkpoints after 2 of its 4 batches; a new
+    # Trainer resumed from that checkpoint must see exactly the epoch's last 2 batches.
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def module():
+        return TurboDataModule(shards, batch_size=4, num_workers=num_workers, image_size=32,
+                               seed=5, backend="processes")
+
+    full = Tiny()
+    every2 = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    L.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[every2], max_epochs=1,
+              limit_val_batches=0, enable_progress_bar=False,
+              enable_model_summary=False).fit(full, datamodule=module())
+    assert sorted(full.seen[0]) == list(range(16))
+
+    rest = Tiny()
+    _trainer(max_epochs=1, limit_val_batches=0).fit(
+        rest, datamodule=module(), ckpt_path=str(tmp_path / "epoch=0-step=2.ckpt"))
+    assert rest.seen[0] == full.seen[0][8:]
