@@ -63,6 +63,8 @@ import torch.utils.data
 from torch.utils.data import IterableDataset
 from torch.utils.data._utils.collate import default_collate
 
+from turboloader.data._streams import reading_as
+
 __all__ = ["DataLoader", "profile"]
 
 _POLL_S = 0.05  # how often a blocked stage thread looks at the stop flag
@@ -92,6 +94,12 @@ def _dataset_plan(dataset):
 
 def _cache_on(dataset) -> bool:
     return bool(getattr(dataset, "_cache_bytes", 0))
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def _accelerator() -> bool:
@@ -502,6 +510,14 @@ class _Pipeline:
             self.tasks.put(None)
 
     def _map_worker(self, w):
+        # this thread reads as its own stream: its own decoder, statistics and failure budget
+        # in datasets that keep them per stream (ImageFolder, TBLDataset), as a worker process
+        name = f"rank{_rank()}-thread{w}" if self.loader.num_workers > 0 else \
+            f"rank{_rank()}-thread-main"
+        with reading_as(name):
+            self._map_work(w)
+
+    def _map_work(self, w):
         stats, stop, ds = self.stats.stages["decode"], self.stop, self.dataset
         while True:
             task, waited = _get(self.tasks, stop)
@@ -878,8 +894,17 @@ class DataLoader:
     # -- iteration ---------------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Batches per pass, as torch computes it (for iterable datasets with several
-        workers and ``drop_last=False`` the true count can be up to ``workers - 1`` more)."""
+        """Batches per pass. For an iterable dataset that knows its per-worker shares
+        (``TarDataset``) the exact count: each of the ``max(1, num_workers)`` streams batches
+        its own share, so the sum over workers of ``ceil(share / batch_size)`` (floor with
+        ``drop_last``), whichever backend. Otherwise torch's count (for other iterable
+        datasets with several workers and ``drop_last=False`` it can be up to
+        ``workers - 1`` short)."""
+        shares = getattr(self.dataset, "_worker_sizes", None)
+        if self._iterable and shares is not None and self.batch_size is not None:
+            B = self.batch_size
+            sizes = shares(max(1, self.num_workers))
+            return sum(n // B if self.drop_last else -(-n // B) for n in sizes)
         return len(self.torch_loader)
 
     def __iter__(self):

@@ -144,3 +144,69 @@ def test_stats_from_workers(tree):
     st = ds.stats()  # the workers flushed when they exited
     assert st["samples"] == len(ds) and len(st["workers"]) == 2
     assert st["bytes_read"] > 0 and st["decode_s"] > 0
+
+
+def test_skipped_reaches_stats_from_torch_workers(tree):
+    # persistent workers never exit between passes, and a map-style dataset sees no end of
+    # pass: the skip must be reported when it happens, not when the worker leaves
+    path = _corrupt(tree, "cat/b.JPEG")
+    ds = ImageFolder(tree, size_of, on_error="skip", max_failures=2, stats_interval=1000)
+    loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=2,
+                                         persistent_workers=True)
+    assert len(torch.cat([y for _, y in loader])) == len(ds)
+    st = ds.stats()
+    assert st["failures"] == 1
+    assert [(s["shard"], s["key"], s["epoch"]) for s in st["skipped"]] == \
+        [(path, "cat/b.JPEG", 0)]
+    assert st["skipped"][0]["reason"].startswith("DecodeError")
+    assert st["skipped"][0]["worker"] in ("worker0", "worker1")
+    ds.set_epoch(1)
+    list(loader)  # the same worker processes, a second pass
+    assert [s["epoch"] for s in ds.stats()["skipped"]] == [0, 1]
+    assert ds.stats(epoch=1)["failures"] == 1
+    del loader  # the workers exit and flush their counters
+    import gc
+
+    gc.collect()
+    assert ds.stats()["samples"] == 2 * len(ds)
+
+
+def test_reading_streams_keep_their_own_budget_and_counters(tree):
+    import threading
+
+    from turboloader.data._streams import reading_as
+
+    path = _corrupt(tree, "cat/b.JPEG")
+    ds = ImageFolder(tree, size_of, on_error="skip", max_failures=1)
+    bad = [p for p, _ in ds.samples].index(path)
+    start = threading.Barrier(2)
+    errors = []
+
+    def read(name, rounds):
+        with reading_as(name):
+            start.wait()
+            try:
+                for _ in range(rounds):
+                    for i in range(len(ds)):
+                        if i != bad:
+                            ds[i]
+                ds[bad]  # one failure each: within each stream's own budget of 1
+            except Exception as exc:  # noqa: BLE001 (reported below)
+                errors.append(exc)
+
+    threads = [threading.Thread(target=read, args=(f"rank0-thread{w}", 50)) for w in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    st = ds.stats()
+    n = 50 * (len(ds) - 1) + 1
+    assert set(st["workers"]) == {"rank0-thread0", "rank0-thread1"}
+    assert [st["workers"][w]["samples"] for w in sorted(st["workers"])] == [n, n]
+    assert st["samples"] == 2 * n and st["failures"] == 2
+    assert sorted(s["worker"] for s in st["skipped"]) == ["rank0-thread0", "rank0-thread1"]
+    with reading_as("rank0-thread0"), pytest.raises(FailureBudgetExceeded):
+        ds[bad]  # the second failure of that stream
+    ds[bad]  # the main process's stream has its own budget
+    assert ds.stats()["workers"]["main"]["failures"] == 1

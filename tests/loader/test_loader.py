@@ -236,3 +236,30 @@ def test_progress_bar(shards, capsys):
         assert "7/7 batches" in err
     else:
         assert "7/7" in err
+
+
+@pytest.mark.parametrize("workers,batch", [(0, 4), (1, 4), (2, 4), (3, 4), (4, 3), (3, 5),
+                                           (5, 4)])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_len_is_the_batches_a_pass_yields(shards, workers, batch, drop_last):
+    # 26 samples: 3 workers of 4 -> shares 8, 9, 9 -> 3 + 3 + 3 = 9 batches (torch says 7)
+    for ds in (TarDataset(shards, FLOAT), TarDataset(shards, FLOAT, rank=1, world_size=3),
+               TarDataset(shards, FLOAT, rank=2, world_size=3, pad=False)):
+        backends = ("threads", "processes") if workers in (0, 3) else ("threads",)
+        for backend in backends:
+            loader = DataLoader(ds, batch_size=batch, num_workers=workers, backend=backend,
+                                drop_last=drop_last)
+            assert len(loader) == len(list(loader)), (backend, ds)
+
+
+def test_map_style_threads_read_as_separate_streams(folder):
+    ds = ImageFolder(str(folder), FLOAT, on_error="skip")
+    loader = DataLoader(ds, batch_size=8, num_workers=2)
+    assert sum(len(y) for _, y in loader) == 21
+    st = ds.stats()
+    # one recorder per decode thread, named like TarDataset's thread streams
+    assert set(st["workers"]) <= {"rank0-thread0", "rank0-thread1"}
+    assert st["samples"] == 21
+    list(DataLoader(ds, batch_size=8, num_workers=0))
+    assert "rank0-thread-main" in ds.stats()["workers"]
+    assert ds.stats()["samples"] == 42

@@ -139,3 +139,28 @@ def test_distributed_sampler_with_workers(data):
         assert labels == ds.targets[indices].tolist()
         seen += indices
     assert sorted(seen) == list(range(12))
+
+
+def test_skipped_reaches_stats_from_torch_workers(data, tmp_path):
+    key = _damage(data / "all.tbl", tmp_path / "bad.tbl", 4)
+    ds = TBLDataset(tmp_path / "bad.tbl", _train(), on_error="skip", max_failures=2,
+                    stats_interval=1000)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2,
+                                         persistent_workers=True)
+    assert len(torch.cat([y for _, y in loader])) == len(ds)
+    st = ds.stats()  # the workers are alive: the skip was reported when it happened
+    assert st["failures"] == 1
+    assert [(s["key"], s["shard"]) for s in st["skipped"]] == [(key, str(tmp_path / "bad.tbl"))]
+    assert st["skipped"][0]["reason"].startswith("FormatError")
+
+
+def test_thread_backend_streams_are_per_thread(data):
+    from turboloader.loader import DataLoader
+
+    ds = TBLDataset(data / "all.tbl", _train())
+    batches = list(DataLoader(ds, batch_size=6, num_workers=2, backend="threads"))
+    assert sum(len(y) for _, y in batches) == len(ds)
+    workers = ds.stats()["workers"]
+    # each decode thread its own recorder (a batch of 6 is split 3 + 3 between them)
+    assert set(workers) <= {"rank0-thread0", "rank0-thread1"} and workers
+    assert sum(w["samples"] for w in workers.values()) == len(ds)

@@ -7,6 +7,7 @@ import time
 
 import torchvision.datasets
 
+from turboloader.data._streams import own_states, stream_state
 from turboloader.data.cache import Decoder, Timer, parse_size
 from turboloader.data.policy import FailureLog, FailurePolicy, SharedEpoch, Telemetry
 from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
@@ -21,7 +22,9 @@ class _ProcessState:
         self.pid = os.getpid()
         self.decoder = Decoder(dataset.transform, cache=dataset._cache_bytes,
                                short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
-        self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval)
+        # failures are reported at once: a map-style worker never sees the end of a pass
+        self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval,
+                                                    flush_failures=True)
         self.recorder.cache = self.decoder.cache
         self.logs = {}
 
@@ -48,14 +51,15 @@ class ImageFolder(torchvision.datasets.ImageFolder):
     ``on_error="skip"``: a sample that fails with a turboloader error (corrupt, truncated
     or undecodable image) is replaced by the next index that reads (wrapping around), with
     the requested index's transform parameters, and the failure is recorded in
-    ``stats()``; each process (main or DataLoader worker) may skip ``max_failures`` per
+    ``stats()``; each reading stream (the main process, a DataLoader worker, or a decode
+    thread of ``turboloader.DataLoader(backend="threads")``) may skip ``max_failures`` per
     epoch (an int, or a fraction of ``len(dataset)``), then FailureBudgetExceeded is
     raised. Under "raise" (default) the typed error carries a note naming the file.
     Errors that are not turboloader's (a missing file, a TypeError in a transform, anything
     a user ``loader`` raises) always propagate.
 
-    ``cache``: a per-process LRU of decoded images bounded in bytes (total = cache x
-    workers x local ranks). A map-style DataLoader hands indices to workers round-robin,
+    ``cache``: a per-stream (process, or decode thread of the thread backend) LRU of
+    decoded images bounded in bytes (total = cache x workers x local ranks). A map-style DataLoader hands indices to workers round-robin,
     so with a shuffling sampler and several workers a worker gets a different subset each
     epoch and hits its cache for only about 1/num_workers of its samples; with
     ``num_workers=0`` (or a sampler that keeps indices on workers) every repeat hits.
@@ -96,11 +100,11 @@ class ImageFolder(torchvision.datasets.ImageFolder):
         self.stats_interval = int(stats_interval)
         self._epoch = SharedEpoch(0)
         self._telemetry = Telemetry()
-        self._state = None
+        self._states = {}  # stream name -> _ProcessState (see data._streams)
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_state"] = None
+        state["_states"] = {}
         return state
 
     @property
@@ -115,14 +119,9 @@ class ImageFolder(torchvision.datasets.ImageFolder):
         self._epoch.value = epoch
 
     def _process_state(self):
-        st = self._state
-        if st is None or st.pid != os.getpid():
-            import torch.utils.data
-
-            info = torch.utils.data.get_worker_info()
-            name = f"worker{info.id}" if info is not None else "main"
-            st = self._state = _ProcessState(self, name)
-        return st
+        """The reading state of the calling thread's stream: one per DataLoader worker
+        process, one per decode thread of the thread backend, ``"main"`` otherwise."""
+        return stream_state(self, lambda name: _ProcessState(self, name))
 
     def _load(self, st, i, rng, counters):
         path, target = self.samples[i]
@@ -180,10 +179,11 @@ class ImageFolder(torchvision.datasets.ImageFolder):
     def stats(self, epoch=None) -> dict:
         """Counters of every process that read this dataset (see ``TarDataset.stats``).
 
-        Workers report every ``stats_interval`` samples and when they exit; counters of
-        live persistent workers can lag by up to ``stats_interval`` samples.
+        Workers report every ``stats_interval`` samples, on every skipped sample (so
+        ``skipped`` is complete as soon as the batch is delivered) and when they exit;
+        sample counters of live persistent workers can lag by up to ``stats_interval``
+        samples. The thread backend's decode threads are listed as ``"rank{r}-thread{w}"``.
         """
-        st = self._state
-        if st is not None and st.pid == os.getpid():
+        for st in own_states(self):
             st.recorder.flush()
         return self._telemetry.collect(epoch)

@@ -5,11 +5,13 @@ decides between raising and skipping. Only :class:`~turboloader.errors.TurboLoad
 is ever skipped; anything else (TypeError in a transform, OSError reading a file) is a
 programming or environment error and propagates.
 
-Statistics: each process that reads samples (the main process, or each DataLoader worker)
-keeps its own counters in a :class:`Recorder` and writes a JSON snapshot of them into a
-private directory owned by the dataset object that created it, every ``interval`` samples,
-at the end of each pass over an iterable dataset, and when a worker process exits. The
-dataset's ``stats()`` in the main process reads all snapshots. Files rather than a queue:
+Statistics: each stream that reads samples (the main process, each DataLoader worker, or
+each decode thread of ``turboloader.DataLoader(backend="threads")``) keeps its own counters
+in a :class:`Recorder` and writes a JSON snapshot of them into a private directory owned by
+the dataset object that created it, every ``interval`` samples, at the end of each pass over
+an iterable dataset, on each skipped sample of a map-style dataset (which has no end of
+pass in a worker), and when a worker process exits. The dataset's ``stats()`` in the main
+process reads all snapshots. Files rather than a queue:
 a worker never blocks on a pipe nobody drains, and the mechanism does not depend on the
 DataLoader's multiprocessing context.
 """
@@ -25,6 +27,7 @@ import numbers
 import os
 import shutil
 import tempfile
+import threading
 import time
 import weakref
 
@@ -172,9 +175,10 @@ class Telemetry:
         self.path = state["path"]
         self._finalizer = None
 
-    def recorder(self, name: str, *, interval: int = 256) -> "Recorder":
-        """A recorder for this process, continuing from any snapshot this name left."""
-        return Recorder(os.path.join(self.path, f"{name}.json"), name, interval=interval)
+    def recorder(self, name: str, *, interval: int = 256, flush_failures: bool = False) -> "Recorder":
+        """A recorder for the stream ``name``, continuing from any snapshot that name left."""
+        return Recorder(os.path.join(self.path, f"{name}.json"), name, interval=interval,
+                        flush_failures=flush_failures)
 
     def snapshots(self) -> list[dict]:
         out = []
@@ -186,9 +190,12 @@ class Telemetry:
             if f.endswith(".json"):
                 try:
                     with open(os.path.join(self.path, f)) as fh:
-                        out.append(json.load(fh))
+                        snap = json.load(fh)
                 except (OSError, ValueError):
                     continue  # vanished or being replaced: os.replace makes this rare
+                snap["failures"] = _read_lines(
+                    os.path.join(self.path, f[: -len(".json")] + ".failures.jsonl"))
+                out.append(snap)
         return out
 
     def collect(self, epoch=None) -> dict:
@@ -217,26 +224,41 @@ class Telemetry:
 
 
 class Recorder:
-    """Counters of one process (main or a DataLoader worker), per epoch."""
+    """Counters of one reading stream (the main process, a DataLoader worker, or one of the
+    thread backend's decode threads), per epoch.
 
-    def __init__(self, path, name, *, interval=256):
+    Two files: ``<name>.json``, a snapshot of the counters replaced whole on each
+    :meth:`flush`, and ``<name>.failures.jsonl``, one line appended per listed failure, so
+    reporting a failure at once costs one small write however many came before.
+    Each recorder is written by one thread at a time, plus ``stats()`` flushing it from the
+    main thread; the temporary file is per thread so those two never collide.
+    """
+
+    def __init__(self, path, name, *, interval=256, flush_failures=False):
         self.path = path
+        self.failures_path = path[: -len(".json")] + ".failures.jsonl"
         self.name = name
         self.interval = interval
+        self.flush_failures = bool(flush_failures)
         self.epochs = {}
-        self.failures = []
+        self.listed = 0  # failures in the .failures.jsonl file
         self.cache = None  # a ByteLRU whose gauge goes in the snapshot
         self._unflushed = 0
         try:
             with open(path) as fh:
                 snap = json.load(fh)
             self.epochs = {int(e): c for e, c in snap["epochs"].items()}
-            self.failures = snap["failures"]
         except (OSError, ValueError, KeyError):
             pass
+        self.listed = len(_read_lines(self.failures_path))
         if multiprocessing.parent_process() is not None:
             # a worker process: write the tail when it exits cleanly
             multiprocessing.util.Finalize(self, self.flush, exitpriority=10)
+
+    @property
+    def failures(self) -> list[dict]:
+        """The failures listed so far (at most 10,000; the count in the counters is exact)."""
+        return _read_lines(self.failures_path)
 
     def counters(self, epoch: int) -> dict:
         c = self.epochs.get(epoch)
@@ -250,17 +272,26 @@ class Recorder:
             self.flush()
 
     def failure(self, epoch, shard, key, offset, reason) -> None:
+        """Count and list a skipped sample; with ``flush_failures``, report it at once
+        (map-style datasets: their worker processes have no end-of-pass to flush at)."""
         self.counters(epoch)["failures"] += 1
-        if len(self.failures) < _MAX_LISTED:
-            self.failures.append({"epoch": epoch, "shard": shard, "key": key, "offset": offset,
-                                  "reason": reason, "worker": self.name})
+        if self.listed < _MAX_LISTED:
+            line = json.dumps({"epoch": epoch, "shard": shard, "key": key, "offset": offset,
+                               "reason": reason, "worker": self.name})
+            try:
+                with open(self.failures_path, "a") as fh:
+                    fh.write(line + "\n")  # one write: a reader sees whole lines or none
+                self.listed += 1
+            except OSError:
+                pass  # the owning dataset is gone: nothing to report to
+        if self.flush_failures:
+            self.flush()
 
     def flush(self) -> None:
         snap = {"name": self.name, "pid": os.getpid(), "time": time.time(),
-                "epochs": {str(e): c for e, c in self.epochs.items()},
-                "failures": self.failures,
+                "epochs": {str(e): dict(c) for e, c in list(self.epochs.items())},
                 "cache": self.cache.stats() if self.cache is not None else None}
-        tmp = f"{self.path}.{os.getpid()}.tmp"
+        tmp = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
             with open(tmp, "w") as fh:
                 json.dump(snap, fh)
@@ -268,3 +299,18 @@ class Recorder:
         except OSError:
             return  # the owning dataset is gone (its directory removed): nothing to report to
         self._unflushed = 0
+
+
+def _read_lines(path) -> list[dict]:
+    """The JSON lines of ``path`` ([] if absent); a torn last line (being written) is left out."""
+    out = []
+    try:
+        with open(path) as fh:
+            for line in fh:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return out

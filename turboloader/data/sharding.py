@@ -36,7 +36,7 @@ import operator
 
 import numpy as np
 
-__all__ = ["per_rank_count", "worker_items"]
+__all__ = ["per_rank_count", "worker_counts", "worker_items"]
 
 _SHARDS, _WITHIN, _WORKER = 1, 2, 3
 
@@ -53,6 +53,20 @@ def per_rank_count(n: int, world_size: int, *, pad: bool = True) -> int:
         (3, 2)
     """
     return -(-n // world_size) if pad else n // world_size
+
+
+def worker_counts(n: int, world_size: int, num_workers: int, *, pad: bool = True) -> list[int]:
+    """Samples each of the ``num_workers`` workers of a rank reads per epoch: the rank's
+    ``per_rank_count`` cut into contiguous pieces whose sizes differ by at most one (the
+    lengths of :func:`worker_items` for ``worker = 0 .. num_workers - 1``).
+
+    Example:
+        >>> worker_counts(26, 1, 3), worker_counts(10, 4, 2, pad=False)
+        ([8, 9, 9], [1, 1])
+    """
+    world_size, num_workers = _check("world_size", world_size, 1), _check("num_workers", num_workers, 1)
+    per = per_rank_count(_check("n", n), world_size, pad=pad)
+    return [(w + 1) * per // num_workers - w * per // num_workers for w in range(num_workers)]
 
 
 def _check(name, value, lo=0):

@@ -492,9 +492,9 @@ class TarDataset(torch.utils.data.IterableDataset):
                 "fixed": bool(self._cache_bytes)}
 
     def _worker_sizes(self, num_workers):
+        """Samples each of ``num_workers`` logical worker streams of this rank yields."""
         _, world = _topology(self.rank, self.world_size)
-        per = sharding.per_rank_count(self.num_samples, world, pad=self.pad)
-        return [(w + 1) * per // num_workers - w * per // num_workers for w in range(num_workers)]
+        return sharding.worker_counts(self.num_samples, world, num_workers, pad=self.pad)
 
     def _take_resume(self, epoch, worker, num_workers):
         """The resume point of logical worker ``worker`` for this pass, used once."""

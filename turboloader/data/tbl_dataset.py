@@ -8,6 +8,7 @@ import time
 import numpy as np
 import torch.utils.data
 
+from turboloader.data._streams import own_states, stream_state
 from turboloader.data.cache import Decoder, Timer, parse_size
 from turboloader.data.policy import FailureLog, FailurePolicy, SharedEpoch, Telemetry
 from turboloader.data.shards import expand_urls
@@ -27,7 +28,9 @@ class _ProcessState:
         self.files = [TBLFile(p, check_crc=dataset.check_crc) for p in dataset.paths]
         self.decoder = Decoder(dataset.transform, cache=dataset._cache_bytes,
                                short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
-        self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval)
+        # failures are reported at once: a map-style worker never sees the end of a pass
+        self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval,
+                                                    flush_failures=True)
         self.recorder.cache = self.decoder.cache
         self.logs = {}
 
@@ -57,9 +60,10 @@ class TBLDataset(torch.utils.data.Dataset):
     exact: skip the sampler's first indices.
 
     **Cache** and **failures** behave as in :class:`ImageFolder`: ``cache="4GB"`` is a
-    per-process LRU of decoded images; ``on_error="skip"`` replaces a sample that fails with
-    a turboloader error (CRC mismatch, undecodable image, missing label) by the next index
-    that reads, within ``max_failures`` per process per epoch, and lists it in ``stats()``.
+    per-stream LRU of decoded images (a stream: a process, or a decode thread of the thread
+    backend); ``on_error="skip"`` replaces a sample that fails with a turboloader error (CRC
+    mismatch, undecodable image, missing label) by the next index that reads, within
+    ``max_failures`` per stream per epoch, and lists it in ``stats()``.
     Under ``"raise"`` the typed error (FormatError, DecodeError, SampleError) carries a note
     naming the file, key and byte offset. A file whose header or index is damaged raises
     FormatError in ``__init__``.
@@ -120,11 +124,11 @@ class TBLDataset(torch.utils.data.Dataset):
         self.classes = metadata[0].get("classes") if metadata else None
         self._epoch = SharedEpoch(0)
         self._telemetry = Telemetry()
-        self._state = None
+        self._states = {}  # stream name -> _ProcessState (see data._streams)
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_state"] = None
+        state["_states"] = {}
         return state
 
     def __len__(self) -> int:
@@ -147,12 +151,9 @@ class TBLDataset(torch.utils.data.Dataset):
         self._epoch.value = epoch
 
     def _process_state(self):
-        st = self._state
-        if st is None or st.pid != os.getpid():
-            info = torch.utils.data.get_worker_info()
-            name = f"worker{info.id}" if info is not None else "main"
-            st = self._state = _ProcessState(self, name)
-        return st
+        """The reading state of the calling thread's stream: one per DataLoader worker
+        process, one per decode thread of the thread backend, ``"main"`` otherwise."""
+        return stream_state(self, lambda name: _ProcessState(self, name))
 
     def locate(self, index: int) -> tuple:
         """``(path, record)``: the file holding sample ``index`` and its position there."""
@@ -244,9 +245,10 @@ class TBLDataset(torch.utils.data.Dataset):
         self.set_epoch(state["epoch"])
 
     def stats(self, epoch=None) -> dict:
-        """Counters of every process that read this dataset (see ``TarDataset.stats``)."""
-        st = self._state
-        if st is not None and st.pid == os.getpid():
+        """Counters of every stream that read this dataset (see ``TarDataset.stats`` and
+        ``ImageFolder.stats``: skipped samples are reported at once, counters every
+        ``stats_interval`` samples and when a worker exits)."""
+        for st in own_states(self):
             st.recorder.flush()
         return self._telemetry.collect(epoch)
 
