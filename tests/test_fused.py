@@ -12,7 +12,7 @@ from PIL import Image
 from torchvision.transforms.v2 import functional as F
 
 import turboloader
-from turboloader.demo import _rrc_params
+from turboloader.transforms import RandomResizedCrop
 from turboloader.synthetic import synthetic_jpegs
 
 MEAN = (0.485, 0.456, 0.406)
@@ -40,7 +40,8 @@ def _windows(jpegs, seed=0):
     rng = random.Random(seed)
     for data in jpegs:
         hdr = turboloader.decode_jpeg_header(data)
-        yield data, _rrc_params(rng, hdr.width, hdr.height), rng.random() < 0.5
+        p = RandomResizedCrop(224).make_params((hdr.height, hdr.width), rng=rng)
+        yield data, (p["top"], p["left"], p["height"], p["width"]), rng.random() < 0.5
 
 
 @pytest.mark.parametrize("size", [(224, 224), (160, 96), (1, 1), (300, 500)])

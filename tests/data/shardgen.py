@@ -2,6 +2,7 @@
 
 import functools
 import io
+import os
 import tarfile
 
 import numpy as np
@@ -55,3 +56,14 @@ def size_of(img):
 
 def labels_of(dataset):
     return [label for _, label in dataset]
+
+
+def write_shards(root, sizes, *, name="shard", suffix=".tar"):
+    """Shards of ``sizes`` samples; sample ids (= labels) run 0..n-1 across them."""
+    paths, start = [], 0
+    os.makedirs(root, exist_ok=True)
+    for k, n in enumerate(sizes):
+        paths.append(write_tar(os.path.join(root, f"{name}-{k:04d}{suffix}"),
+                               labelled_members(range(start, start + n))))
+        start += n
+    return paths

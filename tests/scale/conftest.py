@@ -11,18 +11,7 @@ import threading
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "data"))
-from shardgen import labelled_members, write_tar  # noqa: E402
-
-
-def write_shards(root, sizes, *, name="shard", suffix=".tar"):
-    """Shards of ``sizes`` samples; sample ids (= labels) run 0..n-1 across them."""
-    paths, start = [], 0
-    os.makedirs(root, exist_ok=True)
-    for k, n in enumerate(sizes):
-        paths.append(write_tar(os.path.join(root, f"{name}-{k:04d}{suffix}"),
-                               labelled_members(range(start, start + n))))
-        start += n
-    return paths
+from shardgen import write_shards  # noqa: E402
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import write_shards
+from shardgen import write_shards
 
 SIZES = [7, 3, 11, 5, 9]  # 35 samples: 4 ranks x 9, one padding repeat
 N = sum(SIZES)

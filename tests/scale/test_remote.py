@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import write_shards
+from shardgen import write_shards
 from shardgen import size_of
 from turboloader.data import TarDataset
 from turboloader.data.remote import (RemoteShardError, RemoteShardNotFoundError, ShardCache,

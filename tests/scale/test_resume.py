@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from conftest import write_shards
+from shardgen import write_shards
 from shardgen import size_of
 from turboloader.data import TarDataset
 from turboloader.data.tar_dataset import delivered_counts
