@@ -6,7 +6,7 @@ fused decode path cimports. Resampling reproduces Pillow's ``Resample.c`` (8 bpc
 horizontal pass first), so results match Pillow and torchvision's antialiased uint8 resize
 within 1; the colour kernels follow torchvision v2's uint8 tensor arithmetic in float32.
 """
-from libc.math cimport ceil, isfinite, nearbyintf
+from libc.math cimport ceil, isfinite
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
@@ -1232,11 +1232,17 @@ cdef int sharpness_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
             s = s + a * <float>r2[j - C]
             s = s + a * <float>r2[j]
             s = s + a * <float>r2[j + C]
-            blur = nearbyintf(s)
+            blur = _rne_f(s)
             # view.add_(blur - view, alpha=1 - factor): one fused multiply-add in torch
             o = <float>(<double>x + <double>alpha * <double>(blur - x))
             d[j] = _sat_trunc(o)
     return IMGPROC_OK
+
+
+cdef inline float _rne_f(float v) noexcept nogil:
+    # round half to even for |v| < 2^22 (nearbyintf is a libm call without SSE4.1)
+    cdef float t = v + <float>12582912.0
+    return t - <float>12582912.0
 
 
 cdef int _plain_args(const uint8_t[:, :, ::1] img, str what) except -1:

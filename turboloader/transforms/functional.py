@@ -755,7 +755,7 @@ def gaussian_blur(img, kernel_size, sigma=None):
     kx = gaussian_kernel1d(kernel_size[0], sigma[0])
     ky = gaussian_kernel1d(kernel_size[1], sigma[1])
     res, dst = _hwc_out(None, hwc.shape[0], hwc.shape[1], hwc.shape[2], flat, "gaussian_blur")
-    tmp = np.empty(hwc.size, np.float32)
+    tmp = np.empty(hwc.size + hwc.shape[1] * hwc.shape[2], np.float32)
     _warp.gaussian_blur_into(hwc, dst, kx=kx, ky=ky, tmp=tmp)
     return res
 
