@@ -687,12 +687,13 @@ cdef extern from *:
     # [0, 1], in place, with its float32 operations in its order; flat selects, no branches.
     # Plain C because GCC only vectorizes this loop when it may evaluate both sides of every
     # select, i.e. without -ftrapping-math (set per function: it changes no result, only
-    # whether FP exception flags may be raised speculatively).
+    # whether FP exception flags may be raised speculatively). No FP contraction either: a
+    # -march build would otherwise fuse hh * (1/6) + 1, which torch rounds twice.
     # fmod(hh, 1) and remainder(hh, 1) are single exact subtractions on the ranges reached
     # ([5/6, 11/6] and [-0.5, 1.5)); h6 >= 0, so truncation is floor.
     """
     #if defined(__GNUC__) && !defined(__clang__)
-    #define TL_NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math")))
+    #define TL_NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math", "fp-contract=off")))
     #else
     #define TL_NO_TRAPPING_MATH
     #endif
@@ -1207,6 +1208,7 @@ cdef int sharpness_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
     cdef float a = <float>(1.0 / 13.0), b = <float>(5.0 / 13.0)
     cdef float alpha = <float>(1.0 - factor)
     cdef float s, x, blur, o
+    cdef bint bounded
     if src == NULL or dst == NULL or h <= 0 or w <= 0 or (channels != 1 and channels != 3):
         return IMGPROC_EBADSIZE
     if src_stride < n or dst_stride < n:
@@ -1217,6 +1219,7 @@ cdef int sharpness_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
         memcpy(dst + y * dst_stride, src + y * src_stride, n)
     if h <= 2 or w <= 2:
         return IMGPROC_OK
+    bounded = factor <= 1e6
     for y in range(1, h - 1):
         r0 = src + (y - 1) * src_stride
         r1 = src + y * src_stride
@@ -1235,7 +1238,8 @@ cdef int sharpness_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
             blur = _rne_f(s)
             # view.add_(blur - view, alpha=1 - factor): one fused multiply-add in torch
             o = <float>(<double>x + <double>alpha * <double>(blur - x))
-            d[j] = _sat_trunc(o)
+            # |o| < 2^31 when factor <= 1e6: the branch-free clamp lets the loop vectorize
+            d[j] = _clamp_trunc32(o) if bounded else _sat_trunc(o)
     return IMGPROC_OK
 
 
@@ -1243,6 +1247,14 @@ cdef inline float _rne_f(float v) noexcept nogil:
     # round half to even for |v| < 2^22 (nearbyintf is a libm call without SSE4.1)
     cdef float t = v + <float>12582912.0
     return t - <float>12582912.0
+
+
+cdef inline uint8_t _clamp_trunc32(float t) noexcept nogil:
+    # uint8(clamp(t, 0, 255)) for |t| < 2^31, branch-free and vectorizable (32-bit cvttps)
+    cdef int32_t i = <int32_t>t
+    i = i if i > 0 else 0
+    i = i if i < 255 else 255
+    return <uint8_t>i
 
 
 cdef int _plain_args(const uint8_t[:, :, ::1] img, str what) except -1:

@@ -614,11 +614,13 @@ class RandomErasing(Transform):
         args = params["i"], params["j"], params["h"], params["w"]
         v = self._value(params, _channels(img))
         if kind == "ndarray":
-            h, w = params["h"], params["w"]
-            block = torch.zeros((v.shape[0], h, w), dtype=torch.float32).add_(v).to(torch.uint8)
-            block = block.permute(1, 2, 0).numpy()
+            # torch's assignment converts the float value to uint8; do the same conversion
+            if self.value is None:
+                block = v.to(torch.uint8).permute(1, 2, 0).numpy()
+            else:
+                block = v[:, 0, 0].to(torch.uint8).numpy()
             if img.ndim == 2:
-                block = block[:, :, 0]
+                block = block[..., 0]
             inplace = self.inplace and img.flags.writeable
             return FN.erase(img if inplace else _hwc(img), *args, block, inplace=inplace)
         if kind == "pil":
@@ -1072,10 +1074,17 @@ class TrivialAugmentWide(_AutoAugmentBase):
 # Batch-level MixUp / CutMix
 # ---------------------------------------------------------------------------------------------
 
+_BETAS = {}
+
+
 def _beta(rng, alpha):
     """One Beta(alpha, alpha) draw: torchvision's own distribution under torch's RNG."""
     if isinstance(rng, TorchRandom):
-        return float(torch.distributions.Beta(torch.tensor([alpha]), torch.tensor([alpha])).sample(()))
+        dist = _BETAS.get(alpha)
+        if dist is None:
+            dist = _BETAS[alpha] = torch.distributions.Beta(torch.tensor([alpha]),
+                                                            torch.tensor([alpha]))
+        return float(dist.sample(()))
     if isinstance(rng, torch.Generator):
         rng = random.Random(_seed_from(rng))
     return float(rng.betavariate(alpha, alpha))
