@@ -15,7 +15,7 @@ are the figures to quote. The ``max|diff|`` and ``differing`` columns compare tu
 output with torchvision's tensor output on every image of the run.
 
     python benchmarks/bench_transforms.py                     # 224x224, 64 images
-    python benchmarks/bench_transforms.py --size 512 --n 32 --repeat 7
+    python benchmarks/bench_transforms.py --size 512 --n 32 --repeat 7 --runs 3
     python benchmarks/bench_transforms.py --only RandomRotation,GaussianBlur --out t.md
 """
 from __future__ import annotations
@@ -197,11 +197,31 @@ def run_mix(args):
     return rows
 
 
+def _median_row(name, rs):
+    """rs: per-run (tl, tv, pil, maxdiff, frac); medians of images/s and of the ratios."""
+    med = statistics.median
+    tl, tv = med(r[0] for r in rs), med(r[1] for r in rs)
+    pl = None if rs[0][2] is None else med(r[2] for r in rs)
+    r_tv = med(r[0] / r[1] for r in rs)
+    r_pl = None if pl is None else med(r[0] / r[2] for r in rs)
+    mx, frac = max(r[3] for r in rs), max(r[4] for r in rs)
+    spread = ""
+    if len(rs) > 1:
+        lo, hi = min(r[0] / r[1] for r in rs), max(r[0] / r[1] for r in rs)
+        spread = f" ({lo:.2f}-{hi:.2f})"
+    return (f"| {name} | {tl:,.0f} | {tv:,.0f} | {'' if pl is None else f'{pl:,.0f}'} | "
+            f"{r_tv:.2f}x{spread} | {'' if r_pl is None else f'{r_pl:.2f}x'} | {mx} | "
+            f"{frac * 100:.4f}% |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=int, default=224, help="square image side (default 224)")
     ap.add_argument("--n", type=int, default=64, help="images per pass (default 64)")
-    ap.add_argument("--repeat", type=int, default=5, help="timed passes (default 5)")
+    ap.add_argument("--repeat", type=int, default=5, help="timed passes per run (default 5)")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="repeat the whole suite; the table shows medians over runs and the "
+                         "range of the torchvision ratio (default 1)")
     ap.add_argument("--batch", type=int, default=64, help="MixUp/CutMix batch (default 64)")
     ap.add_argument("--only", default="", help="comma-separated name prefixes to run")
     ap.add_argument("--out", default=None, help="also write the markdown report here")
@@ -216,27 +236,28 @@ def main(argv=None):
     lines = [f"# Transforms: turboloader vs torchvision v2 vs Pillow, {args.size}x{args.size} "
              f"uint8 RGB", "", machine(),
              f"- {args.n} synthetic images per pass, median of {args.repeat} interleaved passes "
-             "after one warm-up; images/s, higher is better", "",
+             f"after one warm-up, {args.runs} run(s) of the whole suite (medians over runs; "
+             "the torchvision ratio's range in brackets); images/s, higher is better", "",
              "| transform | turboloader img/s | torchvision img/s | Pillow img/s | "
              "vs torchvision | vs Pillow | max\\|diff\\| vs tv | differing |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     print("\n".join(lines), flush=True)
-    for name, (t, tv_call, pil) in cases().items():
-        if only and not any(name.startswith(o) for o in only):
-            continue
-        ips, mx, frac = run_case(name, t, tv_call, pil, arrays, tensors, pils, args.repeat)
-        tl, tv, pl = ips["turboloader"], ips["torchvision"], ips.get("Pillow")
-        row = (f"| {name} | {tl:,.0f} | {tv:,.0f} | {'' if pl is None else f'{pl:,.0f}'} | "
-               f"{tl / tv:.2f}x | {'' if pl is None else f'{tl / pl:.2f}x'} | {mx} | "
-               f"{frac * 100:.4f}% |")
+    results = {}
+    for run in range(args.runs):
+        for name, (t, tv_call, pil) in cases().items():
+            if only and not any(name.startswith(o) for o in only):
+                continue
+            ips, mx, frac = run_case(name, t, tv_call, pil, arrays, tensors, pils, args.repeat)
+            results.setdefault(name, []).append(
+                (ips["turboloader"], ips["torchvision"], ips.get("Pillow"), mx, frac))
+        if not only or any("Mix" in o or "Cut" in o for o in only):
+            for name, tl, tv, same in run_mix(args):
+                results.setdefault(name, []).append((tl, tv, None, 0 if same else -1, 0.0))
+        print(f"(run {run + 1}/{args.runs} done)", file=sys.stderr, flush=True)
+    for name, rs in results.items():
+        row = _median_row(name, rs)
         lines.append(row)
         print(row, flush=True)
-    if not only or any("Mix" in o or "Cut" in o for o in only):
-        for name, tl, tv, same in run_mix(args):
-            row = (f"| {name} | {tl:,.0f} | {tv:,.0f} | | {tl / tv:.2f}x | | "
-                   f"{'0' if same else 'n/a'} | {'0%' if same else 'n/a'} |")
-            lines.append(row)
-            print(row, flush=True)
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
 

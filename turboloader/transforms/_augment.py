@@ -7,8 +7,13 @@ the parameters drawn here, like the rest of :mod:`turboloader.transforms`. Rando
 parameters are drawn in :meth:`make_params` from
 :func:`turboloader.transforms._random.current_rng` (or an explicit ``rng``), never in native
 code. On uint8 arrays the results equal torchvision's uint8 tensor kernels given the same
-parameters (measured: identical on the test images, except rare 1-level differences in
-``gaussian_blur`` and ``rotate(expand=True)``; see ``benchmarks/results/transforms.md``).
+parameters: bit for bit for the warps (nearest and bilinear, fills, expand), the point ops and
+the colour ops; ``GaussianBlur`` (separable here, a 2-D convolution in torch) differs by 1
+level on about 2 values in 100,000. See ``benchmarks/results/transforms.md``.
+
+The AutoAugment family, ``MixUp`` and ``CutMix`` draw in torchvision's order, so under torch's
+global RNG (outside a turboloader dataset) ``torch.manual_seed(s)`` selects the same
+operations and magnitudes as torchvision's classes.
 
 ``MixUp`` and ``CutMix`` work on batches, ``(images, labels)`` as torchvision v2's: use them
 after collation, e.g. ``DataLoader(..., collate_fn=CutMix(num_classes=1000).collate)``.

@@ -6,7 +6,11 @@ C-contiguous. Every function validates its arguments here and hands the pixel lo
 
 Semantics follow torchvision v2 on uint8 tensors (resize and resized_crop with
 ``antialias=True``, the ColorJitter adjustments, normalize) and Pillow's ``Image.resize``
-(``box``, NEAREST), within 1 grey level. torchvision is never imported at module import.
+(``box``, NEAREST), within 1 grey level; the colour adjustments, the warps (``affine``,
+``rotate``, ``perspective``) and the point operations (``posterize``, ``solarize``,
+``invert``, ``rgb_to_grayscale``, ``equalize``, ``autocontrast``, ``adjust_sharpness``) match
+torchvision's uint8 tensor kernels exactly, ``gaussian_blur`` within 1 level. torchvision is
+never imported at module import.
 """
 
 import enum
