@@ -18,7 +18,7 @@ from torchvision.transforms.v2 import functional as F
 from turboloader import transforms as T
 from turboloader.synthetic import synthetic_image
 from turboloader.transforms import functional as FN
-from turboloader.transforms._augment import _AA_SPACE, _RA_SPACE, _TA_SPACE, apply_op
+from turboloader.transforms._augment import _AA_SPACE, _RA_SPACE, _TA_SPACE, _apply_op
 from turboloader.transforms._random import sample_rng, using_rng
 
 SEEDS = range(6)
@@ -249,8 +249,8 @@ def _all_ops(space, size, bins):
 def test_every_auto_augment_op_matches_torchvision(arr, space, bins, interpolation):
     for op, m in _all_ops(space, arr.shape[:2], bins):
         for fill in (None, [10.0, 20.0, 30.0]):
-            ours = apply_op(arr, op, m, interpolation, fill)
-            ref = apply_op(_t(arr), op, m, interpolation, fill)   # torchvision functionals
+            ours = _apply_op(arr, op, m, interpolation, fill)
+            ref = _apply_op(_t(arr), op, m, interpolation, fill)   # torchvision functionals
             assert _close(ours, ref, interpolation), (op, m, fill)
 
 
@@ -259,7 +259,7 @@ def test_apply_op_tensor_path_is_torchvision(arr):
     aa = v2.AutoAugment()
     for op, m in _all_ops(_AA_SPACE, arr.shape[:2], 10):
         ref = aa._apply_image_or_video_transform(_t(arr), op, m, "nearest", {"others": None})
-        assert torch.equal(apply_op(_t(arr), op, m), ref), op
+        assert torch.equal(_apply_op(_t(arr), op, m), ref), op
 
 
 @pytest.mark.parametrize("cls,kw", [

@@ -892,13 +892,10 @@ _TA_SPACE = {
 }
 
 
-def apply_op(img, op, magnitude, interpolation="nearest", fill=None):
-    """Apply one AutoAugment operation by name with torchvision v2's mapping of ``magnitude``
-    to functional arguments; arrays use turboloader's kernels, tensors and PIL torchvision's.
-
-    Example:
-        >>> apply_op(img, "Rotate", 15.0)  # doctest: +SKIP
-    """
+def _apply_op(img, op, magnitude, interpolation="nearest", fill=None):
+    # One AutoAugment operation by name, with torchvision v2's mapping of `magnitude` to
+    # functional arguments (_AutoAugmentBase._apply_image_or_video_transform); arrays use
+    # turboloader's kernels, tensors and PIL images torchvision's.
     nd = _kind(img) == "ndarray"
     F = FN if nd else _tvf()
     if nd:
@@ -960,7 +957,7 @@ class _AutoAugmentBase(Transform):
 
     def transform(self, img, params):
         for op, magnitude in params["ops"]:
-            img = apply_op(img, op, magnitude, self.interpolation, self._fill)
+            img = _apply_op(img, op, magnitude, self.interpolation, self._fill)
         return img
 
     def _extra_repr(self):

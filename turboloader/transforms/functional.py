@@ -34,10 +34,13 @@ __all__ = [
     "equalize",
     "erase",
     "gaussian_blur",
+    "gaussian_kernel1d",
     "horizontal_flip",
+    "inverse_affine_matrix",
     "invert",
     "pad",
     "perspective",
+    "perspective_coefficients",
     "posterize",
     "resize",
     "resized_crop",
@@ -460,8 +463,8 @@ def pad(img, padding, fill=0, padding_mode="constant"):
 
     Args:
         img: (H, W[, C]) uint8.
-        padding: as torchvision; negative values crop (``constant``/``edge`` only... as
-            torchvision, any mode: a negative pad removes that many pixels first).
+        padding: as torchvision; a negative value removes that many pixels from that side
+            (torch's ``pad`` semantics), in any mode.
         fill: constant value, or one per channel (``"constant"`` mode only).
         padding_mode: ``"constant"``, ``"edge"``, ``"reflect"`` or ``"symmetric"``.
 
