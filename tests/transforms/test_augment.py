@@ -229,6 +229,18 @@ def test_colour_point_ops_match_torchvision(arr):
                             F.adjust_sharpness(_t(img), f)) == 0
 
 
+@pytest.mark.parametrize("op,factors", [
+    ("brightness", [0.0, 0.37, 1.0, 1.9]), ("contrast", [0.0, 0.45, 1.0, 2.6]),
+    ("saturation", [0.0, 0.3, 1.0, 1.4, 2.5]), ("hue", [-0.5, -0.23, 0.0, 0.1, 0.37, 0.5])])
+def test_colour_adjustments_are_exact(arr, op, factors):
+    # the kernels emulate torch's fused multiply-adds: identical, also on noise (every tie)
+    noise = np.random.default_rng(1).integers(0, 256, (61, 73, 3), dtype=np.uint8)
+    for img in (arr, noise):
+        for f in factors:
+            ours = getattr(FN, f"adjust_{op}")(img, f)
+            assert _maxdiff(ours, getattr(F, f"adjust_{op}")(_t(img), f)) == 0, (op, f)
+
+
 # ------------------------------------------------------------------ AutoAugment family
 
 def _all_ops(space, size, bins):
