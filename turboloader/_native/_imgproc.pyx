@@ -561,6 +561,14 @@ cdef inline uint8_t _clamp_trunc(float t) noexcept nogil:
     return <uint8_t>i
 
 
+cdef inline uint8_t _clamp_trunc32(float t) noexcept nogil:
+    # uint8(clamp(t, 0, 255)) for |t| < 2^31, branch-free and vectorizable (32-bit cvttps)
+    cdef int32_t i = <int32_t>t
+    i = i if i > 0 else 0
+    i = i if i < 255 else 255
+    return <uint8_t>i
+
+
 cdef void _blend_lut(uint8_t* lut, float ratio, float other, float alpha) noexcept nogil:
     # lut[x] = uint8(clamp(fma(other, alpha, float(x) * ratio))): torchvision's _blend on uint8
     # with a constant second image (other = 0 for brightness's plain multiply).
@@ -643,6 +651,26 @@ cdef int adjust_contrast_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
     return IMGPROC_OK
 
 
+cdef void _saturation_chunk(uint8_t* rb, uint8_t* gb, uint8_t* bb, Py_ssize_t n, float ratio,
+                            float alpha) noexcept nogil:
+    # torchvision's saturation blend on n deinterleaved pixels, in place, branch-free so it
+    # vectorizes: luma = fma(b, wb, fma(g, wg, r * wr)) floored, then for each channel
+    # uint8(clamp(fma(luma, alpha, x * ratio))), every fma emulated exactly in double.
+    # |ratio| <= 1e6 (caller), so the sums stay inside the 32-bit clamp's range.
+    cdef Py_ssize_t k
+    cdef float t, gray
+    cdef double ga
+    for k in range(n):
+        t = <float>rb[k] * GRAY_WR
+        t = <float>(<double>t + <double>gb[k] * <double>GRAY_WG)
+        t = <float>(<double>t + <double>bb[k] * <double>GRAY_WB)
+        gray = <float><int32_t>t             # floor: the luma is >= 0
+        ga = <double>gray * <double>alpha
+        rb[k] = _clamp_trunc32(<float>(<double>(<float>rb[k] * ratio) + ga))
+        gb[k] = _clamp_trunc32(<float>(<double>(<float>gb[k] * ratio) + ga))
+        bb[k] = _clamp_trunc32(<float>(<double>(<float>bb[k] * ratio) + ga))
+
+
 cdef int adjust_saturation_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
                               int channels, double factor) noexcept nogil:
     """In-place saturation: blend each pixel with its floored grayscale (no GIL)."""
@@ -654,6 +682,10 @@ cdef int adjust_saturation_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize
     cdef uint8_t* p
     cdef double gd
     cdef float ratio = <float>factor, alpha = <float>(1.0 - factor)
+    cdef uint8_t rb[HUE_CHUNK]
+    cdef uint8_t gb[HUE_CHUNK]
+    cdef uint8_t bb[HUE_CHUNK]
+    cdef Py_ssize_t x0, n, k
     cdef int st = _check_color(img, h, w, stride, channels, factor)
     if st != IMGPROC_OK or channels == 1:
         return st
@@ -671,6 +703,24 @@ cdef int adjust_saturation_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize
                 p[2] = _sat_trunc(<float>(scaled[p[2]] + gd))
                 p += 3
         return IMGPROC_OK
+    for y in range(h):
+        x0 = 0
+        while x0 < w:
+            n = w - x0
+            if n > HUE_CHUNK:
+                n = HUE_CHUNK
+            p = img + y * stride + 3 * x0
+            for k in range(n):          # deinterleave
+                rb[k] = p[3 * k]
+                gb[k] = p[3 * k + 1]
+                bb[k] = p[3 * k + 2]
+            _saturation_chunk(rb, gb, bb, n, ratio, alpha)
+            for k in range(n):
+                p[3 * k] = rb[k]
+                p[3 * k + 1] = gb[k]
+                p[3 * k + 2] = bb[k]
+            x0 += n
+    return IMGPROC_OK
     for y in range(h):
         p = img + y * stride
         for x in range(w):
@@ -1247,14 +1297,6 @@ cdef inline float _rne_f(float v) noexcept nogil:
     # round half to even for |v| < 2^22 (nearbyintf is a libm call without SSE4.1)
     cdef float t = v + <float>12582912.0
     return t - <float>12582912.0
-
-
-cdef inline uint8_t _clamp_trunc32(float t) noexcept nogil:
-    # uint8(clamp(t, 0, 255)) for |t| < 2^31, branch-free and vectorizable (32-bit cvttps)
-    cdef int32_t i = <int32_t>t
-    i = i if i > 0 else 0
-    i = i if i < 255 else 255
-    return <uint8_t>i
 
 
 cdef int _plain_args(const uint8_t[:, :, ::1] img, str what) except -1:
