@@ -55,6 +55,11 @@ def test_fill_values_round_and_clamp():
     out = np.empty_like(src)
     _warp.affine_into(src, out, matrix=[1, 0, 1e6, 0, 1, 0], fill=[127.5, 300, -4])
     assert out[0, 0].tolist() == [128, 255, 0]      # round half to even, clamped
+    for mode in (_warp.NEAREST, _warp.BILINEAR):    # huge fills saturate, also when blended
+        _warp.affine_into(src, out, matrix=[0.9, 0.2, 3.5, -0.2, 0.9, 2.5], interpolation=mode,
+                          fill=[1e30, -1e30, 7])
+        assert (out[..., 0] >= src.min()).all() and out[..., 0].max() == 255
+        assert out[..., 1].min() == 0
 
 
 def test_affine_validation():

@@ -386,7 +386,9 @@ cdef int _fill_arg(fill, int C, float* out) except -1:
     for c in range(C):
         if not isfinite(vals[c]):
             raise ValueError(f"fill values must be finite, got {vals}")
-        out[c] = <float>vals[c]
+        # beyond [0, 255] a fill only saturates; bounding it keeps every blended value inside
+        # the kernels' branch-free rounding range (|v| < 2^22)
+        out[c] = <float>min(max(vals[c], -65536.0), 65536.0)
     return 0
 
 
