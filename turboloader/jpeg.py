@@ -182,7 +182,7 @@ def scaled_size(width, height, scale):
 
 #: DCT scales with a SIMD IDCT in libjpeg-turbo (8x8, 4x4, 2x2, 1x1 blocks). The other
 #: k/8 scales run libjpeg's plain-C IDCTs and are measured slower than a full decode
-#: (benchmarks/bench_kernels.py: 7/8 at 0.58x, 3/4 at 0.72x of full-size decode speed).
+#: (benchmarks/results/kernels.md: 7/8 at 0.60x, 3/4 at 0.73x of full-size decode speed).
 FAST_SCALES = (Fraction(1, 8), Fraction(1, 4), Fraction(1, 2), Fraction(1))
 
 

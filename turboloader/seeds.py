@@ -41,8 +41,6 @@ import math
 import os
 import queue
 import threading
-import warnings
-from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -94,7 +92,9 @@ def _as_list(samples):
 
 def _core_loader(dataset, *, batch_size, num_workers, collate_fn=None, shuffle=False,
                  sampler=None, pin_memory=False, drop_last=False, backend=None):
-    """turboloader's DataLoader over ``dataset``; torch's when that module is not present."""
+    """turboloader's DataLoader over ``dataset`` (the thread backend unless ``backend``)."""
+    from turboloader.loader import DataLoader
+
     kwargs = {"batch_size": batch_size, "shuffle": shuffle, "num_workers": int(num_workers),
               "pin_memory": bool(pin_memory) and torch.cuda.is_available(),
               "drop_last": drop_last}
@@ -103,19 +103,11 @@ def _core_loader(dataset, *, batch_size, num_workers, collate_fn=None, shuffle=F
     if sampler is not None:
         kwargs["sampler"] = sampler
         kwargs["shuffle"] = False
-    try:
-        from turboloader.loader import DataLoader
-    except ImportError:  # the core loader is optional here: torch's runs the same datasets
-        DataLoader = None
-    if DataLoader is not None:
-        if isinstance(dataset, torch.utils.data.IterableDataset):
-            kwargs["shuffle"] = None  # the dataset shuffles itself
-        if backend is not None:
-            kwargs["backend"] = backend
-        return DataLoader(dataset, **kwargs)
-    if num_workers > 0:
-        kwargs["persistent_workers"] = False
-    return torch.utils.data.DataLoader(dataset, **kwargs)
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        kwargs["shuffle"] = None  # the dataset shuffles itself
+    if backend is not None:
+        kwargs["backend"] = backend
+    return DataLoader(dataset, **kwargs)
 
 
 def _set_epoch(loader, dataset, epoch):
@@ -849,39 +841,11 @@ class HighPerformanceDataset(torch.utils.data.Dataset):
         self._decoder = self._make_decoder(preloaded)
 
 
-def _prefetch_loader():
-    try:
-        from turboloader.prefetch import PrefetchLoader as cls
-    except ImportError:
-        cls = _FallbackPrefetchLoader
-    return cls
-
-
-class _FallbackPrefetchLoader:
-    """Moves each batch to ``device`` (used only while turboloader.prefetch is absent)."""
-
-    def __init__(self, loader, device, mean=None, std=None):
-        self.loader = loader
-        self.device = torch.device(device)
-
-    def __len__(self):
-        return len(self.loader)
-
-    def __iter__(self):
-        def move(x):
-            if isinstance(x, torch.Tensor):
-                return x.to(self.device, non_blocking=True)
-            if isinstance(x, (list, tuple)):
-                return type(x)(move(v) for v in x)
-            return x
-
-        for batch in self.loader:
-            yield move(batch)
-
-
 def __getattr__(name):
-    if name == "PrefetchLoader":
-        return _prefetch_loader()
+    if name == "PrefetchLoader":  # seed 004 imports it from here; it lives in prefetch.py
+        from turboloader.prefetch import PrefetchLoader
+
+        return PrefetchLoader
     raise AttributeError(f"module 'turboloader.seeds' has no attribute {name!r}")
 
 
@@ -924,5 +888,7 @@ def create_dataloader(data_paths, labels, batch_size=32, num_workers=4, img_size
     loader = _core_loader(dataset, batch_size=batch_size, num_workers=num_workers, shuffle=True,
                           pin_memory=pin_memory)
     if prefetch_device is not None:
-        loader = _prefetch_loader()(loader, prefetch_device)
+        from turboloader.prefetch import PrefetchLoader
+
+        loader = PrefetchLoader(loader, prefetch_device)
     return loader
