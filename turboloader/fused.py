@@ -16,7 +16,6 @@ import numpy as np
 from turboloader._native import _fused, _jpeg
 from turboloader.errors import DecodeError, DecodeWarning
 from turboloader.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _read_header, window_scale
-from turboloader.transforms.functional import _interpolation
 
 __all__ = ["decode_resized_crop", "decode_window"]
 
@@ -124,6 +123,9 @@ def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, 
     if out_h <= 0 or out_w <= 0:
         raise ValueError(f"size must be positive, got {(out_h, out_w)}")
     top, left, height, width = (operator.index(v) for v in (top, left, height, width))
+    # imported here: turboloader.transforms imports this module (decode_window)
+    from turboloader.transforms.functional import _interpolation
+
     filt = int(_interpolation(interpolation))
     if max_pixels is not None:
         max_pixels = operator.index(max_pixels)
