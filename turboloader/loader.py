@@ -49,7 +49,6 @@ less memory traffic, to be normalised on the device with
 
 from __future__ import annotations
 
-import math
 import os
 import queue
 import sys

@@ -1,6 +1,5 @@
 """Mid-epoch resume: the samples not yet delivered, in the same order, by offset."""
 
-import os
 
 import pytest
 import torch

@@ -47,7 +47,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from turboloader.errors import RemoteShardError, RemoteShardNotFoundError, TurboLoaderError
+from turboloader.errors import RemoteShardError, RemoteShardNotFoundError
 
 __all__ = ["REMOTE_SCHEMES", "RemoteShardError", "RemoteShardNotFoundError", "ShardCache",
            "is_remote", "open_remote", "redact"]

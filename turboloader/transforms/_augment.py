@@ -26,7 +26,6 @@ import random
 import warnings
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from turboloader.transforms import functional as FN
