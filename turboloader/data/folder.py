@@ -9,7 +9,7 @@ import torchvision.datasets
 
 from turboloader.data._streams import own_states, stream_state
 from turboloader.data.cache import Decoder, Timer, parse_size
-from turboloader.data.policy import FailureLog, FailurePolicy, SharedEpoch, Telemetry
+from turboloader.data.policy import EpochMixin, FailureLog, FailurePolicy, SharedEpoch, Telemetry
 from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
 from turboloader.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.transforms._random import sample_rng, using_rng
@@ -35,7 +35,7 @@ class _ProcessState:
         return log
 
 
-class ImageFolder(torchvision.datasets.ImageFolder):
+class ImageFolder(EpochMixin, torchvision.datasets.ImageFolder):
     """``torchvision.datasets.ImageFolder`` with libjpeg-turbo decoding and fused transforms.
 
     Same constructor, ``classes``, ``class_to_idx``, ``samples``, ``targets`` and
@@ -106,17 +106,6 @@ class ImageFolder(torchvision.datasets.ImageFolder):
         state = self.__dict__.copy()
         state["_states"] = {}
         return state
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch.value
-
-    def set_epoch(self, epoch: int) -> None:
-        """Set the epoch of the per-sample transform parameters (call from the main process)."""
-        epoch = int(epoch)
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        self._epoch.value = epoch
 
     def _process_state(self):
         """The reading state of the calling thread's stream: one per DataLoader worker

@@ -152,6 +152,22 @@ class SharedEpoch:
             self._value = multiprocessing.RawValue("q", state["value"])
 
 
+class EpochMixin:
+    """``epoch`` and ``set_epoch`` over a :class:`SharedEpoch` in ``self._epoch``: the epoch
+    is set from the main process and read by every worker (persistent ones too)."""
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch.value
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that orders and augments the next pass (call from the main process)."""
+        epoch = int(epoch)
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._epoch.value = epoch
+
+
 def _remove_dir(path, owner):
     if os.getpid() == owner:
         shutil.rmtree(path, ignore_errors=True)

@@ -13,7 +13,7 @@ import torch.utils.data
 
 from turboloader.data import sharding
 from turboloader.data.cache import Decoder, parse_size
-from turboloader.data.policy import FailureLog, FailurePolicy, SharedEpoch, Telemetry
+from turboloader.data.policy import EpochMixin, FailureLog, FailurePolicy, SharedEpoch, Telemetry
 from turboloader.data.shards import (
     check_record as _check_record,
     count_samples,
@@ -118,7 +118,7 @@ class _ProcessState:
         self.shards.clear()
 
 
-class TarDataset(torch.utils.data.IterableDataset):
+class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
     """(image, label) samples from WebDataset-style TAR shards, sharded over DDP ranks and
     DataLoader workers, shuffled per epoch, with an optional decoded-sample cache.
 
@@ -310,18 +310,11 @@ class TarDataset(torch.utils.data.IterableDataset):
         _, world = _topology(self.rank, self.world_size)
         return sharding.per_rank_count(self.num_samples, world, pad=self.pad)
 
-    @property
-    def epoch(self) -> int:
-        return self._epoch.value
-
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch that orders and augments the next pass (call from the main process)."""
-        epoch = int(epoch)
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        if epoch != self._epoch.value:
+        if int(epoch) != self._epoch.value:
             self._resume = None  # a resume point belongs to the epoch it was taken in
-        self._epoch.value = epoch
+        super().set_epoch(epoch)
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import torch.utils.data
 
 from turboloader.data._streams import own_states, stream_state
 from turboloader.data.cache import Decoder, Timer, parse_size
-from turboloader.data.policy import FailureLog, FailurePolicy, SharedEpoch, Telemetry
+from turboloader.data.policy import EpochMixin, FailureLog, FailurePolicy, SharedEpoch, Telemetry
 from turboloader.data.shards import expand_urls
 from turboloader.errors import FailureBudgetExceeded, SampleError, TurboLoaderError
 from turboloader.jpeg import DEFAULT_MAX_PIXELS
@@ -41,7 +41,7 @@ class _ProcessState:
         return log
 
 
-class TBLDataset(torch.utils.data.Dataset):
+class TBLDataset(EpochMixin, torch.utils.data.Dataset):
     """Map-style ``(image, label)`` dataset over TBL files: O(1) random access by index.
 
     The files' records are numbered in order, file after file. Reading record ``i`` is one
@@ -138,17 +138,6 @@ class TBLDataset(torch.utils.data.Dataset):
     def targets(self) -> np.ndarray:
         """int64 label of every sample (-1 where a record has none), read from the index."""
         return self._targets
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch.value
-
-    def set_epoch(self, epoch: int) -> None:
-        """Set the epoch of the per-sample transform parameters (call from the main process)."""
-        epoch = int(epoch)
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        self._epoch.value = epoch
 
     def _process_state(self):
         """The reading state of the calling thread's stream: one per DataLoader worker
