@@ -14,6 +14,9 @@ import os
 import threading
 from contextlib import contextmanager
 
+from turboloader.data.cache import Decoder
+from turboloader.data.policy import FailureLog
+
 _local = threading.local()
 _LOCK = threading.Lock()  # guards every dataset's _states (module level: picklable datasets)
 
@@ -65,3 +68,25 @@ def own_states(dataset) -> list:
     pid = os.getpid()
     with _LOCK:
         return [s for s in dataset._states.values() if s.pid == pid]
+
+
+class MapStreamState:
+    """What one stream of a map-style dataset keeps: its decoder (and cache), its statistics
+    recorder and its per-epoch failure logs. Never pickled; rebuilt in each worker."""
+
+    def __init__(self, dataset, name):
+        self.pid = os.getpid()
+        self.decoder = Decoder(dataset.transform, cache=dataset._cache_bytes,
+                               short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
+        # failures are reported at once: a map-style worker never sees the end of a pass
+        self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval,
+                                                    flush_failures=True)
+        self.recorder.cache = self.decoder.cache
+        self.logs = {}
+
+    def log(self, policy, n, epoch):
+        """The failure log of ``epoch`` (budget over ``n`` samples), made on first use."""
+        log = self.logs.get(epoch)
+        if log is None:
+            log = self.logs[epoch] = FailureLog(policy, n, epoch=epoch, recorder=self.recorder)
+        return log

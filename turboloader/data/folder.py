@@ -7,32 +7,14 @@ import time
 
 import torchvision.datasets
 
-from turboloader.data._streams import own_states, stream_state
-from turboloader.data.cache import Decoder, Timer, parse_size
-from turboloader.data.policy import EpochMixin, FailureLog, FailurePolicy, SharedEpoch, Telemetry
+from turboloader.data._streams import MapStreamState, own_states, stream_state
+from turboloader.data.cache import Timer, parse_size
+from turboloader.data.policy import EpochMixin, FailurePolicy, SharedEpoch, Telemetry
 from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
 from turboloader.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.transforms._random import sample_rng, using_rng
 
 __all__ = ["ImageFolder"]
-
-
-class _ProcessState:
-    def __init__(self, dataset, name):
-        self.pid = os.getpid()
-        self.decoder = Decoder(dataset.transform, cache=dataset._cache_bytes,
-                               short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
-        # failures are reported at once: a map-style worker never sees the end of a pass
-        self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval,
-                                                    flush_failures=True)
-        self.recorder.cache = self.decoder.cache
-        self.logs = {}
-
-    def log(self, policy, n, epoch):
-        log = self.logs.get(epoch)
-        if log is None:
-            log = self.logs[epoch] = FailureLog(policy, n, epoch=epoch, recorder=self.recorder)
-        return log
 
 
 class ImageFolder(EpochMixin, torchvision.datasets.ImageFolder):
@@ -100,7 +82,7 @@ class ImageFolder(EpochMixin, torchvision.datasets.ImageFolder):
         self.stats_interval = int(stats_interval)
         self._epoch = SharedEpoch(0)
         self._telemetry = Telemetry()
-        self._states = {}  # stream name -> _ProcessState (see data._streams)
+        self._states = {}  # stream name -> MapStreamState (see data._streams)
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -110,7 +92,7 @@ class ImageFolder(EpochMixin, torchvision.datasets.ImageFolder):
     def _process_state(self):
         """The reading state of the calling thread's stream: one per DataLoader worker
         process, one per decode thread of the thread backend, ``"main"`` otherwise."""
-        return stream_state(self, lambda name: _ProcessState(self, name))
+        return stream_state(self, lambda name: MapStreamState(self, name))
 
     def _load(self, st, i, rng, counters):
         path, target = self.samples[i]

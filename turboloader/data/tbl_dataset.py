@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import torch.utils.data
 
-from turboloader.data._streams import own_states, stream_state
-from turboloader.data.cache import Decoder, Timer, parse_size
-from turboloader.data.policy import EpochMixin, FailureLog, FailurePolicy, SharedEpoch, Telemetry
+from turboloader.data._streams import MapStreamState, own_states, stream_state
+from turboloader.data.cache import Timer, parse_size
+from turboloader.data.policy import EpochMixin, FailurePolicy, SharedEpoch, Telemetry
 from turboloader.data.shards import expand_urls
 from turboloader.errors import FailureBudgetExceeded, SampleError, TurboLoaderError
 from turboloader.jpeg import DEFAULT_MAX_PIXELS
@@ -20,26 +19,12 @@ from turboloader.transforms._random import sample_rng, using_rng
 __all__ = ["ResumableSampler", "TBLDataset"]
 
 
-class _ProcessState:
-    """Open files, decoder (and cache), recorder of one process; rebuilt in each worker."""
+class _ProcessState(MapStreamState):
+    """A stream's reading state plus its open TBL files."""
 
     def __init__(self, dataset, name):
-        self.pid = os.getpid()
+        super().__init__(dataset, name)
         self.files = [TBLFile(p, check_crc=dataset.check_crc) for p in dataset.paths]
-        self.decoder = Decoder(dataset.transform, cache=dataset._cache_bytes,
-                               short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
-        # failures are reported at once: a map-style worker never sees the end of a pass
-        self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval,
-                                                    flush_failures=True)
-        self.recorder.cache = self.decoder.cache
-        self.logs = {}
-
-    def log(self, policy, n, epoch):
-        log = self.logs.get(epoch)
-        if log is None:
-            log = self.logs[epoch] = FailureLog(policy, n, epoch=epoch, recorder=self.recorder)
-        return log
-
 
 class TBLDataset(EpochMixin, torch.utils.data.Dataset):
     """Map-style ``(image, label)`` dataset over TBL files: O(1) random access by index.
