@@ -336,6 +336,7 @@ class _Pipeline:
         self.threads = []
         W = max(1, loader.num_workers)
         self.W = W
+        self.first_stream, loader._first_stream = loader._first_stream, 0
         transfer = 1 if loader._pin and loader.collate_fn is not None else 0
         self.stats = _RunStats("threads", epoch, {"read": "in decode", "decode": W,
                                                   "collate": 1, "transfer": transfer},
@@ -397,7 +398,15 @@ class _Pipeline:
             return ds._stream(w, max(1, num), name, out_slots=cur.slot)
         return iter(ds)  # one stream only (checked in DataLoader): torch's num_workers=0
 
+    def _init_worker(self, w):
+        """``worker_init_fn(w)`` in decode thread ``w``, once per thread (threads are made
+        per pass, as torch's non-persistent worker processes are)."""
+        fn = self.loader.worker_init_fn
+        if fn is not None:
+            fn(w)
+
     def _iterable_worker(self, w):
+        self._init_worker(w)
         stats, stop, q, B = self.stats.stages["decode"], self.stop, self.worker_qs[w], None
         loader = self.loader
         B = loader.batch_size
@@ -456,7 +465,10 @@ class _Pipeline:
     def _round_robin(self, out):
         """torch's order: workers' batches round-robin, exhausted workers skipped."""
         stats, stop = self.stats.stages["collate"], self.stop
-        active = list(range(self.W))
+        # after a resume, the stream whose batch was next comes first (torch's workers rotate
+        # their logical streams the same way in TarDataset.__iter__)
+        first = self.first_stream % self.W
+        active = [(first + i) % self.W for i in range(self.W)]
         while active:
             for w in list(active):
                 item, waited = _get(self.worker_qs[w], stop)
@@ -513,6 +525,7 @@ class _Pipeline:
         # in datasets that keep them per stream (ImageFolder, TBLDataset), as a worker process
         name = f"rank{_rank()}-thread{w}" if self.loader.num_workers > 0 else \
             f"rank{_rank()}-thread-main"
+        self._init_worker(w)
         with reading_as(name):
             self._map_work(w)
 
@@ -694,6 +707,38 @@ def _progress(iterable, total):
 # -- the loader -------------------------------------------------------------------------
 
 
+class _ResumableSampler(torch.utils.data.Sampler):
+    """A map-style sampler that can leave out the first ``n`` indices of its next pass (what
+    a loaded state already delivered); everything else is the wrapped sampler's."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self._skip = 0
+
+    def skip_next(self, n: int) -> None:
+        self._skip = int(n)
+
+    def set_epoch(self, epoch):
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __iter__(self):
+        skip, self._skip = self._skip, 0
+        it = iter(self.sampler)
+        for _ in range(skip):
+            if next(it, None) is None:
+                return
+        yield from it
+
+    def __len__(self):
+        return len(self.sampler)
+
+    def __getattr__(self, name):
+        if name == "sampler":
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
+
+
 class DataLoader:
     """Batches from a turboloader (or any torch) dataset, with worker processes or threads.
 
@@ -703,8 +748,8 @@ class DataLoader:
             ``PathLike`` or a list of paths instead is seed 001's path-first form and goes
             to ``turboloader.seeds.seed001_loader(path, *args, **kwargs)``.
         batch_size: samples per batch (default 1).
-        shuffle: map-style: shuffle with a ``RandomSampler`` seeded from ``(seed, epoch)``
-            (default False). Iterable: shuffling is the dataset's own (``TarDataset(shuffle=)``);
+        shuffle: map-style: shuffle with a ``RandomSampler`` seeded from ``(seed, epoch)``,
+            or drawn from ``generator`` when one is given (default False). Iterable: shuffling is the dataset's own (``TarDataset(shuffle=)``);
             None accepts it, True/False must agree with ``dataset.shuffle`` (ValueError
             otherwise, or for an iterable dataset without one, as torch does).
         num_workers: worker processes, or decode threads (0: the process backend reads in
@@ -714,9 +759,13 @@ class DataLoader:
             otherwise a warning, as torch gives, and ordinary memory).
         drop_last: drop the last partial batch (of each worker's stream, for iterables).
         sampler, batch_sampler, collate_fn, timeout, worker_init_fn,
-            multiprocessing_context, generator, in_order: as torch's DataLoader
-            (``worker_init_fn``, ``multiprocessing_context`` and ``generator`` only for
-            processes; ``in_order=False`` only for processes).
+            multiprocessing_context, generator, pin_memory_device, in_order: as torch's
+            DataLoader, in torch's positional order (``DataLoader(ds, 8, True)`` is batch
+            size 8, shuffled). On the thread backend ``worker_init_fn(worker_id)`` runs once
+            in each decode thread per pass (threads are made per pass), ``generator`` drives
+            the map-style shuffle, and ``timeout``, ``multiprocessing_context``,
+            ``pin_memory_device`` and ``in_order=False`` raise ``ValueError`` (they need
+            worker processes) rather than being dropped.
         prefetch_factor: batches buffered per worker (default 2, torch's).
         persistent_workers: keep worker processes across epochs (default: True when the
             dataset's cache is on and ``num_workers > 0``).
@@ -756,11 +805,11 @@ class DataLoader:
             return seed001_loader(dataset, *args, **kwargs)
         return super().__new__(cls)
 
-    def __init__(self, dataset, batch_size=1, *, shuffle=None, num_workers=0, backend="threads",
-                 pin_memory=False, drop_last=False, sampler=None, batch_sampler=None,
-                 collate_fn=None, timeout=0, worker_init_fn=None, multiprocessing_context=None,
-                 generator=None, prefetch_factor=None, persistent_workers=None, in_order=True,
-                 seed=None, auto_epoch=True, progress=False):
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
+                 num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
+                 worker_init_fn=None, multiprocessing_context=None, generator=None, *,
+                 prefetch_factor=None, persistent_workers=None, pin_memory_device="",
+                 in_order=True, backend="threads", seed=None, auto_epoch=True, progress=False):
         if not isinstance(dataset, torch.utils.data.Dataset):
             raise TypeError("dataset must be a torch.utils.data.Dataset or a path, got "
                             f"{type(dataset).__name__}")
@@ -777,6 +826,23 @@ class DataLoader:
         self.progress = bool(progress)
         self.auto_epoch = bool(auto_epoch)
         self.prefetch_factor = 2 if prefetch_factor is None else int(prefetch_factor)
+        self.worker_init_fn = worker_init_fn
+        self.generator = generator
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError("worker_init_fn must be callable")
+        if backend == "threads":
+            # what the thread backend cannot honour is an error, never silently dropped
+            if multiprocessing_context is not None:
+                raise ValueError("multiprocessing_context is for backend='processes': the thread "
+                                 "backend starts no processes")
+            if timeout:
+                raise ValueError("timeout is for backend='processes' (torch's per-batch worker "
+                                 "timeout); the thread backend has no worker processes to wait on")
+            if pin_memory_device:
+                raise ValueError("pin_memory_device is for backend='processes'; the thread "
+                                 "backend pins for the current accelerator (pin_memory=True)")
+            # persistent_workers is honoured by construction: the thread backend keeps its
+            # reading states (and caches) across epochs
         self._iterable = isinstance(dataset, IterableDataset)
         self.seed = int(seed if seed is not None else getattr(dataset, "seed", 0) or 0)
         self._pin_requested = bool(pin_memory)
@@ -798,14 +864,21 @@ class DataLoader:
                     "get_worker_info(): use backend='processes' or num_workers <= 1")
             shuffle = None
         elif shuffle and sampler is None and batch_sampler is None:
-            self._sampler_gen = torch.Generator()
             sampler = self._distributed_sampler(dataset, True)
-            if sampler is None:
+            if sampler is None and generator is not None:
+                # torch's contract: the generator drives the shuffle (and advances with it)
+                sampler = torch.utils.data.RandomSampler(dataset, generator=generator)
+            elif sampler is None:
+                self._sampler_gen = torch.Generator()
                 sampler = torch.utils.data.RandomSampler(dataset, generator=self._sampler_gen)
             shuffle = None
         elif sampler is None and batch_sampler is None:
             sampler = self._distributed_sampler(dataset, False)
+            if sampler is None:
+                sampler = torch.utils.data.SequentialSampler(dataset)
             shuffle = None
+        if not self._iterable and batch_sampler is None and sampler is not None:
+            sampler = _ResumableSampler(sampler)  # can skip what a loaded state delivered
 
         if persistent_workers is None:
             persistent_workers = self.num_workers > 0 and _cache_on(dataset)
@@ -820,7 +893,7 @@ class DataLoader:
             multiprocessing_context=multiprocessing_context if procs else None,
             generator=generator, prefetch_factor=prefetch_factor if procs else None,
             persistent_workers=bool(persistent_workers) if procs else False,
-            in_order=in_order)
+            pin_memory_device=pin_memory_device if procs else "", in_order=in_order)
         self.batch_size = self.torch_loader.batch_size
         self.sampler = self.torch_loader.sampler
         self.batch_sampler = self.torch_loader.batch_sampler
@@ -840,6 +913,10 @@ class DataLoader:
                               "found, then device pinned memory won't be used.", stacklevel=2)
         self._next_epoch = None  # from set_epoch()
         self._last_epoch = None  # the epoch of the previous pass
+        self._yielded, self._finished = 0, False  # batches handed out in the pass; its end
+        self._resumed_batches = 0  # batches a loaded state already delivered
+        self._first_stream = 0  # thread backend: the stream a resumed pass starts from
+        self._pass_generator_state = None
         self._run = None
 
     @staticmethod
@@ -885,7 +962,88 @@ class DataLoader:
             words = np.random.SeedSequence([self.seed, epoch, 0x5A4D]).generate_state(2, np.uint64)
             self._sampler_gen.manual_seed(int(words[0] >> np.uint64(1)))
         self._last_epoch = epoch
+        self._pass_generator_state = None
+        if self.generator is not None and not self._iterable:
+            self._pass_generator_state = self.generator.get_state()
+            if self.backend == "threads":
+                # torch's iterator draws its workers' base seed from the generator before the
+                # sampler does: draw it too, so the shuffle is torch's for the same generator
+                torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        self._yielded, self._finished = self._resumed_batches, False
+        self._resumed_batches = 0
         return epoch
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Where this loader stands, for :meth:`load_state_dict` (torchdata's
+        ``StatefulDataLoader`` shape: call it between batches, save it with the model).
+
+        Returns a JSON-able dict: ``format``, ``epoch`` (of the current or last pass),
+        ``batches`` handed out in that pass, ``finished`` (the pass ended), ``dataset`` (an
+        iterable dataset's own ``state_dict(batches=...)``, e.g. ``TarDataset``'s) and, when a
+        ``generator`` drives the shuffle, its state at the start of the pass.
+
+        Raises:
+            ValueError: the position cannot be named (e.g. a custom ``batch_sampler``, or an
+                iterable dataset without ``state_dict``).
+        """
+        state = {"format": "turboloader.DataLoader/1", "epoch": self._last_epoch,
+                 "batches": int(self._yielded), "finished": bool(self._finished)}
+        if self._last_epoch is None or self._finished:
+            return state
+        if self._iterable:
+            if not hasattr(self.dataset, "state_dict"):
+                raise ValueError(f"{type(self.dataset).__name__} has no state_dict: a mid-pass "
+                                 "position of an iterable dataset must come from the dataset")
+            state["dataset"] = self.dataset.state_dict(
+                batches=self._yielded, batch_size=self.batch_size,
+                num_workers=max(1, self.num_workers) if self.backend == "threads"
+                else self.num_workers, drop_last=self.drop_last)
+        elif not isinstance(self.sampler, _ResumableSampler):
+            raise ValueError("a custom batch_sampler has no position to save: pass a sampler "
+                             "and batch_size instead")
+        if self._pass_generator_state is not None:
+            state["generator"] = self._pass_generator_state.tolist()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict`: the next pass is the saved epoch without the
+        batches already handed out (nothing of them is read or decoded again), or, if that
+        pass had finished, the epoch after it.
+
+        Raises:
+            ValueError: not a loader state, or negative / impossible positions.
+        """
+        if not isinstance(state, dict) or state.get("format") != "turboloader.DataLoader/1":
+            raise ValueError("not a turboloader.DataLoader state "
+                             "(expected format 'turboloader.DataLoader/1')")
+        epoch, batches = state.get("epoch"), int(state.get("batches", 0))
+        if epoch is None:
+            return  # taken before the first pass
+        epoch = int(epoch)
+        if epoch < 0 or batches < 0:
+            raise ValueError(f"negative position in the loader state: epoch {epoch}, "
+                             f"batches {batches}")
+        if state.get("finished"):
+            self.set_epoch(epoch + 1)
+            return
+        try:
+            total = len(self)
+        except TypeError:
+            total = None
+        if total is not None and batches > total:
+            raise ValueError(f"the state says {batches} batches were handed out but a pass of "
+                             f"this loader has {total}")
+        self.set_epoch(epoch)
+        if self._iterable:
+            self.dataset.load_state_dict(state["dataset"])
+            self._first_stream = int(state["dataset"].get("next_worker", 0))
+        else:
+            self.sampler.skip_next(batches * self.batch_size)
+            if "generator" in state and self.generator is not None:
+                self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+        self._resumed_batches = batches
 
     def _batches(self):
         return iter(self.batch_sampler)
@@ -912,6 +1070,7 @@ class DataLoader:
             it = self._iter_processes(epoch)
         else:
             it = self._iter_threads(epoch)
+        it = self._counted(it)
         if self.progress:
             try:
                 total = len(self)
@@ -919,6 +1078,15 @@ class DataLoader:
                 total = None
             return iter(_progress(it, total))
         return it
+
+    def _counted(self, it):
+        try:
+            for batch in it:
+                self._yielded += 1
+                yield batch
+            self._finished = True
+        finally:
+            it.close()  # a consumer that stops early shuts the pass down now
 
     def _iter_processes(self, epoch):
         run = self._run = _RunStats("processes", epoch, {

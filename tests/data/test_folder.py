@@ -84,6 +84,9 @@ def test_user_loader_is_used(tree):
 
 def test_epochs_and_seeds_drive_randomness(tree):
     ds = ImageFolder(tree, lambda img: current_rng().random(), seed=1)
+    auto = [ds[i][0] for i in range(len(ds))]  # no set_epoch: a fresh draw every read
+    assert set(auto).isdisjoint(ds[i][0] for i in range(len(ds)))
+    ds.set_epoch(0)
     e0 = [ds[i][0] for i in range(len(ds))]
     assert e0 == [ds[i][0] for i in range(len(ds))]
     ds.set_epoch(1)

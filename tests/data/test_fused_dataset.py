@@ -42,8 +42,12 @@ def test_fused_outputs_are_per_sample_and_worker_independent(make_shards):
     # two ranks see the same per-sample augmentation as one
     ranks = {}
     for r in range(2):
-        ranks.update(_outputs(TarDataset(paths, pipe, seed=3, rank=r, world_size=2)))
-    one = _outputs(TarDataset(paths, pipe, seed=3))
+        rank = TarDataset(paths, pipe, seed=3, rank=r, world_size=2)
+        rank.set_epoch(0)
+        ranks.update(_outputs(rank))
+    one = TarDataset(paths, pipe, seed=3)
+    one.set_epoch(0)
+    one = _outputs(one)
     assert all(torch.equal(ranks[g], one[g]) for g in one)
 
 
@@ -67,7 +71,9 @@ def test_cached_path_uses_from_array(make_shards):
 def test_non_jpeg_goes_through_the_generic_path(tmp_path):
     path = write_tar(tmp_path / "png.tar", [("a.png", jpeg(0, fmt="PNG")), ("a.cls", b"0"),
                                             ("b.webp", jpeg(1, fmt="WEBP")), ("b.cls", b"1")])
-    out = _outputs(TarDataset(path, _pipeline(), shuffle=False))
+    ds = TarDataset(path, _pipeline(), shuffle=False)
+    ds.set_epoch(0)
+    out = _outputs(ds)
     assert sorted(out) == [0, 1] and all(x.shape == (3, 32, 32) for x in out.values())
     # the generic path draws from the sample's generator too: same result on the same pixels
     from PIL import Image

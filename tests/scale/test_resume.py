@@ -66,10 +66,16 @@ def test_plain_dataloader_resume_same_order(urls, num_workers, batch_size):
         assert sorted(sum(batches(loader(fresh, num_workers, batch_size)), [])) == list(range(N))
 
 
+def _at(epoch, *args, **kwargs):
+    ds = TarDataset(*args, **kwargs)
+    ds.set_epoch(epoch)
+    return ds
+
+
 def test_main_process_state_and_ranks(urls):
-    full = {r: batches(loader(TarDataset(urls, size_of, rank=r, world_size=2), 0, 4))
+    full = {r: batches(loader(_at(0, urls, size_of, rank=r, world_size=2), 0, 4))
             for r in range(2)}
-    ds = TarDataset(urls, size_of, rank=0, world_size=2)
+    ds = _at(0, urls, size_of, rank=0, world_size=2)
     head = batches(loader(ds, 0, 4), 2)
     state = ds.state_dict()  # num_workers=0: the stream ran in this process
     assert state["delivered"] == 8 and state["world_size"] == 2
@@ -81,9 +87,24 @@ def test_main_process_state_and_ranks(urls):
     assert head == full[0][:2]
 
 
-def test_stateful_dataloader(urls):
+@pytest.mark.parametrize("explicit", [True, False])
+def test_stateful_dataloader(urls, explicit):
     sdl = pytest.importorskip("torchdata.stateful_dataloader")
-    make = lambda: sdl.StatefulDataLoader(TarDataset(urls, size_of, seed=1), batch_size=3,  # noqa: E731
+    if not explicit:
+        # automatic epochs: each worker's state names the pass's word; the resumed run
+        # continues that pass (compared with the rest of the interrupted pass)
+        mk = lambda: sdl.StatefulDataLoader(TarDataset(urls, size_of, seed=1),  # noqa: E731
+                                            batch_size=3, num_workers=2, timeout=60)
+        it = iter(mk_dl := mk())
+        head = [next(it)[1].tolist() for _ in range(3)]
+        state = mk_dl.state_dict()
+        tail = batches(it)
+        assert sorted(sum(head + tail, [])) == list(range(N))
+        dl2 = mk()
+        dl2.load_state_dict(state)
+        assert batches(dl2) == tail
+        return
+    make = lambda: sdl.StatefulDataLoader(_at(0, urls, size_of, seed=1), batch_size=3,  # noqa: E731
                                           num_workers=2, timeout=60)
     full = batches(make())
     dl = make()
@@ -98,7 +119,7 @@ def test_stateful_dataloader(urls):
 
 def test_thread_backend_streams_delivered(urls):
     """Logical worker streams run in this process (the thread backend's hook)."""
-    ds = TarDataset(urls, size_of, seed=9)
+    ds = _at(0, urls, size_of, seed=9)
     streams = [ds._stream(w, 2, f"thread{w}") for w in range(2)]
     got = [[next(streams[0])[1] for _ in range(3)], [next(streams[1])[1] for _ in range(1)]]
     next(streams[1])  # produced (prefetched) but not delivered
@@ -131,7 +152,7 @@ def test_skip_policy_resume(tmp_path):
 
 
 def test_mismatched_state_is_refused(urls):
-    ds = TarDataset(urls, size_of, seed=1)
+    ds = _at(0, urls, size_of, seed=1)
     state = ds.state_dict(batches=1, batch_size=2, num_workers=2)
     with pytest.raises(ValueError, match="seed"):
         TarDataset(urls, size_of, seed=2).load_state_dict(state)

@@ -49,6 +49,8 @@ def test_same_samples_as_image_folder(data):
 
 def test_randomness_is_per_index_and_epoch(data):
     ds = TBLDataset(data / "all.tbl", _train())
+    assert not torch.equal(ds[5][0], ds[5][0])  # no set_epoch: fresh draws, as torchvision
+    ds.set_epoch(0)
     a, b = ds[5][0], ds[5][0]
     torch.testing.assert_close(a, b, rtol=0, atol=0)
     ds.set_epoch(1)

@@ -80,7 +80,7 @@ class ImageFolder(EpochMixin, torchvision.datasets.ImageFolder):
         self.policy = FailurePolicy(on_error, max_failures)
         self.max_pixels = max_pixels
         self.stats_interval = int(stats_interval)
-        self._epoch = SharedEpoch(0)
+        self._epoch = SharedEpoch()
         self._telemetry = Telemetry()
         self._states = {}  # stream name -> MapStreamState (see data._streams)
 
@@ -126,14 +126,14 @@ class ImageFolder(EpochMixin, torchvision.datasets.ImageFolder):
         if not -n <= index < n:
             raise IndexError(f"index {index} out of range for {n} samples")
         index %= n
-        epoch = self._epoch.value
+        epoch, word = self.epoch, self._sample_epoch()
         st = self._process_state()
         counters = st.recorder.counters(epoch)
         rng_slot = index
         for attempt in range(n):
             i = (index + attempt) % n
             try:
-                img, target = self._load(st, i, sample_rng(self.seed, epoch, rng_slot), counters)
+                img, target = self._load(st, i, sample_rng(self.seed, word, rng_slot), counters)
             except TurboLoaderError as exc:
                 path = self.samples[i][0]
                 key = os.path.relpath(path, self.root)

@@ -26,7 +26,6 @@ import contextlib
 import glob
 import json
 import os
-import re
 import tarfile
 import zlib
 from dataclasses import dataclass
@@ -60,37 +59,29 @@ LABEL_EXTENSIONS = ("cls", "json")
 _WANTED = frozenset(IMAGE_EXTENSIONS + LABEL_EXTENSIONS)
 _STREAM_SUFFIXES = (".tar.gz", ".tgz")
 
-_BRACE = re.compile(r"\{([^{}]*)\}")
-_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 
 
 def braceexpand(pattern: str) -> list[str]:
-    """Expand webdataset-style braces: ``{000..099}`` (zero-padded ranges), ``{a,b,c}``.
-
-    Ranges keep the width of the wider bound (``{0..10}`` -> ``0 .. 10``,
-    ``{00..10}`` -> ``00 .. 10``); several brace groups expand as a product, left first.
+    """Expand braces exactly as WebDataset does (it uses the ``braceexpand`` package, and so
+    do we): ranges ``{000..099}`` (zero-padded to the wider bound), stepped ranges
+    ``{0..6..2}``, letter ranges ``{a..c}``, alternatives ``{a,b,c}``, nested groups
+    ``{a,{b,c}}``, and ``\\{`` / ``\\}`` escapes for literal braces; several groups expand as a
+    product, left first.
 
     Example:
         >>> braceexpand("train-{00..02}.tar")
         ['train-00.tar', 'train-01.tar', 'train-02.tar']
         >>> braceexpand("{a,b}-{1..2}")
         ['a-1', 'a-2', 'b-1', 'b-2']
+        >>> braceexpand("{0..6..2}")
+        ['0', '2', '4', '6']
     """
-    m = _BRACE.search(pattern)
-    if m is None:
-        return [pattern]
-    head, body, tail = pattern[:m.start()], m.group(1), pattern[m.end():]
-    r = _RANGE.match(body)
-    if r:
-        lo, hi = int(r.group(1)), int(r.group(2))
-        a, b = r.group(1).lstrip("-"), r.group(2).lstrip("-")
-        padded = (len(a) > 1 and a[0] == "0") or (len(b) > 1 and b[0] == "0")
-        width = max(len(r.group(1)), len(r.group(2))) if padded else 0
-        step = 1 if hi >= lo else -1
-        choices = [str(v).zfill(width) for v in range(lo, hi + step, step)]
-    else:
-        choices = body.split(",")
-    return [head + c + rest for c in choices for rest in braceexpand(tail)]
+    import braceexpand as _be
+
+    try:
+        return list(_be.braceexpand(pattern))
+    except _be.UnbalancedBracesError as exc:
+        raise ValueError(f"unbalanced braces in {pattern!r}: {exc}") from None
 
 
 def expand_urls(urls) -> list[str]:

@@ -13,7 +13,8 @@ import torch.utils.data
 
 from turboloader.data import sharding
 from turboloader.data.cache import Decoder, parse_size
-from turboloader.data.policy import EpochMixin, FailureLog, FailurePolicy, SharedEpoch, Telemetry
+from turboloader.data.policy import (AUTO_EPOCH, EpochMixin, FailureLog, FailurePolicy, SharedEpoch,
+                                     Telemetry, _mix64, torch_epoch_word)
 from turboloader.data.shards import (
     check_record as _check_record,
     count_samples,
@@ -274,11 +275,13 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         self._counts = np.asarray(counts, dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(self._counts)]).astype(np.int64)
         self._random_access = [_random_access(u, cache=self.shard_cache) for u in self.urls]
-        self._epoch = SharedEpoch(0)
+        self._epoch = SharedEpoch()
         self._telemetry = Telemetry()
         self._states = {}  # name -> _ProcessState of this process (one per reading stream)
         self._progress = {}  # logical worker -> its pass's position (see state_dict)
         self._resume = None  # what load_state_dict asked the next pass to skip
+        self._last_pass = None  # the epoch word of this process's latest pass
+        self._auto_passes = 0  # automatic passes this copy started (see _pass_epoch)
 
     # -- pickling (DataLoader workers) ----------------------------------------------------
 
@@ -379,26 +382,61 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         st.recorder.sample_done()
         return image, label
 
-    def __iter__(self):
+    def _pass_epoch(self) -> int:
+        """The epoch word of the pass starting now in this process.
+
+        Explicit mode (``set_epoch``): that epoch. Automatic mode: in a DataLoader worker, a
+        word every worker of the pass agrees on without talking to the others: a hash of the
+        loader's base seed (``worker seed - worker id``, drawn from the loader's ``generator``
+        for each iterator) and how many passes this copy of the dataset has started (persistent
+        workers start one per epoch); in the main process (``num_workers=0``, or iterating the
+        dataset directly), a draw from torch's global RNG. A pass pinned by
+        ``load_state_dict`` (an automatic state) is used by the first pass that starts after it.
+        """
+        e = self._epoch
+        value = e.value
+        if 0 <= value < AUTO_EPOCH:
+            return value
         info = torch.utils.data.get_worker_info()
         if info is None:
-            return self._stream(0, 1, "main")
+            if value >= AUTO_EPOCH:  # a pinned automatic pass: this one, then automatic again
+                e.value = -1
+                return value
+            return torch_epoch_word()
+        self._auto_passes = getattr(self, "_auto_passes", 0) + 1
+        resume = self._resume
+        if value < 0 and resume is not None and resume["epoch"] >= AUTO_EPOCH:
+            return resume["epoch"]  # a worker's own state (StatefulDataLoader) continues it
+        token = _mix64(info.seed - info.id, self._auto_passes) | 1
+        if value >= AUTO_EPOCH and e.claim in (0, token):
+            e.claim = token  # the workers of this pass (same base seed and pass) share it
+            return value
+        return AUTO_EPOCH | (_mix64(info.seed - info.id, self._auto_passes, self.seed)
+                             % AUTO_EPOCH)
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        epoch = self._pass_epoch()
+        self._last_pass = epoch
+        if info is None:
+            return self._stream(0, 1, "main", epoch=epoch)
         worker = info.id
         resume = self._resume
-        if resume is not None and resume["epoch"] == self._epoch.value and \
+        if resume is not None and resume["epoch"] == epoch and \
                 resume["num_workers"] == info.num_workers:
             # torch hands out batches round-robin from worker 0: rotate the logical streams
             # so the first batch after a resume comes from the stream that was next
             worker = (worker + resume["next_worker"]) % info.num_workers
-        return self._stream(worker, info.num_workers, f"worker{info.id}")
+        return self._stream(worker, info.num_workers, f"worker{info.id}", epoch=epoch)
 
-    def _stream(self, worker, num_workers, name, out_slots=None):
+    def _stream(self, worker, num_workers, name, out_slots=None, *, epoch=None):
         """The (image, label) samples of logical worker ``worker`` of ``num_workers`` in the
         current epoch: exactly what ``__iter__`` yields in DataLoader worker ``worker``
         (same items, order, transform parameters and failure policy).
 
         The hook of ``turboloader.DataLoader(backend="threads")``, which runs each logical
-        worker's stream in its own thread. ``name`` names the reading state and its
+        worker's stream in its own thread (after ``set_epoch``: every stream of a pass must
+        see the same epoch). ``name`` names the reading state and its
         statistics (``"rank{r}-{name}"`` in ``stats()["workers"]``). ``out_slots``: None,
         or a callable returning the slot (a C-contiguous CPU tensor, e.g. ``batch[i]``, or
         None) that the next sample is decoded into; it is called before each read, so a
@@ -406,12 +444,19 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         is that slot when the fused plan wrote it, otherwise a new tensor to copy.
         """
         rank, world = _topology(self.rank, self.world_size)
-        epoch = self._epoch.value
+        if epoch is None:
+            epoch = self._epoch.value
+            if epoch < 0:
+                raise RuntimeError("TarDataset._stream: the streams of one pass must share an "
+                                   "epoch; call set_epoch first (turboloader.DataLoader does)")
         st = self._process_state(f"rank{rank}-{name}")
+        # automatic epochs cannot be agreed across ranks without communication: every rank
+        # keeps its samples (fixed assignment, as with the cache) and reshuffles within them
+        fixed = bool(self._cache_bytes) or (epoch >= AUTO_EPOCH and world > 1)
         slots, samples = sharding.worker_items(
             self._counts, seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank,
             world_size=world, worker=worker, num_workers=num_workers, pad=self.pad,
-            fixed=bool(self._cache_bytes), random_access=self._random_access,
+            fixed=fixed, random_access=self._random_access,
             mix_shards=self.mix_shards)
         slots, samples = slots.tolist(), samples.tolist()
         if self.shard_cache is not None:
@@ -425,8 +470,10 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
     def _generate(self, st, slots, samples, epoch, out_slots=None, *, worker=0, num_workers=1,
                   resume=None):
         recorder = st.recorder
-        counters = recorder.counters(epoch)
-        log = FailureLog(self.policy, len(samples), epoch=epoch, recorder=recorder)
+        # statistics and failures are filed under the epoch; automatic passes under 0
+        label = epoch if epoch < AUTO_EPOCH else 0
+        counters = recorder.counters(label)
+        log = FailureLog(self.policy, len(samples), epoch=label, recorder=recorder)
         good, failed = [], []
         # the position of this pass, for state_dict (updated before each yield)
         progress = {"epoch": epoch, "num_workers": num_workers, "pos": 0, "failed_pos": [],
@@ -462,7 +509,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
                 if not good:
                     raise FailureBudgetExceeded(
                         f"no sample of this worker's {len(samples)} could be read to replace "
-                        f"{len(failed)} skipped ones (epoch {epoch})", log.failures)
+                        f"{len(failed)} skipped ones (epoch {label})", log.failures)
                 g = good[k % len(good)]
                 out = self._read(st, g, failed[0], epoch, log, counters, slot_of())
                 if out is _FAILED:
@@ -559,7 +606,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
             >>> ds2 = TarDataset(urls, tf); ds2.load_state_dict(state)
             >>> for images, labels in DataLoader(ds2, batch_size=256, num_workers=8): ...
         """
-        epoch = self._epoch.value
+        epoch = self._automatic_state_epoch(batches, num_workers, delivered)
         rank, _ = _topology(self.rank, self.world_size)
         base = {"format": "turboloader.TarDataset/1", "epoch": epoch, "rank": rank,
                 **self._fingerprint()}
@@ -605,6 +652,32 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         return {**base, "scope": "rank", "num_workers": W, "next_worker": next_worker,
                 "workers": workers, "delivered": int(sum(delivered))}
 
+    def _automatic_state_epoch(self, batches, num_workers, delivered):
+        """The epoch word a state of the current pass names (see ``_pass_epoch``)."""
+        e = self._epoch
+        value = e.value
+        if 0 <= value < AUTO_EPOCH:
+            return value  # explicit
+        if value >= AUTO_EPOCH and e.claim == 0:
+            return value  # pinned by load_state_dict (or below) and not started yet
+        in_worker = torch.utils.data.get_worker_info() is not None
+        ran_here = self._last_pass is not None and (in_worker or not num_workers)
+        if ran_here:
+            return self._last_pass
+        nothing_delivered = not batches and not any(delivered or [])
+        if self._last_pass is None and nothing_delivered:
+            if in_worker:
+                return -1  # this worker has not started: its state names no pass
+            # no pass yet: pin the word the next pass will use, so the state can name it
+            e.value = torch_epoch_word()
+            return e.value
+        raise ValueError(
+            "TarDataset.state_dict: this pass used an automatic epoch (no set_epoch call) "
+            "drawn inside the DataLoader's workers, so the main process cannot name its "
+            "order. For mid-epoch checkpoints call dataset.set_epoch(epoch) before each "
+            "epoch (turboloader.DataLoader and TurboDataModule do), or use "
+            "StatefulDataLoader, whose workers save their own states")
+
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state`` (from :meth:`state_dict`): the next pass over its epoch
         skips what was delivered, by offset into each worker's item list (nothing is read or
@@ -638,7 +711,8 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
             workers[int(w)] = e
         self._resume = {"epoch": int(state["epoch"]), "num_workers": int(state["num_workers"]),
                         "next_worker": int(state.get("next_worker", 0)), "workers": workers}
-        if torch.utils.data.get_worker_info() is None:
+        if torch.utils.data.get_worker_info() is None and int(state["epoch"]) >= 0:
+            # an automatic pass is pinned for the next pass only (see _pass_epoch)
             self._epoch.value = int(state["epoch"])
 
     # -- statistics -------------------------------------------------------------------------

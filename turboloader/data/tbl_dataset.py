@@ -107,7 +107,7 @@ class TBLDataset(EpochMixin, torch.utils.data.Dataset):
         self._targets = np.concatenate(labels) if labels else np.empty(0, np.int64)
         self.metadata = metadata
         self.classes = metadata[0].get("classes") if metadata else None
-        self._epoch = SharedEpoch(0)
+        self._epoch = SharedEpoch()
         self._telemetry = Telemetry()
         self._states = {}  # stream name -> _ProcessState (see data._streams)
 
@@ -185,13 +185,13 @@ class TBLDataset(EpochMixin, torch.utils.data.Dataset):
         if not -n <= index < n:
             raise IndexError(f"index {index} out of range for {n} samples")
         index %= n
-        epoch = self._epoch.value
+        epoch, word = self.epoch, self._sample_epoch()
         st = self._process_state()
         counters = st.recorder.counters(epoch)
         for attempt in range(n):
             i = (index + attempt) % n
             try:
-                img, label = self._load(st, i, sample_rng(self.seed, epoch, index), counters)
+                img, label = self._load(st, i, sample_rng(self.seed, word, index), counters)
             except TurboLoaderError as exc:
                 s = int(np.searchsorted(self._offsets, i, side="right")) - 1
                 f, j = st.files[s], i - int(self._offsets[s])
@@ -216,7 +216,10 @@ class TBLDataset(EpochMixin, torch.utils.data.Dataset):
         """Restore the epoch of the per-sample transform parameters (main process)."""
         if not isinstance(state, dict) or state.get("format") != "turboloader.TBLDataset/1":
             raise ValueError("not a TBLDataset state (expected format 'turboloader.TBLDataset/1')")
-        self.set_epoch(state["epoch"])
+        if int(state["epoch"]) < 0:  # taken while epochs were automatic: stay automatic
+            self._epoch.value = -1
+        else:
+            self.set_epoch(state["epoch"])
 
     def stats(self, epoch=None) -> dict:
         """Counters of every stream that read this dataset (see ``TarDataset.stats`` and
@@ -252,6 +255,12 @@ class ResumableSampler(torch.utils.data.DistributedSampler):
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
                  drop_last=False):
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            # outside a distributed run: one replica, like a plain (resumable) RandomSampler
+            num_replicas = 1 if num_replicas is None else num_replicas
+            rank = 0 if rank is None else rank
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
                          seed=seed, drop_last=drop_last)
         self._skip = 0
