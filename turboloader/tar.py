@@ -1,10 +1,12 @@
-"""Zero-copy index of a TAR archive: member names, data offsets and sizes over an ``mmap``."""
+"""Index of a TAR archive: member names, data offsets and sizes; member bytes by ``pread``."""
 
 from __future__ import annotations
 
 import mmap
 import operator
 import os
+import stat
+import weakref
 
 import numpy as np
 
@@ -14,11 +16,15 @@ __all__ = ["TarIndex"]
 
 
 class TarIndex:
-    """Index of the regular members of an uncompressed TAR file, read through ``mmap``.
+    """Index of the regular members of an uncompressed TAR file.
 
-    The archive is scanned once, without the GIL, by a native kernel that records each
-    regular member's name, data offset and size (no per-member Python objects). Member
-    bytes are then served as zero-copy ``memoryview`` slices of the mapping.
+    The archive is scanned once, without the GIL, by a native kernel over an ``mmap`` of the
+    file that records each regular member's name, data offset and size (no per-member Python
+    objects); the mapping is released right after. Member bytes are then read with
+    ``os.pread`` (one copy, no GIL held while reading), so a file that is truncated or
+    rewritten while open (a re-sync, a partial copy, a full disk) gives a
+    :class:`TarFormatError` naming the member and the file's new size, never a ``SIGBUS``
+    crash of the process, which a mapping would give.
 
     Formats: ustar (``prefix`` + ``name``), GNU (``L`` long names; ``K`` long link names
     are skipped), PAX (``path`` and ``size`` records of ``x`` headers; global ``g``
@@ -45,7 +51,7 @@ class TarIndex:
     Example:
         >>> with TarIndex("shard-000000.tar") as index:
         ...     i = index.index_of("000042.jpg")
-        ...     data = index[i]                 # memoryview, no copy
+        ...     data = index[i]                 # read-only memoryview of the bytes
         ...     n, first = len(index), index.names[0]
     """
 
@@ -53,29 +59,35 @@ class TarIndex:
         from turboloader._native._tar import index_tar
 
         self._path = os.fspath(path)
-        self._mmap = None
-        self._view = None
-        with open(self._path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                raise TarFormatError(f"{self._path!r}: empty file (0 bytes) is not a TAR archive")
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        view = memoryview(mm)
+        self._fd = None
+        fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            offsets, sizes, starts, lens, arena = index_tar(view)
-        except TarFormatError as exc:
-            if hasattr(exc, "add_note"):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise TarFormatError(f"{self._path!r}: not a regular file")
+            if st.st_size == 0:
+                raise TarFormatError(f"{self._path!r}: empty file (0 bytes) is not a TAR archive")
+            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            view = memoryview(mm)
+            try:
+                offsets, sizes, starts, lens, arena = index_tar(view)
+            except TarFormatError as exc:
                 exc.add_note(f"archive: {self._path}")
-            view.release()
-            mm.close()
-            raise
+                raise
+            finally:
+                view.release()
+                mm.close()
+            now = os.fstat(fd).st_size
+            if now != st.st_size:
+                raise TarFormatError(f"{self._path!r}: the file changed size while it was being "
+                                     f"indexed ({st.st_size} -> {now} bytes)")
         except BaseException:
-            view.release()
-            mm.close()
+            os.close(fd)
             raise
+        self._fd = fd
+        self._closer = weakref.finalize(self, os.close, fd)
         for a in (offsets, sizes):
             a.setflags(write=False)
-        self._mmap = mm
-        self._view = view
         self._offsets = offsets
         self._sizes = sizes
         self._name_start = starts
@@ -145,13 +157,14 @@ class TarIndex:
     # -- data -----------------------------------------------------------------------------
 
     def member(self, i, /) -> memoryview:
-        """Zero-copy, read-only view of member ``i``'s data (negative ``i`` counts from the end).
-
-        The view stays valid after :meth:`close` (the mapping is unmapped once the last
-        view is released).
+        """Read-only view of member ``i``'s data (negative ``i`` counts from the end), read
+        from the file now. The view stays valid after :meth:`close`.
 
         Raises:
             IndexError: ``i`` is out of range.
+            TarFormatError: the file no longer holds the member's bytes (truncated or
+                replaced since it was indexed); the message names the member, its byte range
+                and the file's size now.
             ValueError: the index is closed.
         """
         i = operator.index(i)
@@ -160,10 +173,16 @@ class TarIndex:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"member index {i} out of range for {n} members")
-        if self._view is None:
+        if self._fd is None:
             raise ValueError(f"TarIndex of {self._path!r} is closed")
-        start = int(self._offsets[i])
-        return self._view[start:start + int(self._sizes[i])]
+        start, size = int(self._offsets[i]), int(self._sizes[i])
+        data = os.pread(self._fd, size, start) if size else b""
+        if len(data) != size:
+            now = os.fstat(self._fd).st_size
+            raise TarFormatError(
+                f"{self._path!r}: member {self.names[i]!r} needs bytes {start}..{start + size} "
+                f"but the file is now {now} bytes: it was truncated or replaced while open")
+        return memoryview(data)
 
     def __getitem__(self, key) -> memoryview:
         """``index[i]`` or ``index[name]``: zero-copy view of a member's data.
@@ -180,24 +199,14 @@ class TarIndex:
 
     @property
     def closed(self) -> bool:
-        return self._view is None
+        return self._fd is None
 
     def close(self) -> None:
-        """Release the mapping. Idempotent; names, offsets and sizes stay readable.
-
-        Member views handed out earlier remain valid: while any is alive the mapping
-        stays in place, and it is unmapped when the last one is released.
-        """
-        view, mm = self._view, self._mmap
-        self._view = None
-        self._mmap = None
-        if view is not None:
-            view.release()
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # exported member views keep it mapped; freed with the last of them
+        """Close the file. Idempotent; names, offsets and sizes stay readable, and member
+        views handed out earlier stay valid (they own their bytes)."""
+        if self._fd is not None:
+            self._fd = None
+            self._closer()
 
     def __enter__(self) -> "TarIndex":
         return self

@@ -1,4 +1,4 @@
-"""TBL: a single-file, random-access image dataset format (writer and ``mmap`` reader).
+"""TBL: a single-file, random-access image dataset format (writer and ``pread`` reader).
 
 A TBL file is a header, the records back to back, an index and a fixed-size footer that says
 where the index is, so a writer streams records out in one pass and the index goes last. The
@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import enum
 import json
-import mmap
 import operator
 import os
+import stat
 import struct
 import tempfile
+import weakref
 import zlib
 from dataclasses import dataclass
 
@@ -452,7 +453,8 @@ def _fmt_error(path, message):
 
 
 class TBLFile:
-    """Read a TBL file through ``mmap``: O(1) random access, zero-copy for stored records.
+    """Read a TBL file: O(1) random access; records read with ``os.pread`` (no mapping, so a
+    file truncated while open is a typed :class:`FormatError`, never a crash).
 
     Opening checks the header, the footer and the index (their CRC-32s, version, every
     entry's bounds, codec and compression) without touching the records. Each read then
@@ -480,35 +482,41 @@ class TBLFile:
     def __init__(self, path, /, *, check_crc=True):
         self._path = os.fspath(path)
         self._check_crc = bool(check_crc)
-        self._mmap = None
-        self._view = None
-        with open(self._path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        self._fd = None
+        fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _fmt_error(self._path, "not a regular file")
+            size = st.st_size
             if size < HEADER_SIZE + FOOTER_SIZE:
-                head = f.read(8)
+                head = os.pread(fd, 8, 0)
                 if head[:8] != MAGIC[:len(head)] or not head:
                     raise _fmt_error(self._path, f"not a TBL file ({size} bytes, no TBL magic)")
                 raise _fmt_error(self._path, f"truncated TBL file ({size} bytes; the smallest "
                                              f"valid file has {HEADER_SIZE + FOOTER_SIZE})")
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        view = memoryview(mm)
-        try:
-            self._parse(view, size)
+            self._parse(lambda offset, n: self._pread(fd, offset, n), size)
         except BaseException:
-            try:
-                view.release()
-                mm.close()
-            except BufferError:
-                pass  # a frame of the traceback still holds a slice; freed with it
+            os.close(fd)
             raise
-        self._mmap = mm
-        self._view = view
+        # records are read with os.pread, never through a mapping: a file truncated while
+        # open gives a FormatError naming the record, not a SIGBUS crash
+        self._fd = fd
+        self._closer = weakref.finalize(self, os.close, fd)
         self._keys = None
         self._lookup = None
 
-    def _parse(self, view, size):
+    def _pread(self, fd, offset, n):
+        data = os.pread(fd, n, offset) if n else b""
+        if len(data) != n:
+            now = os.fstat(fd).st_size
+            raise _fmt_error(self._path, f"bytes {offset}..{offset + n} are gone: the file is "
+                                         f"now {now} bytes (truncated or replaced while open)")
+        return data
+
+    def _parse(self, read, size):
         path = self._path
-        header = bytes(view[:HEADER_SIZE])
+        header = read(0, HEADER_SIZE)
         magic, major, minor, flags, header_size, entry_size, crc = _HEADER.unpack(header)
         if magic != MAGIC:
             raise _fmt_error(path, f"not a TBL file (magic {bytes(magic)!r} at offset 0)")
@@ -520,7 +528,7 @@ class TBLFile:
         if header_size != HEADER_SIZE or entry_size != ENTRY_DTYPE.itemsize:
             raise _fmt_error(path, f"unexpected header size {header_size} or index entry size "
                                    f"{entry_size}")
-        footer = bytes(view[size - FOOTER_SIZE:])
+        footer = read(size - FOOTER_SIZE, FOOTER_SIZE)
         (index_offset, n, keys_size, meta_size, index_crc, fmajor, fminor, footer_crc,
          end) = _FOOTER.unpack(footer)
         if end != FOOTER_MAGIC:
@@ -534,15 +542,16 @@ class TBLFile:
                 index_offset + index_size != size - FOOTER_SIZE:
             raise _fmt_error(path, f"footer is inconsistent with the file (index at "
                                    f"{index_offset}, {n} entries, file of {size} bytes)")
-        if zlib.crc32(view[index_offset:index_offset + index_size]) != index_crc:
+        region = read(index_offset, index_size)
+        if zlib.crc32(region) != index_crc:
             raise _fmt_error(path, f"index checksum mismatch (index at bytes {index_offset}.."
                                    f"{index_offset + index_size - 1})")
-        table = np.frombuffer(view.obj, ENTRY_DTYPE, count=n, offset=index_offset)
-        keys_at = index_offset + n * ENTRY_DTYPE.itemsize
-        self._arena = bytes(view[keys_at:keys_at + keys_size])
+        table = np.frombuffer(region, ENTRY_DTYPE, count=n)
+        keys_at = n * ENTRY_DTYPE.itemsize
+        self._arena = region[keys_at:keys_at + keys_size]
         try:
-            self._metadata = json.loads(bytes(view[keys_at + keys_size:keys_at + keys_size
-                                                   + meta_size]) or b"{}")
+            self._metadata = json.loads(region[keys_at + keys_size:keys_at + keys_size
+                                               + meta_size] or b"{}")
         except ValueError as exc:
             raise _fmt_error(path, f"index metadata is not JSON: {exc}") from None
         bad = ((table["offset"] < HEADER_SIZE)
@@ -663,11 +672,17 @@ class TBLFile:
             ValueError: the file is closed.
         """
         i = self._pos(i)
-        if self._view is None:
+        if self._fd is None:
             raise ValueError(f"TBLFile of {self._path!r} is closed")
         e = self._table[i]
-        start = int(e["offset"])
-        stored = self._view[start:start + int(e["size"])]
+        start, size = int(e["offset"]), int(e["size"])
+        stored = os.pread(self._fd, size, start) if size else b""
+        if len(stored) != size:
+            now = os.fstat(self._fd).st_size
+            raise self._record_error(i, e, f"needs bytes {start}..{start + size} but the file "
+                                           f"is now {now} bytes: it was truncated or replaced "
+                                           f"while open")
+        stored = memoryview(stored)
         if self._check_crc:
             crc = zlib.crc32(stored)
             if crc != int(e["crc"]):
@@ -711,25 +726,14 @@ class TBLFile:
 
     @property
     def closed(self) -> bool:
-        return self._view is None
+        return self._fd is None
 
     def close(self) -> None:
-        """Release the mapping. Idempotent; the index stays readable.
-
-        Record views handed out earlier stay valid; the mapping goes with the last of them.
-        """
-        view, mm = self._view, self._mmap
-        self._view = self._mmap = None
-        if view is not None:
-            # the index array is a view of the mapping too: keep a private copy
-            self._table = self._table.copy()
-            self._table.setflags(write=False)
-            view.release()
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # exported views keep it mapped; freed with the last of them
+        """Close the file. Idempotent; the index stays readable, and record views handed out
+        earlier stay valid (they own their bytes)."""
+        if self._fd is not None:
+            self._fd = None
+            self._closer()
 
     def __enter__(self) -> "TBLFile":
         return self

@@ -267,7 +267,16 @@ class TarShard:
         return self._keys[j]
 
     def sample(self, j: int, /) -> SampleRecord:
-        """The members of sample ``j`` (zero-copy views)."""
+        """The members of sample ``j`` (read-only views of bytes read now).
+
+        Raises:
+            TarFormatError: no sample ``j`` any more (the shard shrank since it was counted),
+                or its bytes are gone (truncated while open).
+        """
+        if not 0 <= j < len(self._keys):
+            raise TarFormatError(
+                f"shard {self.url!r} has {len(self._keys)} samples now, so there is no sample "
+                f"#{j}: the file changed since its samples were counted")
         index = self._index
         im, lb = int(self._image[j]), int(self._label[j])
         pos = im if im >= 0 else int(self._first[j])

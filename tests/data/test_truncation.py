@@ -1,0 +1,158 @@
+"""Files that shrink while open (a re-sync, a partial copy, a full disk) give typed errors or
+counted skips naming the shard, never a SIGBUS crash: every check runs in a subprocess whose
+exit status is asserted."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+PRELUDE = f"""
+import os, sys, torch
+sys.path.insert(0, {str(HERE)!r})
+from shardgen import labelled_members, write_tar
+import turboloader
+from turboloader import transforms as T
+from turboloader.errors import FormatError, TarFormatError, TurboLoaderError
+"""
+
+
+def run(body, tmp_path, timeout=120):
+    script = PRELUDE + textwrap.dedent(body)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    return proc.stdout
+
+
+def test_tar_index_member_after_truncation(tmp_path):
+    out = run("""
+        path = write_tar("a.tar", labelled_members(range(20)))
+        index = turboloader.TarIndex(path)
+        last = len(index) - 1
+        os.truncate(path, os.path.getsize(path) // 2)
+        assert bytes(index.member(0))  # still there
+        try:
+            index.member(last)
+        except TarFormatError as exc:
+            print("TYPED", exc)
+        """, tmp_path)
+    assert "TYPED" in out and "a.tar" in out and "000019.cls" in out and "truncated" in out
+
+
+@pytest.mark.parametrize("backend,workers", [("threads", 2), ("processes", 0),
+                                             ("processes", 2)])
+def test_dataset_truncated_after_init_raises_typed(tmp_path, backend, workers):
+    out = run(f"""
+        paths = [write_tar(f"s{{k}}.tar", labelled_members(range(k * 10, k * 10 + 10)))
+                 for k in range(2)]
+        ds = turboloader.TarDataset(paths, T.Compose([T.Resize(8), T.ToTensor()]))
+        ds.set_epoch(0)
+        os.truncate(paths[1], 4096)
+        loader = turboloader.DataLoader(ds, 4, num_workers={workers}, backend={backend!r})
+        try:
+            for _ in loader:
+                pass
+        except TarFormatError as exc:
+            print("TYPED", type(exc).__name__, exc, *getattr(exc, "__notes__", []))
+        """, tmp_path)
+    assert "TYPED TarFormatError" in out and "s1.tar" in out
+
+
+@pytest.mark.parametrize("backend,workers", [("threads", 2), ("processes", 2)])
+def test_dataset_truncated_after_init_skips_and_counts(tmp_path, backend, workers):
+    out = run(f"""
+        paths = [write_tar(f"s{{k}}.tar", labelled_members(range(k * 10, k * 10 + 10)))
+                 for k in range(2)]
+        ds = turboloader.TarDataset(paths, T.Compose([T.Resize(8), T.ToTensor()]),
+                                    on_error="skip", max_failures=1.0 - 1e-9, shuffle=False)
+        size = os.path.getsize(paths[1])
+        os.truncate(paths[1], size // 2)
+        loader = turboloader.DataLoader(ds, 4, num_workers={workers}, backend={backend!r})
+        labels = [y for _, ys in loader for y in ys.tolist()]
+        skipped = ds.stats()["skipped"]
+        print("N", len(labels), "SKIPPED", len(skipped),
+              "SHARDS", sorted({{os.path.basename(s["shard"]) for s in skipped}}))
+        assert len(labels) == 20  # replacements keep every batch full
+        """, tmp_path)
+    n_skipped = int(out.split("SKIPPED")[1].split()[0])
+    assert n_skipped >= 1 and "['s1.tar']" in out
+
+
+def test_torch_dataloader_workers_see_the_typed_error(tmp_path):
+    out = run("""
+        paths = [write_tar("s.tar", labelled_members(range(12)))]
+        ds = turboloader.TarDataset(paths, T.Compose([T.Resize(8), T.ToTensor()]))
+        os.truncate(paths[0], 2048 + 700)  # inside the first sample's label member
+        try:
+            list(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2))
+        except TurboLoaderError as exc:
+            print("TYPED", type(exc).__name__, exc)
+        """, tmp_path)
+    assert "TYPED TarFormatError" in out and "s.tar" in out
+
+
+def test_shard_rewritten_smaller_between_init_and_reading(tmp_path):
+    out = run("""
+        path = write_tar("s.tar", labelled_members(range(10)))
+        ds = turboloader.TarDataset([path], T.Compose([T.Resize(8), T.ToTensor()]),
+                                    shuffle=False)
+        write_tar("s.tar", labelled_members(range(4)))  # replaced by a shorter shard
+        try:
+            list(ds)
+        except TarFormatError as exc:
+            print("TYPED", exc)
+        """, tmp_path)
+    assert "TYPED" in out and "4 samples now" in out and "s.tar" in out
+
+
+def test_tbl_truncated_while_open(tmp_path):
+    out = run("""
+        from turboloader.tbl import TBLFile, write_tbl
+        from shardgen import jpeg
+        write_tbl("d.tbl", ((f"k{i}", jpeg(i), i) for i in range(30)))
+        f = TBLFile("d.tbl")
+        ds = turboloader.TBLDataset("d.tbl", T.Compose([T.Resize(8), T.ToTensor()]),
+                                    on_error="skip", max_failures=1.0 - 1e-9)
+        os.truncate("d.tbl", os.path.getsize("d.tbl") // 2)
+        try:
+            f.data(29)
+        except FormatError as exc:
+            print("TYPED", exc)
+        try:  # the readers (re)open the file: its index is gone with its end
+            list(turboloader.DataLoader(ds, 5, num_workers=2))
+        except FormatError as exc:
+            print("OPEN", exc, *getattr(exc, "__notes__", []))
+        """, tmp_path)
+    assert "TYPED" in out and "record 29" in out and "truncated" in out
+    assert "OPEN incomplete TBL file" in out and "d.tbl" in out
+
+
+@pytest.mark.parametrize("backend,workers", [("threads", 1), ("processes", 0),
+                                             ("processes", 1)])
+def test_shard_truncated_mid_epoch_while_open(tmp_path, backend, workers):
+    """The shard is open (its first batch read) when it shrinks: the old mapping crashed the
+    process with SIGBUS here."""
+    out = run(f"""
+        path = write_tar("s.tar", labelled_members(range(40)))
+        ds = turboloader.TarDataset([path], T.Compose([T.Resize(8), T.ToTensor()]),
+                                    shuffle=False)
+        loader = turboloader.DataLoader(ds, 4, num_workers={workers}, backend={backend!r},
+                                        prefetch_factor=1 if {workers} else None)
+        it = iter(loader)
+        next(it)
+        os.truncate(path, os.path.getsize(path) // 3)
+        try:
+            for _ in it:
+                pass
+        except TarFormatError as exc:
+            print("TYPED", exc)
+        """, tmp_path)
+    assert "TYPED" in out and "s.tar" in out and "truncated or replaced while open" in out
