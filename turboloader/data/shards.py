@@ -168,12 +168,18 @@ def parse_label(data, ext: str, label_key):
     Raises:
         SampleError: the text is not an int / not JSON / has no ``label_key``.
     """
+    if len(data) > 4096:
+        raise SampleError(f".{ext} label member is {len(data)} bytes (a label is at most 4096)")
     text = bytes(data).decode("utf-8", "replace").strip()
     if ext == "cls":
         try:
-            return int(text)
+            value = int(text)
         except ValueError:
             raise SampleError(f".cls label is not an integer: {text[:40]!r}") from None
+        if not -(1 << 63) <= value < (1 << 63):
+            # torch's collate would fail later with an untyped overflow naming no sample
+            raise SampleError(f".cls label {text[:40]!r} does not fit in int64")
+        return value
     try:
         obj = json.loads(text)
     except ValueError as exc:
@@ -182,14 +188,17 @@ def parse_label(data, ext: str, label_key):
         return obj
     if not isinstance(obj, dict) or label_key not in obj:
         raise SampleError(f".json label has no key {label_key!r}")
-    return obj[label_key]
+    value = obj[label_key]
+    if isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
+        raise SampleError(f".json label {label_key!r} = {value} does not fit in int64")
+    return value
 
 
 @dataclass
 class SampleRecord:
     """What a shard holds for one sample: its key, image and label members, and any problem.
 
-    ``image``/``label`` are buffers (a zero-copy ``memoryview`` for ``.tar``) or None;
+    ``image``/``label`` are buffers (a read-only ``memoryview`` for ``.tar``) or None;
     ``offset`` is the byte offset of the image member's data (the first member's when there
     is no image), in the uncompressed stream for ``.tar.gz``.
     """

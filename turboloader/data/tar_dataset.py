@@ -678,6 +678,44 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
             "epoch (turboloader.DataLoader and TurboDataModule do), or use "
             "StatefulDataLoader, whose workers save their own states")
 
+    def _check_state_positions(self, state):
+        """Positions that cannot come from state_dict would deliver duplicates or skip
+        samples: refuse them (ValueError naming the field)."""
+        def bad(what):
+            raise ValueError(f"TarDataset.load_state_dict: {what}")
+
+        try:
+            W, epoch = int(state["num_workers"]), int(state["epoch"])
+            nxt = int(state.get("next_worker", 0))
+            workers = state["workers"]
+        except (KeyError, TypeError, ValueError) as exc:
+            bad(f"malformed state ({type(exc).__name__}: {exc})")
+        if W < 0 or epoch < -1:
+            bad(f"negative num_workers {W} or epoch {epoch}")
+        sizes = self._worker_sizes(max(W, 1))
+        if not 0 <= nxt < max(W, 1):
+            bad(f"next_worker {nxt} is not one of the {max(W, 1)} streams")
+        if not isinstance(workers, dict):
+            bad("workers must be a dict")
+        for w, e in workers.items():
+            try:
+                w = int(w)
+                pos, replaced = int(e["pos"]), int(e["replaced"])
+                failures = int(e["failures"])
+                failed = [int(f) for f in e["failed_pos"]]
+            except (KeyError, TypeError, ValueError) as exc:
+                bad(f"malformed entry for worker {w!r} ({type(exc).__name__}: {exc})")
+            if not 0 <= w < len(sizes):
+                bad(f"worker {w} is not one of the {len(sizes)} streams")
+            if not 0 <= pos <= sizes[w]:
+                bad(f"worker {w}: position {pos} is outside its share of {sizes[w]} samples")
+            if len(set(failed)) != len(failed) or any(not 0 <= f < pos for f in failed):
+                bad(f"worker {w}: skipped positions {failed[:8]} are not distinct positions "
+                    f"before {pos}")
+            if not 0 <= replaced <= len(failed) or failures < 0:
+                bad(f"worker {w}: {replaced} replacements / {failures} failures do not fit "
+                    f"{len(failed)} skips")
+
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state`` (from :meth:`state_dict`): the next pass over its epoch
         skips what was delivered, by offset into each worker's item list (nothing is read or
@@ -702,6 +740,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
             raise ValueError("the state was taken over other data or another topology: " +
                              ", ".join(f"{k}={a!r} there, {b!r} here" for k, (a, b) in diff.items()))
         rank, _ = _topology(self.rank, self.world_size)
+        self._check_state_positions(state)
         workers = {}
         for w, e in state["workers"].items():
             e = {k: (list(v) if isinstance(v, list) else int(v)) for k, v in e.items()}
