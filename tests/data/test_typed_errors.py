@@ -68,3 +68,18 @@ def test_load_state_dict_refuses_bad_topology_fields(ds_and_state, change, match
     state.update(change)
     with pytest.raises(ValueError, match=match):
         turboloader.TarDataset(paths, size_of).load_state_dict(state)
+
+
+def test_resumable_sampler_outside_ddp_and_bad_positions():
+    from turboloader.data.tbl_dataset import ResumableSampler
+
+    data = list(range(10))
+    sampler = ResumableSampler(data)  # no process group: one replica
+    assert sorted(sampler) == data and sampler.num_replicas == 1
+    state = sampler.state_dict(batches=2, batch_size=3)
+    again = ResumableSampler(data)
+    again.load_state_dict(state)
+    assert list(again) == list(sampler)[6:]
+    for bad in ({"consumed": -1}, {"consumed": 11}, {"epoch": -2}):
+        with pytest.raises(ValueError, match="impossible"):
+            ResumableSampler(data).load_state_dict({**state, **bad})

@@ -4,6 +4,7 @@
  * caller's stack, so concurrent calls from several threads never share anything.
  */
 #include <limits.h>
+#include <stddef.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,8 +34,15 @@ typedef struct {
 typedef struct {
     struct jpeg_decompress_struct cinfo;
     tl_err err;
-    struct jpeg_progress_mgr progress;
+    struct jpeg_progress_mgr progress;   /* cinfo.progress points here (see tl_ctx_of) */
+    long long blocks;                    /* coefficient blocks of a progressive image */
+    long long max_work;                  /* > 0: limit on scans x blocks (TL_ERR_TOO_MUCH_WORK) */
 } tl_ctx;
+
+static tl_ctx *tl_ctx_of(j_common_ptr cinfo)
+{
+    return (tl_ctx *)((char *)cinfo->progress - offsetof(tl_ctx, progress));
+}
 
 static void tl_fail(j_common_ptr cinfo, int status)
 {
@@ -80,12 +88,27 @@ static void tl_emit_message(j_common_ptr cinfo, int msg_level)
 /* Called by libjpeg between units of work; stops pathological progressive files. */
 static void tl_progress_monitor(j_common_ptr cinfo)
 {
-    if (cinfo->is_decompressor &&
-        ((j_decompress_ptr)cinfo)->input_scan_number > TL_MAX_SCANS) {
+    tl_ctx *c;
+    int scans;
+    if (!cinfo->is_decompressor)
+        return;
+    scans = ((j_decompress_ptr)cinfo)->input_scan_number;
+    if (scans > TL_MAX_SCANS) {
         tl_err *err = (tl_err *)cinfo->err;
         snprintf(err->errmsg, TL_MSG_LEN, "Progressive JPEG image has more than %d scans",
                  TL_MAX_SCANS);
         tl_fail(cinfo, TL_ERR_TOO_MANY_SCANS);
+    }
+    /* Each scan of a progressive file walks the whole coefficient buffer: the decode costs
+     * scans x blocks, which a small file can make huge (many scans over a big, flat image). */
+    c = tl_ctx_of(cinfo);
+    if (c->max_work > 0 && c->blocks > 0 && (long long)scans * c->blocks > c->max_work) {
+        tl_err *err = (tl_err *)cinfo->err;
+        snprintf(err->errmsg, TL_MSG_LEN,
+                 "Progressive JPEG needs more than %lld scan-blocks of work (%d scans x %lld "
+                 "blocks so far; the budget is max_pixels / %d: raise max_pixels)",
+                 c->max_work, scans, c->blocks, TL_WORK_DIVISOR);
+        tl_fail(cinfo, TL_ERR_TOO_MUCH_WORK);
     }
 }
 
@@ -205,6 +228,31 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
                  "Image size %u x %u exceeds the limit of %lld pixels (max_pixels)",
                  (unsigned)cinfo->image_width, (unsigned)cinfo->image_height, max_pixels);
         return TL_ERR_TOO_LARGE;
+    }
+    if (max_pixels > 0 && cinfo->progressive_mode) {
+        /* A progressive file buffers every coefficient (128 bytes a block) and re-walks
+         * them for each scan: a lower pixel limit, and a work budget checked per scan. */
+        long long blocks = 0;
+        int ci;
+        long long limit = max_pixels / TL_PROGRESSIVE_DIVISOR;
+        if ((long long)cinfo->image_width * (long long)cinfo->image_height > limit) {
+            snprintf(errmsg, TL_MSG_LEN,
+                     "Progressive image size %u x %u exceeds the limit of %lld pixels for "
+                     "progressive JPEGs (max_pixels / %d: raise max_pixels)",
+                     (unsigned)cinfo->image_width, (unsigned)cinfo->image_height, limit,
+                     TL_PROGRESSIVE_DIVISOR);
+            return TL_ERR_TOO_LARGE;
+        }
+        for (ci = 0; ci < cinfo->num_components; ci++) {
+            jpeg_component_info *comp = &cinfo->comp_info[ci];
+            long long bw = ((long long)cinfo->image_width * comp->h_samp_factor
+                            + 8LL * cinfo->max_h_samp_factor - 1) / (8LL * cinfo->max_h_samp_factor);
+            long long bh = ((long long)cinfo->image_height * comp->v_samp_factor
+                            + 8LL * cinfo->max_v_samp_factor - 1) / (8LL * cinfo->max_v_samp_factor);
+            blocks += bw * bh;
+        }
+        c->blocks = blocks;
+        c->max_work = max_pixels / TL_WORK_DIVISOR;
     }
 
     switch (cinfo->jpeg_color_space) {

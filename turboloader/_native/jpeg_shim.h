@@ -34,6 +34,15 @@ extern "C" {
  * each scan walks the whole coefficient buffer; libjpeg-turbo's own fuzzers use 500). */
 #define TL_MAX_SCANS 500
 
+/* With max_pixels > 0, progressive files get a lower pixel limit (max_pixels / 4: their
+ * whole coefficient buffer, 2 bytes a sample, is held while decoding) and a work budget:
+ * scans x coefficient blocks <= max_pixels / 8, checked while the scans are read (a flat
+ * 13000 x 13000 image with 442 scans fits in 459 KB and would cost ~20 s without it). A
+ * 24-megapixel 4:2:0 camera JPEG with 10 scans uses ~6 M of the default ~22 M budget,
+ * a 4:4:4 one with 12 scans ~14 M. */
+#define TL_PROGRESSIVE_DIVISOR 4
+#define TL_WORK_DIVISOR 8
+
 /* Status codes. Everything except TL_ERR_ARG means "bad input data". */
 #define TL_OK                  0
 #define TL_ERR_DECODE         -1  /* libjpeg error: corrupt data, not a JPEG, empty input, ... */
@@ -43,6 +52,7 @@ extern "C" {
 #define TL_ERR_TOO_MANY_SCANS -5  /* more than TL_MAX_SCANS scans */
 #define TL_ERR_UNSUPPORTED    -6  /* colour space with no RGB conversion (e.g. 2 components) */
 #define TL_ERR_ARG            -7  /* invalid argument: scale, crop window, output buffer */
+#define TL_ERR_TOO_MUCH_WORK  -8  /* progressive: scans x blocks over the budget (max_pixels / 8) */
 
 /* tl_jpeg_info.color_space: the colour space libjpeg infers from the file's markers. */
 #define TL_CS_UNKNOWN 0

@@ -15,6 +15,7 @@ cdef extern from "jpeg_shim.h" nogil:
         TL_ERR_STRICT
         TL_ERR_TOO_LARGE
         TL_ERR_TOO_MANY_SCANS
+        TL_ERR_TOO_MUCH_WORK
         TL_ERR_UNSUPPORTED
         TL_ERR_ARG
 

@@ -287,8 +287,12 @@ class ResumableSampler(torch.utils.data.DistributedSampler):
         diff = [k for k, v in mine.items() if state.get(k) != v]
         if diff:
             raise ValueError(f"the sampler state was taken with other {', '.join(diff)}")
-        self.epoch = int(state["epoch"])
-        self._skip = int(state["consumed"])
+        epoch, consumed = int(state["epoch"]), int(state["consumed"])
+        if epoch < 0 or not 0 <= consumed <= self.num_samples:
+            raise ValueError(f"impossible sampler position: epoch {epoch}, {consumed} consumed "
+                             f"of {self.num_samples}")
+        self.epoch = epoch
+        self._skip = consumed
 
     def __iter__(self):
         indices = list(super().__iter__())
