@@ -118,7 +118,9 @@ class ConvertReport:
             for reason, n in reasons.most_common():
                 lines.append(f"  {n:6d}  {reason}")
             for s in self.skipped[:max_listed]:
-                lines.append(f"  - {s.source}: key {s.key!r}: {s.reason}")
+                key = repr(s.key) if s.key is None or len(s.key) <= 80 else \
+                    f"{s.key[:60]!r}... ({len(s.key)} characters)"
+                lines.append(f"  - {s.source}: key {key}: {s.reason[:300]}")
             if len(self.skipped) > max_listed:
                 lines.append(f"  ... and {len(self.skipped) - max_listed} more")
         return "\n".join(lines)
@@ -265,22 +267,6 @@ _NO_END = ("TarFormatError: no end-of-archive block: the archive may have been c
            "member boundary, so members may be missing")
 
 
-def _read_classes(urls):
-    """Class names from ``classes.json`` next to the first local shard, or None."""
-    import json
-
-    if not urls or "://" in urls[0]:
-        return None
-    path = os.path.join(os.path.dirname(os.path.abspath(urls[0])), "classes.json")
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        classes = json.load(f)
-    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
-        raise ValueError(f"{path!r} is not a JSON list of class names")
-    return classes
-
-
 class _TarSource:
     def __init__(self, urls):
         from turboloader.data.shards import expand_urls
@@ -294,7 +280,9 @@ class _TarSource:
         for u in self.urls:
             if not os.path.exists(u):
                 raise FileNotFoundError(f"TAR shard not found: {u!r}")
-        self.classes = _read_classes(self.urls)
+        from turboloader.data.shards import read_classes
+
+        self.classes = read_classes(self.urls)
         self._sizes = None
         self.strict_end = False  # a shard without end-of-archive block is listed (verify)
 
@@ -698,8 +686,13 @@ class _TBLSink:
 
     def write(self, s):
         before = self.writer._pos
-        self.writer.write(s.data, key=s.key, label=s.label, codec=s.codec, width=s.width,
-                          height=s.height)
+        try:
+            self.writer.write(s.data, key=s.key, label=s.label, codec=s.codec, width=s.width,
+                              height=s.height)
+        except (ValueError, OverflowError) as exc:  # a label or key TBL cannot store
+            if isinstance(exc, TurboLoaderError):
+                raise
+            raise SampleError(f"cannot be stored in TBL: {exc}") from exc
         return self.writer._pos - before
 
     def close(self):

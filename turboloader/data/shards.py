@@ -412,6 +412,31 @@ def random_access(url: str, /, *, cache=None) -> bool:
     return not is_stream(url) and (cache is not None or not is_remote(url))
 
 
+def read_classes(urls, /):
+    """Class names of a shard set: the JSON list in ``classes.json`` next to the first
+    (local) shard, as ``turboloader convert`` writes it; None when there is none.
+
+    Raises:
+        ManifestError: ``classes.json`` is not a JSON list of strings.
+    """
+    from turboloader.errors import ManifestError
+
+    urls = list(urls)
+    if not urls or "://" in urls[0]:
+        return None
+    path = os.path.join(os.path.dirname(os.path.abspath(urls[0])), "classes.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            classes = json.load(f)
+    except ValueError as exc:
+        raise ManifestError(f"{path!r} is not valid JSON: {exc}") from None
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise ManifestError(f"{path!r} is not a JSON list of class names")
+    return classes
+
+
 def count_samples(url: str, /, *, cache=None) -> int:
     """Number of samples in a shard (a ``.tar.gz`` is decompressed once to count them; a
     remote shard is read once, into ``cache`` if given).

@@ -271,6 +271,13 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
                 continue
             self.urls.append(url)
             counts.append(n)
+        # class names from the classes.json that `turboloader convert` writes next to the
+        # shards (None without one), indexed like torchvision's ImageFolder
+        from turboloader.data.shards import read_classes
+
+        self.classes = read_classes(expanded)
+        self.class_to_idx = (None if self.classes is None
+                             else {c: i for i, c in enumerate(self.classes)})
         self._counts = np.asarray(counts, dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(self._counts)]).astype(np.int64)
         self._random_access = [_random_access(u, cache=self.shard_cache) for u in self.urls]
