@@ -661,7 +661,7 @@ def check_manifest(path, fmt=None):
                 got["sha256"] = _sha256_file(p)
                 if got["sha256"] == e["sha256"]:
                     got["samples"] = count_samples(p)
-        for k in ("bytes", "sha256", "samples"):
+        for k in ("samples", "bytes", "sha256"):
             if k in got and got[k] != e[k]:
                 raise ManifestError(f"{found!r}: {e['path']!r}: {k} is {got[k]}, the manifest "
                                     f"records {e[k]}")
