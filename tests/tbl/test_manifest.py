@@ -211,3 +211,17 @@ def test_convert_killed_mid_run_is_rejected_by_verify(tmp_path, folder, dst_form
     res = _cli("verify", out, "-q")
     assert res.returncode == 1
     assert "did not finish" in res.stderr and "incomplete" in res.stderr
+
+
+def test_tar_dataset_strict_tar(tmp_path):
+    from turboloader.data import TarDataset
+
+    path = _cut_tar(tmp_path)
+    with pytest.warns(TruncatedArchiveWarning):
+        assert len(TarDataset(str(path), shuffle=False)) == 3
+    with pytest.raises(TarFormatError, match="end-of-archive") as info:
+        TarDataset(str(path), shuffle=False, strict_tar=True)
+    assert str(path) in " ".join(info.value.__notes__)
+    with pytest.warns(RuntimeWarning, match="leaving out malformed shard"):
+        ds = TarDataset(str(path), shuffle=False, strict_tar=True, on_error="skip")
+    assert ds.urls == [] and ds.failed_shards[0]["shard"] == str(path)

@@ -242,11 +242,12 @@ class TarShard:
 
     random_access = True
 
-    def __init__(self, url: str, /, *, path=None):
+    def __init__(self, url: str, /, *, path=None, strict=False):
         from turboloader.tar import TarIndex
 
         self.url = url  # what errors name; ``path`` (default: the url) is what is read
-        self._index = TarIndex(url if path is None else path)
+        # strict: no end-of-archive block is a TarFormatError (else a warning)
+        self._index = TarIndex(url if path is None else path, strict=strict)
         names = self._index.names
         groups = _group(names)
         self._keys = [g[0] for g in groups]
@@ -390,7 +391,7 @@ class StreamShard:
         self._next = 0
 
 
-def open_shard(url: str, /, *, cache=None):
+def open_shard(url: str, /, *, cache=None, strict=False):
     """A :class:`TarShard` for ``.tar`` files, a :class:`StreamShard` for ``.tar.gz``/``.tgz``.
 
     Remote URLs: with ``cache`` (a :class:`~turboloader.data.remote.ShardCache`) the shard
@@ -401,9 +402,9 @@ def open_shard(url: str, /, *, cache=None):
             path = cache.fetch(url)
             if is_stream(url):
                 return StreamShard(url, opener=lambda: open(path, "rb"))
-            return TarShard(url, path=path)
+            return TarShard(url, path=path, strict=strict)
         return StreamShard(url, opener=lambda: open_remote(url))
-    return StreamShard(url) if is_stream(url) else TarShard(url)
+    return StreamShard(url) if is_stream(url) else TarShard(url, strict=strict)
 
 
 def random_access(url: str, /, *, cache=None) -> bool:
@@ -437,7 +438,7 @@ def read_classes(urls, /):
     return classes
 
 
-def count_samples(url: str, /, *, cache=None) -> int:
+def count_samples(url: str, /, *, cache=None, strict=False) -> int:
     """Number of samples in a shard (a ``.tar.gz`` is decompressed once to count them; a
     remote shard is read once, into ``cache`` if given).
 
@@ -445,7 +446,7 @@ def count_samples(url: str, /, *, cache=None) -> int:
         TarFormatError: the shard is malformed. FileNotFoundError: it does not exist.
         RemoteShardError: a remote shard stayed unavailable.
     """
-    shard = open_shard(url, cache=cache)
+    shard = open_shard(url, cache=cache, strict=strict)
     try:
         return shard.count() if isinstance(shard, StreamShard) else len(shard)
     finally:
