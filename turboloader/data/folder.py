@@ -50,7 +50,19 @@ def read_file(path, /, *, max_bytes=None) -> bytes:
             raise UnreadableFileError(
                 f"{path!r} is {st.st_size} bytes, over the member-size limit of {limit} "
                 f"(raise it with TURBOLOADER_MAX_FILE_BYTES)")
-        data = f.read(limit + 1)
+        # read(n) allocates n bytes up front: ask for the size stat gave (plus one byte to
+        # see growth), then go on in bounded chunks only if the file grew meanwhile
+        data = f.read(st.st_size + 1)
+        if len(data) > st.st_size:
+            parts = [data]
+            total = len(data)
+            while total <= limit:
+                chunk = f.read(min(1 << 20, limit + 1 - total))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                total += len(chunk)
+            data = b"".join(parts)
     if len(data) > limit:  # grew while being read
         raise UnreadableFileError(f"{path!r} is over the member-size limit of {limit} bytes "
                                   f"(raise it with TURBOLOADER_MAX_FILE_BYTES)")
