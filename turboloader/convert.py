@@ -600,10 +600,11 @@ def find_manifest(path, fmt=None):
     directory, a shard, a shard pattern), or None if there is none."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        cand = os.path.join(path, MANIFEST)
-    else:
-        cand = os.path.join(os.path.dirname(os.path.abspath(path)), MANIFEST)
-    return cand if os.path.isfile(cand) else None
+        cands = [os.path.join(path, MANIFEST)]
+    else:  # a single shard's own manifest, else its directory's
+        cands = [os.path.abspath(path) + "." + MANIFEST,
+                 os.path.join(os.path.dirname(os.path.abspath(path)), MANIFEST)]
+    return next((c for c in cands if os.path.isfile(c)), None)
 
 
 def check_manifest(path, fmt=None):
@@ -665,8 +666,9 @@ def check_manifest(path, fmt=None):
             if k in got and got[k] != e[k]:
                 raise ManifestError(f"{found!r}: {e['path']!r}: {k} is {got[k]}, the manifest "
                                     f"records {e[k]}")
-    if man["layout"] == "tar" and os.path.isdir(os.fspath(path)):
-        extra = [u for u in _tar_files(os.fspath(path)) if os.path.abspath(u) not in listed]
+    if man["layout"] == "tar":
+        # every shard asked about (all of a directory) must be listed
+        extra = [u for u in _TarSource(os.fspath(path)).urls if os.path.abspath(u) not in listed]
         if extra:
             raise ManifestError(f"{found!r}: shard {extra[0]!r} is not in the manifest")
     return man
@@ -727,8 +729,10 @@ class _TarSink:
         self.classes = classes
         self.shuffle_seed = shuffle_seed
         self._entries = []
-        # an unfinished conversion leaves this "complete": false manifest behind
-        self._manifest = os.path.join(directory, MANIFEST)
+        # an unfinished conversion leaves this "complete": false manifest behind; one
+        # shard set per directory, a single x.tar gets its own x.tar.manifest.json
+        self._manifest = os.path.join(directory, MANIFEST) if "%" in pattern else \
+            os.path.abspath(pattern) + "." + MANIFEST
         _write_json_atomic(self._manifest, _manifest("tar", [], classes=classes, complete=False,
                                                      shuffle_seed=shuffle_seed))
 

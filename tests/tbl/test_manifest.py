@@ -225,3 +225,19 @@ def test_tar_dataset_strict_tar(tmp_path):
     with pytest.warns(RuntimeWarning, match="leaving out malformed shard"):
         ds = TarDataset(str(path), shuffle=False, strict_tar=True, on_error="skip")
     assert ds.urls == [] and ds.failed_shards[0]["shard"] == str(path)
+
+
+def test_single_tar_outputs_have_their_own_manifest(tmp_path, folder):
+    convert(folder, tmp_path / "a.tar")
+    convert(folder, tmp_path / "b.tar", shuffle=False)
+    for name in ("a.tar", "b.tar"):
+        man = check_manifest(tmp_path / name)
+        assert [e["path"] for e in man["shards"]] == [name] and man["samples"] == 12
+        assert _cli("verify", tmp_path / name, "-q").returncode == 0
+    # a shard the manifest does not list is not vouched for
+    (tmp_path / "sub").mkdir()
+    convert(folder, tmp_path / "sub" / "s-%02d.tar", shard_size=6)
+    (tmp_path / "sub" / "other.tar").write_bytes((tmp_path / "a.tar").read_bytes())
+    with pytest.raises(ManifestError, match="other.tar' is not in the manifest"):
+        check_manifest(tmp_path / "sub" / "other.tar")
+    assert check_manifest(tmp_path / "sub" / "s-01.tar")["samples"] == 12
