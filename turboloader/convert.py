@@ -1040,7 +1040,12 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
                     report.reencoded += item.reencoded
                     continue
             if strict:
-                raise SampleError(f"{item.source}: key {item.key!r}: {item.reason}")
+                key = item.key if item.key is None or len(item.key) <= 80 else \
+                    f"{item.key[:60]}... ({len(item.key)} characters)"
+                err = SampleError(f"{item.source}: key {key!r}: {item.reason[:300]}")
+                err.add_note(f"strict: stopped at the first bad sample, after {report.written} "
+                             f"written; the unfinished output is removed")
+                raise err
             report.skipped.append(item)
         sink.close()
     except BaseException:

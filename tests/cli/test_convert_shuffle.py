@@ -159,3 +159,14 @@ def test_bad_label_and_huge_key_are_listed_skips(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "skipped: 3" in out and "(65536 characters)" in out and len(out) < 5000
     assert main(["convert", str(src), str(tmp_path / "q.tbl"), "-q", "--strict"]) == 1
+
+
+def test_strict_names_the_sample_and_says_what_happened(tmp_path, capsys):
+    src = tmp_path / "s.tar"
+    _hostile_labels_tar(src)
+    assert main(["convert", str(src), str(tmp_path / "q.tbl"), "-q", "--strict",
+                 "--no-shuffle"]) == 1
+    err = capsys.readouterr().err
+    assert "(65536 characters)" in err and len(err) < 2000
+    assert "strict: stopped at the first bad sample, after 1 written" in err
+    assert not (tmp_path / "q.tbl").exists()
