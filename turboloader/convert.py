@@ -305,13 +305,17 @@ class _TarSource:
             return
         from turboloader.data.shards import count_samples
 
-        order = []
+        order, sizes = [], []
         for u, url in enumerate(self.urls):
             try:
                 n = count_samples(url)
             except TurboLoaderError:
                 n = 1  # opening it again in _iter_shuffled lists the shard as skipped
+            else:
+                sizes.append(n)
             order += [(u, j) for j in range(n)]
+        if len(sizes) == len(self.urls):
+            self._sizes = sizes
         random.Random(seed).shuffle(order)
         self._order = order
 

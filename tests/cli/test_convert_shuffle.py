@@ -170,3 +170,13 @@ def test_strict_names_the_sample_and_says_what_happened(tmp_path, capsys):
     assert "(65536 characters)" in err and len(err) < 2000
     assert "strict: stopped at the first bad sample, after 1 written" in err
     assert not (tmp_path / "q.tbl").exists()
+
+
+def test_shuffled_tar_source_with_a_malformed_shard_lists_it(tmp_path, folder):
+    out = tmp_path / "shards"
+    convert(folder, out, dst_format="tar", shard_size=10, shuffle=False)
+    (out / "shard-00001.tar").write_bytes(b"\x01" * 1024)  # bad header checksum
+    report = convert(out, tmp_path / "again", dst_format="tar", shard_size=10, seed=5)
+    assert report.written == 30
+    assert [s.source for s in report.skipped] == [str(out / "shard-00001.tar")]
+    assert report.skipped[0].reason.startswith("TarFormatError")
