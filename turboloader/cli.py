@@ -16,8 +16,8 @@ _EXIT_CODES = """exit codes:
 _FORMATS_HELP = """formats (detected from the path, or given with --from / --to):
   folder  an ImageFolder tree: ROOT/<class>/<image>.jpg; label = class index (sorted)
   tar     WebDataset TAR shards: <key>.jpg + <key>.cls; a .tar file, a directory of them,
-          a brace pattern ('train-{00000..00099}.tar') or a glob; as output, a '%%'
-          pattern ('out/train-%%05d.tar'), a directory (with --to tar) or one .tar file
+          a brace pattern ('train-{00000..00099}.tar') or a glob; as output, a '%'
+          pattern ('out/train-%05d.tar'), a directory (with --to tar) or one .tar file
   tbl     a TBL file (*.tbl): random access, optional pre-resizing; see docs/tbl-format.md"""
 
 
@@ -48,14 +48,22 @@ def _build_parser():
     conv = sub.add_parser(
         "convert", help="convert a dataset between folder, TAR shards and TBL",
         formatter_class=fmt,
-        description="Convert SRC to DST, streaming, in source order. Samples whose image header "
-                    "cannot be read, with unsafe names (absolute, '..') or without an image are "
-                    "skipped and listed in the summary.\n\n" + _FORMATS_HELP,
+        description="Convert SRC to DST, streaming. TAR shards are written in a seeded random "
+                    "order across shards (--seed; --no-shuffle keeps the source order), TBL and "
+                    "folder outputs in source order (--shuffle to change). Samples whose image header cannot be read, with unsafe "
+                    "names (absolute, '..'), labels or keys the output cannot store, without an "
+                    "image, or that are not regular files (FIFOs, devices) or are over the "
+                    "member-size limit (TURBOLOADER_MAX_FILE_BYTES, default 1 GiB) are skipped "
+                    "and listed in the summary. Folder and TAR outputs get a manifest.json, "
+                    "written last and atomically (per shard: samples, bytes, SHA-256), that "
+                    "'turboloader verify' checks; TAR outputs get a classes.json.\n\n"
+                    + _FORMATS_HELP,
         epilog="examples:\n"
                "  turboloader convert imagenet/train train.tbl\n"
                "  turboloader convert 'shards/train-{0000..0146}.tar' train-256.tbl "
                "--max-short-side 256 --quality 90\n"
-               "  turboloader convert imagenet/val 'val-shards/val-%%05d.tar' --shard-size 5000\n\n"
+               "  turboloader convert imagenet/val 'val-shards/val-%05d.tar' --shard-size 5000\n"
+               "  turboloader convert imagenet/train shards/ --to tar --seed 1   # shuffled\n\n"
                + _EXIT_CODES)
     conv.add_argument("src", metavar="SRC", help="input dataset")
     conv.add_argument("dst", metavar="DST", help="output: *.tbl, *.tar, a %%-pattern, or a folder")
@@ -79,6 +87,13 @@ def _build_parser():
     conv.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     conv.add_argument("--strict", action="store_true",
                       help="stop at the first bad sample instead of skipping it")
+    conv.add_argument("--seed", type=int, default=0,
+                      help="seed of the sample order (default 0)")
+    order = conv.add_mutually_exclusive_group()
+    order.add_argument("--shuffle", dest="shuffle", action="store_true", default=None,
+                       help="write samples in a seeded random order (default for TAR output)")
+    order.add_argument("--no-shuffle", dest="shuffle", action="store_false",
+                       help="keep the source order (default for TBL and folder output)")
     _progress_args(conv)
 
     insp = sub.add_parser(
@@ -95,13 +110,19 @@ def _build_parser():
         "verify", help="decode every sample and report the bad ones",
         formatter_class=fmt,
         description="Decode every image (and check every TBL record's CRC-32); print each bad "
-                    "sample as SHARD: KEY: REASON. Exits 1 if any sample is bad.\n\n" + _FORMATS_HELP,
+                    "sample as SHARD: KEY: REASON. Exits 1 if any sample is bad, if a TAR shard "
+                    "has no end-of-archive block, or if a folder / TAR output has no complete "
+                    "manifest.json matching it (sample counts, sizes, SHA-256; --no-manifest "
+                    "skips that check).\n\n" + _FORMATS_HELP,
         epilog=_EXIT_CODES)
     ver.add_argument("path", metavar="PATH")
     ver.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"))
     ver.add_argument("-j", "--workers", type=int, default=None, help="threads (default: CPU count)")
     ver.add_argument("--strict", action="store_true",
                      help="treat libjpeg's recoverable-corruption warnings as errors while decoding")
+    ver.add_argument("--no-manifest", dest="manifest", action="store_false",
+                     help="do not require the manifest.json that 'turboloader convert' writes "
+                          "(for folders and TAR shards made by other tools)")
     _progress_args(ver)
 
     prev = sub.add_parser(
@@ -163,7 +184,7 @@ def _cmd_convert(args, out):
                      shard_size=args.shard_size, max_short_side=args.max_short_side,
                      quality=args.quality, codec=args.codec, compression=args.compression,
                      workers=args.workers, overwrite=args.overwrite, strict=args.strict,
-                     progress=_progress(args))
+                     progress=_progress(args), shuffle=args.shuffle, seed=args.seed)
     out(report.summary())
     if report.written == 0:
         out("error: no sample was written")
@@ -238,7 +259,8 @@ def _cmd_verify(args, out):
     from turboloader.convert import verify_dataset
 
     checked, bad = verify_dataset(args.path, args.src_format, workers=args.workers,
-                                  strict=args.strict, progress=_progress(args))
+                                  strict=args.strict, progress=_progress(args),
+                                  manifest=args.manifest)
     for b in bad:
         out(f"{b.source}: {b.key}: {b.reason}")
     out(f"checked {checked} samples: {checked - len(bad)} ok, {len(bad)} bad")
@@ -269,6 +291,7 @@ def _pick_samples(path, fmt, n, seed):
     source = open_source(path, fmt)
     rnd = random.Random(seed)
     if isinstance(source, _TarSource):
+        source.shuffle(seed)  # a seeded random choice across shards (local .tar)
         picked = []
         for item in source:
             if isinstance(item, Sample):
@@ -524,6 +547,14 @@ def main(argv=None):
 
     try:
         return commands[args.command](args, out)
+    except BrokenPipeError:
+        # the reader went away ('turboloader inspect x | head'): exit quietly, as Unix
+        # tools do; stdout is pointed at devnull so the interpreter's final flush is silent
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
     except KeyboardInterrupt:
         print(f"turboloader {args.command}: interrupted", file=sys.stderr)
         return 130

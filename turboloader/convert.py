@@ -30,7 +30,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from turboloader.errors import SampleError, TurboLoaderError
+from turboloader.errors import (
+    ManifestError,
+    SampleError,
+    TurboLoaderError,
+    UnreadableFileError,
+)
 from turboloader.tbl import MAGIC, Codec, TBLFile, TBLWriter, _image_size, detect_codec
 
 __all__ = [
@@ -113,7 +118,9 @@ class ConvertReport:
             for reason, n in reasons.most_common():
                 lines.append(f"  {n:6d}  {reason}")
             for s in self.skipped[:max_listed]:
-                lines.append(f"  - {s.source}: key {s.key!r}: {s.reason}")
+                key = repr(s.key) if s.key is None or len(s.key) <= 80 else \
+                    f"{s.key[:60]!r}... ({len(s.key)} characters)"
+                lines.append(f"  - {s.source}: key {key}: {s.reason[:300]}")
             if len(self.skipped) > max_listed:
                 lines.append(f"  ... and {len(self.skipped) - max_listed} more")
         return "\n".join(lines)
@@ -146,6 +153,7 @@ def _is_tbl_file(path) -> bool:
 
 
 def _tar_files(directory):
+    # .tmp-<pid> files of an unfinished convert do not match
     return sorted(os.path.join(directory, f) for f in os.listdir(directory)
                   if f.lower().endswith((".tar", ".tar.gz", ".tgz")))
 
@@ -175,6 +183,9 @@ def detect_format(path) -> str:
         if path.lower().endswith((".tar", ".tar.gz", ".tgz")) or tarfile.is_tarfile(path):
             return "tar"
         raise ValueError(f"{path!r} is neither a TBL file, a TAR archive nor a directory")
+    if os.path.exists(path):
+        raise ValueError(f"{path!r} is not a regular file or directory (a FIFO, device or "
+                         f"socket); only regular files are read")
     if "{" in path or any(c in path for c in "*?["):
         return "tar"
     raise FileNotFoundError(f"no such file or directory: {path!r}")
@@ -193,6 +204,12 @@ def _unsafe_name(name: str) -> str | None:
 
 
 class _FolderSource:
+    """An ImageFolder tree. Symlinks are followed (as torchvision's ``ImageFolder`` and
+    ``os.walk(followlinks=True)`` do), but every directory is entered once, by its
+    ``(st_dev, st_ino)``: a symlink loop, or a second link to a directory already read, is a
+    listed skip, so no image is read twice and the walk ends. Only regular files are read,
+    with the member-size limit (``turboloader.data.folder.read_file``)."""
+
     def __init__(self, root):
         self.root = os.fspath(root)
         self.classes = sorted(e.name for e in os.scandir(self.root) if e.is_dir())
@@ -200,18 +217,36 @@ class _FolderSource:
             raise FileNotFoundError(f"{self.root!r} has no class directories (expected "
                                     f"root/<class>/<image>)")
         files = []
+        self.walk_skips = []
+        seen = set()
         for label, cls in enumerate(self.classes):
             base = os.path.join(self.root, cls)
             for dirpath, dirnames, filenames in os.walk(base, followlinks=True):
+                st = os.stat(dirpath)
+                if (st.st_dev, st.st_ino) in seen:
+                    dirnames[:] = []
+                    self.walk_skips.append(Skip(dirpath, None, (
+                        "UnreadableFileError: directory already read (a symlink loop or a "
+                        "second link to it); not read again")))
+                    continue
+                seen.add((st.st_dev, st.st_ino))
                 dirnames.sort()
                 for name in sorted(filenames):
                     files.append((os.path.join(dirpath, name), label))
         self.files = files
 
+    def shuffle(self, seed):
+        import random
+
+        random.Random(seed).shuffle(self.files)
+
     def __len__(self):
         return len(self.files)
 
     def __iter__(self):
+        from turboloader.data.folder import read_file
+
+        yield from self.walk_skips
         for path, label in self.files:
             rel = os.path.relpath(path, self.root).replace(os.sep, "/")
             stem, dot, ext = rel.rpartition(".")
@@ -220,9 +255,16 @@ class _FolderSource:
                 yield Skip(path, rel, "not an image file (extension is not .jpg, .jpeg, "
                                       ".png or .webp)")
                 continue
-            with open(path, "rb") as f:
-                data = f.read()
+            try:
+                data = read_file(path)
+            except (UnreadableFileError, OSError) as exc:
+                yield Skip(path, rel, f"{type(exc).__name__}: {exc}")
+                continue
             yield Sample(stem, data, label, codec, path)
+
+
+_NO_END = ("TarFormatError: no end-of-archive block: the archive may have been cut at a "
+           "member boundary, so members may be missing")
 
 
 class _TarSource:
@@ -238,8 +280,11 @@ class _TarSource:
         for u in self.urls:
             if not os.path.exists(u):
                 raise FileNotFoundError(f"TAR shard not found: {u!r}")
-        self.classes = None
+        from turboloader.data.shards import read_classes
+
+        self.classes = read_classes(self.urls)
         self._sizes = None
+        self.strict_end = False  # a shard without end-of-archive block is listed (verify)
 
     def __len__(self):
         if self._sizes is None:
@@ -248,9 +293,91 @@ class _TarSource:
             self._sizes = [count_samples(u) for u in self.urls]
         return sum(self._sizes)
 
-    def __iter__(self):
-        from turboloader.data.shards import open_shard, parse_label
+    def shuffle(self, seed):
+        """Read the samples of all shards in one seeded random order (local ``.tar``
+        shards; compressed or remote ones keep their order)."""
+        import random
 
+        from turboloader.data.remote import is_remote
+        from turboloader.data.shards import is_stream
+
+        if any(is_remote(u) or is_stream(u) for u in self.urls):
+            return
+        from turboloader.data.shards import count_samples
+
+        order, sizes = [], []
+        for u, url in enumerate(self.urls):
+            try:
+                n = count_samples(url)
+            except TurboLoaderError:
+                n = 1  # opening it again in _iter_shuffled lists the shard as skipped
+            else:
+                sizes.append(n)
+            order += [(u, j) for j in range(n)]
+        if len(sizes) == len(self.urls):
+            self._sizes = sizes
+        random.Random(seed).shuffle(order)
+        self._order = order
+
+    def _record(self, url, rec):
+        """The Sample of one shard record, or the Skip saying why it is unusable."""
+        from turboloader.data.shards import parse_label
+
+        unsafe = _unsafe_name(rec.key)
+        if unsafe:
+            return Skip(url, rec.key, f"{unsafe}: {rec.member or rec.key!r}")
+        if rec.problem:
+            return Skip(url, rec.key, rec.problem)
+        if rec.image is None:
+            return Skip(url, rec.key, "no image member (.jpg, .jpeg, .png, .webp)")
+        label = None
+        if rec.label is not None:
+            try:
+                label = parse_label(rec.label, rec.label_ext, "label")
+            except (SampleError, ValueError, OverflowError) as exc:
+                return Skip(url, rec.key, f"{type(exc).__name__}: {exc}")
+            if isinstance(label, bool) or not isinstance(label, int):
+                return Skip(url, rec.key, f"label {label!r} is not an int")
+        codec = _IMAGE_EXT.get(rec.image_ext.rsplit(".", 1)[-1], Codec.BYTES)
+        return Sample(rec.key, rec.image, label, codec, url, rec.offset)
+
+    def _iter_shuffled(self):
+        from turboloader.data.shards import open_shard
+
+        shards = {}
+        try:
+            for u, j in self._order:
+                url = self.urls[u]
+                if u not in shards:
+                    try:
+                        shards[u] = open_shard(url)
+                    except TurboLoaderError as exc:
+                        shards[u] = None
+                        yield Skip(url, None, f"{type(exc).__name__}: {exc} (whole shard "
+                                              f"skipped)")
+                    else:
+                        if self.strict_end and getattr(shards[u]._index, "complete", True) \
+                                is False:
+                            yield Skip(url, None, _NO_END)
+                if shards[u] is None:
+                    continue
+                try:
+                    rec = shards[u].sample(j)
+                except (TurboLoaderError, IndexError) as exc:
+                    yield Skip(url, None, f"{type(exc).__name__}: {exc} (sample {j})")
+                    continue
+                yield self._record(url, rec)
+        finally:
+            for shard in shards.values():
+                if shard is not None:
+                    shard.close()
+
+    def __iter__(self):
+        from turboloader.data.shards import open_shard
+
+        if getattr(self, "_order", None) is not None:
+            yield from self._iter_shuffled()
+            return
         for url in self.urls:
             try:
                 shard = open_shard(url)
@@ -258,6 +385,9 @@ class _TarSource:
             except TurboLoaderError as exc:
                 yield Skip(url, None, f"{type(exc).__name__}: {exc} (whole shard skipped)")
                 continue
+            if self.strict_end and getattr(getattr(shard, "_index", None), "complete", True) \
+                    is False:
+                yield Skip(url, None, _NO_END)
             try:
                 j = 0
                 while n is None or j < n:
@@ -270,28 +400,7 @@ class _TarSource:
                                               f"skipped)")
                         break
                     j += 1
-                    unsafe = _unsafe_name(rec.key)
-                    if unsafe:
-                        yield Skip(url, rec.key, f"{unsafe}: {rec.member or rec.key!r}")
-                        continue
-                    if rec.problem:
-                        yield Skip(url, rec.key, rec.problem)
-                        continue
-                    if rec.image is None:
-                        yield Skip(url, rec.key, "no image member (.jpg, .jpeg, .png, .webp)")
-                        continue
-                    label = None
-                    if rec.label is not None:
-                        try:
-                            label = parse_label(rec.label, rec.label_ext, "label")
-                        except SampleError as exc:
-                            yield Skip(url, rec.key, f"SampleError: {exc}")
-                            continue
-                        if isinstance(label, bool) or not isinstance(label, int):
-                            yield Skip(url, rec.key, f"label {label!r} is not an int")
-                            continue
-                    codec = _IMAGE_EXT.get(rec.image_ext.rsplit(".", 1)[-1], Codec.BYTES)
-                    yield Sample(rec.key, rec.image, label, codec, url, rec.offset)
+                    yield self._record(url, rec)
             finally:
                 shard.close()
 
@@ -305,10 +414,16 @@ class _TBLSource:
     def __len__(self):
         return len(self.file)
 
+    def shuffle(self, seed):
+        import random
+
+        self._order = list(range(len(self.file)))
+        random.Random(seed).shuffle(self._order)
+
     def __iter__(self):
         f = self.file
         index = f.index
-        for i in range(len(f)):
+        for i in getattr(self, "_order", None) or range(len(f)):
             try:
                 rec = f.record(i)
             except TurboLoaderError as exc:
@@ -428,6 +543,141 @@ def _encode_png(img):
     return buf.getvalue()
 
 
+# -- manifests -------------------------------------------------------------------------------
+
+MANIFEST = "manifest.json"
+
+
+def _sha256_file(path):
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_json_atomic(path, obj):
+    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename, so a reader
+    sees the old file or the whole new one, never a partial one."""
+    import json
+
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _manifest(layout, entries, *, classes, complete, shuffle_seed):
+    return {"format": "turboloader-manifest", "version": 1, "layout": layout,
+            "complete": bool(complete), "samples": sum(e["samples"] for e in entries),
+            "classes": None if classes is None else list(classes),
+            "shuffle_seed": shuffle_seed, "shards": entries}
+
+
+def _folder_digest(directory):
+    """``(samples, bytes, sha256)`` of the image files directly inside ``directory``: the
+    hash runs over the sorted names and each file's bytes."""
+    import hashlib
+
+    h = hashlib.sha256()
+    n = nbytes = 0
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.rpartition(".")[2].lower() not in _IMAGE_EXT or not os.path.isfile(path):
+            continue
+        from turboloader.data.folder import read_file
+
+        data = read_file(path)
+        h.update(name.encode("utf-8", "surrogateescape") + b"\0")
+        h.update(hashlib.sha256(data).digest())
+        n += 1
+        nbytes += len(data)
+    return n, nbytes, h.hexdigest()
+
+
+def find_manifest(path, fmt=None):
+    """The manifest that describes the dataset at ``path`` (a converted folder, a shard
+    directory, a shard, a shard pattern), or None if there is none."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        cands = [os.path.join(path, MANIFEST)]
+    else:  # a single shard's own manifest, else its directory's
+        cands = [os.path.abspath(path) + "." + MANIFEST,
+                 os.path.join(os.path.dirname(os.path.abspath(path)), MANIFEST)]
+    return next((c for c in cands if os.path.isfile(c)), None)
+
+
+def check_manifest(path, fmt=None):
+    """Check a converted folder or TAR-shard output against its ``manifest.json``.
+
+    Every shard (TAR) or class directory (folder) listed must exist with the recorded
+    sample count, size and SHA-256; in a directory of shards no ``.tar`` may be unlisted.
+
+    Returns:
+        The manifest (a dict).
+
+    Raises:
+        ManifestError: no manifest, a manifest of an unfinished conversion, or a mismatch
+            (the message names the shard and the field).
+
+    Example:
+        >>> check_manifest("out/shards")["samples"]       # doctest: +SKIP
+        3000
+    """
+    import json
+
+    fmt = fmt or detect_format(path)
+    found = find_manifest(path, fmt)
+    if found is None:
+        raise ManifestError(
+            f"{os.fspath(path)!r} has no {MANIFEST}: its completeness cannot be checked (a "
+            f"conversion killed before the end leaves no manifest); re-run 'turboloader "
+            f"convert', or pass --no-manifest to verify data not written by it")
+    with open(found, encoding="utf-8") as f:
+        try:
+            man = json.load(f)
+        except ValueError as exc:
+            raise ManifestError(f"{found!r} is not valid JSON: {exc}") from None
+    if not isinstance(man, dict) or man.get("format") != "turboloader-manifest":
+        raise ManifestError(f"{found!r} is not a turboloader manifest")
+    if not man.get("complete"):
+        raise ManifestError(f"{found!r}: the conversion that wrote this output did not finish "
+                            f"(killed or failed); the output is incomplete")
+    base = os.path.dirname(found)
+    listed = set()
+    for e in man["shards"]:
+        p = os.path.join(base, e["path"])
+        listed.add(os.path.abspath(p))
+        if man["layout"] == "folder":
+            if not os.path.isdir(p):
+                raise ManifestError(f"{found!r}: class directory {e['path']!r} is missing")
+            got = dict(zip(("samples", "bytes", "sha256"), _folder_digest(p)))
+        else:
+            if not os.path.isfile(p):
+                raise ManifestError(f"{found!r}: shard {e['path']!r} is missing")
+            from turboloader.data.shards import count_samples
+
+            got = {"bytes": os.path.getsize(p)}
+            if got["bytes"] == e["bytes"]:
+                got["sha256"] = _sha256_file(p)
+                if got["sha256"] == e["sha256"]:
+                    got["samples"] = count_samples(p)
+        for k in ("samples", "bytes", "sha256"):
+            if k in got and got[k] != e[k]:
+                raise ManifestError(f"{found!r}: {e['path']!r}: {k} is {got[k]}, the manifest "
+                                    f"records {e[k]}")
+    if man["layout"] == "tar":
+        # every shard asked about (all of a directory) must be listed
+        extra = [u for u in _TarSource(os.fspath(path)).urls if os.path.abspath(u) not in listed]
+        if extra:
+            raise ManifestError(f"{found!r}: shard {extra[0]!r} is not in the manifest")
+    return man
+
+
 # -- sinks -----------------------------------------------------------------------------------
 
 
@@ -442,8 +692,13 @@ class _TBLSink:
 
     def write(self, s):
         before = self.writer._pos
-        self.writer.write(s.data, key=s.key, label=s.label, codec=s.codec, width=s.width,
-                          height=s.height)
+        try:
+            self.writer.write(s.data, key=s.key, label=s.label, codec=s.codec, width=s.width,
+                              height=s.height)
+        except (ValueError, OverflowError) as exc:  # a label or key TBL cannot store
+            if isinstance(exc, TurboLoaderError):
+                raise
+            raise SampleError(f"cannot be stored in TBL: {exc}") from exc
         return self.writer._pos - before
 
     def close(self):
@@ -466,15 +721,24 @@ def _tar_info(name, size):
 class _TarSink:
     """WebDataset shards ``pattern % i``; each written to a temporary name and renamed."""
 
-    def __init__(self, pattern, *, shard_size, overwrite):
+    def __init__(self, pattern, *, shard_size, overwrite, classes=None, shuffle_seed=None):
         self.pattern = pattern
         self.shard_size = shard_size
         self.overwrite = overwrite
         self.outputs = []
         self._tar = self._tmp = None
         self._count = 0
-        directory = os.path.dirname(os.path.abspath(pattern))
+        self.directory = directory = os.path.dirname(os.path.abspath(pattern))
         os.makedirs(directory, exist_ok=True)
+        self.classes = classes
+        self.shuffle_seed = shuffle_seed
+        self._entries = []
+        # an unfinished conversion leaves this "complete": false manifest behind; one
+        # shard set per directory, a single x.tar gets its own x.tar.manifest.json
+        self._manifest = os.path.join(directory, MANIFEST) if "%" in pattern else \
+            os.path.abspath(pattern) + "." + MANIFEST
+        _write_json_atomic(self._manifest, _manifest("tar", [], classes=classes, complete=False,
+                                                     shuffle_seed=shuffle_seed))
 
     def _open(self):
         path = self.pattern % len(self.outputs) if "%" in self.pattern else self.pattern
@@ -492,6 +756,10 @@ class _TarSink:
             os.replace(self._tmp, self._path)
             self.outputs.append(self._path)
             self._tar = None
+            self._entries.append({"path": os.path.relpath(self._path, self.directory),
+                                  "samples": self._count,
+                                  "bytes": os.path.getsize(self._path),
+                                  "sha256": _sha256_file(self._path)})
 
     def write(self, s):
         if s.codec == Codec.RAW:
@@ -515,6 +783,12 @@ class _TarSink:
 
     def close(self):
         self._finish()
+        if self.classes is not None:
+            _write_json_atomic(os.path.join(self.directory, "classes.json"), list(self.classes))
+        # last, and atomically: its presence says every shard above is complete
+        _write_json_atomic(self._manifest, _manifest("tar", self._entries, classes=self.classes,
+                                                     complete=True,
+                                                     shuffle_seed=self.shuffle_seed))
 
     def abort(self):
         if self._tar is not None:
@@ -526,7 +800,7 @@ class _TarSink:
 class _FolderSink:
     """``root/<class>/<basename>.<ext>``; class names from the source, else ``class_NNNNN``."""
 
-    def __init__(self, root, *, classes, overwrite):
+    def __init__(self, root, *, classes, overwrite, shuffle_seed=None):
         self.root = os.fspath(root)
         if os.path.isdir(self.root) and os.listdir(self.root) and not overwrite:
             raise FileExistsError(f"{self.root!r} is not empty (use --overwrite, or "
@@ -535,6 +809,10 @@ class _FolderSink:
         self.classes = classes
         self.outputs = [self.root]
         self._seen = set()
+        self.shuffle_seed = shuffle_seed
+        self._manifest = os.path.join(self.root, MANIFEST)
+        _write_json_atomic(self._manifest, _manifest("folder", [], classes=classes,
+                                                     complete=False, shuffle_seed=shuffle_seed))
 
     def write(self, s):
         if s.label is None:
@@ -563,7 +841,13 @@ class _FolderSink:
         return len(data)
 
     def close(self):
-        pass
+        entries = []
+        for cls in sorted({rel.split("/", 1)[0] for rel in self._seen}):
+            n, nbytes, digest = _folder_digest(os.path.join(self.root, cls))
+            entries.append({"path": cls, "samples": n, "bytes": nbytes, "sha256": digest})
+        _write_json_atomic(self._manifest, _manifest("folder", entries, classes=self.classes,
+                                                     complete=True,
+                                                     shuffle_seed=self.shuffle_seed))
 
     def abort(self):
         pass
@@ -651,7 +935,8 @@ def _ordered(items, fn, workers):
 
 def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
             max_short_side=None, quality=90, codec=None, compression="auto", workers=None,
-            overwrite=False, strict=False, progress=False) -> ConvertReport:
+            overwrite=False, strict=False, progress=False, shuffle=None,
+            seed=0) -> ConvertReport:
     """Convert a dataset between the folder, TAR-shard and TBL layouts.
 
     Args:
@@ -675,6 +960,18 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
         overwrite: replace existing outputs.
         strict: stop at the first bad sample (raising its error) instead of skipping it.
         progress: draw a progress bar on stderr.
+        shuffle: write the samples in a random order (seeded by ``seed``), so shards of a
+            class-ordered folder are not class-skewed; ``False`` keeps the source order.
+            Default (None): shuffle TAR outputs (read sequentially, shard by shard), keep
+            the order for TBL and folder outputs (random access: the dataset shuffles).
+            Local ``.tar`` sources are shuffled across shards; compressed or remote
+            shards keep their order.
+        seed: the seed of that order (the same seed gives the same output).
+
+    Folder and TAR outputs get a ``manifest.json`` (written first as "complete": false,
+    replaced atomically at the end with each shard's sample count, size and SHA-256;
+    :func:`check_manifest` and ``turboloader verify`` check it); TAR outputs also get a
+    ``classes.json`` when the source names its classes.
 
     Returns:
         A :class:`ConvertReport`.
@@ -698,6 +995,11 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
     if shard_size is not None and int(shard_size) < 1:
         raise ValueError(f"shard_size must be >= 1, got {shard_size}")
     source = open_source(src, src_format)
+    if shuffle is None:
+        shuffle = dst_format == "tar"
+    shuffle_seed = int(seed) if shuffle else None
+    if shuffle:
+        source.shuffle(shuffle_seed)
     proc = _Processor(max_short_side=max_short_side, quality=quality, codec=codec)
     if workers is None:
         workers = (os.cpu_count() or 1) if proc.reencodes else 1
@@ -716,9 +1018,10 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
         if shard_size is None and not dst.lower().endswith(".tar"):
             shard_size = 5000
         sink = _TarSink(_tar_pattern(dst, shard_size), shard_size=shard_size,
-                        overwrite=overwrite)
+                        overwrite=overwrite, classes=source.classes, shuffle_seed=shuffle_seed)
     else:
-        sink = _FolderSink(dst, classes=source.classes, overwrite=overwrite)
+        sink = _FolderSink(dst, classes=source.classes, overwrite=overwrite,
+                           shuffle_seed=shuffle_seed)
 
     report = ConvertReport()
     try:
@@ -733,14 +1036,20 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
                 report.bytes_in += item.size_in or len(item.data)
                 try:
                     report.bytes_out += sink.write(item)
-                except TurboLoaderError as exc:
+                except (TurboLoaderError, ValueError, OverflowError) as exc:
+                    # a label the output cannot store, a key over its limit: one sample
                     item = Skip(item.source, item.key, f"{type(exc).__name__}: {exc}")
                 else:
                     report.written += 1
                     report.reencoded += item.reencoded
                     continue
             if strict:
-                raise SampleError(f"{item.source}: key {item.key!r}: {item.reason}")
+                key = item.key if item.key is None or len(item.key) <= 80 else \
+                    f"{item.key[:60]}... ({len(item.key)} characters)"
+                err = SampleError(f"{item.source}: key {key!r}: {item.reason[:300]}")
+                err.add_note(f"strict: stopped at the first bad sample, after {report.written} "
+                             f"written; the unfinished output is removed")
+                raise err
             report.skipped.append(item)
         sink.close()
     except BaseException:
@@ -851,18 +1160,30 @@ def _decode_check(s, strict):
     return None
 
 
-def verify_dataset(path, fmt=None, *, workers=None, strict=False, progress=False):
+def verify_dataset(path, fmt=None, *, workers=None, strict=False, progress=False,
+                   manifest=False):
     """Decode every sample of a dataset; return ``(checked, bad)``.
 
     ``bad`` lists :class:`Skip` entries (source, key, reason) for samples that cannot be read
     or decoded: damaged records (CRC), undecodable or truncated images, unsafe names,
-    missing images. libjpeg warnings (recoverable corruption) count as bad.
+    missing images. libjpeg warnings (recoverable corruption) count as bad, and so does a
+    TAR shard without its end-of-archive block (cut at a member boundary).
+
+    ``manifest=True`` (the command line's default for folders and TAR shards) first checks
+    the output against the ``manifest.json`` written by :func:`convert`
+    (:func:`check_manifest`).
 
     Raises:
         FileNotFoundError, ValueError: bad path. FormatError / TarFormatError: the file's
-        header or index is damaged, so no sample can be located.
+        header or index is damaged, so no sample can be located. ManifestError: with
+        ``manifest``, the manifest is missing, unfinished, or does not match.
     """
+    fmt = fmt or detect_format(path)
+    if manifest and fmt in ("folder", "tar"):
+        check_manifest(path, fmt)
     source = open_source(path, fmt)
+    if isinstance(source, _TarSource):
+        source.strict_end = True
     workers = max(1, int(workers or os.cpu_count() or 1))
     bad = []
     checked = 0

@@ -15,6 +15,9 @@ __all__ = [
     "RemoteShardError",
     "RemoteShardNotFoundError",
     "DecodeWarning",
+    "UnreadableFileError",
+    "ManifestError",
+    "TruncatedArchiveWarning",
 ]
 
 
@@ -80,4 +83,26 @@ class DecodeWarning(UserWarning):
     """libjpeg-turbo recovered from a problem in the data (e.g. extraneous bytes).
 
     Pass ``strict=True`` to the decoders to make these errors instead.
+    """
+
+
+class UnreadableFileError(SampleError):
+    """A dataset file that turboloader refuses to read: not a regular file (a FIFO, a
+    device, a socket, e.g. a symlink to ``/dev/zero``), larger than the member-size limit
+    (``turboloader.data.folder.MAX_FILE_BYTES``, env ``TURBOLOADER_MAX_FILE_BYTES``), or a
+    directory reached again through a symlink loop. The message names the path.
+    """
+
+
+class ManifestError(TurboLoaderError, ValueError):
+    """A converted output does not match its manifest (``manifest.json``): the manifest is
+    missing or marks an unfinished conversion, or a shard's sample count, size or checksum
+    differs. The message names the manifest and the shard.
+    """
+
+
+class TruncatedArchiveWarning(UserWarning):
+    """A TAR archive ends without its end-of-archive (zero) blocks: it may have been cut
+    at a member boundary (a partial copy or an interrupted write), so members may be
+    missing. ``TarIndex(path, strict=True)`` and ``turboloader verify`` make it an error.
     """

@@ -6,11 +6,12 @@ import mmap
 import operator
 import os
 import stat
+import warnings
 import weakref
 
 import numpy as np
 
-from turboloader.errors import TarFormatError
+from turboloader.errors import TarFormatError, TruncatedArchiveWarning
 
 __all__ = ["TarIndex"]
 
@@ -38,11 +39,20 @@ class TarIndex:
     header anywhere raises (``tarfile`` silently stops reading at a bad header found
     after the first member), as do GNU sparse members and non-integer PAX sizes.
 
+    Completeness: an archive that ends without its end-of-archive (zero) block, i.e.
+    one cut exactly at a member boundary, indexes its members but ``complete`` is False
+    and a :class:`~turboloader.errors.TruncatedArchiveWarning` is issued; with
+    ``strict=True`` it is a ``TarFormatError``.
+
     Args:
-        path: path of the ``.tar`` file (str or ``os.PathLike``).
+        path: path of the ``.tar`` file (str or ``os.PathLike``). Only regular files are
+            opened (a FIFO or a device is refused before it could block or read forever).
+        strict: a missing end-of-archive block is an error instead of a warning.
 
     Raises:
         FileNotFoundError: ``path`` does not exist (other ``OSError`` s pass through).
+        TarFormatError: ``path`` is not a regular file; with ``strict``, the archive has no
+            end-of-archive block.
         TarFormatError: the file is empty (0 bytes), or malformed: bad header checksum,
             partial header block, member data running past the end of the file,
             unsupported GNU sparse member, malformed PAX header. The message names the
@@ -55,22 +65,34 @@ class TarIndex:
         ...     n, first = len(index), index.names[0]
     """
 
-    def __init__(self, path, /):
+    def __init__(self, path, /, *, strict=False):
         from turboloader._native._tar import index_tar
 
         self._path = os.fspath(path)
         self._fd = None
-        fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        if not stat.S_ISREG(os.stat(self._path).st_mode):
+            raise TarFormatError(f"{self._path!r} is not a regular file (a FIFO, device or "
+                                 f"socket); only regular files are read")
+        # O_NONBLOCK: should a FIFO replace the file after the check, open must not block
+        fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise TarFormatError(f"{self._path!r}: not a regular file")
+                raise TarFormatError(f"{self._path!r} is not a regular file")
             if st.st_size == 0:
                 raise TarFormatError(f"{self._path!r}: empty file (0 bytes) is not a TAR archive")
             mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
             view = memoryview(mm)
             try:
-                offsets, sizes, starts, lens, arena = index_tar(view)
+                offsets, sizes, starts, lens, arena, end = index_tar(view, with_end=True)
+                self.complete = end < len(view)
+                if not self.complete:
+                    msg = (f"{self._path!r} ends at byte {end} without an end-of-archive block: "
+                           f"it may have been cut at a member boundary (members may be missing)")
+                    if strict:
+                        raise TarFormatError(msg)
+                    warnings.warn(msg, TruncatedArchiveWarning, stacklevel=2)
             except TarFormatError as exc:
                 exc.add_note(f"archive: {self._path}")
                 raise

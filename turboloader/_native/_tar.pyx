@@ -415,7 +415,7 @@ _DONE = TAR_DONE
 _FULL = TAR_FULL
 
 
-def index_tar(const uint8_t[::1] buf not None, /, *, capacity=None):
+def index_tar(const uint8_t[::1] buf not None, /, *, capacity=None, with_end=False):
     """Index the regular members of an in-memory TAR archive.
 
     One pass, without the GIL, over ``buf`` (bytes, bytearray, a read-only ``mmap``, any
@@ -427,11 +427,14 @@ def index_tar(const uint8_t[::1] buf not None, /, *, capacity=None):
         buf: the whole archive.
         capacity: initial number of member slots, a hint (the arrays double as needed);
             by default one per 8 KiB of archive, plus 64.
+        with_end: also return where the scan stopped: the offset of the end-of-archive
+            (zero) block, or ``len(buf)`` when the archive ends without one (cut at a
+            member boundary).
 
     Returns:
         ``(offsets, sizes, name_start, name_len, arena)``: int64 arrays of data offsets
         and sizes, int64/int32 arrays locating each member's raw (undecoded) name in
-        ``arena`` (bytes).
+        ``arena`` (bytes); with ``with_end``, the end offset as a sixth item.
 
     Raises:
         TarFormatError: bad header checksum, partial header block, member data running
@@ -476,5 +479,6 @@ def index_tar(const uint8_t[::1] buf not None, /, *, capacity=None):
         if err_value > arena_cap - used:   # err_value: bytes of the name that did not fit
             arena_cap = max(arena_cap * 2, used + err_value)
             arena = np.concatenate([arena[:used], np.empty(arena_cap - used, np.uint8)])
-    return (offsets[:count].copy(), sizes[:count].copy(), name_start[:count].copy(),
-            name_len[:count].copy(), arena[:used].tobytes())
+    result = (offsets[:count].copy(), sizes[:count].copy(), name_start[:count].copy(),
+              name_len[:count].copy(), arena[:used].tobytes())
+    return result + (pos,) if with_end else result

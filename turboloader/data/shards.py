@@ -242,11 +242,12 @@ class TarShard:
 
     random_access = True
 
-    def __init__(self, url: str, /, *, path=None):
+    def __init__(self, url: str, /, *, path=None, strict=False):
         from turboloader.tar import TarIndex
 
         self.url = url  # what errors name; ``path`` (default: the url) is what is read
-        self._index = TarIndex(url if path is None else path)
+        # strict: no end-of-archive block is a TarFormatError (else a warning)
+        self._index = TarIndex(url if path is None else path, strict=strict)
         names = self._index.names
         groups = _group(names)
         self._keys = [g[0] for g in groups]
@@ -399,7 +400,7 @@ class StreamShard:
         self._next = 0
 
 
-def open_shard(url: str, /, *, cache=None):
+def open_shard(url: str, /, *, cache=None, strict=False):
     """A :class:`TarShard` for ``.tar`` files, a :class:`StreamShard` for ``.tar.gz``/``.tgz``.
 
     Remote URLs: with ``cache`` (a :class:`~turboloader.data.remote.ShardCache`) the shard
@@ -410,9 +411,9 @@ def open_shard(url: str, /, *, cache=None):
             path = cache.fetch(url)
             if is_stream(url):
                 return StreamShard(url, opener=lambda: open(path, "rb"))
-            return TarShard(url, path=path)
+            return TarShard(url, path=path, strict=strict)
         return StreamShard(url, opener=lambda: open_remote(url))
-    return StreamShard(url) if is_stream(url) else TarShard(url)
+    return StreamShard(url) if is_stream(url) else TarShard(url, strict=strict)
 
 
 def random_access(url: str, /, *, cache=None) -> bool:
@@ -421,7 +422,32 @@ def random_access(url: str, /, *, cache=None) -> bool:
     return not is_stream(url) and (cache is not None or not is_remote(url))
 
 
-def count_samples(url: str, /, *, cache=None) -> int:
+def read_classes(urls, /):
+    """Class names of a shard set: the JSON list in ``classes.json`` next to the first
+    (local) shard, as ``turboloader convert`` writes it; None when there is none.
+
+    Raises:
+        ManifestError: ``classes.json`` is not a JSON list of strings.
+    """
+    from turboloader.errors import ManifestError
+
+    urls = list(urls)
+    if not urls or "://" in urls[0]:
+        return None
+    path = os.path.join(os.path.dirname(os.path.abspath(urls[0])), "classes.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            classes = json.load(f)
+    except ValueError as exc:
+        raise ManifestError(f"{path!r} is not valid JSON: {exc}") from None
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise ManifestError(f"{path!r} is not a JSON list of class names")
+    return classes
+
+
+def count_samples(url: str, /, *, cache=None, strict=False) -> int:
     """Number of samples in a shard (a ``.tar.gz`` is decompressed once to count them; a
     remote shard is read once, into ``cache`` if given).
 
@@ -429,7 +455,7 @@ def count_samples(url: str, /, *, cache=None) -> int:
         TarFormatError: the shard is malformed. FileNotFoundError: it does not exist.
         RemoteShardError: a remote shard stayed unavailable.
     """
-    shard = open_shard(url, cache=cache)
+    shard = open_shard(url, cache=cache, strict=strict)
     try:
         return shard.count() if isinstance(shard, StreamShard) else len(shard)
     finally:

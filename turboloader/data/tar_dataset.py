@@ -198,6 +198,12 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         stats_interval: samples between statistics snapshots from each process.
         mix_shards: a worker shuffles together the samples of up to this many consecutive
             shards of its share at a time, and keeps that many open (default 16).
+        strict_tar: a ``.tar`` shard without end-of-archive blocks (cut at a member
+            boundary) is malformed (``TarFormatError``; left out under "skip") instead of
+            a ``TruncatedArchiveWarning``.
+
+    ``classes`` / ``class_to_idx``: from the ``classes.json`` that ``turboloader convert``
+    writes next to the shards, as torchvision's ``ImageFolder`` has them (None without it).
 
     Raises:
         FileNotFoundError: a shard or glob does not exist.
@@ -219,7 +225,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
                  cache=None,
                  cache_short_side=None, on_error="raise", max_failures=0.01,
                  max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16,
-                 shard_cache=None, shard_sizes=None):
+                 shard_cache=None, shard_sizes=None, strict_tar=False):
         super().__init__()
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank and world_size, or neither")
@@ -260,8 +266,10 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
                                  f"({len(expanded)} shards)")
         for i, url in enumerate(expanded):
             try:
+                # strict_tar: a .tar without end-of-archive blocks (cut at a member
+                # boundary) is a malformed shard, not a TruncatedArchiveWarning
                 n = shard_sizes[i] if shard_sizes is not None else count_samples(
-                    url, cache=self.shard_cache)
+                    url, cache=self.shard_cache, strict=bool(strict_tar))
             except (TarFormatError, RemoteShardError) as exc:
                 exc.add_note(f"while counting the samples of shard {url!r}")
                 if self.policy.on_error == "raise":
@@ -272,6 +280,13 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
                 continue
             self.urls.append(url)
             counts.append(n)
+        # class names from the classes.json that `turboloader convert` writes next to the
+        # shards (None without one), indexed like torchvision's ImageFolder
+        from turboloader.data.shards import read_classes
+
+        self.classes = read_classes(expanded)
+        self.class_to_idx = (None if self.classes is None
+                             else {c: i for i, c in enumerate(self.classes)})
         self._counts = np.asarray(counts, dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(self._counts)]).astype(np.int64)
         self._random_access = [_random_access(u, cache=self.shard_cache) for u in self.urls]
