@@ -92,11 +92,15 @@ class TurboDataModule(LightningDataModule):
     Args:
         train: training data (see above).
         val: validation data, or None (no ``val_dataloader``).
+        test, predict: data for ``trainer.test`` / ``trainer.predict`` (read like ``val``:
+            eval pipeline, no shuffle), or None (no ``test_dataloader`` /
+            ``predict_dataloader``). Keyword-only.
         batch_size: samples per batch, per rank.
         num_workers: loader workers per rank.
         image_size: output side of the default pipelines.
         train_transform, val_transform: replace the default pipelines (any callable; a
-            :mod:`turboloader.transforms` pipeline is fused).
+            :mod:`turboloader.transforms` pipeline is fused); ``val_transform`` also serves
+            ``test`` and ``predict``.
         backend: the core loader's backend (``"threads"`` or ``"processes"``; None: its
             default).
         seed: seed of the shuffle and of the augmentations.
@@ -111,9 +115,9 @@ class TurboDataModule(LightningDataModule):
         >>> L.Trainer(devices=8, strategy="ddp", max_epochs=90).fit(model, datamodule=dm)
     """
 
-    def __init__(self, train, val=None, *, batch_size, num_workers, image_size=224,
+    def __init__(self, train=None, val=None, *, batch_size, num_workers, image_size=224,
                  train_transform=None, val_transform=None, backend=None, seed=0,
-                 drop_last=False, dataset_kwargs=None):
+                 drop_last=False, dataset_kwargs=None, test=None, predict=None):
         super().__init__()
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -121,6 +125,10 @@ class TurboDataModule(LightningDataModule):
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         self.train = train
         self.val = val
+        self.test = test
+        self.predict = predict
+        if train is None and val is None and test is None and predict is None:
+            raise ValueError("TurboDataModule needs at least one of train=, val=, test=, predict=")
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
         self.image_size = image_size
@@ -134,6 +142,8 @@ class TurboDataModule(LightningDataModule):
         self.dataset_kwargs = dict(dataset_kwargs or {})
         self.train_dataset = None
         self.val_dataset = None
+        self.test_dataset = None
+        self.predict_dataset = None
         self.rank, self.world_size = 0, 1
 
     def _trainer_or_none(self):
@@ -166,11 +176,17 @@ class TurboDataModule(LightningDataModule):
     def setup(self, stage=None):
         """Build the datasets for this rank (``stage``: "fit", "validate", ... or None)."""
         self.rank, self.world_size = self._topology()
-        if stage in (None, "fit") and self.train_dataset is None:
+        if self.train is not None and stage in (None, "fit") and self.train_dataset is None:
             self.train_dataset = self._make_dataset(self.train, self.train_transform, shuffle=True)
             self._apply_pending_state()
         if self.val is not None and stage in (None, "fit", "validate") and self.val_dataset is None:
             self.val_dataset = self._make_dataset(self.val, self.val_transform, shuffle=False)
+        if self.test is not None and stage in (None, "test") and self.test_dataset is None:
+            self.test_dataset = self._make_dataset(self.test, self.val_transform, shuffle=False)
+        if self.predict is not None and stage in (None, "predict") and \
+                self.predict_dataset is None:
+            self.predict_dataset = self._make_dataset(self.predict, self.val_transform,
+                                                      shuffle=False)
 
     def _loader(self, dataset, *, train):
         sampler = None
@@ -215,6 +231,8 @@ class TurboDataModule(LightningDataModule):
             self._pending_state = None
 
     def train_dataloader(self):
+        if self.train is None:
+            raise ValueError("TurboDataModule: no train= data was given")
         if self.train_dataset is None:
             self.setup("fit")
         return self._loader(self.train_dataset, train=True)
@@ -225,3 +243,19 @@ class TurboDataModule(LightningDataModule):
         if self.val_dataset is None:
             self.setup("validate")
         return self._loader(self.val_dataset, train=False)
+
+    def test_dataloader(self):
+        """The ``test=`` data (eval pipeline, no shuffle, this rank's share)."""
+        if self.test is None:
+            return []
+        if self.test_dataset is None:
+            self.setup("test")
+        return self._loader(self.test_dataset, train=False)
+
+    def predict_dataloader(self):
+        """The ``predict=`` data (eval pipeline, no shuffle, this rank's share)."""
+        if self.predict is None:
+            return []
+        if self.predict_dataset is None:
+            self.setup("predict")
+        return self._loader(self.predict_dataset, train=False)
