@@ -132,17 +132,32 @@ def is_jpeg(data) -> bool:
     return bytes(data[:3]) == b"\xff\xd8\xff"
 
 
-def decode_pil(data):
-    """Decode any Pillow-readable image to an RGB ``PIL.Image`` (DecodeError on failure)."""
+def decode_pil(data, max_pixels=DEFAULT_MAX_PIXELS):
+    """Decode any Pillow-readable image (PNG, WebP, ...) to an RGB ``PIL.Image``.
+
+    ``max_pixels`` applies as it does to JPEGs: the header's width x height is checked before
+    any pixel is decoded (a 33 KB PNG can claim 3000 x 3000). None: no limit (Pillow's own
+    decompression-bomb limit still applies).
+
+    Raises:
+        DecodeError: the data does not decode, or the image is larger than ``max_pixels``.
+    """
     from PIL import Image
 
+    too_large = None
     try:
         with Image.open(io.BytesIO(data)) as img:
-            return img.convert("RGB")
+            w, h = img.size
+            if max_pixels is not None and max_pixels > 0 and w * h > max_pixels:
+                too_large = (f"Image size {w} x {h} ({img.format}) exceeds the limit of "
+                             f"{max_pixels} pixels (max_pixels)")
+            else:
+                return img.convert("RGB")
     except (OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError,
             Image.DecompressionBombError) as exc:
         # Pillow signals bad data with all of these; ours are never raised from here
         raise DecodeError(f"Pillow cannot decode the image: {type(exc).__name__}: {exc}") from exc
+    raise DecodeError(too_large)
 
 
 def get_plan(transform):
@@ -206,7 +221,7 @@ class Decoder:
                 return arr, (hdr.height, hdr.width)
             arr = decode_jpeg(data, max_pixels=self.max_pixels)
             return arr, arr.shape[:2]
-        img = decode_pil(data)
+        img = decode_pil(data, self.max_pixels)
         size = (img.height, img.width)
         if s and min(size) > s:
             from PIL import Image
@@ -266,7 +281,7 @@ class Decoder:
 
             img = Image.fromarray(decode_jpeg(data, max_pixels=self.max_pixels))
         else:
-            img = decode_pil(data)
+            img = decode_pil(data, self.max_pixels)
         timer.lap("decode_s")
         out = self._generic(img, rng)
         timer.lap("transform_s")
