@@ -26,16 +26,31 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv" || die "could not create a venv (Debian/Ubuntu: apt-get install python3-venv)"
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+# what is installed is stamped with a hash of the dependency files and the set ("run" for
+# the demo's runtime dependencies, "test" for those plus the test tools)
+want=run
+[ "$job" = demo ] || want=test
 stamp="$venv/.turboloader-deps"
 deps_key=$(cat requirements/constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$deps_key" ]; then
-  echo "dev.sh: installing dependencies into $venv (pinned by requirements/constraints.txt)" >&2
+have=$(cat "$stamp" 2>/dev/null || true)
+native_stamp="$venv/.turboloader-native"
+# the editable install points at this checkout: its path is part of the key (CI clones anew)
+native_key=$( (pwd; cat setup.py turboloader/_native/*.pyx turboloader/_native/*.pxd \
+  turboloader/_native/*.c turboloader/_native/*.h) 2>/dev/null | sha256sum | cut -d' ' -f1)
+if [ "$have" != "$deps_key:test" ] && [ "$have" != "$deps_key:$want" ]; then
+  extras=""
+  [ "$want" = test ] && extras="[test]"
+  echo "dev.sh: installing dependencies ($want) into $venv (pinned by requirements/constraints.txt)" >&2
   "${pip[@]}" install -q -c requirements/constraints.txt setuptools wheel Cython numpy
-  "${pip[@]}" install -q -c requirements/constraints.txt --no-build-isolation -e ".[test]"
-  echo "$deps_key" > "$stamp"
-else
-  # dependencies are current: only rebuild the extensions from this checkout
+  "${pip[@]}" uninstall -q -y turboloader >/dev/null 2>&1 || true  # the old distribution name
+  "${pip[@]}" install -q -c requirements/constraints.txt --no-build-isolation -e ".$extras"
+  echo "$deps_key:$want" > "$stamp"
+  echo "$native_key" > "$native_stamp"
+elif [ "$(cat "$native_stamp" 2>/dev/null)" != "$native_key" ] || \
+     ! ls turboloader/_native/_jpeg.*.so >/dev/null 2>&1; then
+  echo "dev.sh: native sources (or the checkout) changed: rebuilding the extensions" >&2
   "${pip[@]}" install -q --no-build-isolation --no-deps -e .
+  echo "$native_key" > "$native_stamp"
 fi
 
 case "$job" in

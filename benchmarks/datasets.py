@@ -117,7 +117,7 @@ def load_sources() -> tuple[tuple[str, np.ndarray], ...]:
         out.append((name, np.ascontiguousarray(img[:, :, :3])))
     if not out:
         raise RuntimeError("no benchmark source image could be loaded; install scikit-image "
-                           "and scikit-learn (pip install 'turboloader[bench]')")
+                           "and scikit-learn (pip install 'torch-turboloader[bench]')")
     return tuple(out)
 
 

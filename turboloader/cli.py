@@ -25,6 +25,11 @@ def _build_parser():
     parser = argparse.ArgumentParser(
         prog="turboloader", description="Fast image data loading for PyTorch.",
         epilog=_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from turboloader import __version__
+    from turboloader.errors import DISTRIBUTION
+
+    parser.add_argument("--version", action="version",
+                        version=f"turboloader {__version__} (distribution {DISTRIBUTION})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser(

@@ -18,7 +18,12 @@ __all__ = [
     "UnreadableFileError",
     "ManifestError",
     "TruncatedArchiveWarning",
+    "MissingDependencyError",
 ]
+
+#: The distribution to install (``pip install torch-turboloader``); it imports as
+#: ``turboloader``. The PyPI project called ``turboloader`` is an unrelated C++ loader.
+DISTRIBUTION = "torch-turboloader"
 
 
 class TurboLoaderError(Exception):
@@ -106,3 +111,20 @@ class TruncatedArchiveWarning(UserWarning):
     at a member boundary (a partial copy or an interrupted write), so members may be
     missing. ``TarIndex(path, strict=True)`` and ``turboloader verify`` make it an error.
     """
+
+
+class MissingDependencyError(TurboLoaderError, ImportError):
+    """An optional dependency a feature needs is not installed; the message names the
+    ``pip install 'torch-turboloader[extra]'`` that adds it."""
+
+
+def require(module: str, *, extra: str, feature: str, package: str = None):
+    """Import ``module`` or raise :class:`MissingDependencyError` with the install hint."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"{feature} needs {package or module.split('.')[0]}, which is not installed: "
+            f"pip install '{DISTRIBUTION}[{extra}]' ({exc})") from None

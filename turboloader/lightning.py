@@ -17,8 +17,10 @@ except ImportError:  # the older package name, same class
     try:
         from pytorch_lightning import LightningDataModule
     except ImportError:
-        raise ImportError("turboloader.lightning needs Lightning: "
-                          "pip install 'turboloader[lightning]'") from None
+        from turboloader.errors import DISTRIBUTION, MissingDependencyError
+
+        raise MissingDependencyError("turboloader.lightning needs Lightning, which is not "
+                                     f"installed: pip install '{DISTRIBUTION}[lightning]'") from None
 
 from turboloader.seeds import _core_loader, _set_epoch, imagenet_train_transform, imagenet_val_transform
 

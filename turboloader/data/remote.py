@@ -94,8 +94,11 @@ def _s3():
         with _s3_lock:
             client = _s3_client.get(pid)
             if client is None:
-                import boto3
-                from botocore.config import Config
+                from turboloader.errors import require
+
+                boto3 = require("boto3", extra="remote", feature="s3:// shards")
+                Config = require("botocore.config", extra="remote", feature="s3:// shards",
+                                 package="boto3").Config
 
                 # boto3's standard chain: env (AWS_ENDPOINT_URL ...), config files, roles
                 client = boto3.session.Session().client(
@@ -119,7 +122,10 @@ _S3_TRANSIENT = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeou
 
 def _s3_open(url, start, timeout):
     """(body with .read(n), total size) for the object from byte ``start``."""
-    import botocore.exceptions as bx
+    from turboloader.errors import require
+
+    bx = require("botocore.exceptions", extra="remote", feature="s3:// shards",
+                 package="boto3")
 
     bucket, key = _s3_split(url)
     try:
