@@ -135,9 +135,13 @@ class build_ext(_build_ext):
     """Resolves libjpeg-turbo and cythonizes only when extensions are built, so that
     ``python -m build --sdist`` (and ``setup.py --name``) need no C toolchain or headers."""
 
-    def run(self):
-        self.distribution.ext_modules = self.extensions = extensions()
-        super().run()
+    METADATA_ONLY = {"sdist", "egg_info", "dist_info", "check"}
+
+    def finalize_options(self):
+        # sdist finalizes build_ext too (to list sources) but builds nothing
+        if not set(self.distribution.commands) <= self.METADATA_ONLY:
+            self.distribution.ext_modules = extensions()
+        super().finalize_options()
 
 
 # Placeholders, replaced by build_ext: they mark the distribution as binary (a
