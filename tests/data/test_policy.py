@@ -15,7 +15,7 @@ from turboloader import (
     TarDataset,
     TarFormatError,
 )
-from turboloader.data.policy import FailurePolicy
+from turboloader.data.failures import FailurePolicy
 from turboloader.data.shards import TarShard
 
 BAD = {"000001": DecodeError, "000002": DecodeError, "000005": SampleError, "000012": DecodeError}

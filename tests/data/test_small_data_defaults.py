@@ -7,7 +7,7 @@ from shardgen import labelled_members, size_of, write_tar
 
 from turboloader import TarDataset
 from turboloader.data import ResumableSampler
-from turboloader.data.policy import FailurePolicy
+from turboloader.data.failures import FailurePolicy
 from turboloader.errors import FailureBudgetExceeded
 
 

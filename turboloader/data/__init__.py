@@ -4,7 +4,8 @@ decoded-sample cache and a failure policy.
 
 Modules: :mod:`~turboloader.data.shards` (URL expansion, shard readers, sample grouping),
 :mod:`~turboloader.data.sharding` (epoch order, rank/worker split), :mod:`~turboloader.data.cache`
-(byte-bounded LRU), :mod:`~turboloader.data.policy` (skip/raise policy, statistics).
+(byte-bounded LRU), :mod:`~turboloader.data.failures` (skip/raise policy), :mod:`~turboloader.data.epochs`
+(shared epochs), :mod:`~turboloader.data.telemetry` (statistics).
 
 Names are imported on first use, so tools that need only the shard readers do not pay for
 importing torch and torchvision.
@@ -14,7 +15,7 @@ import importlib
 
 _LAZY = {
     "ByteLRU": "turboloader.data.cache",
-    "FailurePolicy": "turboloader.data.policy",
+    "FailurePolicy": "turboloader.data.failures",
     "ImageFolder": "turboloader.data.folder",
     "ResumableSampler": "turboloader.data.tbl_dataset",
     "ShardCache": "turboloader.data.remote",

@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager
 
 from turboloader.data.cache import Decoder
-from turboloader.data.policy import FailureLog
+from turboloader.data.failures import FailureLog
 
 _local = threading.local()
 _LOCK = threading.Lock()  # guards every dataset's _states (module level: picklable datasets)

@@ -10,7 +10,9 @@ import torchvision.datasets
 
 from turboloader.data._streams import MapStreamState, own_states, stream_state
 from turboloader.data.cache import Timer, parse_size
-from turboloader.data.policy import EpochMixin, FailurePolicy, SharedEpoch, Telemetry
+from turboloader.data.epochs import EpochMixin, SharedEpoch
+from turboloader.data.failures import FailurePolicy
+from turboloader.data.telemetry import Telemetry
 from turboloader.errors import FailureBudgetExceeded, TurboLoaderError, UnreadableFileError
 from turboloader.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.transforms._random import sample_rng, using_rng

@@ -13,8 +13,9 @@ import torch.utils.data
 
 from turboloader.data import sharding
 from turboloader.data.cache import Decoder, parse_size
-from turboloader.data.policy import (AUTO_EPOCH, EpochMixin, FailureLog, FailurePolicy, SharedEpoch,
-                                     Telemetry, _mix64, torch_epoch_word)
+from turboloader.data.epochs import AUTO_EPOCH, EpochMixin, SharedEpoch, mix64, torch_epoch_word
+from turboloader.data.failures import FailureLog, FailurePolicy
+from turboloader.data.telemetry import Telemetry
 from turboloader.data.shards import (
     check_record as _check_record,
     count_samples,
@@ -422,11 +423,11 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         resume = self._resume
         if value < 0 and resume is not None and resume["epoch"] >= AUTO_EPOCH:
             return resume["epoch"]  # a worker's own state (StatefulDataLoader) continues it
-        token = _mix64(info.seed - info.id, self._auto_passes) | 1
+        token = mix64(info.seed - info.id, self._auto_passes) | 1
         if value >= AUTO_EPOCH and e.claim in (0, token):
             e.claim = token  # the workers of this pass (same base seed and pass) share it
             return value
-        return AUTO_EPOCH | (_mix64(info.seed - info.id, self._auto_passes, self.seed)
+        return AUTO_EPOCH | (mix64(info.seed - info.id, self._auto_passes, self.seed)
                              % AUTO_EPOCH)
 
     def __iter__(self):

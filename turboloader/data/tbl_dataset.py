@@ -9,7 +9,9 @@ import torch.utils.data
 
 from turboloader.data._streams import MapStreamState, own_states, stream_state
 from turboloader.data.cache import Timer, parse_size
-from turboloader.data.policy import EpochMixin, FailurePolicy, SharedEpoch, Telemetry
+from turboloader.data.epochs import EpochMixin, SharedEpoch
+from turboloader.data.failures import FailurePolicy
+from turboloader.data.telemetry import Telemetry
 from turboloader.data.shards import expand_urls
 from turboloader.errors import FailureBudgetExceeded, SampleError, TurboLoaderError
 from turboloader.jpeg import DEFAULT_MAX_PIXELS
