@@ -206,6 +206,35 @@ class TarIndex:
                 f"but the file is now {now} bytes: it was truncated or replaced while open")
         return memoryview(data)
 
+    def read_into(self, i, out, /) -> int:
+        """Read member ``i``'s data into the start of ``out`` (a writable bytes-like object
+        of at least ``sizes[i]`` bytes, e.g. a slice of a buffer reused across batches) with
+        one ``pread`` and no allocation. Returns the member's size.
+
+        Raises:
+            IndexError, TarFormatError, ValueError: as :meth:`member`; ValueError also when
+                ``out`` is too small.
+        """
+        i = operator.index(i)
+        n = len(self._offsets)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"member index {i} out of range for {n} members")
+        if self._fd is None:
+            raise ValueError(f"TarIndex of {self._path!r} is closed")
+        start, size = int(self._offsets[i]), int(self._sizes[i])
+        view = memoryview(out).cast("B")
+        if len(view) < size:
+            raise ValueError(f"out holds {len(view)} bytes, member {i} needs {size}")
+        got = os.preadv(self._fd, [view[:size]], start) if size else 0
+        if got != size:
+            now = os.fstat(self._fd).st_size
+            raise TarFormatError(
+                f"{self._path!r}: member {self.names[i]!r} needs bytes {start}..{start + size} "
+                f"but the file is now {now} bytes: it was truncated or replaced while open")
+        return size
+
     def __getitem__(self, key) -> memoryview:
         """``index[i]`` or ``index[name]``: zero-copy view of a member's data.
 

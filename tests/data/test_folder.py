@@ -177,7 +177,7 @@ def test_skipped_reaches_stats_from_torch_workers(tree):
 def test_reading_streams_keep_their_own_budget_and_counters(tree):
     import threading
 
-    from turboloader.data._streams import reading_as
+    from turboloader.data.reader import reading_as
 
     path = _corrupt(tree, "cat/b.JPEG")
     ds = ImageFolder(tree, size_of, on_error="skip", max_failures=1)

@@ -118,18 +118,18 @@ def test_stateful_dataloader(urls, explicit):
 
 
 def test_thread_backend_streams_delivered(urls):
-    """Logical worker streams run in this process (the thread backend's hook)."""
+    """Logical worker streams run in this process (the thread backend's protocol)."""
     ds = _at(0, urls, size_of, seed=9)
-    streams = [ds._stream(w, 2, f"thread{w}") for w in range(2)]
+    streams = [ds.worker_stream(w, 2) for w in range(2)]
     got = [[next(streams[0])[1] for _ in range(3)], [next(streams[1])[1] for _ in range(1)]]
     next(streams[1])  # produced (prefetched) but not delivered
     state = ds.state_dict(delivered=[3, 1])
     rest = []
     for w in range(2):
-        rest.append([lab for _, lab in ds._stream(w, 2, f"x{w}")])
+        rest.append([lab for _, lab in ds.worker_stream(w, 2)])
     fresh = TarDataset(urls, size_of, seed=9)
     fresh.load_state_dict(state)
-    resumed = [[lab for _, lab in fresh._stream(w, 2, f"t{w}")] for w in range(2)]
+    resumed = [[lab for _, lab in fresh.worker_stream(w, 2)] for w in range(2)]
     assert resumed == [rest[0][3:], rest[1][1:]]
     assert got == [rest[0][:3], rest[1][:1]]
 
@@ -160,7 +160,7 @@ def test_mismatched_state_is_refused(urls):
         ds.load_state_dict({"epoch": 0})
     ds.load_state_dict(state)
     with pytest.raises(ValueError, match="num_workers"):
-        list(ds._stream(0, 3, "w"))
+        list(ds.worker_stream(0, 3))
 
 
 def test_tbl_resumable_sampler(tmp_path):

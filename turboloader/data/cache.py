@@ -238,6 +238,61 @@ class Decoder:
         entry = self.cache.peek(key)
         return default if entry is None else entry[2]
 
+    def cached_array(self, key, data, *, counters=None, extra=None):
+        """``(array, original (h, w))`` of the cached image ``key``: from the cache, or on a
+        miss decoded from ``data`` (downscaled to ``short_side`` when set) and stored with
+        ``extra``. Needs the cache on.
+
+        Raises:
+            DecodeError: ``data`` does not decode (nothing is cached then).
+        """
+        hit = self.cache.get(key)
+        if hit is not None:
+            if counters is not None:
+                counters["cache_hits"] += 1
+            return hit[0], hit[1]
+        if counters is not None:
+            counters["cache_misses"] += 1
+        arr, source = self._decode_array(data)
+        arr.setflags(write=False)
+        evicted = self.cache.put(key, (arr, source, extra), arr.nbytes)
+        if counters is not None:
+            counters["cache_evictions"] += evicted
+        return arr, source
+
+    def transform_source(self, source, *, rng, source_size=None, counters=None, out=None):
+        """The transformed image of one gathered source: encoded bytes (JPEG: the fused plan
+        when there is one; other formats: Pillow, then ``transform``), or a decoded HWC uint8
+        array (from the cache; ``source_size`` its original ``(h, w)``). ``out``: as in
+        :meth:`__call__`."""
+        timer = Timer(counters)
+        plan = self.plan
+        if isinstance(source, np.ndarray):
+            if plan is not None:
+                src = None if source_size is None or tuple(source_size) == source.shape[:2] \
+                    else tuple(source_size)
+                out = plan.from_array(source, rng=rng, source_size=src, out=out)
+            else:
+                from PIL import Image
+
+                out = self._generic(Image.fromarray(source), rng)
+            timer.lap("transform_s")
+            return out
+        if plan is not None and is_jpeg(source):
+            out = plan.from_jpeg(source, rng=rng, max_pixels=self.max_pixels, out=out)
+            timer.lap("decode_s")
+            return out
+        if is_jpeg(source):
+            from PIL import Image
+
+            img = Image.fromarray(decode_jpeg(source, max_pixels=self.max_pixels))
+        else:
+            img = decode_pil(source, self.max_pixels)
+        timer.lap("decode_s")
+        out = self._generic(img, rng)
+        timer.lap("transform_s")
+        return out
+
     def __call__(self, data, *, key, rng, counters=None, extra=None, out=None):
         """The transformed image for encoded ``data``; ``key`` names it in the cache, where
         ``extra`` is kept with it (``data`` may be None when ``key`` is cached).
@@ -246,43 +301,9 @@ class Decoder:
         batch) that the fused plan paths write into and return. The generic path (no plan,
         or a non-JPEG without the cache) ignores it: callers check ``result is out`` and
         copy otherwise."""
-        timer = Timer(counters)
-        plan = self.plan
+        size = None
         if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is None:
-                if counters is not None:
-                    counters["cache_misses"] += 1
-                arr, source = self._decode_array(data)
-                arr.setflags(write=False)
-                evicted = self.cache.put(key, (arr, source, extra), arr.nbytes)
-                if counters is not None:
-                    counters["cache_evictions"] += evicted
-                timer.lap("decode_s")
-            else:
-                if counters is not None:
-                    counters["cache_hits"] += 1
-                arr, source, _ = hit
-            if plan is not None:
-                src = None if tuple(source) == arr.shape[:2] else tuple(source)
-                out = plan.from_array(arr, rng=rng, source_size=src, out=out)
-            else:
-                from PIL import Image
-
-                out = self._generic(Image.fromarray(arr), rng)
-            timer.lap("transform_s")
-            return out
-        if plan is not None and is_jpeg(data):
-            out = plan.from_jpeg(data, rng=rng, max_pixels=self.max_pixels, out=out)
+            timer = Timer(counters)
+            data, size = self.cached_array(key, data, counters=counters, extra=extra)
             timer.lap("decode_s")
-            return out
-        if is_jpeg(data):
-            from PIL import Image
-
-            img = Image.fromarray(decode_jpeg(data, max_pixels=self.max_pixels))
-        else:
-            img = decode_pil(data, self.max_pixels)
-        timer.lap("decode_s")
-        out = self._generic(img, rng)
-        timer.lap("transform_s")
-        return out
+        return self.transform_source(data, rng=rng, source_size=size, counters=counters, out=out)

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import time
 
 import torchvision.datasets
 
-from turboloader.data._streams import MapStreamState, own_states, stream_state
-from turboloader.data.cache import Timer, parse_size
-from turboloader.data.epochs import EpochMixin, SharedEpoch
-from turboloader.data.failures import FailurePolicy
-from turboloader.data.telemetry import Telemetry
-from turboloader.errors import FailureBudgetExceeded, TurboLoaderError, UnreadableFileError
+from turboloader.data.reader import MapDataset
+from turboloader.errors import UnreadableFileError
 from turboloader.jpeg import DEFAULT_MAX_PIXELS
-from turboloader.transforms._random import sample_rng, using_rng
 
 __all__ = ["ImageFolder", "MAX_FILE_BYTES", "read_file"]
 
@@ -71,7 +67,7 @@ def read_file(path, /, *, max_bytes=None) -> bytes:
     return data
 
 
-class ImageFolder(EpochMixin, torchvision.datasets.ImageFolder):
+class ImageFolder(MapDataset, torchvision.datasets.ImageFolder):
     """``torchvision.datasets.ImageFolder`` with libjpeg-turbo decoding and fused transforms.
 
     Same constructor, ``classes``, ``class_to_idx``, ``samples``, ``targets`` and
@@ -126,83 +122,34 @@ class ImageFolder(EpochMixin, torchvision.datasets.ImageFolder):
         super().__init__(root, transform=transform, target_transform=target_transform,
                          loader=loader if loader is not None else torchvision.datasets.folder.default_loader,
                          is_valid_file=is_valid_file, allow_empty=allow_empty)
-        if int(seed) < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
-        self.seed = int(seed)
-        self._cache_bytes = parse_size(cache) if cache else 0
-        self.cache_short_side = cache_short_side
-        self.policy = FailurePolicy(on_error, max_failures)
-        self.max_pixels = max_pixels
-        self.stats_interval = int(stats_interval)
-        self._epoch = SharedEpoch()
-        self._telemetry = Telemetry()
-        self._states = {}  # stream name -> MapStreamState (see data._streams)
+        self._init_reader(transform, target_transform, seed=seed, cache=cache,
+                          cache_short_side=cache_short_side, on_error=on_error,
+                          max_failures=max_failures, max_pixels=max_pixels,
+                          stats_interval=stats_interval)
 
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_states"] = {}
-        return state
-
-    def _process_state(self):
-        """The reading state of the calling thread's stream: one per DataLoader worker
-        process, one per decode thread of the thread backend, ``"main"`` otherwise."""
-        return stream_state(self, lambda name: MapStreamState(self, name))
-
-    def _load(self, st, i, rng, counters):
+    def _gather(self, st, chunk, i, slot, epoch, counters):
         path, target = self.samples[i]
-        if self._custom_loader:
-            timer = Timer(counters)
-            img = self.loader(path)
-            timer.lap("decode_s")
-            if self.transform is not None:
-                with using_rng(rng):
-                    img = self.transform(img)
-            timer.lap("transform_s")
-        else:
-            cache = st.decoder.cache
-            data = None
-            if cache is None or i not in cache:
-                t = time.perf_counter()
-                try:
-                    data = read_file(path)
-                except UnreadableFileError as exc:
-                    exc.add_note(f"ImageFolder: file {path!r} (index {i})")
-                    raise
-                counters["read_s"] += time.perf_counter() - t
-                counters["bytes_read"] += len(data)
-            try:
-                img = st.decoder(data, key=i, rng=rng, counters=counters)
-            except TurboLoaderError as exc:
-                exc.add_note(f"ImageFolder: file {path!r} (index {i})")
-                raise
-        return img, target
+        if self._custom_loader:  # the user's loader, then the transform: the generic path
+            chunk.add(functools.partial(self.loader, path), target, i, slot, epoch)
+            return
+        cache = st.decoder.cache
+        if cache is not None and i in cache:
+            chunk.add(None, target, i, slot, epoch, cache_key=i)
+            return
+        t = time.perf_counter()
+        try:
+            data = read_file(path)
+        except UnreadableFileError as exc:
+            chunk.fail(exc, i, slot, epoch)
+            return
+        counters["read_s"] += time.perf_counter() - t
+        counters["bytes_read"] += len(data)
+        chunk.add(data, target, i, slot, epoch, cache_key=None if cache is None else i)
 
-    def __getitem__(self, index: int):
-        """``(image, target)`` for ``index`` (or, under "skip", for the next readable index)."""
-        n = len(self.samples)
-        if not -n <= index < n:
-            raise IndexError(f"index {index} out of range for {n} samples")
-        index %= n
-        epoch, word = self.epoch, self._sample_epoch()
-        st = self._process_state()
-        counters = st.recorder.counters(epoch)
-        rng_slot = index
-        for attempt in range(n):
-            i = (index + attempt) % n
-            try:
-                img, target = self._load(st, i, sample_rng(self.seed, word, rng_slot), counters)
-            except TurboLoaderError as exc:
-                path = self.samples[i][0]
-                key = os.path.relpath(path, self.root)
-                st.log(self.policy, n, epoch).record(exc, shard=path, key=key, offset=0)
-                continue
-            if self.target_transform is not None:
-                target = self.target_transform(target)
-            counters["samples"] += 1
-            st.recorder.sample_done()
-            return img, target
-        raise FailureBudgetExceeded(f"no sample of {self.root!r} could be read",
-                                    st.log(self.policy, n, epoch).failures)
+    def _where(self, st, i):
+        path = self.samples[i][0]
+        return (f"ImageFolder: file {path!r} (index {i})", path, os.path.relpath(path, self.root),
+                0)
 
     def stats(self, epoch=None) -> dict:
         """Counters of every process that read this dataset (see ``TarDataset.stats``).
@@ -212,6 +159,4 @@ class ImageFolder(EpochMixin, torchvision.datasets.ImageFolder):
         sample counters of live persistent workers can lag by up to ``stats_interval``
         samples. The thread backend's decode threads are listed as ``"rank{r}-thread{w}"``.
         """
-        for st in own_states(self):
-            st.recorder.flush()
-        return self._telemetry.collect(epoch)
+        return super().stats(epoch)

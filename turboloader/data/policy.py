@@ -7,4 +7,5 @@ from turboloader.data.epochs import AUTO_EPOCH, EpochMixin, SharedEpoch, mix64 a
 from turboloader.data.failures import FailureLog, FailurePolicy
 from turboloader.data.telemetry import COUNTERS, Recorder, Telemetry
 
-__all__ = ["AUTO_EPOCH", "FailureLog", "FailurePolicy", "Recorder", "SharedEpoch", "Telemetry"]
+__all__ = ["AUTO_EPOCH", "COUNTERS", "EpochMixin", "FailureLog", "FailurePolicy", "Recorder",
+           "SharedEpoch", "Telemetry", "torch_epoch_word"]

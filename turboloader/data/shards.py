@@ -297,6 +297,47 @@ class TarShard:
                             image, self._image_ext[j], label, self._label_ext[j],
                             self._problems.get(j), nbytes)
 
+    # -- batch access: what a dataset gathering many samples at a time needs ---------------
+
+    def image_size(self, j: int, /) -> int:
+        """Bytes of sample ``j``'s image member, or -1 when :meth:`sample` would give no
+        usable image (no image member, or a problem such as a duplicate member)."""
+        im = int(self._image[j])
+        if im < 0 or j in self._problems:
+            return -1
+        return int(self._index.sizes[im])
+
+    def read_image_into(self, j: int, out, /) -> int:
+        """Read sample ``j``'s image bytes into ``out`` (one ``pread``, no allocation);
+        returns their size. Call after :meth:`image_size` said there is an image.
+
+        Raises:
+            TarFormatError: the file no longer holds the bytes (see :meth:`TarIndex.read_into`).
+        """
+        return self._index.read_into(int(self._image[j]), out)
+
+    def where(self, j: int, /) -> tuple:
+        """``(key, member, byte offset)`` of sample ``j`` (its image member, else its first),
+        as :meth:`sample` reports them: for error messages."""
+        im = int(self._image[j])
+        pos = im if im >= 0 else int(self._first[j])
+        return self._keys[j], self._names[pos], int(self._index.offsets[pos])
+
+    def labels(self, label_key, /) -> tuple:
+        """Every sample's label, parsed once: ``(values, errors)``, ``values[j]`` the
+        label (None without a label member) and ``errors`` ``{j: SampleError}`` for labels
+        that do not parse (or ``TarFormatError`` for bytes gone since indexing) (see :func:`parse_label`). A shard's labels are read with one
+        ``pread`` each."""
+        values, errors = [None] * len(self._keys), {}
+        index = self._index
+        for j, lb in enumerate(self._label.tolist()):
+            if lb >= 0:
+                try:
+                    values[j] = parse_label(index.member(lb), self._label_ext[j], label_key)
+                except TurboLoaderError as exc:  # unparsable, or the file changed since
+                    errors[j] = exc
+        return values, errors
+
     def close(self) -> None:
         self._index.close()
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -12,10 +10,11 @@ import numpy as np
 import torch.utils.data
 
 from turboloader.data import sharding
-from turboloader.data.cache import Decoder, parse_size
-from turboloader.data.epochs import AUTO_EPOCH, EpochMixin, SharedEpoch, mix64, torch_epoch_word
-from turboloader.data.failures import FailureLog, FailurePolicy
-from turboloader.data.telemetry import Telemetry
+from turboloader.data._buffers import new_shared
+from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
+from turboloader.data.failures import FailureLog
+from turboloader.data.reader import (SAMPLE_CHUNK, Chunk, ReaderMixin, StreamReader, collate_labels,
+                                     compact, fill_row, stream_name)
 from turboloader.data.shards import (
     check_record as _check_record,
     count_samples,
@@ -25,14 +24,12 @@ from turboloader.data.shards import (
     random_access as _random_access,
 )
 from turboloader.data.remote import RemoteShardError, ShardCache
-from turboloader.errors import FailureBudgetExceeded, TarFormatError, TurboLoaderError
+from turboloader.errors import FailureBudgetExceeded, SampleError, TarFormatError, TurboLoaderError
 from turboloader.jpeg import DEFAULT_MAX_PIXELS
-from turboloader.transforms._random import sample_rng
 
-__all__ = ["TarDataset"]
+__all__ = ["TarBatches", "TarDataset", "delivered_counts"]
 
-_FAILED = object()
-_STATES_LOCK = threading.Lock()  # guards TarDataset._states (module level: picklable dataset)
+_MISSING = object()
 
 
 def _topology(rank, world_size):
@@ -81,38 +78,44 @@ def delivered_counts(sizes, batches, batch_size, *, drop_last=False):
     return [min(g * batch_size, n) for g, n in zip(got, sizes)], next_worker
 
 
-class _ProcessState:
-    """What one process keeps while reading: open shards, the decoder (and its cache),
-    the statistics recorder. Never pickled; rebuilt in each worker process."""
+class _TarReader(StreamReader):
+    """A TarDataset stream's reader: the shared one plus its open shards (an LRU) and the
+    labels of every shard it touched, parsed once."""
 
     def __init__(self, dataset, name):
-        self.pid = os.getpid()
-        self.name = name
+        super().__init__(dataset, name)
         self.shards = OrderedDict()
         self.max_open = dataset.mix_shards + 4  # the window, plus pads and replacements
         self.shard_cache = dataset.shard_cache
-        self.plan = []  # the shards of the current pass, in order of first use (prefetch)
-        self.decoder = Decoder(dataset.transform, cache=dataset._cache_bytes,
-                               short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
-        self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval)
-        self.recorder.cache = self.decoder.cache
+        self.upcoming = []  # the shards of the current pass, in order of first use (prefetch)
+        self.labels = {}  # url -> (values, {j: (exception type, args)})
+        self.label_key = dataset.label_key
 
     def shard(self, url):
         reader = self.shards.get(url)
         if reader is None:
             reader = self.shards[url] = open_shard(url, cache=self.shard_cache)
-            if self.shard_cache is not None and self.plan:
+            if self.shard_cache is not None and self.upcoming:
                 # a new shard: have the node cache fetch the ones this stream reads next
                 try:
-                    i = self.plan.index(url)
+                    i = self.upcoming.index(url)
                 except ValueError:
                     i = -1
-                self.shard_cache.prefetch(self.plan[i + 1:i + 1 + self.shard_cache.prefetch_count])
+                self.shard_cache.prefetch(
+                    self.upcoming[i + 1:i + 1 + self.shard_cache.prefetch_count])
             while len(self.shards) > self.max_open:
                 self.shards.popitem(last=False)[1].close()
         else:
             self.shards.move_to_end(url)
         return reader
+
+    def label_table(self, url, shard):
+        table = self.labels.get(url)
+        if table is None:
+            values, errors = shard.labels(self.label_key)
+            # kept as (type, args): each failure raises a fresh exception with its own notes
+            table = self.labels[url] = (values, {j: (type(e), e.args) for j, e in errors.items()})
+        return table
 
     def close(self):
         for reader in self.shards.values():
@@ -120,7 +123,148 @@ class _ProcessState:
         self.shards.clear()
 
 
-class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
+class _Cursor:
+    """Where one logical worker stream stands in its pass, with the per-sample semantics of
+    the failure policy: items are read in order; a failed item (under "skip") is remembered
+    and, once the items run out, replaced by the stream's good samples cycled in order
+    with the failed item's random parameters. Rows are produced a chunk at a time
+    (:meth:`fill`); the public ``progress`` (what ``state_dict`` reads) moves only as rows
+    are delivered (:meth:`deliver`)."""
+
+    def __init__(self, ds, st, slots, samples, epoch, *, worker, num_workers, resume):
+        self.ds, self.st = ds, st
+        self.slots, self.samples = slots, samples
+        self.size = len(samples)
+        self.epoch = epoch
+        # statistics and failures are filed under the epoch; automatic passes under 0
+        self.label = epoch if epoch < AUTO_EPOCH else 0
+        self.counters = st.recorder.counters(self.label)
+        self.log = FailureLog(ds.policy, self.size, epoch=self.label, recorder=st.recorder)
+        self.pos, self.k = 0, 0
+        self.good, self.failed = [], []
+        self.failed_pos, self.failed_slots = [], []
+        self.progress = {"epoch": epoch, "num_workers": num_workers, "pos": 0,
+                         "failed_pos": [], "failed_slots": [], "replaced": 0, "failures": 0,
+                         "size": self.size}
+        if resume is not None:  # seek: no replay, no decoding of what was delivered
+            start = min(int(resume["pos"]), self.size)
+            failed_pos = [int(f) for f in resume["failed_pos"] if f < start]
+            self.k = int(resume["replaced"])
+            skip = set(failed_pos)
+            self.good = [samples[i] for i in range(start) if i not in skip]
+            self.failed = [slots[i] for i in failed_pos][self.k:]
+            self.failed_pos = list(failed_pos)
+            self.failed_slots = [slots[i] for i in failed_pos]
+            self.log.count = int(resume["failures"])
+            self.pos = start
+            self.progress.update(pos=start, failed_pos=list(self.failed_pos),
+                                 failed_slots=list(self.failed_slots), replaced=self.k,
+                                 failures=self.log.count)
+        ds._progress[worker] = self.progress
+
+    def _event(self):
+        return (self.pos, len(self.failed_pos), self.k, self.log.count)
+
+    def deliver(self, event):
+        """The row whose :meth:`fill` event this is has been handed out."""
+        p = self.progress
+        pos, nfail, k, failures = event
+        p["pos"], p["replaced"], p["failures"] = pos, k, failures
+        have = len(p["failed_pos"])
+        if nfail > have:
+            p["failed_pos"].extend(self.failed_pos[have:nfail])
+            p["failed_slots"].extend(self.failed_slots[have:nfail])
+
+    def _failure(self, chunk, i, exc):
+        """Apply the policy to gathered row ``i``: raises (raise, over budget, or not a
+        turboloader error), else returns after counting and listing the skip."""
+        note, shard, key, offset = self.ds._where(self.st, chunk.where[i])
+        if isinstance(exc, TurboLoaderError):
+            exc.add_note(note)
+        self.log.record(exc, shard=shard, key=key, offset=offset)
+
+    def fill(self, out, r0, r1, timing=None, *, defer=False):
+        """Rows ``r0..r1`` of ``out`` (``None``: no batch path) in the per-sample order.
+
+        Returns ``(n, images, labels, events, exc)``: rows filled (fewer at the end of the
+        stream), per filled row the image when it is not in ``out`` (else None), its label
+        and its progress event, and, with ``defer``, the exception the policy raised after
+        the filled rows (the caller raises it once it has handed them out); without
+        ``defer`` it propagates at once.
+        """
+        ds, st, counters = self.ds, self.st, self.counters
+        images, labels, events = [], [], []
+        row, exc_out = r0, None
+        while row < r1 and exc_out is None:
+            need = r1 - row
+            if self.pos < self.size:
+                p0 = self.pos
+                p1 = min(self.size, p0 + need)
+                items = list(zip(self.samples[p0:p1], self.slots[p0:p1]))
+                chunk = ds._gather_chunk(st, items, self.epoch, counters, timing)
+                errors, objs = st.decode(chunk, out, row, counters=counters, timing=timing)
+                good_rows = []
+                for i in range(len(items)):
+                    self.pos = p0 + i + 1
+                    exc = errors[i]
+                    if exc is not None:
+                        try:
+                            self._failure(chunk, i, exc)
+                        except BaseException as raised:
+                            if not defer:
+                                raise
+                            exc_out = raised
+                            break
+                        slot = items[i][1]
+                        self.failed.append(slot)
+                        self.failed_pos.append(p0 + i)
+                        self.failed_slots.append(slot)
+                        continue
+                    self.good.append(items[i][0])
+                    good_rows.append(row + i)
+                    images.append(objs[i])
+                    labels.append(chunk.labels[i])
+                    events.append(self._event())
+                row = compact(out, good_rows, row) if out is not None else row + len(good_rows)
+            elif self.failed:  # replacements, so every worker yields its full share
+                if not self.good:
+                    err = FailureBudgetExceeded(
+                        f"no sample of this worker's {self.size} could be read to replace "
+                        f"{len(self.failed)} skipped ones (epoch {self.label})", self.log.failures)
+                    if not defer:
+                        raise err
+                    exc_out = err
+                    break
+                m = min(need, len(self.failed))
+                good = self.good
+                items = [(good[(self.k + i) % len(good)], self.failed[i]) for i in range(m)]
+                chunk = ds._gather_chunk(st, items, self.epoch, counters, timing)
+                errors, objs = st.decode(chunk, out, row, counters=counters, timing=timing)
+                for i in range(m):
+                    exc = errors[i]
+                    if exc is not None:
+                        try:
+                            self._failure(chunk, i, exc)
+                        except BaseException as raised:
+                            if not defer:
+                                raise
+                            exc_out = raised
+                            break
+                        # the rest of the chunk was planned with this sample still good
+                        good.remove(items[i][0])
+                        break
+                    self.k += 1
+                    self.failed.pop(0)
+                    images.append(objs[i])
+                    labels.append(chunk.labels[i])
+                    events.append(self._event())
+                    row += 1
+            else:
+                break
+        return row - r0, images, labels, events, exc_out
+
+
+class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
     """(image, label) samples from WebDataset-style TAR shards, sharded over DDP ranks and
     DataLoader workers, shuffled per epoch, with an optional decoded-sample cache.
 
@@ -232,22 +376,16 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
             raise ValueError("pass both rank and world_size, or neither")
         if world_size is not None and not 0 <= rank < world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
-        if int(seed) < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
-        self.transform = transform
-        self.target_transform = target_transform
+        self._init_reader(transform, target_transform, seed=seed, cache=cache,
+                          cache_short_side=cache_short_side, on_error=on_error,
+                          max_failures=max_failures, max_pixels=max_pixels,
+                          stats_interval=stats_interval)
         self.shuffle = bool(shuffle)
-        self.seed = int(seed)
         self.label_key = label_key
         self.missing_label = missing_label
         self.rank = rank
         self.world_size = world_size
         self.pad = bool(pad)
-        self._cache_bytes = parse_size(cache) if cache else 0
-        self.cache_short_side = cache_short_side
-        self.policy = FailurePolicy(on_error, max_failures)
-        self.max_pixels = max_pixels
-        self.stats_interval = int(stats_interval)
         if int(mix_shards) < 1:
             raise ValueError(f"mix_shards must be >= 1, got {mix_shards}")
         self.mix_shards = int(mix_shards)
@@ -291,9 +429,6 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         self._counts = np.asarray(counts, dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(self._counts)]).astype(np.int64)
         self._random_access = [_random_access(u, cache=self.shard_cache) for u in self.urls]
-        self._epoch = SharedEpoch()
-        self._telemetry = Telemetry()
-        self._states = {}  # name -> _ProcessState of this process (one per reading stream)
         self._progress = {}  # logical worker -> its pass's position (see state_dict)
         self._resume = None  # what load_state_dict asked the next pass to skip
         self._last_pass = None  # the epoch word of this process's latest pass
@@ -337,66 +472,106 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _process_state(self, name):
-        """The reading state named ``name`` in this process, kept across epochs (its cache
-        too). One per stream: a DataLoader worker process has one, the thread backend one
-        per logical worker, each used by one thread at a time. States inherited from a
-        parent process (fork) are dropped, not closed."""
-        pid = os.getpid()
-        with _STATES_LOCK:
-            states = self._states
-            if any(st.pid != pid for st in states.values()):
-                states = self._states = {k: st for k, st in states.items() if st.pid == pid}
-            st = states.get(name)
-            if st is None:
-                st = states[name] = _ProcessState(self, name)
-        return st
+    def _new_reader(self, name):
+        return _TarReader(self, name)
 
     @property
     def _state(self):
-        """The most recently created reading state of this process, or None (debugging)."""
-        states = [st for st in self._states.values() if st.pid == os.getpid()]
+        """The most recently created reader of this process, or None (debugging)."""
+        states = self._own_readers()
         return states[-1] if states else None
 
-    def _read(self, st, g, slot, epoch, log, counters, out=None):
-        """The sample with global index ``g`` (or _FAILED under skip)."""
-        rng = sample_rng(self.seed, epoch, slot)
-        label = st.decoder.cached_extra(g, _FAILED)
-        if label is not _FAILED:  # cached with its label: no shard access at all
+    # -- reading ----------------------------------------------------------------------------
+
+    def _gather_chunk(self, st, items, epoch, counters, timing=None):
+        """A :class:`~turboloader.data.reader.Chunk` of the ``(global index, slot)`` items:
+        cached images by key, a ``.tar`` shard's images read into the stream's gather buffer
+        (one ``pread`` each) with their labels from the shard's parsed label table, a
+        ``.tar.gz`` shard's records as they come."""
+        t0 = time.perf_counter()
+        chunk = Chunk()
+        cache = st.decoder.cache
+        offsets = self._offsets
+        shard_of = (np.searchsorted(offsets, [g for g, _ in items], side="right") - 1).tolist()
+        pending = []  # (row, shard, member j, size): image bytes still to read
+        read = False
+        require_label = self.missing_label is None
+        for r, (g, slot) in enumerate(items):
+            if cache is not None:
+                label = st.decoder.cached_extra(g, _MISSING)
+                if label is not _MISSING:  # cached with its label: no shard access at all
+                    chunk.add(None, label, ("cache", g), slot, epoch, cache_key=g)
+                    continue
+            read = True
+            s = shard_of[r]
+            url, j = self.urls[s], g - int(offsets[s])
+            where = ("tar", url, j, None)
             try:
-                image = st.decoder(None, key=g, rng=rng, counters=counters, out=out)
+                shard = st.shard(url)
+                where = ("tar", url, j, shard)
+                if not shard.random_access:
+                    record = shard.sample(j)
+                    where = ("rec", url, record)
+                    _check_record(record, require_label=require_label)
+                    label = (self.missing_label if record.label is None
+                             else parse_label(record.label, record.label_ext, self.label_key))
+                    chunk.add(record.image, label, where, slot, epoch,
+                              cache_key=None if cache is None else g)
+                    chunk.nbytes += record.nbytes
+                    continue
+                size = shard.image_size(j) if j < len(shard) else -1
+                if size < 0:  # no usable image, or no sample j any more: the record says why
+                    _check_record(shard.sample(j), require_label=require_label)
+                values, label_errors = st.label_table(url, shard)
+                err = label_errors.get(j)
+                if err is not None:
+                    raise err[0](*err[1])
+                label = values[j]
+                if label is None:
+                    if require_label:
+                        raise SampleError(f"sample {shard.key(j)!r} has no label member "
+                                          f"(.cls or .json)")
+                    label = self.missing_label
             except TurboLoaderError as exc:
-                exc.add_note(f"TarDataset: cached sample #{g}")
-                log.record(exc, shard=None, key=None)
-                return _FAILED
-        else:
-            s = int(np.searchsorted(self._offsets, g, side="right")) - 1
-            url, j = self.urls[s], g - int(self._offsets[s])
-            start = time.perf_counter()
-            try:
-                record = st.shard(url).sample(j)
-            except TurboLoaderError as exc:
-                exc.add_note(f"TarDataset: shard {url!r}, sample #{j} of the shard")
-                log.record(exc, shard=url, key=None)
-                return _FAILED
-            counters["read_s"] += time.perf_counter() - start
-            counters["bytes_read"] += record.nbytes
-            try:
-                _check_record(record, require_label=self.missing_label is None)
-                label = (self.missing_label if record.label is None
-                         else parse_label(record.label, record.label_ext, self.label_key))
-                image = st.decoder(record.image, key=g, rng=rng, counters=counters, extra=label,
-                                   out=out)
-            except TurboLoaderError as exc:
-                exc.add_note(f"TarDataset: shard {url!r}, key {record.key!r}, member "
-                             f"{record.member!r} at byte offset {record.offset}")
-                log.record(exc, shard=url, key=record.key, offset=record.offset)
-                return _FAILED
-        if self.target_transform is not None:
-            label = self.target_transform(label)
-        counters["samples"] += 1
-        st.recorder.sample_done()
-        return image, label
+                chunk.fail(exc, where, slot, epoch)
+                continue
+            chunk.add(None, label, where, slot, epoch, cache_key=None if cache is None else g)
+            pending.append((r, shard, j, size))
+        if pending:
+            buf = st.gather_buffer(sum(p[3] for p in pending)).data
+            at = 0
+            for r, shard, j, size in pending:
+                view = buf[at:at + size]
+                try:
+                    shard.read_image_into(j, view)
+                except TurboLoaderError as exc:
+                    chunk.errors[r] = exc
+                    continue
+                chunk.sources[r] = view
+                chunk.nbytes += size
+                at += size
+        if read:
+            dt = time.perf_counter() - t0
+            counters["read_s"] += dt
+            counters["bytes_read"] += chunk.nbytes
+            if timing is not None:
+                timing("read", dt)
+        return chunk
+
+    def _where(self, st, where):
+        """``(note, shard, key, offset)`` naming a gathered sample in errors and stats."""
+        if where[0] == "cache":
+            return f"TarDataset: cached sample #{where[1]}", None, None, None
+        if where[0] == "rec":
+            _, url, rec = where
+            return (f"TarDataset: shard {url!r}, key {rec.key!r}, member {rec.member!r} at "
+                    f"byte offset {rec.offset}", url, rec.key, rec.offset)
+        _, url, j, shard = where
+        if shard is None or not 0 <= j < len(shard):
+            return f"TarDataset: shard {url!r}, sample #{j} of the shard", url, None, None
+        key, member, offset = shard.where(j)
+        return (f"TarDataset: shard {url!r}, key {key!r}, member {member!r} at byte offset "
+                f"{offset}", url, key, offset)
 
     def _pass_epoch(self) -> int:
         """The epoch word of the pass starting now in this process.
@@ -434,41 +609,71 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         epoch = self._pass_epoch()
         self._last_pass = epoch
+        rank, _ = _topology(self.rank, self.world_size)
         if info is None:
-            return self._stream(0, 1, "main", epoch=epoch)
-        worker = info.id
+            return self._open(0, 1, f"rank{rank}-main", epoch)
+        return self._open(self._rotated(info, epoch), info.num_workers,
+                          f"rank{rank}-worker{info.id}", epoch)
+
+    def _rotated(self, info, epoch) -> int:
+        """The logical stream DataLoader worker ``info.id`` runs: after a resume, torch hands
+        out batches round-robin from worker 0, so the streams rotate to make the first batch
+        come from the stream that was next."""
         resume = self._resume
         if resume is not None and resume["epoch"] == epoch and \
                 resume["num_workers"] == info.num_workers:
-            # torch hands out batches round-robin from worker 0: rotate the logical streams
-            # so the first batch after a resume comes from the stream that was next
-            worker = (worker + resume["next_worker"]) % info.num_workers
-        return self._stream(worker, info.num_workers, f"worker{info.id}", epoch=epoch)
+            return (info.id + resume["next_worker"]) % info.num_workers
+        return info.id
 
-    def _stream(self, worker, num_workers, name, out_slots=None, *, epoch=None):
-        """The (image, label) samples of logical worker ``worker`` of ``num_workers`` in the
+    # -- the loader protocol (turboloader.loader.protocol) ----------------------------------
+
+    def worker_sizes(self, num_workers: int) -> list[int]:
+        """Samples each of ``num_workers`` logical worker streams of this rank yields per
+        epoch (their sum is ``len(self)``)."""
+        _, world = _topology(self.rank, self.world_size)
+        return sharding.worker_counts(self.num_samples, world, num_workers, pad=self.pad)
+
+    def worker_stream(self, worker: int, num_workers: int, *, batch_size=None, out=None,
+                      timing=None):
+        """The samples (or batches) of logical worker ``worker`` of ``num_workers`` in the
         current epoch: exactly what ``__iter__`` yields in DataLoader worker ``worker``
-        (same items, order, transform parameters and failure policy).
+        (same items, order, transform parameters, failure policy and replacements).
 
-        The hook of ``turboloader.DataLoader(backend="threads")``, which runs each logical
-        worker's stream in its own thread (after ``set_epoch``: every stream of a pass must
-        see the same epoch). ``name`` names the reading state and its
-        statistics (``"rank{r}-{name}"`` in ``stats()["workers"]``). ``out_slots``: None,
-        or a callable returning the slot (a C-contiguous CPU tensor, e.g. ``batch[i]``, or
-        None) that the next sample is decoded into; it is called before each read, so a
-        read that fails and is skipped leaves its slot to the next sample. A yielded image
-        is that slot when the fused plan wrote it, otherwise a new tensor to copy.
+        Call ``set_epoch`` first: every stream of a pass must see the same epoch. The
+        stream's reader (decoder, cache, statistics, failure budget) is the calling thread's
+        stream (see :func:`turboloader.data.reader.reading_as`), kept across epochs.
+
+        Args:
+            worker, num_workers: which logical stream, of how many per rank.
+            batch_size: None: yield ``(image, label)`` samples. An int ``B``: yield
+                ``[images, labels]`` batches of ``B`` samples of this stream (the last one
+                shorter), as torch's DataLoader batches a worker's stream, decoded a whole
+                batch at a time straight into ``images``.
+            out: with ``batch_size``, ``out(shape, dtype)`` returns the tensor a batch is
+                written into (e.g. a recycled, pinned or shared-memory buffer); default
+                ``torch.empty``.
+            timing: optional ``timing(stage, seconds)``, called with the seconds spent
+                gathering (``"read"``) and decoding (``"decode"``) each chunk.
+
+        Raises:
+            RuntimeError: epochs are automatic (no ``set_epoch`` call).
         """
+        epoch = self._epoch.value
+        if epoch < 0:
+            raise RuntimeError("TarDataset.worker_stream: the streams of one pass must share "
+                               "an epoch; call set_epoch first (turboloader.DataLoader does)")
+        rank, _ = _topology(self.rank, self.world_size)
+        name = stream_name(default=f"rank{rank}-stream{worker}")
+        return self._open(worker, num_workers, name, epoch, batch_size=batch_size, out=out,
+                          timing=timing)
+
+    def _open(self, worker, num_workers, name, epoch, *, batch_size=None, out=None,
+              timing=None):
         rank, world = _topology(self.rank, self.world_size)
-        if epoch is None:
-            epoch = self._epoch.value
-            if epoch < 0:
-                raise RuntimeError("TarDataset._stream: the streams of one pass must share an "
-                                   "epoch; call set_epoch first (turboloader.DataLoader does)")
-        st = self._process_state(f"rank{rank}-{name}")
+        st = self._reader(name)
         # automatic epochs cannot be agreed across ranks without communication: every rank
         # keeps its samples (fixed assignment, as with the cache) and reshuffles within them
-        fixed = bool(self._cache_bytes) or (epoch >= AUTO_EPOCH and world > 1)
+        fixed = bool(self.cache_bytes) or (epoch >= AUTO_EPOCH and world > 1)
         slots, samples = sharding.worker_items(
             self._counts, seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank,
             world_size=world, worker=worker, num_workers=num_workers, pad=self.pad,
@@ -478,66 +683,99 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         if self.shard_cache is not None:
             seen = dict.fromkeys(int(np.searchsorted(self._offsets, g, side="right")) - 1
                                  for g in samples)
-            st.plan = [self.urls[s] for s in seen]
+            st.upcoming = [self.urls[s] for s in seen]
         resume = self._take_resume(epoch, worker, num_workers)
-        return self._generate(st, slots, samples, epoch, out_slots, worker=worker,
-                              num_workers=num_workers, resume=resume)
+        cursor = _Cursor(self, st, slots, samples, epoch, worker=worker,
+                         num_workers=num_workers, resume=resume)
+        if batch_size is None:
+            return self._samples(cursor, timing)
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        return self._batches(cursor, int(batch_size), out, timing)
 
-    def _generate(self, st, slots, samples, epoch, out_slots=None, *, worker=0, num_workers=1,
-                  resume=None):
-        recorder = st.recorder
-        # statistics and failures are filed under the epoch; automatic passes under 0
-        label = epoch if epoch < AUTO_EPOCH else 0
-        counters = recorder.counters(label)
-        log = FailureLog(self.policy, len(samples), epoch=label, recorder=recorder)
-        good, failed = [], []
-        # the position of this pass, for state_dict (updated before each yield)
-        progress = {"epoch": epoch, "num_workers": num_workers, "pos": 0, "failed_pos": [],
-                    "failed_slots": [], "replaced": 0, "failures": 0, "size": len(samples)}
-        start, k = 0, 0
-        if resume is not None:  # seek: no replay, no decoding of what was delivered
-            start = min(int(resume["pos"]), len(samples))
-            failed_pos = [int(f) for f in resume["failed_pos"] if f < start]
-            k = int(resume["replaced"])
-            skip = set(failed_pos)
-            good = [samples[i] for i in range(start) if i not in skip]
-            failed = [slots[i] for i in failed_pos][k:]
-            log.count = int(resume["failures"])
-            progress.update(pos=start, failed_pos=failed_pos,
-                            failed_slots=[slots[i] for i in failed_pos], replaced=k,
-                            failures=log.count)
-        self._progress[worker] = progress
+    def _samples(self, cur, timing=None):
+        """``(image, label)`` one at a time, decoded a chunk at a time into a recycled
+        buffer (yielded images are views of it; it is reused once none is referenced)."""
+        st, counters = cur.st, cur.counters
+        tt = self.target_transform
         try:
-            slot_of = out_slots or (lambda: None)
-            for pos in range(start, len(samples)):
-                slot, g = slots[pos], samples[pos]
-                out = self._read(st, g, slot, epoch, log, counters, slot_of())
-                progress["pos"] = pos + 1
-                if out is _FAILED:
-                    failed.append(slot)
-                    progress["failed_pos"].append(pos)
-                    progress["failed_slots"].append(slot)
-                    progress["failures"] = log.count
-                    continue
-                good.append(g)
-                yield out
-            while failed:  # replacements, so every worker yields its full share
-                if not good:
-                    raise FailureBudgetExceeded(
-                        f"no sample of this worker's {len(samples)} could be read to replace "
-                        f"{len(failed)} skipped ones (epoch {label})", log.failures)
-                g = good[k % len(good)]
-                out = self._read(st, g, failed[0], epoch, log, counters, slot_of())
-                if out is _FAILED:
-                    good.remove(g)
-                    progress["failures"] = log.count
-                    continue
-                k += 1
-                failed.pop(0)
-                progress["replaced"] = k
-                yield out
+            while True:
+                out = st.rows(SAMPLE_CHUNK) if st.plan is not None else None
+                n, images, labels, events, exc = cur.fill(out, 0, SAMPLE_CHUNK, timing,
+                                                          defer=True)
+                for r in range(n):
+                    cur.deliver(events[r])
+                    counters["samples"] += 1
+                    st.recorder.sample_done()
+                    img = images[r]
+                    label = labels[r]
+                    yield (out[r] if img is None else img), (label if tt is None else tt(label))
+                if exc is not None:
+                    raise exc
+                if n < SAMPLE_CHUNK:
+                    return
         finally:
-            recorder.flush()
+            st.recorder.flush()
+
+    def _batches(self, cur, B, out, timing=None):
+        """``[images, labels]`` batches of ``B`` (the last one shorter), each decoded into
+        one tensor from ``out``."""
+        st, counters = cur.st, cur.counters
+        tt = self.target_transform
+        alloc = out or (lambda shape, dtype: torch.empty(shape, dtype=dtype))
+        try:
+            while True:
+                shape = st.out_shape
+                images_out = alloc((B, *shape[0]), shape[1]) if shape is not None else None
+                n, images, labels, events, _ = cur.fill(images_out, 0, B, timing)
+                if n == 0:
+                    return
+                cur.deliver(events[-1])
+                counters["samples"] += n
+                st.recorder.sample_done(n)
+                if images_out is None:
+                    images_out = _stack(images, alloc)
+                else:
+                    for r, img in enumerate(images):
+                        if img is not None:
+                            fill_row(images_out, r, img)
+                    if n < B:
+                        images_out = images_out[:n]
+                if tt is not None:
+                    labels = [tt(v) for v in labels]
+                yield [images_out, collate_labels(labels)]
+                if n < B:
+                    return
+        finally:
+            st.recorder.flush()
+
+    def batched(self, batch_size: int, *, drop_last: bool = False, num_workers=None):
+        """This dataset yielding whole batches: use with ``DataLoader(batch_size=None)``.
+
+        Each DataLoader worker decodes ``batch_size`` samples of its stream at a time
+        straight into a batch tensor allocated in shared memory, so handing the batch to
+        the main process copies nothing (torch's collate would copy every sample into a
+        new shared-memory batch). The batches are exactly those of
+        ``DataLoader(dataset, batch_size=batch_size, num_workers=W, drop_last=drop_last)``
+        (each worker batches its own stream; torch takes them round-robin), labels
+        collated the same way.
+
+        Args:
+            batch_size: samples per batch.
+            drop_last: drop each worker stream's last partial batch.
+            num_workers: the DataLoader's ``num_workers``, only for ``len()`` (batches per
+                rank per epoch); without it ``len()`` assumes one stream.
+
+        Returns:
+            A :class:`TarBatches` ``IterableDataset`` (``set_epoch``, ``state_dict``,
+            ``stats`` ... are this dataset's).
+
+        Example:
+            >>> loader = torch.utils.data.DataLoader(ds.batched(256), batch_size=None,
+            ...                                      num_workers=8)       # doctest: +SKIP
+            >>> for images, labels in loader: ...
+        """
+        return TarBatches(self, batch_size, drop_last=drop_last, num_workers=num_workers)
 
     # -- checkpoints: resume mid-epoch -------------------------------------------------------
 
@@ -545,12 +783,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         _, world = _topology(self.rank, self.world_size)
         return {"num_samples": self.num_samples, "seed": self.seed, "shuffle": self.shuffle,
                 "pad": self.pad, "world_size": world, "mix_shards": self.mix_shards,
-                "fixed": bool(self._cache_bytes)}
-
-    def _worker_sizes(self, num_workers):
-        """Samples each of ``num_workers`` logical worker streams of this rank yields."""
-        _, world = _topology(self.rank, self.world_size)
-        return sharding.worker_counts(self.num_samples, world, num_workers, pad=self.pad)
+                "fixed": bool(self.cache_bytes)}
 
     def _take_resume(self, epoch, worker, num_workers):
         """The resume point of logical worker ``worker`` for this pass, used once."""
@@ -645,7 +878,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
                 raise ValueError("batches= needs batch_size= and num_workers= (and no delivered=)")
             W = max(int(num_workers), 1)
             delivered, next_worker = delivered_counts(
-                self._worker_sizes(W), int(batches), int(batch_size), drop_last=drop_last)
+                self.worker_sizes(W), int(batches), int(batch_size), drop_last=drop_last)
         elif delivered is not None:
             delivered = [int(d) for d in delivered]
             W, next_worker = len(delivered), 0
@@ -653,10 +886,10 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
             W = max((p["num_workers"] for p in progress.values()), default=1)
             delivered = [progress[w]["pos"] - len(progress[w]["failed_pos"])
                          + progress[w]["replaced"] if w in progress else 0 for w in range(W)]
-            sizes0 = self._worker_sizes(W)
+            sizes0 = self.worker_sizes(W)
             delivered = [min(d, n) for d, n in zip(delivered, sizes0)]
             next_worker = 0
-        sizes = self._worker_sizes(W)
+        sizes = self.worker_sizes(W)
         if any(d < 0 or d > n for d, n in zip(delivered, sizes)):
             raise ValueError(f"delivered counts {delivered} do not fit the worker shares {sizes}")
         workers = {}
@@ -708,7 +941,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
             bad(f"malformed state ({type(exc).__name__}: {exc})")
         if W < 0 or epoch < -1:
             bad(f"negative num_workers {W} or epoch {epoch}")
-        sizes = self._worker_sizes(max(W, 1))
+        sizes = self.worker_sizes(max(W, 1))
         if not 0 <= nxt < max(W, 1):
             bad(f"next_worker {nxt} is not one of the {max(W, 1)} streams")
         if not isinstance(workers, dict):
@@ -784,10 +1017,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         ``"rank{r}-main"``, each with its ``cache`` gauge). Workers report every
         ``stats_interval`` samples and at the end of each pass. Counts are this rank's.
         """
-        for st in list(self._states.values()):
-            if st.pid == os.getpid():
-                st.recorder.flush()
-        out = self._telemetry.collect(epoch)
+        out = super().stats(epoch)
         out["failed_shards"] = list(self.failed_shards)
         if self.shard_cache is not None:
             out["shard_cache"] = self.shard_cache.stats()
@@ -796,5 +1026,66 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
     def __repr__(self):
         return (f"TarDataset({len(self.urls)} shards, {self.num_samples} samples, "
                 f"shuffle={self.shuffle}, seed={self.seed}, pad={self.pad}, "
-                f"cache={self._cache_bytes or None}, on_error={self.policy.on_error!r})")
+                f"cache={self.cache_bytes or None}, on_error={self.policy.on_error!r})")
 
+
+def _stack(images, alloc):
+    """Images of the generic path as one batch: rows of an ``alloc`` tensor when they are
+    tensors of one shape, else torch's ``default_collate``."""
+    first = images[0]
+    if isinstance(first, torch.Tensor) and all(
+            isinstance(x, torch.Tensor) and x.shape == first.shape and x.dtype == first.dtype
+            for x in images):
+        out = alloc((len(images), *first.shape), first.dtype)
+        for r, img in enumerate(images):
+            out[r].copy_(img)
+        return out
+    from torch.utils.data._utils.collate import default_collate
+
+    return default_collate(images)
+
+
+class TarBatches(torch.utils.data.IterableDataset):
+    """A :class:`TarDataset` that yields ``[images, labels]`` batches (see
+    :meth:`TarDataset.batched`). Attributes not defined here are the dataset's."""
+
+    def __init__(self, dataset, batch_size, *, drop_last=False, num_workers=None):
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.drop_last = bool(drop_last)
+        self.num_workers = num_workers
+
+    def __getattr__(self, name):
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __len__(self) -> int:
+        """Batches per rank per epoch, for ``num_workers`` streams (one when not given)."""
+        B = self.batch_size
+        sizes = self.dataset.worker_sizes(max(1, int(self.num_workers or 0)))
+        return sum(n // B if self.drop_last else -(-n // B) for n in sizes)
+
+    def __iter__(self):
+        ds = self.dataset
+        info = torch.utils.data.get_worker_info()
+        epoch = ds._pass_epoch()
+        ds._last_pass = epoch
+        rank, _ = _topology(ds.rank, ds.world_size)
+        if info is None:
+            worker, W, name = 0, 1, f"rank{rank}-main"
+            alloc = None
+        else:
+            worker, W = ds._rotated(info, epoch), info.num_workers
+            name = f"rank{rank}-worker{info.id}"
+            alloc = new_shared  # the batch crosses to the main process by handle
+        B = self.batch_size
+        for batch in ds._open(worker, W, name, epoch, batch_size=B, out=alloc):
+            if self.drop_last and len(batch[1]) < B:
+                return
+            yield batch
+
+    def __repr__(self):
+        return f"TarBatches({self.dataset!r}, batch_size={self.batch_size})"

@@ -7,28 +7,16 @@ import time
 import numpy as np
 import torch.utils.data
 
-from turboloader.data._streams import MapStreamState, own_states, stream_state
-from turboloader.data.cache import Timer, parse_size
-from turboloader.data.epochs import EpochMixin, SharedEpoch
-from turboloader.data.failures import FailurePolicy
-from turboloader.data.telemetry import Telemetry
+from turboloader.data.reader import MapDataset, StreamReader
 from turboloader.data.shards import expand_urls
-from turboloader.errors import FailureBudgetExceeded, SampleError, TurboLoaderError
+from turboloader.errors import SampleError, TurboLoaderError
 from turboloader.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.tbl import Codec, TBLFile
-from turboloader.transforms._random import sample_rng, using_rng
 
 __all__ = ["ResumableSampler", "TBLDataset"]
 
 
-class _ProcessState(MapStreamState):
-    """A stream's reading state plus its open TBL files."""
-
-    def __init__(self, dataset, name):
-        super().__init__(dataset, name)
-        self.files = [TBLFile(p, check_crc=dataset.check_crc) for p in dataset.paths]
-
-class TBLDataset(EpochMixin, torch.utils.data.Dataset):
+class TBLDataset(MapDataset, torch.utils.data.Dataset):
     """Map-style ``(image, label)`` dataset over TBL files: O(1) random access by index.
 
     The files' records are numbered in order, file after file. Reading record ``i`` is one
@@ -86,18 +74,12 @@ class TBLDataset(EpochMixin, torch.utils.data.Dataset):
     def __init__(self, paths, transform=None, target_transform=None, *, seed=0, cache=None,
                  cache_short_side=None, on_error="raise", max_failures=0.01, check_crc=True,
                  max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256):
-        if int(seed) < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
+        self._init_reader(transform, target_transform, seed=seed, cache=cache,
+                          cache_short_side=cache_short_side, on_error=on_error,
+                          max_failures=max_failures, max_pixels=max_pixels,
+                          stats_interval=stats_interval)
         self.paths = expand_urls(paths)
-        self.transform = transform
-        self.target_transform = target_transform
-        self.seed = int(seed)
-        self._cache_bytes = parse_size(cache) if cache else 0
-        self.cache_short_side = cache_short_side
-        self.policy = FailurePolicy(on_error, max_failures)
         self.check_crc = bool(check_crc)
-        self.max_pixels = max_pixels
-        self.stats_interval = int(stats_interval)
         counts, labels, metadata = [], [], []
         for p in self.paths:
             with TBLFile(p, check_crc=False) as f:
@@ -109,14 +91,6 @@ class TBLDataset(EpochMixin, torch.utils.data.Dataset):
         self._targets = np.concatenate(labels) if labels else np.empty(0, np.int64)
         self.metadata = metadata
         self.classes = metadata[0].get("classes") if metadata else None
-        self._epoch = SharedEpoch()
-        self._telemetry = Telemetry()
-        self._states = {}  # stream name -> _ProcessState (see data._streams)
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_states"] = {}
-        return state
 
     def __len__(self) -> int:
         return int(self._offsets[-1])
@@ -126,87 +100,50 @@ class TBLDataset(EpochMixin, torch.utils.data.Dataset):
         """int64 label of every sample (-1 where a record has none), read from the index."""
         return self._targets
 
-    def _process_state(self):
-        """The reading state of the calling thread's stream: one per DataLoader worker
-        process, one per decode thread of the thread backend, ``"main"`` otherwise."""
-        return stream_state(self, lambda name: _ProcessState(self, name))
+    def _new_reader(self, name):
+        st = StreamReader(self, name, flush_failures=True)
+        st.files = [TBLFile(p, check_crc=self.check_crc) for p in self.paths]
+        return st
 
     def locate(self, index: int) -> tuple:
         """``(path, record)``: the file holding sample ``index`` and its position there."""
         s = int(np.searchsorted(self._offsets, index, side="right")) - 1
         return self.paths[s], index - int(self._offsets[s])
 
-    def _load(self, st, i, rng, counters):
+    def _gather(self, st, chunk, i, slot, epoch, counters):
         s = int(np.searchsorted(self._offsets, i, side="right")) - 1
         f, j = st.files[s], i - int(self._offsets[s])
-        entry = f.index[j]
+        where = (s, j, i)
+        cache = st.decoder.cache
+        if cache is not None and i in cache:
+            entry = f.index[j]
+            if int(entry["flags"]) & 1:
+                chunk.add(None, int(entry["label"]), where, slot, epoch, cache_key=i)
+            else:
+                chunk.fail(SampleError(f"record {j} has no label"), where, slot, epoch)
+            return
+        t = time.perf_counter()
         try:
-            cache = st.decoder.cache
-            data = None
-            if cache is None or i not in cache:
-                t = time.perf_counter()
-                rec = f.record(j)
-                counters["read_s"] += time.perf_counter() - t
-                counters["bytes_read"] += int(entry["size"])
-                data, codec, label = rec.data, rec.codec, rec.label
-            else:
-                codec = Codec(int(entry["codec"]))
-                label = int(entry["label"]) if int(entry["flags"]) & 1 else None
-            if label is None:
-                raise SampleError(f"record {j} has no label")
-            if codec == Codec.RAW:
-                img = self._from_pixels(st, rec.array(), rng, counters)
-            else:
-                img = st.decoder(data, key=i, rng=rng, counters=counters)
+            rec = f.record(j)
         except TurboLoaderError as exc:
-            exc.add_note(f"TBLDataset: file {f.path!r}, record {j}, key {f.key(j)!r}, byte "
-                         f"offset {int(entry['offset'])} (index {i})")
-            raise
-        return img, label
-
-    def _from_pixels(self, st, arr, rng, counters):
-        timer = Timer(counters)
-        plan = st.decoder.plan
-        if plan is not None:
-            out = plan.from_array(arr, rng=rng)
+            chunk.fail(exc, where, slot, epoch)
+            return
+        counters["read_s"] += time.perf_counter() - t
+        counters["bytes_read"] += int(f.index[j]["size"])
+        if rec.label is None:
+            chunk.fail(SampleError(f"record {j} has no label"), where, slot, epoch)
+        elif rec.codec == Codec.RAW:  # decoded pixels: the transform only, never cached
+            chunk.add(rec.array(), rec.label, where, slot, epoch)
         else:
-            from PIL import Image
+            chunk.add(rec.data, rec.label, where, slot, epoch,
+                      cache_key=None if cache is None else i)
 
-            img = Image.fromarray(np.array(arr))
-            if self.transform is None:
-                out = img
-            else:
-                with using_rng(rng):
-                    out = self.transform(img)
-        timer.lap("transform_s")
-        return out
-
-    def __getitem__(self, index: int):
-        """``(image, label)`` for ``index`` (or, under "skip", for the next readable index)."""
-        n = len(self)
-        if not -n <= index < n:
-            raise IndexError(f"index {index} out of range for {n} samples")
-        index %= n
-        epoch, word = self.epoch, self._sample_epoch()
-        st = self._process_state()
-        counters = st.recorder.counters(epoch)
-        for attempt in range(n):
-            i = (index + attempt) % n
-            try:
-                img, label = self._load(st, i, sample_rng(self.seed, word, index), counters)
-            except TurboLoaderError as exc:
-                s = int(np.searchsorted(self._offsets, i, side="right")) - 1
-                f, j = st.files[s], i - int(self._offsets[s])
-                st.log(self.policy, n, epoch).record(exc, shard=f.path, key=f.key(j),
-                                                     offset=int(f.index[j]["offset"]))
-                continue
-            if self.target_transform is not None:
-                label = self.target_transform(label)
-            counters["samples"] += 1
-            st.recorder.sample_done()
-            return img, label
-        raise FailureBudgetExceeded(f"no sample of {self.paths!r} could be read",
-                                    st.log(self.policy, n, epoch).failures)
+    def _where(self, st, where):
+        s, j, i = where
+        f = st.files[s]
+        offset = int(f.index[j]["offset"])
+        return (f"TBLDataset: file {f.path!r}, record {j}, key {f.key(j)!r}, byte offset "
+                f"{offset} (index {i})", f.path, f.key(j), offset)
 
     def state_dict(self) -> dict:
         """``{"format": "turboloader.TBLDataset/1", "epoch": e}``. A map-style dataset
@@ -227,9 +164,7 @@ class TBLDataset(EpochMixin, torch.utils.data.Dataset):
         """Counters of every stream that read this dataset (see ``TarDataset.stats`` and
         ``ImageFolder.stats``: skipped samples are reported at once, counters every
         ``stats_interval`` samples and when a worker exits)."""
-        for st in own_states(self):
-            st.recorder.flush()
-        return self._telemetry.collect(epoch)
+        return super().stats(epoch)
 
     def __repr__(self) -> str:
         files = self.paths[0] if len(self.paths) == 1 else f"{len(self.paths)} files"

@@ -145,8 +145,9 @@ class Recorder:
             c = self.epochs[epoch] = dict.fromkeys(COUNTERS, 0)
         return c
 
-    def sample_done(self) -> None:
-        self._unflushed += 1
+    def sample_done(self, n: int = 1) -> None:
+        """``n`` more samples delivered: flush every ``interval`` of them."""
+        self._unflushed += n
         if self._unflushed >= self.interval:
             self.flush()
 

@@ -1,0 +1,487 @@
+"""The sample reader the three datasets share: decoder + cache + failure policy + statistics +
+per-stream state, and the batch path that turns many gathered samples into batch rows at once.
+
+A *stream* is what reads samples with its own decoder, cache, statistics recorder and failure
+budget: the main process (``"main"``), a DataLoader worker process (``"worker{id}"``), or a
+decode thread of ``turboloader.DataLoader(backend="threads")``, which names itself with
+:func:`reading_as`. Each stream has one :class:`StreamReader`, made on first use in the
+process that reads (never pickled).
+
+The batch path, per chunk of samples (typically a batch):
+
+1. the dataset *gathers* each sample into a :class:`Chunk`: its encoded bytes (a ``pread``
+   into a reused buffer, an mmap slice, a file's bytes), or a decoded array from the cache,
+   its label (a TAR shard's labels are parsed once per shard), its random-parameter index,
+   and where it came from (for error messages); a sample that cannot be read is a row with
+   an error instead;
+2. :meth:`StreamReader.decode` decodes and transforms every row at once: keys from
+   ``(seed, epoch, index)``, ``plan.prepare_batch`` and ``plan.run_batch`` (one call, the
+   GIL released) write the rows of the batch tensor; a row the fused plan cannot do (a PNG,
+   a crop larger than its image) runs the per-sample generic path; a row that fails is an
+   error for that row, never an abort of the chunk;
+3. the dataset walks the rows in order and applies the failure policy to the failed ones
+   (raise with notes naming the shard, key and offset; or skip, keeping the per-sample
+   order: later rows move up and the stream tops the batch up).
+
+The map-style datasets (:class:`MapDataset`: ``ImageFolder``, ``TBLDataset``) share their
+``__getitem__``/``__getitems__`` here: a failed index is replaced by the next readable one
+(wrapping around) with the requested index's random parameters, within the budget.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from turboloader.data._buffers import BufferPool
+from turboloader.data.cache import Decoder, is_jpeg, parse_size
+from turboloader.data.epochs import EpochMixin, SharedEpoch
+from turboloader.data.failures import FailureLog, FailurePolicy
+from turboloader.data.telemetry import Telemetry
+from turboloader.errors import DecodeWarning, FailureBudgetExceeded, TurboLoaderError
+from turboloader.transforms._random import sample_rng
+from turboloader.data import _batch_standin as _batch
+
+__all__ = ["Chunk", "MapDataset", "ReaderMixin", "StreamReader", "reading_as", "stream_name"]
+
+#: Samples per batch call when a dataset yields single samples (``__iter__`` under a
+#: DataLoader that batches them): large enough to amortise the per-call work, small enough
+#: that a chunk's buffer (this many output images) stays a few MB.
+SAMPLE_CHUNK = 32
+
+_local = threading.local()
+_LOCK = threading.Lock()  # guards every dataset's _states (module level: picklable datasets)
+
+
+@contextmanager
+def reading_as(name: str):
+    """Samples read by this thread inside the block belong to the stream ``name``."""
+    prev = getattr(_local, "name", None)
+    _local.name = name
+    try:
+        yield
+    finally:
+        _local.name = prev
+
+
+def stream_name(default=None) -> str:
+    """The calling thread's stream: set by :func:`reading_as`, else ``default`` when given,
+    else ``"worker{id}"`` in a DataLoader worker process, else ``"main"``."""
+    name = getattr(_local, "name", None)
+    if name is not None:
+        return name
+    if default is not None:
+        return default
+    info = torch.utils.data.get_worker_info()
+    return f"worker{info.id}" if info is not None else "main"
+
+
+class Chunk:
+    """Samples gathered for one batch call, as parallel per-row lists.
+
+    Per row: ``sources`` (encoded bytes, a decoded HWC uint8 array, a zero-argument callable
+    returning an image for a custom loader, or None when the decoded image is in the cache
+    under ``cache_keys``), ``sizes`` (original ``(h, w)`` of an array source, else None),
+    ``labels``, ``errors`` (the exception that made the row unreadable, else None),
+    ``where`` (what the dataset needs to name the sample in an error), ``slots`` (the
+    random-parameter index) and ``cache_keys`` (None: not cached).
+    """
+
+    __slots__ = ("sources", "sizes", "labels", "errors", "where", "slots", "cache_keys",
+                 "epochs", "nbytes")
+
+    def __init__(self):
+        self.sources, self.sizes, self.labels, self.errors = [], [], [], []
+        self.where, self.slots, self.cache_keys, self.epochs = [], [], [], []
+        self.nbytes = 0
+
+    def __len__(self):
+        return len(self.sources)
+
+    def add(self, source, label, where, slot, epoch, *, size=None, cache_key=None):
+        self.sources.append(source)
+        self.sizes.append(size)
+        self.labels.append(label)
+        self.errors.append(None)
+        self.where.append(where)
+        self.slots.append(slot)
+        self.cache_keys.append(cache_key)
+        self.epochs.append(epoch)
+
+    def fail(self, exc, where, slot, epoch):
+        self.add(None, None, where, slot, epoch)
+        self.errors[-1] = exc
+
+
+class StreamReader:
+    """What one stream keeps while reading: its decoder (and cache), statistics recorder,
+    per-epoch failure logs, recycled chunk buffers and gather buffer. Never pickled."""
+
+    def __init__(self, dataset, name, *, flush_failures=False):
+        self.pid = os.getpid()
+        self.name = name
+        self.seed = dataset.seed
+        self.max_pixels = dataset.max_pixels
+        self.decoder = Decoder(dataset.transform, cache=dataset.cache_bytes,
+                               short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
+        plan = self.decoder.plan
+        # the batch path needs one output shape for all rows; otherwise every row runs the
+        # per-sample path (which still fuses JPEG decoding and the transform)
+        self.plan = plan if plan is not None and plan.output_shape is not None else None
+        # map-style streams report failures at once: their worker never sees a pass end
+        self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval,
+                                                    flush_failures=flush_failures)
+        self.recorder.cache = self.decoder.cache
+        self.logs = {}
+        self.buffers = BufferPool(capacity=4)
+        self._gather = np.empty(0, np.uint8)
+
+    @property
+    def out_shape(self):
+        """``((3, H, W), torch dtype)`` of every sample on the batch path, else None."""
+        plan = self.plan
+        return None if plan is None else (tuple(plan.output_shape), plan.output_dtype)
+
+    def log(self, policy, n, epoch) -> FailureLog:
+        """The failure log of ``epoch`` (budget over ``n`` samples), made on first use."""
+        log = self.logs.get(epoch)
+        if log is None:
+            log = self.logs[epoch] = FailureLog(policy, n, epoch=epoch, recorder=self.recorder)
+        return log
+
+    def gather_buffer(self, nbytes) -> np.ndarray:
+        """A byte buffer of at least ``nbytes`` for gathering a chunk's encoded samples,
+        reused across chunks (replaced, never resized, so views of the old one stay valid)."""
+        if self._gather.nbytes < nbytes:
+            self._gather = np.empty(max(nbytes, 2 * self._gather.nbytes), np.uint8)
+        return self._gather
+
+    def rows(self, n):
+        """A recycled ``(n, *shape)`` buffer for ``n`` samples of the batch path."""
+        shape, dtype = self.out_shape
+        return self.buffers.get((n, *shape), dtype)
+
+    # -- the batch call -------------------------------------------------------------------
+
+    def decode(self, chunk, out, row0=0, *, counters, timing=None):
+        """Decode and transform every readable row of ``chunk``: row ``i`` into
+        ``out[row0 + i]`` on the batch path.
+
+        Returns:
+            ``(errors, objs)``: per row, the exception that made it fail (``chunk.errors``
+            updated in place) or None; and the image when it was *not* written into
+            ``out`` (the generic path, or ``out`` None), else None.
+        """
+        t0 = time.perf_counter()
+        n = len(chunk)
+        sources, errors, sizes = chunk.sources, chunk.errors, chunk.sizes
+        objs = [None] * n
+        dec = self.decoder
+        if dec.cache is not None:
+            self._through_cache(chunk, counters)
+        plan = self.plan if out is not None else None
+        fused, generic = [], []
+        for i in range(n):
+            if errors[i] is not None:
+                continue
+            src = sources[i]
+            if plan is not None and (isinstance(src, np.ndarray) or
+                                     (not callable(src) and is_jpeg(src))):
+                fused.append(i)
+            else:
+                generic.append(i)
+        if fused:
+            t = time.perf_counter()
+            srcs = [sources[i] for i in fused]
+            epochs = chunk.epochs
+            e0 = epochs[fused[0]]
+            word = e0 if all(epochs[i] == e0 for i in fused) else \
+                np.array([epochs[i] for i in fused], np.uint64)
+            keys = _batch.sample_keys(self.seed, word, [chunk.slots[i] for i in fused])
+            arrays = any(sizes[i] is not None for i in fused)
+            src_sizes = None if not arrays else np.array(
+                [sizes[i] if sizes[i] is not None else sources[i].shape[:2] for i in fused],
+                np.int64)
+            params = _batch.prepare_batch(plan, srcs, keys, source_sizes=src_sizes)
+            result = _batch.run_batch(plan, srcs, params, out,
+                                      rows=np.asarray(fused, np.int64) + row0,
+                                      max_pixels=self.max_pixels)
+            status = result.status
+            for j, i in enumerate(fused):
+                if status[j] == _batch.OK:
+                    if result.warnings[j]:
+                        warnings.warn(result.warnings[j], DecodeWarning, stacklevel=3)
+                elif status[j] == _batch.GENERIC:
+                    generic.append(i)
+                else:
+                    errors[i] = result.errors[j]
+            if counters is not None:
+                counters["transform_s" if dec.cache is not None else "decode_s"] += \
+                    time.perf_counter() - t
+            if generic:
+                generic.sort()
+        for i in generic:
+            src = sources[i]
+            rng = sample_rng(self.seed, chunk.epochs[i], chunk.slots[i])
+            slot = None if out is None else out[row0 + i]
+            try:
+                if callable(src):  # a user's loader: its image goes through the transform
+                    timer = time.perf_counter()
+                    img = src()
+                    if counters is not None:
+                        counters["decode_s"] += time.perf_counter() - timer
+                    img = dec._generic(img, rng)
+                else:
+                    img = dec.transform_source(src, rng=rng, source_size=sizes[i],
+                                               counters=counters, out=slot)
+            except TurboLoaderError as exc:
+                errors[i] = exc
+                continue
+            except Exception as exc:  # not the policy's: raised in row order by the caller
+                errors[i] = exc
+                continue
+            if slot is None or not _is_slot(img, slot):
+                objs[i] = img
+        if timing is not None:
+            timing("decode", time.perf_counter() - t0)
+        return errors, objs
+
+    def _through_cache(self, chunk, counters):
+        """Replace cached rows' sources by their decoded arrays: hits first, then misses
+        (decoded and stored now), so storing a miss never evicts a hit of the same chunk
+        before it is read."""
+        dec = self.decoder
+        sources, errors, keys = chunk.sources, chunk.errors, chunk.cache_keys
+        misses = []
+        for i, key in enumerate(keys):
+            if key is None or errors[i] is not None:
+                continue
+            if sources[i] is None:
+                sources[i], chunk.sizes[i] = dec.cached_array(key, None, counters=counters)
+            else:
+                misses.append(i)
+        t = time.perf_counter()
+        for i in misses:
+            try:
+                sources[i], chunk.sizes[i] = dec.cached_array(
+                    keys[i], sources[i], counters=counters, extra=chunk.labels[i])
+            except TurboLoaderError as exc:
+                errors[i] = exc
+        if misses and counters is not None:
+            counters["decode_s"] += time.perf_counter() - t
+
+
+def _is_slot(img, slot) -> bool:
+    return (isinstance(img, torch.Tensor) and img.data_ptr() == slot.data_ptr()
+            and img.dtype == slot.dtype and img.shape == slot.shape)
+
+
+def fill_row(out, r, img):
+    """Copy ``img`` into ``out[r]`` (a generic-path image of a batch on the batch path).
+
+    Raises:
+        RuntimeError: the shapes differ (torch's ``stack`` message, naming turboloader).
+        TypeError: ``img`` is not a tensor.
+    """
+    if not isinstance(img, torch.Tensor):
+        raise TypeError(f"expected a tensor image, got {type(img).__name__}")
+    dst = out[r]
+    if tuple(img.shape) != tuple(dst.shape):
+        raise RuntimeError(f"stack expects each tensor to be equal size, but got "
+                           f"{tuple(dst.shape)} and {tuple(img.shape)} in one batch "
+                           f"(turboloader)")
+    dst.copy_(img)
+
+
+def compact(out, good_rows, row0):
+    """Move the rows ``good_rows`` (ascending, each >= its target) of ``out`` down to
+    ``row0, row0 + 1, ...``: a skipped sample's later neighbours take its place, keeping
+    the per-sample order."""
+    dst = row0
+    for r in good_rows:
+        if r != dst:
+            out[dst].copy_(out[r])
+        dst += 1
+    return dst
+
+
+def collate_labels(labels):
+    """Labels of a batch as ``default_collate`` makes them (an int64 tensor for ints)."""
+    if labels and all(type(v) is int for v in labels):
+        return torch.tensor(labels, dtype=torch.int64)
+    from torch.utils.data._utils.collate import default_collate
+
+    return default_collate(labels)
+
+
+# -- the datasets' shared scaffolding --------------------------------------------------------
+
+
+class ReaderMixin(EpochMixin):
+    """What every turboloader dataset has: seed, transforms, cache, failure policy,
+    decompression-bomb limit, statistics and epochs, and one :class:`StreamReader` per
+    stream that reads it."""
+
+    def _init_reader(self, transform, target_transform, *, seed, cache, cache_short_side,
+                     on_error, max_failures, max_pixels, stats_interval):
+        if int(seed) < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self.transform = transform
+        self.target_transform = target_transform
+        self.seed = int(seed)
+        self.cache_bytes = parse_size(cache) if cache else 0
+        self.cache_short_side = cache_short_side
+        self.policy = FailurePolicy(on_error, max_failures)
+        self.max_pixels = max_pixels
+        self.stats_interval = int(stats_interval)
+        self._epoch = SharedEpoch()
+        self._telemetry = Telemetry()
+        self._states = {}  # stream name -> StreamReader of this process
+
+    @property
+    def _cache_bytes(self):  # the name before cache_bytes was public
+        return self.cache_bytes
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_states"] = {}
+        return state
+
+    def _new_reader(self, name) -> StreamReader:
+        return StreamReader(self, name)
+
+    def _reader(self, name=None) -> StreamReader:
+        """The reader of stream ``name`` (default: the calling thread's, see
+        :func:`stream_name`) in this process, made on first use. Readers inherited from a
+        parent process (fork) are dropped, not closed. A reader is used by one thread at a
+        time (its stream's)."""
+        name = stream_name() if name is None else name
+        pid = os.getpid()
+        st = self._states.get(name)
+        if st is not None and st.pid == pid:
+            return st
+        with _LOCK:
+            states = self._states
+            if any(s.pid != pid for s in states.values()):
+                states = self._states = {k: s for k, s in states.items() if s.pid == pid}
+            st = states.get(name)
+            if st is None:
+                st = states[name] = self._new_reader(name)
+        return st
+
+    def _own_readers(self) -> list:
+        """The readers this process created (for flushing their statistics)."""
+        pid = os.getpid()
+        with _LOCK:
+            return [s for s in self._states.values() if s.pid == pid]
+
+    def stats(self, epoch=None) -> dict:
+        """Counters of every stream that read this dataset, for ``epoch`` or all epochs.
+
+        Returns a dict: ``samples``, ``bytes_read``, ``read_s``, ``decode_s`` (a fused
+        decode + transform counts here), ``transform_s``, ``failures``, ``cache_hits``,
+        ``cache_misses``, ``cache_evictions``, ``cache_bytes`` (now, summed over
+        streams), ``skipped`` (one dict per skipped sample: ``shard``, ``key``, ``offset``,
+        ``reason``, ``epoch``, ``worker``) and ``workers`` (the same counters per stream,
+        each with its ``cache`` gauge).
+        """
+        for st in self._own_readers():
+            st.recorder.flush()
+        return self._telemetry.collect(epoch)
+
+
+class MapDataset(ReaderMixin):
+    """The map-style datasets' reading: ``__getitem__`` and ``__getitems__`` over the batch
+    path, with the skip-and-advance failure policy.
+
+    A subclass provides ``__len__``, ``_gather(st, chunk, i, slot, epoch, counters)`` (add
+    sample ``i`` to the chunk: its source and label, or the error that made it unreadable;
+    errors that are not turboloader's propagate) and ``_where(st, where)`` (``(note,
+    shard, key, offset)`` naming a gathered sample in errors and in ``stats()``).
+    """
+
+    def _new_reader(self, name) -> StreamReader:
+        return StreamReader(self, name, flush_failures=True)
+
+    def __getitem__(self, index: int):
+        """``(image, target)`` for ``index`` (or, under "skip", for the next readable index)."""
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices, *, out=None, timing=None) -> list:
+        """``[(image, target), ...]`` for ``indices``, decoded and transformed as one batch
+        (what torch's DataLoader calls to fetch a batch; ``__getitem__`` is a batch of one).
+
+        Args:
+            indices: sample indices (negative ones count from the end).
+            out: optional ``(len(indices), C, H, W)`` CPU tensor the images are written
+                into (the thread backend's batch rows); images on the batch path are then
+                ``out[j]``. Without it they are views of a buffer recycled once nothing
+                references it (e.g. after the DataLoader's collate copied them).
+            timing: optional ``timing(stage, seconds)`` called with the time spent reading
+                (``"read"``) and decoding (``"decode"``).
+
+        Raises:
+            IndexError: an index out of range. The typed error of a sample that does not
+                read, under ``on_error="raise"``, with a note naming it;
+                FailureBudgetExceeded over the skip budget.
+        """
+        n = len(self)
+        idx = []
+        for index in indices:
+            index = int(index)
+            if not -n <= index < n:
+                raise IndexError(f"index {index} out of range for {n} samples")
+            idx.append(index % n)
+        epoch = self.epoch
+        st = self._reader()
+        counters = st.recorder.counters(epoch)
+        t0 = time.perf_counter()
+        chunk = Chunk()
+        for i in idx:
+            self._gather(st, chunk, i, i, self._sample_epoch(), counters)
+        if timing is not None:
+            timing("read", time.perf_counter() - t0)
+        if out is None and st.plan is not None:
+            out = st.rows(len(idx))
+        errors, objs = st.decode(chunk, out, 0, counters=counters, timing=timing)
+        samples = []
+        for r, i in enumerate(idx):
+            if errors[r] is not None:
+                img, label = self._replace(st, chunk, r, errors[r], out, counters)
+            else:
+                img = objs[r] if objs[r] is not None else out[r]
+                label = chunk.labels[r]
+            if self.target_transform is not None:
+                label = self.target_transform(label)
+            samples.append((img, label))
+        counters["samples"] += len(samples)
+        st.recorder.sample_done(len(samples))
+        return samples
+
+    def _replace(self, st, chunk, r, exc, out, counters):
+        """Row ``r`` failed with ``exc``: apply the policy (raise) or read the next indices
+        in turn, with row ``r``'s random parameters, until one reads (skip)."""
+        n = len(self)
+        log = st.log(self.policy, n, self.epoch)
+        index, epoch, where = chunk.slots[r], chunk.epochs[r], chunk.where[r]
+        for attempt in range(1, n + 1):
+            note, shard, key, offset = self._where(st, where)
+            if isinstance(exc, TurboLoaderError) and note not in getattr(exc, "__notes__", ()):
+                exc.add_note(note)
+            log.record(exc, shard=shard, key=key, offset=offset)
+            if attempt == n:
+                break
+            one = Chunk()
+            self._gather(st, one, (index + attempt) % n, index, epoch, counters)
+            errors, objs = st.decode(one, out, r, counters=counters)
+            if errors[0] is None:
+                img = objs[0] if objs[0] is not None else out[r]
+                return img, one.labels[0]
+            exc, where = errors[0], one.where[0]
+        raise FailureBudgetExceeded(f"no sample of {self!r} could be read", log.failures)

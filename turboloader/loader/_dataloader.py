@@ -1,0 +1,575 @@
+"""``turboloader.DataLoader``: torch's DataLoader with good defaults, or a thread backend
+(see :mod:`turboloader.loader` for the design)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+import torch.utils.data
+from torch.utils.data import IterableDataset
+
+from turboloader.data._buffers import BufferPool
+from turboloader.loader._iterable import IterablePipeline, batch_len
+from turboloader.loader._mapstyle import MapPipeline
+from turboloader.loader._pipeline import DONE, Failure
+from turboloader.loader.protocol import has_worker_streams
+from turboloader.loader.stats import RunStats, format_stats
+
+__all__ = ["DataLoader", "profile"]
+
+
+def _is_pathlike(x) -> bool:
+    if isinstance(x, (str, bytes, os.PathLike)):
+        return True
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(
+        isinstance(p, (str, os.PathLike)) for p in x)
+
+
+def _cache_on(dataset) -> bool:
+    return bool(getattr(dataset, "cache_bytes", 0))
+
+
+def _accelerator() -> bool:
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None:
+        return bool(acc.is_available())
+    return torch.cuda.is_available()
+
+
+# -- progress ---------------------------------------------------------------------------
+
+
+class _StderrBar:
+    """A minimal progress bar for when tqdm is not installed."""
+
+    def __init__(self, iterable, total, desc="turboloader"):
+        self.iterable, self.total, self.desc = iterable, total, desc
+
+    def __iter__(self):
+        start = last = time.perf_counter()
+        n = 0
+        try:
+            for item in self.iterable:
+                n += 1
+                now = time.perf_counter()
+                if now - last > 0.5 or n == self.total:
+                    last = now
+                    self._draw(n, now - start)
+                yield item
+        finally:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    def _draw(self, n, elapsed):
+        rate = n / elapsed if elapsed > 0 else 0.0
+        if self.total:
+            frac = min(1.0, n / self.total)
+            bar = "#" * int(30 * frac)
+            line = f"\r{self.desc}: [{bar:<30}] {n}/{self.total} batches, {rate:.1f} it/s"
+        else:
+            line = f"\r{self.desc}: {n} batches, {rate:.1f} it/s"
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
+def _progress(iterable, total):
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return _StderrBar(iterable, total)
+    return tqdm(iterable, total=total, unit="batch", desc="turboloader")
+
+
+# -- the loader -------------------------------------------------------------------------
+
+
+class _ResumableSampler(torch.utils.data.Sampler):
+    """A map-style sampler that can leave out the first ``n`` indices of its next pass (what
+    a loaded state already delivered); everything else is the wrapped sampler's."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self._skip = 0
+
+    def skip_next(self, n: int) -> None:
+        self._skip = int(n)
+
+    def set_epoch(self, epoch):
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __iter__(self):
+        skip, self._skip = self._skip, 0
+        it = iter(self.sampler)
+        for _ in range(skip):
+            if next(it, None) is None:
+                return
+        yield from it
+
+    def __len__(self):
+        return len(self.sampler)
+
+    def __getattr__(self, name):
+        if name == "sampler":
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
+
+
+class DataLoader:
+    """Batches from a turboloader (or any torch) dataset, with worker processes or threads.
+
+    Args:
+        dataset: a ``torch.utils.data.Dataset``: a map-style one (``ImageFolder``,
+            ``TBLDataset``, ...) or an ``IterableDataset`` (``TarDataset``). A path, a
+            ``PathLike`` or a list of paths instead is seed 001's path-first form and goes
+            to ``turboloader.seeds.seed001_loader(path, *args, **kwargs)``.
+        batch_size: samples per batch (default 1).
+        shuffle: map-style: shuffle with a ``RandomSampler`` seeded from ``(seed, epoch)``,
+            or drawn from ``generator`` when one is given (default False). Iterable: shuffling is the dataset's own (``TarDataset(shuffle=)``);
+            None accepts it, True/False must agree with ``dataset.shuffle`` (ValueError
+            otherwise, or for an iterable dataset without one, as torch does).
+        num_workers: worker processes, or decode threads (0: the process backend reads in
+            the main process; the thread backend runs one stream in one thread).
+        backend: ``"threads"`` (default) or ``"processes"``.
+        pin_memory: allocate batches in pinned memory (when an accelerator exists;
+            otherwise a warning, as torch gives, and ordinary memory).
+        drop_last: drop the last partial batch (of each worker's stream, for iterables).
+        sampler, batch_sampler, collate_fn, timeout, worker_init_fn,
+            multiprocessing_context, generator, pin_memory_device, in_order: as torch's
+            DataLoader, in torch's positional order (``DataLoader(ds, 8, True)`` is batch
+            size 8, shuffled). On the thread backend ``worker_init_fn(worker_id)`` runs once
+            in each decode thread per pass (threads are made per pass), ``generator`` drives
+            the map-style shuffle, and ``timeout``, ``multiprocessing_context``,
+            ``pin_memory_device`` and ``in_order=False`` raise ``ValueError`` (they need
+            worker processes) rather than being dropped.
+        prefetch_factor: batches buffered per worker (default 2, torch's).
+        persistent_workers: keep worker processes across epochs (default: True when the
+            dataset's cache is on and ``num_workers > 0``).
+        seed: seed of the map-style shuffle (default ``dataset.seed``, else 0).
+        auto_epoch: each new pass uses the next epoch (see :meth:`set_epoch`). Default True.
+        progress: show a progress bar (tqdm when installed, else a plain one on stderr).
+
+    Epochs: the epoch of a pass is, in order of precedence, the one given to
+    :meth:`set_epoch` since the last pass; the dataset's own if it was changed with
+    ``dataset.set_epoch`` since; else (``auto_epoch``) the previous pass's plus one. It is
+    set on the dataset and the sampler (``set_epoch``) from the main process before the
+    pass starts.
+
+    Raises:
+        ValueError: bad arguments; ``shuffle`` against an iterable dataset's own; the thread
+            backend with ``num_workers > 1`` on an iterable dataset that has no per-worker
+            stream (``_stream``), which torch shards through ``get_worker_info()``, a
+            per-process global threads cannot fake.
+
+    Example:
+        >>> import turboloader as tl                                      # doctest: +SKIP
+        >>> from turboloader import transforms as T
+        >>> ds = tl.TarDataset("train-{0000..0099}.tar", T.Compose([
+        ...     T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.PILToTensor()]))
+        >>> loader = tl.DataLoader(ds, batch_size=256, num_workers=8, pin_memory=True)
+        >>> gpu = tl.PrefetchLoader(loader, "cuda", mean=(0.485, 0.456, 0.406),
+        ...                         std=(0.229, 0.224, 0.225))
+        >>> for epoch in range(90):
+        ...     for images, labels in gpu: ...     # float32 on the GPU, normalised there
+        >>> tl.profile(loader, num_batches=20)   # the stage table: where is the bottleneck?
+    """
+
+    def __new__(cls, dataset=None, *args, **kwargs):
+        if _is_pathlike(dataset):
+            from turboloader.seeds import seed001_loader
+
+            return seed001_loader(dataset, *args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
+                 num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
+                 worker_init_fn=None, multiprocessing_context=None, generator=None, *,
+                 prefetch_factor=None, persistent_workers=None, pin_memory_device="",
+                 in_order=True, backend="threads", seed=None, auto_epoch=True, progress=False):
+        if not isinstance(dataset, torch.utils.data.Dataset):
+            raise TypeError("dataset must be a torch.utils.data.Dataset or a path, got "
+                            f"{type(dataset).__name__}")
+        if backend not in ("threads", "processes"):
+            raise ValueError(f'backend must be "threads" or "processes", got {backend!r}')
+        if int(num_workers) < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.dataset = dataset
+        self.backend = backend
+        self.num_workers = int(num_workers)
+        self.drop_last = bool(drop_last)
+        self.collate_fn = collate_fn
+        self.timeout = float(timeout)
+        self.progress = bool(progress)
+        self.auto_epoch = bool(auto_epoch)
+        self.prefetch_factor = 2 if prefetch_factor is None else int(prefetch_factor)
+        self.worker_init_fn = worker_init_fn
+        self.generator = generator
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError("worker_init_fn must be callable")
+        if backend == "threads":
+            # what the thread backend cannot honour is an error, never silently dropped
+            if multiprocessing_context is not None:
+                raise ValueError("multiprocessing_context is for backend='processes': the thread "
+                                 "backend starts no processes")
+            if timeout:
+                raise ValueError("timeout is for backend='processes' (torch's per-batch worker "
+                                 "timeout); the thread backend has no worker processes to wait on")
+            if pin_memory_device:
+                raise ValueError("pin_memory_device is for backend='processes'; the thread "
+                                 "backend pins for the current accelerator (pin_memory=True)")
+            # persistent_workers is honoured by construction: the thread backend keeps its
+            # reading states (and caches) across epochs
+        self._iterable = isinstance(dataset, IterableDataset)
+        self.seed = int(seed if seed is not None else getattr(dataset, "seed", 0) or 0)
+        self._pin_requested = bool(pin_memory)
+
+        self._sampler_gen = None
+        if self._iterable:
+            own = getattr(dataset, "shuffle", None)
+            if shuffle is not None and own is None and shuffle:
+                raise ValueError("shuffle=True needs a map-style dataset: an IterableDataset "
+                                 "shuffles itself (torch's DataLoader rejects it too)")
+            if shuffle is not None and own is not None and bool(shuffle) != bool(own):
+                raise ValueError(f"shuffle={shuffle} but {type(dataset).__name__} was made with "
+                                 f"shuffle={own}: an iterable dataset shuffles itself; pass "
+                                 "shuffle to the dataset (or leave it None here)")
+            if backend == "threads" and self.num_workers > 1 and not has_worker_streams(dataset):
+                raise ValueError(
+                    f"backend='threads' with num_workers={self.num_workers} needs an iterable "
+                    "dataset with per-worker streams (TarDataset); this one shards through "
+                    "get_worker_info(): use backend='processes' or num_workers <= 1")
+            shuffle = None
+        elif shuffle and sampler is None and batch_sampler is None:
+            sampler = self._distributed_sampler(dataset, True)
+            if sampler is None and generator is not None:
+                # torch's contract: the generator drives the shuffle (and advances with it)
+                sampler = torch.utils.data.RandomSampler(dataset, generator=generator)
+            elif sampler is None:
+                self._sampler_gen = torch.Generator()
+                sampler = torch.utils.data.RandomSampler(dataset, generator=self._sampler_gen)
+            shuffle = None
+        elif sampler is None and batch_sampler is None:
+            sampler = self._distributed_sampler(dataset, False)
+            if sampler is None:
+                sampler = torch.utils.data.SequentialSampler(dataset)
+            shuffle = None
+        if not self._iterable and batch_sampler is None and sampler is not None:
+            sampler = _ResumableSampler(sampler)  # can skip what a loaded state delivered
+
+        if persistent_workers is None:
+            persistent_workers = self.num_workers > 0 and _cache_on(dataset)
+        procs = backend == "processes"
+        # torch's DataLoader validates the arguments and builds the samplers for both backends
+        self.torch_loader = torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
+            batch_sampler=batch_sampler, num_workers=self.num_workers if procs else 0,
+            collate_fn=collate_fn, pin_memory=bool(pin_memory) if procs else False,
+            drop_last=drop_last, timeout=timeout if procs else 0,
+            worker_init_fn=worker_init_fn if procs else None,
+            multiprocessing_context=multiprocessing_context if procs else None,
+            generator=generator, prefetch_factor=prefetch_factor if procs else None,
+            persistent_workers=bool(persistent_workers) if procs else False,
+            pin_memory_device=pin_memory_device if procs else "", in_order=in_order)
+        self.batch_size = self.torch_loader.batch_size
+        self.sampler = self.torch_loader.sampler
+        self.batch_sampler = self.torch_loader.batch_sampler
+        if not procs:
+            if self.batch_size is None:
+                raise ValueError("backend='threads' needs batching (batch_size or batch_sampler)")
+            if self._iterable and batch_sampler is not None:
+                raise ValueError("batch_sampler is for map-style datasets")
+            if not in_order:
+                raise ValueError("backend='threads' always returns batches in order")
+        self._pin = False
+        if pin_memory and not procs:
+            if _accelerator():
+                self._pin = True
+            else:
+                warnings.warn("'pin_memory' argument is set as true but no accelerator is "
+                              "found, then device pinned memory won't be used.", stacklevel=2)
+        self._next_epoch = None  # from set_epoch()
+        self._last_epoch = None  # the epoch of the previous pass
+        self._yielded, self._finished = 0, False  # batches handed out in the pass; its end
+        self._resumed_batches = 0  # batches a loaded state already delivered
+        self._first_stream = 0  # thread backend: the stream a resumed pass starts from
+        # thread backend: batch tensors recycled across batches and passes once nothing
+        # outside the loader holds them (kept, like persistent workers' memory, between
+        # passes); enough for every batch that can be in flight at once
+        depth = max(1, self.prefetch_factor)
+        self._pool = BufferPool(max(1, self.num_workers) * (depth + 1) + depth + 2,
+                                pin=self._pin)
+        self._pass_generator_state = None
+        self._run = None
+
+    @staticmethod
+    def _distributed_sampler(dataset, shuffle):
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            return torch.utils.data.DistributedSampler(
+                dataset, shuffle=shuffle, seed=int(getattr(dataset, "seed", 0) or 0))
+        return None
+
+    # -- epochs ------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch`` for the next pass (then, with ``auto_epoch``, count on from it)."""
+        epoch = int(epoch)
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._next_epoch = epoch
+
+    @property
+    def epoch(self):
+        """The epoch of the current (or last) pass; None before the first."""
+        return self._last_epoch
+
+    def _begin_epoch(self) -> int:
+        ds = self.dataset
+        ds_epoch = getattr(ds, "epoch", None)
+        if self._next_epoch is not None:
+            epoch, self._next_epoch = self._next_epoch, None
+        elif ds_epoch is not None and (self._last_epoch is None or ds_epoch != self._last_epoch):
+            epoch = int(ds_epoch)  # first pass, or the user set the dataset's epoch directly
+        elif self._last_epoch is not None and self.auto_epoch:
+            epoch = self._last_epoch + 1
+        else:
+            epoch = self._last_epoch or 0
+        if hasattr(ds, "set_epoch"):
+            ds.set_epoch(epoch)
+        sampler = self.sampler
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        if self._sampler_gen is not None:
+            words = np.random.SeedSequence([self.seed, epoch, 0x5A4D]).generate_state(2, np.uint64)
+            self._sampler_gen.manual_seed(int(words[0] >> np.uint64(1)))
+        self._last_epoch = epoch
+        self._pass_generator_state = None
+        if self.generator is not None and not self._iterable:
+            self._pass_generator_state = self.generator.get_state()
+            if self.backend == "threads":
+                # torch's iterator draws its workers' base seed from the generator before the
+                # sampler does: draw it too, so the shuffle is torch's for the same generator
+                torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        self._yielded, self._finished = self._resumed_batches, False
+        self._resumed_batches = 0
+        return epoch
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Where this loader stands, for :meth:`load_state_dict` (torchdata's
+        ``StatefulDataLoader`` shape: call it between batches, save it with the model).
+
+        Returns a JSON-able dict: ``format``, ``epoch`` (of the current or last pass),
+        ``batches`` handed out in that pass, ``finished`` (the pass ended), ``dataset`` (an
+        iterable dataset's own ``state_dict(batches=...)``, e.g. ``TarDataset``'s) and, when a
+        ``generator`` drives the shuffle, its state at the start of the pass.
+
+        Raises:
+            ValueError: the position cannot be named (e.g. a custom ``batch_sampler``, or an
+                iterable dataset without ``state_dict``).
+        """
+        state = {"format": "turboloader.DataLoader/1", "epoch": self._last_epoch,
+                 "batches": int(self._yielded), "finished": bool(self._finished)}
+        if self._last_epoch is None or self._finished:
+            return state
+        if self._iterable:
+            if not hasattr(self.dataset, "state_dict"):
+                raise ValueError(f"{type(self.dataset).__name__} has no state_dict: a mid-pass "
+                                 "position of an iterable dataset must come from the dataset")
+            state["dataset"] = self.dataset.state_dict(
+                batches=self._yielded, batch_size=self.batch_size,
+                num_workers=max(1, self.num_workers) if self.backend == "threads"
+                else self.num_workers, drop_last=self.drop_last)
+        elif not isinstance(self.sampler, _ResumableSampler):
+            raise ValueError("a custom batch_sampler has no position to save: pass a sampler "
+                             "and batch_size instead")
+        if self._pass_generator_state is not None:
+            state["generator"] = self._pass_generator_state.tolist()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict`: the next pass is the saved epoch without the
+        batches already handed out (nothing of them is read or decoded again), or, if that
+        pass had finished, the epoch after it.
+
+        Raises:
+            ValueError: not a loader state, or negative / impossible positions.
+        """
+        if not isinstance(state, dict) or state.get("format") != "turboloader.DataLoader/1":
+            raise ValueError("not a turboloader.DataLoader state "
+                             "(expected format 'turboloader.DataLoader/1')")
+        epoch, batches = state.get("epoch"), int(state.get("batches", 0))
+        if epoch is None:
+            return  # taken before the first pass
+        epoch = int(epoch)
+        if epoch < 0 or batches < 0:
+            raise ValueError(f"negative position in the loader state: epoch {epoch}, "
+                             f"batches {batches}")
+        if state.get("finished"):
+            self.set_epoch(epoch + 1)
+            return
+        try:
+            total = len(self)
+        except TypeError:
+            total = None
+        if total is not None and batches > total:
+            raise ValueError(f"the state says {batches} batches were handed out but a pass of "
+                             f"this loader has {total}")
+        self.set_epoch(epoch)
+        if self._iterable:
+            self.dataset.load_state_dict(state["dataset"])
+            self._first_stream = int(state["dataset"].get("next_worker", 0))
+        else:
+            self.sampler.skip_next(batches * self.batch_size)
+            if "generator" in state and self.generator is not None:
+                self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+        self._resumed_batches = batches
+
+    def _batches(self):
+        return iter(self.batch_sampler)
+
+    # -- iteration ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Batches per pass. For an iterable dataset that knows its per-worker shares
+        (``TarDataset``) the exact count: each of the ``max(1, num_workers)`` streams batches
+        its own share, so the sum over workers of ``ceil(share / batch_size)`` (floor with
+        ``drop_last``), whichever backend. Otherwise torch's count (for other iterable
+        datasets with several workers and ``drop_last=False`` it can be up to
+        ``workers - 1`` short)."""
+        shares = getattr(self.dataset, "worker_sizes", None)
+        if self._iterable and callable(shares) and self.batch_size is not None:
+            B = self.batch_size
+            sizes = shares(max(1, self.num_workers))
+            return sum(n // B if self.drop_last else -(-n // B) for n in sizes)
+        return len(self.torch_loader)
+
+    def __iter__(self):
+        epoch = self._begin_epoch()
+        if self.backend == "processes":
+            it = self._iter_processes(epoch)
+        else:
+            it = self._iter_threads(epoch)
+        it = self._counted(it)
+        if self.progress:
+            try:
+                total = len(self)
+            except TypeError:
+                total = None
+            return iter(_progress(it, total))
+        return it
+
+    def _counted(self, it):
+        try:
+            for batch in it:
+                self._yielded += 1
+                yield batch
+            self._finished = True
+        finally:
+            it.close()  # a consumer that stops early shuts the pass down now
+
+    def _iter_processes(self, epoch):
+        run = self._run = RunStats("processes", epoch, {
+            "read": "in workers", "decode": self.num_workers or "main", "collate": "in workers",
+            "transfer": 1 if self.torch_loader.pin_memory else 0}, self.dataset)
+        it = iter(self.torch_loader)
+        try:
+            while True:
+                t = time.perf_counter()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                run.consumer_wait_s += time.perf_counter() - t
+                run.batches += 1
+                run.samples += batch_len(batch)
+                yield batch
+        finally:
+            run.end = time.perf_counter()
+            del it
+
+    def _iter_threads(self, epoch):
+        pipe = (IterablePipeline if self._iterable else MapPipeline)(self, epoch)
+        self._run = pipe.stats
+        try:
+            while True:
+                item = pipe.next(self.timeout)
+                if item is DONE:
+                    return
+                if isinstance(item, Failure):
+                    pipe.shutdown()
+                    raise item.exc
+                pipe.stats.batches += 1
+                pipe.stats.samples += batch_len(item)
+                yield item
+        finally:
+            pipe.shutdown()
+
+    # -- statistics ----------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        """What the current (or last) pass measured.
+
+        Returns a dict: ``backend``, ``epoch``, ``batches``, ``samples``, ``elapsed_s``,
+        ``samples_per_s``, ``batches_per_s``, ``consumer_wait_s`` (time your loop waited
+        for a batch: near zero means the loader keeps up), and ``stages``: for ``read``,
+        ``decode``, ``collate`` and ``transfer``, ``concurrency`` (threads; a string where
+        the work runs inside another stage or process), ``busy_s`` (thread-seconds
+        working), ``wait_in_s`` (starved: waiting on the input queue), ``wait_out_s``
+        (blocked: waiting for room in the output queue), ``items`` (samples for read and
+        decode, batches after), ``items_per_s`` and ``utilisation`` (busy / (elapsed x
+        threads)). The process backend measures only what the main process sees (its
+        ``read``/``decode`` times come from the dataset's counters, when it has ``stats()``).
+        """
+        if self._run is None:
+            raise RuntimeError("no pass yet: iterate the loader (or use turboloader.profile)")
+        return self._run.report()
+
+    def __repr__(self):
+        return (f"DataLoader({type(self.dataset).__name__}, batch_size={self.batch_size}, "
+                f"num_workers={self.num_workers}, backend={self.backend!r}, "
+                f"drop_last={self.drop_last}, pin_memory={self._pin_requested})")
+
+
+def profile(loader, num_batches=20, *, file=None) -> dict:
+    """Run ``num_batches`` batches of ``loader``, print the stage table, return the stats.
+
+    Args:
+        loader: a :class:`DataLoader`.
+        num_batches: how many batches to time (fewer if the pass ends first).
+        file: where to print (default ``sys.stdout``); None output with ``file=False``.
+
+    Returns:
+        ``loader.stats()`` of that partial pass.
+
+    Example:
+        >>> turboloader.profile(loader, num_batches=50)                    # doctest: +SKIP
+        turboloader.DataLoader (threads), epoch 0: 50 batches, ...
+        stage      threads   busy s   util  starved s  blocked s   items   items/s
+        read     in decode     0.41      -       0.00       0.00   12800    1650.2
+        decode           2    14.98    97%       0.00       0.20   12800    1650.2
+        ...
+    """
+    if not isinstance(loader, DataLoader):
+        raise TypeError(f"profile needs a turboloader.DataLoader, got {type(loader).__name__}")
+    if int(num_batches) < 1:
+        raise ValueError(f"num_batches must be >= 1, got {num_batches}")
+    it = loader._iter_threads(loader._begin_epoch()) if loader.backend == "threads" else \
+        loader._iter_processes(loader._begin_epoch())
+    try:
+        for i, _ in enumerate(it, 1):
+            if i >= num_batches:
+                break
+    finally:
+        it.close()
+    report = loader.stats()
+    if file is not False:
+        print(format_stats(report), file=file or sys.stdout)
+    return report

@@ -1,0 +1,143 @@
+"""The thread backend over an iterable dataset: one logical worker stream per decode thread.
+
+torch's DataLoader over an ``IterableDataset`` with ``W`` workers batches each worker's
+stream separately (each drops its own last partial batch when ``drop_last``) and returns
+the workers' batches round-robin, skipping workers that are exhausted. This layout runs the
+same ``W`` streams (the dataset's ``worker_stream``, see :mod:`turboloader.loader.protocol`),
+one per decode thread, and re-orders their batches the same way, so items, order, transform
+parameters and the failure policy are identical by construction. A stream that yields whole
+batches (``batch_size=``) writes them straight into recycled batch tensors.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+
+from turboloader.data.reader import reading_as
+from turboloader.loader._pipeline import (DONE, BatchBuffer, Failure, Pipeline, Stopped, get, put,
+                                          tensor_pairs)
+from turboloader.loader.protocol import has_worker_streams
+
+
+def batch_len(batch) -> int:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0])
+    if isinstance(batch, (list, tuple)) and batch:
+        return batch_len(batch[0])
+    if isinstance(batch, dict) and batch:
+        return batch_len(next(iter(batch.values())))
+    try:
+        return len(batch)
+    except TypeError:
+        return 1
+
+
+class IterablePipeline(Pipeline):
+
+    def _start(self, collate_out):
+        loader = self.loader
+        # after a resume, the stream whose batch was next comes first (torch's workers rotate
+        # their logical streams the same way in TarDataset.__iter__)
+        self.first_stream, loader._first_stream = loader._first_stream, 0
+        self.worker_qs = [queue.Queue(maxsize=self.depth) for _ in range(self.W)]
+        for w in range(self.W):
+            self._spawn(self._worker, w, name=f"turboloader-decode-{w}")
+        self._spawn(self._round_robin, collate_out, name="turboloader-collate")
+
+    def _worker(self, w):
+        self.init_worker(w)
+        with reading_as(self.stream_name(w)):
+            self._work(w)
+
+    def _work(self, w):
+        ds, loader, q, stop = self.dataset, self.loader, self.worker_qs[w], self.stop
+        B = loader.batch_size
+        streams = has_worker_streams(ds)
+        stream = None
+        try:
+            if streams and loader.collate_fn is None:
+                # whole batches, decoded into recycled (pinned) batch tensors
+                stream = ds.worker_stream(w, self.W, batch_size=B, out=self.pool.get,
+                                          timing=self.stats.timing)
+                self._batches(stream, q, B)
+            else:
+                stream = (ds.worker_stream(w, self.W, timing=self.stats.timing) if streams
+                          else iter(ds))  # one stream only (checked in DataLoader)
+                self._samples(stream, q, B)
+            put(q, DONE, stop)
+        except Stopped:
+            raise
+        except BaseException as exc:
+            exc.add_note(f"turboloader.DataLoader: in decode thread {w} (logical worker {w} "
+                         f"of {self.W}), epoch {self.stats.epoch}")
+            put(q, Failure(exc), stop)
+        finally:
+            if stream is not None and hasattr(stream, "close"):
+                stream.close()  # in this thread: flushes the stream's statistics
+
+    def _batches(self, stream, q, B):
+        stats, stop, drop_last = self.stats.stages["decode"], self.stop, self.loader.drop_last
+        t = time.perf_counter()
+        for batch in stream:
+            if stop.is_set():
+                raise Stopped
+            n = batch_len(batch)
+            if n < B and drop_last:  # a stream's last, partial batch
+                break
+            busy = time.perf_counter() - t
+            stats.add(busy=busy, wait_out=put(q, batch, stop), items=n)
+            t = time.perf_counter()
+        stats.add(busy=time.perf_counter() - t)
+
+    def _samples(self, stream, q, B):
+        stats, stop, loader = self.stats.stages["decode"], self.stop, self.loader
+        alloc = self.allocator()
+        buf, j = BatchBuffer(B, alloc), 0
+        t = time.perf_counter()
+        for sample in stream:
+            if buf.samples is None and not tensor_pairs(sample):
+                if j == 0:
+                    buf = BatchBuffer(B, None)  # not (tensor, label): keep samples
+                    alloc = None
+                else:
+                    raise TypeError("a dataset's samples must all be (tensor, label) pairs "
+                                    f"or none, got {type(sample).__name__}")
+            buf.put(j, sample)
+            j += 1
+            if stop.is_set():
+                raise Stopped
+            if j == B:
+                batch = buf.collate(collate_fn=loader.collate_fn)
+                buf, j = BatchBuffer(B, alloc), 0
+                busy = time.perf_counter() - t
+                stats.add(busy=busy, wait_out=put(q, batch, stop), items=B)
+                t = time.perf_counter()
+        busy = time.perf_counter() - t
+        if j and not loader.drop_last:
+            batch = buf.collate(j, collate_fn=loader.collate_fn)
+            stats.add(busy=busy, wait_out=put(q, batch, stop), items=j)
+        else:
+            stats.add(busy=busy)
+
+    def _round_robin(self, out):
+        """torch's order: workers' batches round-robin, exhausted workers skipped."""
+        stats, stop = self.stats.stages["collate"], self.stop
+        first = self.first_stream % self.W
+        active = [(first + i) % self.W for i in range(self.W)]
+        while active:
+            for w in list(active):
+                item, waited = get(self.worker_qs[w], stop)
+                t = time.perf_counter()
+                if item is DONE:
+                    active.remove(w)
+                    stats.add(wait_in=waited)
+                    continue
+                busy = time.perf_counter() - t
+                stats.add(busy=busy, wait_in=waited, wait_out=put(out, item, stop),
+                          items=0 if isinstance(item, Failure) else 1)
+                if isinstance(item, Failure):
+                    return
+        put(out, DONE, stop)

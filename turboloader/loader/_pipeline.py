@@ -1,0 +1,267 @@
+"""The thread backend's plumbing: stage threads, bounded queues, shutdown, batch buffers.
+
+:class:`Pipeline` is one pass of the thread backend; its two layouts are
+:class:`~turboloader.loader._iterable.IterablePipeline` (one logical worker stream per decode
+thread, batches round-robin) and :class:`~turboloader.loader._mapstyle.MapPipeline` (torch's
+batch sampler, each batch split across the decode threads). Threads reference the pipeline,
+never the generator the user iterates, so dropping or closing that generator (a ``break``)
+runs :meth:`Pipeline.shutdown`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import warnings
+
+import torch
+from torch.utils.data._utils.collate import default_collate
+
+from turboloader.loader.stats import RunStats
+
+_POLL_S = 0.05  # how often a blocked stage thread looks at the stop flag
+_JOIN_S = 30.0
+
+
+class Stopped(Exception):
+    """The pipeline is shutting down: leave the stage loop quietly."""
+
+
+class Failure:
+    """An exception travelling down the pipeline in place of a batch."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc):
+        self.exc = exc
+
+
+DONE = object()
+
+
+def put(q, item, stop):
+    """Put ``item``, waiting for room; the seconds waited. Raises Stopped on shutdown."""
+    try:
+        q.put_nowait(item)
+        return 0.0
+    except queue.Full:
+        pass
+    t = time.perf_counter()
+    while True:
+        if stop.is_set():
+            raise Stopped
+        try:
+            q.put(item, timeout=_POLL_S)
+            return time.perf_counter() - t
+        except queue.Full:
+            continue
+
+
+def get(q, stop):
+    """(item, seconds waited). Raises Stopped on shutdown."""
+    try:
+        return q.get_nowait(), 0.0
+    except queue.Empty:
+        pass
+    t = time.perf_counter()
+    while True:
+        if stop.is_set():
+            raise Stopped
+        try:
+            return q.get(timeout=_POLL_S), time.perf_counter() - t
+        except queue.Empty:
+            continue
+
+
+def dataset_plan(dataset):
+    """The fused plan of ``dataset.transform`` (turboloader pipelines), or None."""
+    tf = getattr(dataset, "transform", None)
+    if tf is None:
+        return None
+    try:
+        from turboloader.data.cache import get_plan
+
+        return get_plan(tf)
+    except Exception:  # a transform we cannot plan is simply the generic path
+        return None
+
+
+def rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def tensor_pairs(sample) -> bool:
+    return (isinstance(sample, tuple) and len(sample) == 2 and isinstance(sample[0], torch.Tensor))
+
+
+class Allocator:
+    """Batch tensors of ``batch_size`` rows from the loader's recycled pool (pinned when
+    asked and possible)."""
+
+    def __init__(self, batch_size, shape, dtype, pool):
+        self.batch_size, self.shape, self.dtype, self.pool = batch_size, shape, dtype, pool
+
+    def first(self):
+        if self.shape is None:
+            return None
+        return self.pool.get((self.batch_size, *self.shape), self.dtype)
+
+    def like(self, img):
+        if not isinstance(img, torch.Tensor):
+            raise TypeError(f"expected a tensor image, got {type(img).__name__}")
+        return self.pool.get((self.batch_size, *img.shape), img.dtype)
+
+
+class BatchBuffer:
+    """One batch being filled sample by sample: a batch tensor (when the sample shape is
+    known, or from the first sample on) and the labels; or, for samples that are not
+    ``(tensor, label)`` pairs, the samples themselves for ``collate_fn``."""
+
+    __slots__ = ("images", "labels", "samples", "n", "alloc")
+
+    def __init__(self, n, alloc):
+        self.n = n
+        self.alloc = alloc  # an Allocator, or None when samples are kept as is
+        self.images = alloc.first() if alloc is not None else None
+        self.labels = [None] * n
+        self.samples = None if alloc is not None else [None] * n
+
+    def put(self, j, sample):
+        """Store sample ``j``; an image already decoded into its row is not copied."""
+        if self.samples is not None:
+            self.samples[j] = sample
+            return
+        img, label = sample
+        if self.images is None:
+            self.images = self.alloc.like(img)
+        dst = self.images[j]
+        if not (img.data_ptr() == dst.data_ptr() and img.dtype == dst.dtype
+                and img.shape == dst.shape):  # not decoded into its row: copy it there
+            if tuple(img.shape) != tuple(dst.shape):
+                raise RuntimeError(
+                    f"stack expects each tensor to be equal size, but got {tuple(dst.shape)} "
+                    f"and {tuple(img.shape)} in one batch (turboloader.DataLoader)")
+            dst.copy_(img)
+        self.labels[j] = label
+
+    def collate(self, n=None, collate_fn=None):
+        n = self.n if n is None else n
+        if self.samples is not None:
+            return (collate_fn or default_collate)(self.samples[:n])
+        images = self.images if n == self.images.shape[0] else self.images[:n]
+        return [images, default_collate(self.labels[:n])]
+
+
+class Pipeline:
+    """The threads of one pass and the queues between them; subclasses add the decode
+    layout (``_start``)."""
+
+    def __init__(self, loader, epoch):
+        self.loader = loader
+        self.dataset = loader.dataset
+        self.stop = threading.Event()
+        self.threads = []
+        self.W = max(1, loader.num_workers)
+        self.pool = loader._pool
+        transfer = 1 if loader._pin and loader.collate_fn is not None else 0
+        self.stats = RunStats("threads", epoch, {"read": "in decode", "decode": self.W,
+                                                 "collate": 1, "transfer": transfer},
+                              self.dataset)
+        self.depth = max(1, loader.prefetch_factor)
+        self.out = queue.Queue(maxsize=self.depth)
+        self.transfer_q = queue.Queue(maxsize=self.depth) if transfer else None
+        plan = dataset_plan(self.dataset)
+        shape = tuple(plan.output_shape) if plan is not None and plan.output_shape else None
+        dtype = plan.output_dtype if plan is not None else None
+        self.shape_dtype = (shape, dtype)
+        self._start(self.transfer_q if transfer else self.out)
+        if transfer:
+            self._spawn(self._transfer, name="turboloader-transfer")
+
+    def _start(self, collate_out):
+        raise NotImplementedError
+
+    def _spawn(self, fn, *args, name):
+        t = threading.Thread(target=self._guard, args=(fn, *args), name=name, daemon=True)
+        self.threads.append(t)
+        t.start()
+
+    def _guard(self, fn, *args):
+        try:
+            fn(*args)
+        except Stopped:
+            pass
+        except BaseException as exc:  # a bug in a stage: end the pass with it, never hang
+            try:
+                self.out.put(Failure(exc), timeout=1.0)
+            except queue.Full:
+                pass
+            self.stop.set()
+
+    def allocator(self):
+        """Batch tensors for samples that arrive one at a time (None: the user's collate_fn
+        gets the samples)."""
+        if self.loader.collate_fn is not None:
+            return None
+        shape, dtype = self.shape_dtype
+        return Allocator(self.loader.batch_size, shape, dtype, self.pool)
+
+    def stream_name(self, w) -> str:
+        """Decode thread ``w`` reads as its own stream: its own decoder, statistics and
+        failure budget in the dataset, as a worker process has."""
+        return (f"rank{rank()}-thread{w}" if self.loader.num_workers > 0
+                else f"rank{rank()}-thread-main")
+
+    def init_worker(self, w):
+        """``worker_init_fn(w)`` in decode thread ``w``, once per thread (threads are made
+        per pass, as torch's non-persistent worker processes are)."""
+        fn = self.loader.worker_init_fn
+        if fn is not None:
+            fn(w)
+
+    # -- transfer ------------------------------------------------------------------------
+
+    def _transfer(self):
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        stats, stop = self.stats.stages["transfer"], self.stop
+        while True:
+            item, waited = get(self.transfer_q, stop)
+            t = time.perf_counter()
+            end = item is DONE or isinstance(item, Failure)
+            if not end:
+                item = pin_memory(item)
+            busy = time.perf_counter() - t
+            stats.add(busy=busy, wait_in=waited, wait_out=put(self.out, item, stop),
+                      items=0 if end else 1)
+            if end:
+                return
+
+    # -- the consumer side ---------------------------------------------------------------
+
+    def next(self, timeout):
+        t = time.perf_counter()
+        try:
+            item = self.out.get(timeout=timeout if timeout > 0 else None)
+        except queue.Empty:
+            raise RuntimeError(f"turboloader.DataLoader timed out after {timeout} s waiting "
+                               "for a batch") from None
+        self.stats.consumer_wait_s += time.perf_counter() - t
+        return item
+
+    def shutdown(self):
+        self.stop.set()
+        me = threading.current_thread()
+        deadline = time.monotonic() + _JOIN_S
+        for t in self.threads:
+            if t is not me:
+                t.join(max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in self.threads if t.is_alive()]
+        if alive:
+            warnings.warn(f"turboloader.DataLoader: threads still running after {_JOIN_S:.0f} s: "
+                          f"{alive}", RuntimeWarning, stacklevel=2)
+        if self.stats.end is None:
+            self.stats.end = time.perf_counter()
