@@ -19,6 +19,7 @@ the pool for good: another process may still read it and its references are not 
 from __future__ import annotations
 
 import threading
+import time
 
 import torch
 
@@ -69,11 +70,21 @@ class BufferPool:
         self.shared = bool(shared)
         self._kinds = {}
         self._lock = threading.Lock()
-        self.allocated = self.reused = 0
+        self.allocated = self.reused = self.waited = 0
 
-    def get(self, shape, dtype=torch.float32) -> torch.Tensor:
+    def get(self, shape, dtype=torch.float32, *, wait=None) -> torch.Tensor:
         """A tensor of ``shape`` and ``dtype`` with undefined contents that nothing else
-        references: a view of a pooled buffer no one holds any more, or new memory."""
+        references: a view of a pooled buffer no one holds any more, or new memory.
+
+        Args:
+            wait: when all ``capacity`` buffers of the kind are in use, poll (every 0.5 ms)
+                for one to be released for as long as ``wait()`` is False, then allocate an
+                untracked buffer. A loader passes "the consumer is not waiting for a batch":
+                while the consumer works on a batch, the producers, already ahead, wait for
+                the one it drops next instead of growing the resident set; once it waits, a
+                consumer that keeps its batches gets new memory at once. None: allocate at
+                once.
+        """
         shape = tuple(int(v) for v in shape)
         if self.shared:
             self.allocated += 1
@@ -81,21 +92,38 @@ class BufferPool:
         if self.pin:
             self.allocated += 1
             return torch.empty(shape, dtype=dtype, pin_memory=True)
+        key = (shape, dtype)
         with self._lock:
-            bases = self._kinds.setdefault((shape, dtype), [])
-            for base in list(bases):
-                storage = base.untyped_storage()
-                if storage.is_shared():  # another process may map it: never reuse
-                    bases.remove(base)
-                elif _unreferenced(storage):
-                    self.reused += 1
-                    return base[:]
-            self.allocated += 1
-            base = torch.empty(shape, dtype=dtype)
+            got = self._reuse(key)
+            if got is not None:
+                return got
+            bases = self._kinds[key]
             if len(bases) < self.capacity:
+                self.allocated += 1
+                base = torch.empty(shape, dtype=dtype)
                 bases.append(base)
                 return base[:]
-            return base
+        if wait is not None:
+            while not wait():
+                time.sleep(0.0005)
+                with self._lock:
+                    got = self._reuse(key)
+                if got is not None:
+                    self.waited += 1
+                    return got
+        self.allocated += 1
+        return torch.empty(shape, dtype=dtype)
+
+    def _reuse(self, key):
+        bases = self._kinds.setdefault(key, [])
+        for base in list(bases):
+            storage = base.untyped_storage()
+            if storage.is_shared():  # another process may map it: never reuse
+                bases.remove(base)
+            elif _unreferenced(storage):
+                self.reused += 1
+                return base[:]
+        return None
 
     def clear(self) -> None:
         """Forget every pooled buffer (memory still referenced elsewhere lives on there)."""

@@ -53,7 +53,7 @@ __all__ = ["Chunk", "MapDataset", "ReaderMixin", "StreamReader", "reading_as", "
 #: Samples per batch call when a dataset yields single samples (``__iter__`` under a
 #: DataLoader that batches them): large enough to amortise the per-call work, small enough
 #: that a chunk's buffer (this many output images) stays a few MB.
-SAMPLE_CHUNK = 32
+SAMPLE_CHUNK = 16
 
 _local = threading.local()
 _LOCK = threading.Lock()  # guards every dataset's _states (module level: picklable datasets)

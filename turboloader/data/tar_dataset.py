@@ -714,6 +714,9 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                     raise exc
                 if n < SAMPLE_CHUNK:
                     return
+                # let go of this chunk's buffer before asking for the next one, so that it
+                # is reused when the consumer has dropped its samples
+                out = images = img = None
         finally:
             st.recorder.flush()
 
@@ -743,9 +746,12 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                         images_out = images_out[:n]
                 if tt is not None:
                     labels = [tt(v) for v in labels]
-                yield [images_out, collate_labels(labels)]
+                batch = [images_out, collate_labels(labels)]
+                images_out = images = None  # only the consumer holds the batch now
+                yield batch
                 if n < B:
                     return
+                batch = None
         finally:
             st.recorder.flush()
 

@@ -298,10 +298,11 @@ class DataLoader:
         self._resumed_batches = 0  # batches a loaded state already delivered
         self._first_stream = 0  # thread backend: the stream a resumed pass starts from
         # thread backend: batch tensors recycled across batches and passes once nothing
-        # outside the loader holds them (kept, like persistent workers' memory, between
-        # passes); enough for every batch that can be in flight at once
-        depth = max(1, self.prefetch_factor)
-        self._pool = BufferPool(max(1, self.num_workers) * (depth + 1) + depth + 2,
+        # outside the loader holds them (kept between passes, like persistent workers'
+        # memory). As many as the streams prefetch (torch's prefetch_factor x workers): the
+        # batch the consumer still holds while the next ones fill is new memory when all of
+        # those are busy, so the resident peak stays that of fresh batches per step
+        self._pool = BufferPool(max(1, self.num_workers) * max(1, self.prefetch_factor),
                                 pin=self._pin)
         self._pass_generator_state = None
         self._run = None
@@ -471,6 +472,7 @@ class DataLoader:
             for batch in it:
                 self._yielded += 1
                 yield batch
+                batch = None  # only the caller holds it (its memory is recycled once dropped)
             self._finished = True
         finally:
             it.close()  # a consumer that stops early shuts the pass down now
@@ -509,6 +511,7 @@ class DataLoader:
                 pipe.stats.batches += 1
                 pipe.stats.samples += batch_len(item)
                 yield item
+                item = None
         finally:
             pipe.shutdown()
 

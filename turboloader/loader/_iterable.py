@@ -11,12 +11,13 @@ batches (``batch_size=``) writes them straight into recycled batch tensors.
 
 from __future__ import annotations
 
+import collections
 import queue
 import time
 
 from turboloader.data.reader import reading_as
-from turboloader.loader._pipeline import (DONE, BatchBuffer, Failure, Pipeline, Stopped, get, put,
-                                          tensor_pairs)
+from turboloader.loader._pipeline import (_POLL_S, DONE, BatchBuffer, Failure, Pipeline, Stopped,
+                                          put, tensor_pairs)
 from turboloader.loader.protocol import has_worker_streams
 
 
@@ -37,15 +38,22 @@ def batch_len(batch) -> int:
 
 class IterablePipeline(Pipeline):
 
+    collate_threads = "in loop"  # the consumer takes the streams' batches in order itself
+
     def _start(self, collate_out):
         loader = self.loader
         # after a resume, the stream whose batch was next comes first (torch's workers rotate
         # their logical streams the same way in TarDataset.__iter__)
         self.first_stream, loader._first_stream = loader._first_stream, 0
-        self.worker_qs = [queue.Queue(maxsize=self.depth) for _ in range(self.W)]
+        first = self.first_stream % self.W
+        self.active = collections.deque((first + i) % self.W for i in range(self.W))
+        # prefetch_factor batches per stream, as torch counts them: the one being decoded
+        # plus those waiting in its queue
+        self.worker_qs = [queue.Queue(maxsize=max(1, self.depth - 1)) for _ in range(self.W)]
         for w in range(self.W):
             self._spawn(self._worker, w, name=f"turboloader-decode-{w}")
-        self._spawn(self._round_robin, collate_out, name="turboloader-collate")
+        # the consumer (or the transfer thread) takes the streams' batches round-robin
+        # itself: no collate thread, no queue after it, one batch less in flight
 
     def _worker(self, w):
         self.init_worker(w)
@@ -60,7 +68,7 @@ class IterablePipeline(Pipeline):
         try:
             if streams and loader.collate_fn is None:
                 # whole batches, decoded into recycled (pinned) batch tensors
-                stream = ds.worker_stream(w, self.W, batch_size=B, out=self.pool.get,
+                stream = ds.worker_stream(w, self.W, batch_size=B, out=self.alloc,
                                           timing=self.stats.timing)
                 self._batches(stream, q, B)
             else:
@@ -89,6 +97,7 @@ class IterablePipeline(Pipeline):
                 break
             busy = time.perf_counter() - t
             stats.add(busy=busy, wait_out=put(q, batch, stop), items=n)
+            batch = None  # the stream's next batch may reuse its memory once consumed
             t = time.perf_counter()
         stats.add(busy=time.perf_counter() - t)
 
@@ -122,22 +131,56 @@ class IterablePipeline(Pipeline):
         else:
             stats.add(busy=busy)
 
-    def _round_robin(self, out):
-        """torch's order: workers' batches round-robin, exhausted workers skipped."""
-        stats, stop = self.stats.stages["collate"], self.stop
-        first = self.first_stream % self.W
-        active = [(first + i) % self.W for i in range(self.W)]
+    def _round_robin(self):
+        """The next batch in torch's order (workers' batches round-robin, exhausted workers
+        skipped), DONE at the end, or a Failure; a stage's crash (see Pipeline._guard) comes
+        out here too."""
+        stats, active = self.stats.stages["collate"], self.active
         while active:
-            for w in list(active):
-                item, waited = get(self.worker_qs[w], stop)
-                t = time.perf_counter()
-                if item is DONE:
-                    active.remove(w)
-                    stats.add(wait_in=waited)
-                    continue
-                busy = time.perf_counter() - t
-                stats.add(busy=busy, wait_in=waited, wait_out=put(out, item, stop),
-                          items=0 if isinstance(item, Failure) else 1)
-                if isinstance(item, Failure):
-                    return
-        put(out, DONE, stop)
+            w = active[0]
+            q = self.worker_qs[w]
+            t = time.perf_counter()
+            try:
+                item = q.get_nowait()
+            except queue.Empty:
+                item = self._wait(q)
+            stats.add(wait_in=time.perf_counter() - t, items=0 if item is DONE else 1)
+            if item is DONE:
+                active.popleft()
+                continue
+            active.rotate(-1)
+            return item
+        return DONE
+
+    def _wait(self, q):
+        stop = self.stop
+        waiting = self.consumer_waiting if self.transfer_q is None else None
+        if waiting is not None:
+            waiting.set()
+        try:
+            while True:
+                try:
+                    return q.get(timeout=_POLL_S)
+                except queue.Empty:
+                    if stop.is_set():
+                        try:
+                            return self.out.get_nowait()  # a stage's crash (Pipeline._guard)
+                        except queue.Empty:
+                            raise Stopped from None
+        finally:
+            if waiting is not None:
+                waiting.clear()
+
+    def _source(self):
+        return self._round_robin()
+
+    def next(self, timeout):
+        if self.transfer_q is not None:
+            return super().next(timeout)
+        t = time.perf_counter()
+        try:
+            item = self._round_robin()
+        except Stopped:
+            item = Failure(RuntimeError("turboloader.DataLoader: the pipeline was shut down"))
+        self.stats.consumer_wait_s += time.perf_counter() - t
+        return item

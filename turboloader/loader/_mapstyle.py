@@ -166,4 +166,5 @@ class MapPipeline(Pipeline):
                 self.in_flight.release()
                 busy = time.perf_counter() - t
                 stats.add(busy=busy, wait_out=put(out, batch, stop), items=1)
+                batch = None  # held by the consumer only, so its memory can be recycled
         put(out, DONE, stop)

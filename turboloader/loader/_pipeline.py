@@ -101,18 +101,18 @@ class Allocator:
     """Batch tensors of ``batch_size`` rows from the loader's recycled pool (pinned when
     asked and possible)."""
 
-    def __init__(self, batch_size, shape, dtype, pool):
-        self.batch_size, self.shape, self.dtype, self.pool = batch_size, shape, dtype, pool
+    def __init__(self, batch_size, shape, dtype, get):
+        self.batch_size, self.shape, self.dtype, self.get = batch_size, shape, dtype, get
 
     def first(self):
         if self.shape is None:
             return None
-        return self.pool.get((self.batch_size, *self.shape), self.dtype)
+        return self.get((self.batch_size, *self.shape), self.dtype)
 
     def like(self, img):
         if not isinstance(img, torch.Tensor):
             raise TypeError(f"expected a tensor image, got {type(img).__name__}")
-        return self.pool.get((self.batch_size, *img.shape), img.dtype)
+        return self.get((self.batch_size, *img.shape), img.dtype)
 
 
 class BatchBuffer:
@@ -159,6 +159,8 @@ class Pipeline:
     """The threads of one pass and the queues between them; subclasses add the decode
     layout (``_start``)."""
 
+    collate_threads = 1  # or where the ordering runs, when it has no thread of its own
+
     def __init__(self, loader, epoch):
         self.loader = loader
         self.dataset = loader.dataset
@@ -166,9 +168,13 @@ class Pipeline:
         self.threads = []
         self.W = max(1, loader.num_workers)
         self.pool = loader._pool
+        # set while the consumer is blocked waiting for a batch: then a producer short of a
+        # free buffer allocates rather than waits for the consumer to drop one
+        self.consumer_waiting = threading.Event()
         transfer = 1 if loader._pin and loader.collate_fn is not None else 0
         self.stats = RunStats("threads", epoch, {"read": "in decode", "decode": self.W,
-                                                 "collate": 1, "transfer": transfer},
+                                                 "collate": self.collate_threads,
+                                                 "transfer": transfer},
                               self.dataset)
         self.depth = max(1, loader.prefetch_factor)
         self.out = queue.Queue(maxsize=self.depth)
@@ -180,6 +186,10 @@ class Pipeline:
         self._start(self.transfer_q if transfer else self.out)
         if transfer:
             self._spawn(self._transfer, name="turboloader-transfer")
+
+    def _source(self):
+        """The next collated batch for the transfer stage (DONE at the end)."""
+        return get(self.transfer_q, self.stop)[0]
 
     def _start(self, collate_out):
         raise NotImplementedError
@@ -201,13 +211,20 @@ class Pipeline:
                 pass
             self.stop.set()
 
+    def alloc(self, shape, dtype):
+        """A batch tensor from the loader's pool (see BufferPool.get's ``wait``)."""
+        return self.pool.get(shape, dtype, wait=self._may_allocate)
+
+    def _may_allocate(self) -> bool:
+        return self.consumer_waiting.is_set() or self.stop.is_set()
+
     def allocator(self):
         """Batch tensors for samples that arrive one at a time (None: the user's collate_fn
         gets the samples)."""
         if self.loader.collate_fn is not None:
             return None
         shape, dtype = self.shape_dtype
-        return Allocator(self.loader.batch_size, shape, dtype, self.pool)
+        return Allocator(self.loader.batch_size, shape, dtype, self.alloc)
 
     def stream_name(self, w) -> str:
         """Decode thread ``w`` reads as its own stream: its own decoder, statistics and
@@ -229,7 +246,9 @@ class Pipeline:
 
         stats, stop = self.stats.stages["transfer"], self.stop
         while True:
-            item, waited = get(self.transfer_q, stop)
+            t = time.perf_counter()
+            item = self._source()
+            waited = time.perf_counter() - t
             t = time.perf_counter()
             end = item is DONE or isinstance(item, Failure)
             if not end:
@@ -243,12 +262,19 @@ class Pipeline:
     # -- the consumer side ---------------------------------------------------------------
 
     def next(self, timeout):
+        try:
+            return self.out.get_nowait()
+        except queue.Empty:
+            pass
         t = time.perf_counter()
+        self.consumer_waiting.set()
         try:
             item = self.out.get(timeout=timeout if timeout > 0 else None)
         except queue.Empty:
             raise RuntimeError(f"turboloader.DataLoader timed out after {timeout} s waiting "
                                "for a batch") from None
+        finally:
+            self.consumer_waiting.clear()
         self.stats.consumer_wait_s += time.perf_counter() - t
         return item
 
