@@ -55,6 +55,10 @@ __all__ = ["Chunk", "MapDataset", "ReaderMixin", "StreamReader", "reading_as", "
 #: that a chunk's buffer (this many output images) stays a few MB.
 SAMPLE_CHUNK = 16
 
+#: Most samples gathered for one batch call: a whole batch of 256 is gathered and decoded in
+#: parts of this many, so a stream's gather buffer (their encoded bytes) stays a few MB.
+BATCH_CHUNK = 64
+
 _local = threading.local()
 _LOCK = threading.Lock()  # guards every dataset's _states (module level: picklable datasets)
 
@@ -159,7 +163,8 @@ class StreamReader:
         """A byte buffer of at least ``nbytes`` for gathering a chunk's encoded samples,
         reused across chunks (replaced, never resized, so views of the old one stay valid)."""
         if self._gather.nbytes < nbytes:
-            self._gather = np.empty(max(nbytes, 2 * self._gather.nbytes), np.uint8)
+            self._gather = None  # dropped first: one buffer per stream at a time
+            self._gather = np.empty(nbytes + nbytes // 4, np.uint8)
         return self._gather
 
     def rows(self, n):
@@ -441,32 +446,36 @@ class MapDataset(ReaderMixin):
         epoch = self.epoch
         st = self._reader()
         counters = st.recorder.counters(epoch)
-        t0 = time.perf_counter()
-        chunk = Chunk()
-        for i in idx:
-            self._gather(st, chunk, i, i, self._sample_epoch(), counters)
-        if timing is not None:
-            timing("read", time.perf_counter() - t0)
         if out is None and st.plan is not None:
             out = st.rows(len(idx))
-        errors, objs = st.decode(chunk, out, 0, counters=counters, timing=timing)
         samples = []
-        for r, i in enumerate(idx):
-            if errors[r] is not None:
-                img, label = self._replace(st, chunk, r, errors[r], out, counters)
-            else:
-                img = objs[r] if objs[r] is not None else out[r]
-                label = chunk.labels[r]
-            if self.target_transform is not None:
-                label = self.target_transform(label)
-            samples.append((img, label))
+        step = BATCH_CHUNK
+        for a in range(0, len(idx), step):
+            part = idx[a:a + step]
+            t0 = time.perf_counter()
+            chunk = Chunk()
+            for i in part:
+                self._gather(st, chunk, i, i, self._sample_epoch(), counters)
+            if timing is not None:
+                timing("read", time.perf_counter() - t0)
+            errors, objs = st.decode(chunk, out, a, counters=counters, timing=timing)
+            for r in range(len(part)):
+                if errors[r] is not None:
+                    img, label = self._replace(st, chunk, r, errors[r], out, a, counters)
+                else:
+                    img = objs[r] if objs[r] is not None else out[a + r]
+                    label = chunk.labels[r]
+                if self.target_transform is not None:
+                    label = self.target_transform(label)
+                samples.append((img, label))
         counters["samples"] += len(samples)
         st.recorder.sample_done(len(samples))
         return samples
 
-    def _replace(self, st, chunk, r, exc, out, counters):
-        """Row ``r`` failed with ``exc``: apply the policy (raise) or read the next indices
-        in turn, with row ``r``'s random parameters, until one reads (skip)."""
+    def _replace(self, st, chunk, r, exc, out, row0, counters):
+        """Row ``r`` (of ``out``'s row ``row0 + r``) failed with ``exc``: apply the policy
+        (raise) or read the next indices in turn, with row ``r``'s random parameters, until
+        one reads (skip)."""
         n = len(self)
         log = st.log(self.policy, n, self.epoch)
         index, epoch, where = chunk.slots[r], chunk.epochs[r], chunk.where[r]
@@ -479,9 +488,9 @@ class MapDataset(ReaderMixin):
                 break
             one = Chunk()
             self._gather(st, one, (index + attempt) % n, index, epoch, counters)
-            errors, objs = st.decode(one, out, r, counters=counters)
+            errors, objs = st.decode(one, out, row0 + r, counters=counters)
             if errors[0] is None:
-                img = objs[0] if objs[0] is not None else out[r]
+                img = objs[0] if objs[0] is not None else out[row0 + r]
                 return img, one.labels[0]
             exc, where = errors[0], one.where[0]
         raise FailureBudgetExceeded(f"no sample of {self!r} could be read", log.failures)

@@ -13,7 +13,8 @@ from turboloader.data import sharding
 from turboloader.data._buffers import new_shared
 from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
 from turboloader.data.failures import FailureLog
-from turboloader.data.reader import (SAMPLE_CHUNK, Chunk, ReaderMixin, StreamReader, collate_labels,
+from turboloader.data import reader as _reader
+from turboloader.data.reader import (Chunk, ReaderMixin, StreamReader, collate_labels,
                                      compact, fill_row, stream_name)
 from turboloader.data.shards import (
     check_record as _check_record,
@@ -196,7 +197,7 @@ class _Cursor:
         images, labels, events = [], [], []
         row, exc_out = r0, None
         while row < r1 and exc_out is None:
-            need = r1 - row
+            need = min(r1 - row, _reader.BATCH_CHUNK)
             if self.pos < self.size:
                 p0 = self.pos
                 p1 = min(self.size, p0 + need)
@@ -700,8 +701,8 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
         tt = self.target_transform
         try:
             while True:
-                out = st.rows(SAMPLE_CHUNK) if st.plan is not None else None
-                n, images, labels, events, exc = cur.fill(out, 0, SAMPLE_CHUNK, timing,
+                out = st.rows(_reader.SAMPLE_CHUNK) if st.plan is not None else None
+                n, images, labels, events, exc = cur.fill(out, 0, _reader.SAMPLE_CHUNK, timing,
                                                           defer=True)
                 for r in range(n):
                     cur.deliver(events[r])
@@ -712,7 +713,7 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                     yield (out[r] if img is None else img), (label if tt is None else tt(label))
                 if exc is not None:
                     raise exc
-                if n < SAMPLE_CHUNK:
+                if n < _reader.SAMPLE_CHUNK:
                     return
                 # let go of this chunk's buffer before asking for the next one, so that it
                 # is reused when the consumer has dropped its samples

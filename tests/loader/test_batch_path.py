@@ -1,0 +1,441 @@
+"""The batch path: samples decoded a chunk at a time, failures inside a chunk, recycled
+memory, whole-batch mode, the loader protocol and the stage table.
+
+The oracle for pixels is the per-sample fused call, ``plan.from_jpeg(bytes,
+rng=sample_rng(seed, epoch, slot))``; for the order, the per-sample semantics of the failure
+policy written out here: a worker's items in order, failed ones left out, then each failed
+slot replaced by the worker's good samples cycled in order.
+"""
+
+import gc
+import pickle
+
+import numpy as np
+import pytest
+import torch
+import torch.utils.data
+from shardgen import jpeg, labelled_members, write_tar
+
+from turboloader import transforms as T
+from turboloader.data import ImageFolder, TarDataset, sharding
+from turboloader.data._buffers import BufferPool, new_shared
+from turboloader.errors import DecodeError, FailureBudgetExceeded, SampleError
+from turboloader.loader import DataLoader, format_stats
+from turboloader.loader.protocol import accepts_out, has_worker_streams
+from turboloader.transforms._random import sample_rng
+
+FLOAT = T.Compose([T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ToTensor(),
+                   T.Normalize((0.5, 0.4, 0.3), (0.2, 0.25, 0.3))])
+PLAN = T.plan(FLOAT)
+N = 40
+BAD = {3, 4, 6, 17, 30}  # several inside one batch of 8, one per worker at least
+
+
+def bad_jpeg(i):
+    return b"\xff\xd8\xff" + b"garbage%d" % i * 9
+
+
+@pytest.fixture
+def bad_shards(tmp_path):
+    """2 shards of 20; the samples in BAD are not decodable JPEGs."""
+    members = labelled_members(range(N))
+    members = [(n, bad_jpeg(int(n[:6])) if n.endswith(".jpg") and int(n[:6]) in BAD else d)
+               for n, d in members]
+    return [write_tar(tmp_path / "b-0.tar", members[:40]),
+            write_tar(tmp_path / "b-1.tar", members[40:])]
+
+
+def expected_stream(ds, epoch, worker, W):
+    """(sample id, random-parameter slot) in the order the per-sample policy delivers them."""
+    slots, samples = sharding.worker_items(
+        ds._counts, seed=ds.seed, epoch=epoch, shuffle=ds.shuffle, rank=0, world_size=1,
+        worker=worker, num_workers=W, pad=ds.pad, fixed=False,
+        random_access=ds._random_access, mix_shards=ds.mix_shards)
+    good = [(int(g), int(s)) for s, g in zip(slots, samples) if int(g) not in BAD]
+    failed = [int(s) for s, g in zip(slots, samples) if int(g) in BAD]
+    return good + [(good[k % len(good)][0], slot) for k, slot in enumerate(failed)]
+
+
+def oracle(g, slot, epoch, seed=5):
+    return PLAN.from_jpeg(jpeg(g), rng=sample_rng(seed, epoch, slot))
+
+
+def batched_oracle(ds, epoch, W, B, drop_last=False):
+    """torch's order: each worker's stream batched, batches taken round-robin."""
+    per = []
+    for w in range(W):
+        items = expected_stream(ds, epoch, w, W)
+        chunks = [items[i:i + B] for i in range(0, len(items), B)]
+        if drop_last and chunks and len(chunks[-1]) < B:
+            chunks.pop()
+        per.append(chunks)
+    out = []
+    for r in range(max(len(c) for c in per)):
+        out.extend(c[r] for c in per if r < len(c))
+    return out
+
+
+def check_batches(got, want, epoch):
+    assert len(got) == len(want)
+    for (images, labels), items in zip(got, want):
+        assert labels.tolist() == [g for g, _ in items]
+        for img, (g, slot) in zip(images, items):
+            assert torch.equal(img, oracle(g, slot, epoch))
+
+
+@pytest.fixture(params=[64, 3], ids=["chunk64", "chunk3"])
+def chunk(request, monkeypatch):
+    """Batches gathered whole, or in parts of 3 (a skip then moves rows across parts)."""
+    from turboloader.data import reader
+
+    monkeypatch.setattr(reader, "BATCH_CHUNK", request.param)
+    monkeypatch.setattr(reader, "SAMPLE_CHUNK", min(16, request.param))
+    return request.param
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+@pytest.mark.parametrize("W,B", [(1, 8), (2, 8), (2, 5)])
+def test_skip_inside_batches_keeps_the_per_sample_order(bad_shards, backend, W, B, chunk):
+    ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        got = list(DataLoader(ds, batch_size=B, num_workers=W, backend=backend))
+        check_batches(got, batched_oracle(ds, epoch, W, B), epoch)
+    skipped = ds.stats(1)["skipped"]
+    assert sorted(int(s["key"]) for s in skipped) == sorted(BAD)
+    assert all(s["offset"] is not None and s["shard"] in bad_shards for s in skipped)
+
+
+def test_sample_mode_is_the_same_stream(bad_shards, chunk):
+    """Iterating the dataset (chunks of SAMPLE_CHUNK, views of a recycled buffer)."""
+    ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+    ds.set_epoch(2)
+    got = [(x.clone(), y) for x, y in ds]
+    want = expected_stream(ds, 2, 0, 1)
+    assert [y for _, y in got] == [g for g, _ in want]
+    for (x, _), (g, slot) in zip(got, want):
+        assert torch.equal(x, oracle(g, slot, 2))
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_raise_inside_a_batch_names_the_sample(bad_shards, backend):
+    ds = TarDataset(bad_shards, FLOAT, seed=5)
+    ds.set_epoch(0)
+    with pytest.raises(DecodeError) as info:
+        list(DataLoader(ds, batch_size=8, num_workers=2, backend=backend))
+    text = str(info.value) + "\n".join(getattr(info.value, "__notes__", []))
+    assert "shard" in text and "byte offset" in text and ".jpg" in text
+
+
+def test_raise_in_sample_mode_delivers_the_samples_before_it(bad_shards):
+    """The failing row is in the middle of a chunk: the rows before it come out first."""
+    ds = TarDataset(bad_shards, FLOAT, seed=5, shuffle=False)
+    ds.set_epoch(0)
+    got = []
+    with pytest.raises(DecodeError):
+        for _, y in ds:
+            got.append(y)
+    assert got == [0, 1, 2]  # sample 3 is the first bad one
+
+
+def test_budget_inside_a_batch(bad_shards):
+    ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=1, shuffle=False)
+    ds.set_epoch(0)
+    with pytest.raises(FailureBudgetExceeded):
+        list(DataLoader(ds, batch_size=8, num_workers=0))
+    got = []
+    with pytest.raises(FailureBudgetExceeded):
+        for _, y in ds:
+            got.append(y)
+    assert got == [0, 1, 2]  # 3 skipped (the budget), 4 over it: 0..2 came out first
+
+
+def test_bad_label_inside_a_batch_is_a_sample_error(tmp_path):
+    members = labelled_members(range(10))
+    members[7] = ("000003.cls", b"three")
+    ds = TarDataset([write_tar(tmp_path / "l.tar", members)], FLOAT, shuffle=False)
+    ds.set_epoch(0)
+    with pytest.raises(SampleError, match="not an integer"):
+        list(DataLoader(ds, batch_size=8, num_workers=0))
+    ds = TarDataset([write_tar(tmp_path / "l2.tar", members)], FLOAT, shuffle=False,
+                    on_error="skip", max_failures=2)
+    ds.set_epoch(0)
+    labels = torch.cat([b[1] for b in DataLoader(ds, batch_size=4)]).tolist()
+    assert labels == [0, 1, 2, 4, 5, 6, 7, 8, 9, 0]
+
+
+def _resume_matches(make, epoch):
+    """Run a pass whole; then for a few k, k batches, a state, and a fresh loader from it."""
+    dl = make()
+    dl.set_epoch(epoch) if hasattr(dl, "set_epoch") else None
+    full = [(b[0].clone(), b[1]) for b in dl]
+    for k in (1, 3, len(full) - 1):
+        dl = make()
+        dl.set_epoch(epoch) if hasattr(dl, "set_epoch") else None
+        it = iter(dl)
+        head = [(x.clone(), y) for x, y in (next(it) for _ in range(k))]
+        state = dl.state_dict()
+        del it
+        dl2 = make()
+        dl2.load_state_dict(state)
+        got = head + [(x.clone(), y) for x, y in dl2]
+        assert len(got) == len(full), k
+        for (a, la), (b, lb) in zip(got, full):
+            assert torch.equal(la, lb) and torch.equal(a, b), k
+
+
+def test_resume_mid_epoch_with_skips_threads(bad_shards):
+    _resume_matches(lambda: DataLoader(
+        TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5),
+        batch_size=6, num_workers=2), 3)
+
+
+def test_resume_mid_epoch_processes(tmp_path):
+    # the main process cannot see where its workers skipped (TarDataset.state_dict): exact
+    # for data that reads, as before
+    shards = [write_tar(tmp_path / "ok.tar", labelled_members(range(30)))]
+    _resume_matches(lambda: DataLoader(TarDataset(shards, FLOAT, seed=5), batch_size=6,
+                                       num_workers=2, backend="processes"), 3)
+
+
+def test_resume_mid_epoch_with_skips_stateful_workers(bad_shards):
+    """Worker processes save their own states: the decoded-ahead rows of a chunk are not
+    counted as delivered."""
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make():
+        ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+        ds.set_epoch(2)
+        return sdl.StatefulDataLoader(ds, batch_size=5, num_workers=2, timeout=60)
+
+    _resume_matches(make, 2)
+
+
+def test_two_epochs_fresh_augmentations_without_set_epoch(bad_shards):
+    """Automatic epochs under torch's DataLoader, whole-batch mode included: every epoch
+    new parameters, every sample once."""
+    ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+    for loader in (torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2),
+                   torch.utils.data.DataLoader(ds.batched(8), batch_size=None, num_workers=2)):
+        epochs = []
+        for _ in range(2):
+            images = {}
+            for x, y in loader:
+                for img, g in zip(x, y.tolist()):
+                    images.setdefault(g, img)
+            epochs.append(images)
+        good = set(range(N)) - BAD
+        assert set(epochs[0]) == good and set(epochs[1]) == good
+        assert sum(not torch.equal(epochs[0][g], epochs[1][g]) for g in good) > len(good) // 2
+
+
+@pytest.mark.parametrize("W,B,drop_last", [(1, 8, False), (2, 8, False), (2, 6, True)])
+def test_batched_equals_torch_batching(bad_shards, W, B, drop_last):
+    ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+    ds.set_epoch(1)
+    want = list(torch.utils.data.DataLoader(ds, batch_size=B, num_workers=W,
+                                            drop_last=drop_last))
+    got = list(torch.utils.data.DataLoader(ds.batched(B, drop_last=drop_last), batch_size=None,
+                                           num_workers=W))
+    assert len(got) == len(want) == len(ds.batched(B, drop_last=drop_last, num_workers=W))
+    for (a, la), (b, lb) in zip(got, want):
+        assert torch.equal(la, lb) and torch.equal(a, b)
+    assert all(x.is_shared() for x, _ in got)
+
+
+def test_shared_batches_cross_processes_by_handle():
+    """A batch made in shared memory pickles (torch's worker queue) to a handle, not data."""
+    import torch.multiprocessing  # noqa: F401  (registers the tensor reductions)
+    from multiprocessing.reduction import ForkingPickler
+
+    t = new_shared((64, 3, 64, 64), torch.float32)
+    assert t.is_shared() and t.shape == (64, 3, 64, 64)
+    assert len(ForkingPickler.dumps(t)) < 10_000 < t.numel() * 4
+
+
+# -- recycled memory ------------------------------------------------------------------------
+
+
+def test_pool_reuses_only_what_nobody_references():
+    pool = BufferPool(3)
+    a = pool.get((4, 3))
+    ptr = a.data_ptr()
+    del a
+    b = pool.get((4, 3))
+    assert b.data_ptr() == ptr  # dropped: reused
+    view = b[1:]
+    arr = pool.get((4, 3)).numpy()
+    del b
+    assert pool.get((4, 3)).data_ptr() not in (ptr, arr.ctypes.data)  # a view / an array
+    held = [pool.get((4, 3)) for _ in range(5)]  # over capacity: new memory every time
+    assert len({h.data_ptr() for h in held} | {ptr, arr.ctypes.data}) == 7
+    del view, arr, held
+    gc.collect()
+    s = pool.get((4, 3))
+    s.share_memory_()  # another process may map it now: never reused
+    ptr = s.data_ptr()
+    del s
+    assert all(pool.get((4, 3)).data_ptr() != ptr for _ in range(4))
+
+
+@pytest.mark.parametrize("dataset", ["tar", "folder"])
+def test_a_consumer_that_keeps_every_batch_gets_distinct_correct_batches(bad_shards, tmp_path,
+                                                                          dataset):
+    if dataset == "tar":
+        ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+    else:
+        for i in range(30):
+            d = tmp_path / "f" / f"c{i % 3}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{i:03d}.jpg").write_bytes(jpeg(i))
+        ds = ImageFolder(tmp_path / "f", FLOAT, seed=5)
+    dl = DataLoader(ds, batch_size=4, num_workers=2, prefetch_factor=1)
+    dl.set_epoch(0)
+    copies = [(x.clone(), y.clone()) for x, y in dl]  # dropped at once: memory recycled
+    assert dl._pool.reused > 0
+    dl.set_epoch(0)
+    kept = list(dl)  # every batch kept: each must stay intact
+    assert len({x.data_ptr() for x, _ in kept}) == len(kept)
+    for (a, la), (b, lb) in zip(kept, copies):
+        assert torch.equal(la, lb) and torch.equal(a, b)
+
+
+def test_user_views_keep_their_memory(bad_shards):
+    ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+    dl = DataLoader(ds, batch_size=4, num_workers=1, prefetch_factor=1)
+    dl.set_epoch(0)
+    firsts, copies = [], []
+    for x, _ in dl:
+        firsts.append(x[0])  # a view of the batch only
+        copies.append(x[0].clone())
+    assert all(torch.equal(a, b) for a, b in zip(firsts, copies))
+
+
+# -- map-style batches ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    root = tmp_path / "folder"
+    for i in range(23):
+        d = root / f"class{i % 3}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{i:03d}.jpg").write_bytes(bad_jpeg(i) if i in (4, 5, 9) else jpeg(i))
+    return root
+
+
+def test_getitems_equals_getitem_with_skips(image_folder, chunk):
+    ds = ImageFolder(image_folder, FLOAT, seed=2, on_error="skip", max_failures=5)
+    ds.set_epoch(4)
+    idx = [0, 3, 4, 5, 6, 9, 22, 1]
+    batch = ds.__getitems__(idx)
+    single = [ds[i] for i in idx]
+    for (a, la), (b, lb) in zip(batch, single):
+        assert la == lb and torch.equal(a, b)
+    # a failed index is replaced by the next readable one, with the requested index's
+    # parameters
+    i4 = [k for k, (p, _) in enumerate(ds.samples) if p.endswith("004.jpg")][0]
+    img, label = ds[i4]
+    nxt = i4 + 1
+    while ds.samples[nxt][0].endswith(("005.jpg", "009.jpg")):
+        nxt += 1
+    with open(ds.samples[nxt][0], "rb") as f:
+        want = PLAN.from_jpeg(f.read(), rng=sample_rng(2, 4, i4))
+    assert torch.equal(img, want) and label == ds.samples[nxt][1]
+
+
+def test_getitems_out_writes_the_rows(image_folder):
+    ds = ImageFolder(image_folder, FLOAT, seed=2, on_error="skip", max_failures=5)
+    ds.set_epoch(0)
+    out = torch.empty(4, 3, 24, 24)
+    samples = ds.__getitems__([0, 1, 2, 3], out=out)
+    for j, (img, _) in enumerate(samples):
+        assert img.data_ptr() == out[j].data_ptr()
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_map_style_skip_inside_batches(image_folder, backend):
+    ds = ImageFolder(image_folder, FLOAT, seed=2, on_error="skip", max_failures=5)
+    ds.set_epoch(1)
+    got = list(DataLoader(ds, batch_size=7, num_workers=2, backend=backend))
+    ds.set_epoch(1)
+    want = [ds[i] for i in range(len(ds))]
+    flat = [(x, int(y)) for b in got for x, y in zip(b[0], b[1])]
+    assert len(flat) == len(want)
+    for (a, la), (b, lb) in zip(flat, want):
+        assert la == lb and torch.equal(a, b)
+
+
+# -- the protocol --------------------------------------------------------------------------
+
+
+class Squares(torch.utils.data.IterableDataset):
+    """The protocol's docstring example: a third-party iterable dataset."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def worker_sizes(self, num_workers):
+        return [len(range(w, self.n, num_workers)) for w in range(num_workers)]
+
+    def worker_stream(self, worker, num_workers, *, batch_size=None, out=None, timing=None):
+        from torch.utils.data._utils.collate import default_collate
+
+        items = ((torch.full((3,), float(i * i)), i) for i in range(worker, self.n, num_workers))
+        if batch_size is None:
+            yield from items
+            return
+        chunk = []
+        for item in items:
+            chunk.append(item)
+            if len(chunk) == batch_size:
+                yield default_collate(chunk)
+                chunk = []
+        if chunk:
+            yield default_collate(chunk)
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        w, n = (info.id, info.num_workers) if info else (0, 1)
+        return iter(self.worker_stream(w, n))
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_a_third_party_dataset_runs_over_the_protocol(drop_last):
+    ds = Squares(23)
+    assert has_worker_streams(ds) and not accepts_out(ds)
+    threads = list(DataLoader(ds, batch_size=4, num_workers=3, drop_last=drop_last))
+    procs = list(DataLoader(ds, batch_size=4, num_workers=3, drop_last=drop_last,
+                            backend="processes"))
+    assert len(threads) == len(procs) == len(DataLoader(ds, batch_size=4, num_workers=3,
+                                                        drop_last=drop_last))
+    for (a, la), (b, lb) in zip(threads, procs):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+def test_stage_table_reports_measured_stages(bad_shards):
+    ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+    dl = DataLoader(ds, batch_size=8, num_workers=2)
+    list(dl)
+    st = dl.stats()
+    dt = st["decode_threads"]
+    assert dt["read_s"] > 0 and dt["decode_s"] > 0 and dt["python_s"] >= 0
+    assert dt["read_s"] + dt["decode_s"] <= dt["busy_s"] * 1.01
+    assert st["stages"]["read"]["measured"]
+    text = format_stats(st)
+    assert "decode threads:" in text and "bottleneck:" in text
+    # a dataset that reports nothing: its read stage is not made up
+    dl = DataLoader(Squares(20), batch_size=4, num_workers=2)
+    list(dl)
+    st = dl.stats()
+    assert not st["stages"]["read"]["measured"]
+    assert f"{'read':<10}{'in decode':>8}{'-':>9}" in format_stats(st)
+
+
+def test_reader_state_is_not_pickled(bad_shards):
+    ds = TarDataset(bad_shards, FLOAT, seed=5, shuffle=False)
+    ds.set_epoch(0)
+    next(iter(ds))
+    assert ds._states
+    assert pickle.loads(pickle.dumps(ds))._states == {}
+    assert np.asarray(ds.worker_sizes(3)).sum() == len(ds)
