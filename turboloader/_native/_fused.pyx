@@ -22,6 +22,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 from posix.stdlib cimport posix_memalign
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.types cimport pid_t
 from posix.unistd cimport getpid
 
@@ -109,6 +110,12 @@ cdef struct _Scratch:
 
 cdef str _text(const char *msg):
     return msg.decode("ascii", "replace")
+
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 cdef inline bint _identity(const _Sample* s, const _Common* c) noexcept nogil:
@@ -626,9 +633,10 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
     C-contiguous): the window `window[i]` = (x, y, w, h) (decoded at scale_num[i]/8 for a
     JPEG; `full[i]` when it is the whole scaled image), resampled from the box `box[i]`
     inside it, colour ops `ops[i, :n_ops[i]]` with `factors`, flipped if `flip[i]`, as
-    decode_resample_into. Returns (failed, errors, warnings): failed a uint8 array (1 where
-    the sample could not be written), errors a list (exception or None), warnings a list
-    (libjpeg's warning text or None). Raises only for arguments that are not a batch
+    decode_resample_into. Returns (failed, errors, warnings, nogil_seconds): failed a uint8
+    array (1 where the sample could not be written), errors a list (exception or None),
+    warnings a list (libjpeg's warning text or None), nogil_seconds the wall time of the
+    block without the GIL. Raises only for arguments that are not a batch
     (TypeError/ValueError) and MemoryError; a bad sample is an entry of `errors`."""
     cdef Py_ssize_t n = len(sources), m = 0, i, j, N
     cdef _Common c
@@ -638,6 +646,7 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
     cdef float[:, :, :, ::1] fout
     cdef uint8_t[:, :, :, ::1] uout
     cdef bint is_float
+    cdef double t0 = 0, t1 = 0
     if (todo.shape[0] != n or kind.shape[0] != n or rows.shape[0] != n or full.shape[0] != n
             or scale_num.shape[0] != n or flip.shape[0] != n or n_ops.shape[0] != n):
         raise ValueError(f"every per-sample array needs {n} entries")
@@ -718,7 +727,9 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
             job.common = &c
             job.scratch = runner._scratch
             with nogil:
+                t0 = _now()
                 tl_pool_run(runner._pool, _job_item, &job, m)
+                t1 = _now()
             for j in range(m):
                 s = &runner._samples[j]
                 err = _error(s)
@@ -730,14 +741,14 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
     finally:
         free(which)
         held.release()
-    return failed, errors, warnings
+    return failed, errors, warnings, t1 - t0
 
 
 def read_headers(list sources not None, const uint8_t[::1] todo, /):
     """Read the JPEG headers of sources[i] where todo[i], in one nogil pass.
 
     Returns (height, width, errors): int64 arrays (0 where not read or bad) and a list of
-    DecodeError (a bad header) or None."""
+    the exception _jpeg.read_header would raise (DecodeError for a bad header) or None."""
     cdef Py_ssize_t n = len(sources), i
     if todo.shape[0] != n:
         raise ValueError(f"todo needs {n} entries")
@@ -771,9 +782,11 @@ def read_headers(list sources not None, const uint8_t[::1] todo, /):
                         hv[i] = info.height
                         wv[i] = info.width
         for i in range(n):
-            if status[i] != TL_OK:
+            if status[i] == TL_ERR_ARG:   # as _jpeg.read_header
+                errors[i] = ValueError(_text(msgs + i * TL_MSG_LEN))
+            elif status[i] != TL_OK:
                 text = _text(msgs + i * TL_MSG_LEN)
-                errors[i] = DecodeError(text or f"JPEG header unreadable (status {status[i]})")
+                errors[i] = DecodeError(text or f"JPEG decode failed (status {status[i]})")
     finally:
         held.release()
         free(ptrs)

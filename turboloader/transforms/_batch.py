@@ -1,0 +1,620 @@
+"""Batch-at-a-time execution of a fused :class:`~turboloader.transforms._plan.Plan`.
+
+Python makes every decision once per batch, with NumPy, and one native call without the GIL
+runs the whole batch on a :class:`BatchRunner`'s threads::
+
+    keys = sample_keys(seed, epoch, indices)            # np.uint64[n]
+    params = plan.prepare_batch(sources, keys)           # headers + every random draw
+    result = plan.run_batch(sources, params, batch)      # decode/resample/colour/flip/CHW
+    # result.status[i]: OK (row i of batch written), GENERIC or FAILED (result.errors[i])
+
+``sources`` holds JPEG files (bytes, memoryview, 1-D uint8 array) and/or decoded
+``(H, W, 3)`` uint8 arrays (e.g. cache hits), row by row.
+
+Equivalence (tested bit for bit): row i of ``run_batch`` equals
+``plan.from_jpeg(sources[i], rng=SampleRandom(keys[i]))`` (or ``plan.from_array(sources[i],
+rng=..., source_size=source_sizes[i])`` for an array). ``prepare_batch`` replays exactly the
+draws ``Plan._draw`` makes through the transforms' ``make_params`` with a
+:class:`~turboloader.transforms._random.SampleRandom` (counter-based, so draw k of every
+sample is one NumPy expression), with the same float operations in the same order
+(``math.exp`` for RandomResizedCrop's aspect ratio, IEEE ``sqrt``, round-half-even), then
+the same DCT scale and decode window as the per-sample path. Parameters of types the
+vectorized replay does not cover (e.g. a NumPy float32 ``scale``) are drawn row by row by
+the transforms themselves, so the equivalence never depends on them.
+
+Row status codes (``BatchParams.status``, ``BatchResult.status``):
+
+* ``OK`` (0): ready to run / written.
+* ``GENERIC`` (1): the fused path cannot do this row (a crop larger than its image): run
+  ``plan.from_jpeg`` / ``plan.from_array`` (the generic path) for it with its
+  ``sample_rng``; nothing was drawn or written for it here.
+* ``FAILED`` (2): bad data or arguments for this row; ``errors[i]`` is the exception
+  (``DecodeError`` with libjpeg's message, ``ValueError``), not raised: the caller adds
+  notes (shard, key, offset) and applies its failure policy.
+
+Exceptions raised by these functions mean a bad call (wrong types, shapes, a mismatched
+``params``), never a bad sample.
+
+Threads: ``run_batch`` without ``runner`` uses a 1-thread runner private to the calling
+thread (no pool threads; concurrent callers never wait for each other). A shared
+``BatchRunner(threads=k)`` may be used from several threads; its batches then run one at a
+time. Scratch memory is per runner thread and grows to the largest sample seen.
+"""
+
+import math
+import operator
+import threading
+
+import numpy as np
+import torch
+
+from turboloader._native._fused import MAX_COLOUR_OPS, BatchRunner
+from turboloader.transforms import _transforms as T
+from turboloader.transforms._random import _GAMMA, _MASK64, SampleRandom, _as_u64, _mix_np, _UGAMMA
+
+__all__ = [
+    "FAILED",
+    "GENERIC",
+    "OK",
+    "BatchParams",
+    "BatchResult",
+    "BatchRunner",
+    "default_runner",
+    "prepare_batch",
+    "run_batch",
+]
+
+OK = 0
+GENERIC = 1
+FAILED = 2
+
+JPEG = 0
+ARRAY = 1
+
+# Half-width of each filter's kernel at scale 1 (nearest, bilinear, bicubic): fused.decode_window
+_SUPPORT = {0: 0.5, 1: 1.0, 2: 2.0}
+_S11, _S32, _M32 = np.uint64(11), np.uint64(32), np.uint64(0xFFFFFFFF)
+_local = threading.local()
+
+
+def default_runner():
+    """The calling thread's own 1-thread :class:`BatchRunner` (made on first use)."""
+    runner = getattr(_local, "runner", None)
+    if runner is None:
+        runner = _local.runner = BatchRunner(threads=1)
+    return runner
+
+
+class BatchParams:
+    """Everything :meth:`Plan.run_batch` needs for a batch, drawn by :meth:`Plan.prepare_batch`.
+
+    Attributes (arrays have one row per sample):
+        n: number of samples.
+        status: ``int32``: ``OK``, ``GENERIC`` or ``FAILED`` (module docstring).
+        errors: list: the exception of each ``FAILED`` row, else None.
+        kind: ``uint8``: 0 a JPEG source, 1 a decoded array.
+        source_size: ``int64 (n, 2)``: the (height, width) the parameters were drawn on.
+        out_size: ``int32 (n, 2)``: output (height, width).
+        scale_num: ``int32``: DCT scale numerator k (decode at k/8; 8 for arrays).
+        full: ``uint8``: the window is the whole (scaled) image.
+        window: ``int32 (n, 4)``: ``(x, y, width, height)`` in decoded pixels.
+        box: ``float64 (n, 4)``: the source box ``(x0, y0, x1, y1)`` inside the window.
+        flip: ``uint8``: mirror the output.
+        n_ops, ops, factors: ColorJitter operations in order (``int32 (n, 8)`` ids as
+            torchvision's ``fn_idx``, ``float64 (n, 8)`` factors), ``n_ops`` of them.
+        counter: ``int64``: draws consumed per sample (rows drawn: OK ones).
+    """
+
+    __slots__ = ("n", "status", "errors", "kind", "source_size", "out_size", "scale_num",
+                 "full", "window", "box", "flip", "n_ops", "ops", "factors", "counter")
+
+    def __init__(self, n):
+        self.n = n
+        self.status = np.zeros(n, np.int32)
+        self.errors = [None] * n
+        self.kind = np.zeros(n, np.uint8)
+        self.source_size = np.ones((n, 2), np.int64)
+        self.out_size = np.ones((n, 2), np.int32)
+        self.scale_num = np.full(n, 8, np.int32)
+        self.full = np.zeros(n, np.uint8)
+        self.window = np.zeros((n, 4), np.int32)
+        self.box = np.zeros((n, 4), np.float64)
+        self.flip = np.zeros(n, np.uint8)
+        self.n_ops = np.zeros(n, np.int32)
+        self.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
+        self.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
+        self.counter = np.zeros(n, np.int64)
+
+    def fail(self, i, error):
+        """Mark row ``i`` FAILED with ``error`` (an exception instance)."""
+        self.status[i] = FAILED
+        self.errors[i] = error
+
+    def __repr__(self):
+        counts = np.bincount(self.status, minlength=3)
+        return (f"BatchParams(n={self.n}, ok={counts[OK]}, generic={counts[GENERIC]}, "
+                f"failed={counts[FAILED]})")
+
+
+class BatchResult:
+    """What :meth:`Plan.run_batch` did, row by row.
+
+    Attributes:
+        status: ``int32[n]``: ``OK`` (the row of ``out`` was written), else ``GENERIC`` or
+            ``FAILED`` (not written; see the module docstring).
+        errors: list of the exception for each ``FAILED`` row (else None), not raised.
+        warnings: list of libjpeg's warning text for rows that decoded with recovered
+            corruption (``DecodeWarning`` material; else None). Only when not ``strict``.
+        nogil_seconds: wall time of the native block that ran without the GIL (the rest
+            of the call held it: for profiling).
+    """
+
+    __slots__ = ("status", "errors", "warnings", "nogil_seconds")
+
+    def __init__(self, status, errors, warnings, nogil_seconds=0.0):
+        self.status = status
+        self.errors = errors
+        self.warnings = warnings
+        self.nogil_seconds = nogil_seconds
+
+    @property
+    def n(self):
+        return len(self.status)
+
+    def __repr__(self):
+        counts = np.bincount(self.status, minlength=3)
+        return (f"BatchResult(n={self.n}, ok={counts[OK]}, generic={counts[GENERIC]}, "
+                f"failed={counts[FAILED]})")
+
+
+# -- the counter-based draws, vectorized ----------------------------------------------------
+
+class _Draws:
+    """Each row's SampleRandom, replayed: ``next(mask)`` is the next 64-bit draw of every row
+    (rows where mask is False do not advance)."""
+
+    def __init__(self, keys):
+        self.keys = keys
+        self.ctr = np.zeros(len(keys), np.uint64)
+
+    def next(self, mask=None):
+        x = _mix_np(self.keys + self.ctr * _UGAMMA)
+        if mask is None:
+            self.ctr += np.uint64(1)
+        else:
+            self.ctr += mask.astype(np.uint64)
+        return x
+
+
+def _at(keys, k):
+    # draw k (a Python int) of every key: scalar offsets computed exactly, mod 2**64
+    return _mix_np(keys + np.uint64((k * _GAMMA) & _MASK64))
+
+
+def _u01(x):
+    # SampleRandom.random(): (x >> 11) * 2**-53
+    return (x >> _S11).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def _below(x, n):
+    # SampleRandom._randbelow(n) = (x * n) >> 64, exactly, for 1 <= n < 2**32
+    n = np.asarray(n, np.int64)
+    if n.size and (n.min() < 1 or n.max() >= 1 << 32):
+        raise AssertionError("n out of the vectorized range")
+    n = n.astype(np.uint64)
+    return (((x >> _S32) * n + (((x & _M32) * n) >> _S32)) >> _S32).astype(np.int64)
+
+
+def _uniform(a, b, x):
+    # random.Random.uniform: a + (b - a) * random()
+    return a + (b - a) * _u01(x)
+
+
+def _plain(*values):
+    return all(type(v) in (int, float) for v in values)
+
+
+def _vectorizable(plan):
+    crop = plan._crop
+    if isinstance(crop, T.RandomResizedCrop) and not _plain(*crop.scale, *crop.ratio):
+        return False
+    for t in plan._post:
+        if isinstance(t, T.RandomHorizontalFlip) and not _plain(t.p):
+            return False
+    return True
+
+
+def _rrc(t, H, W, d):
+    # RandomResizedCrop.make_params, for every row: (top, left, height, width)
+    n = len(H)
+    s0, s1 = t.scale
+    l0, l1 = t._log_ratio
+    area = (H * W).astype(np.float64)
+    top = np.zeros(n, np.int64)
+    left = np.zeros(n, np.int64)
+    h = np.zeros(n, np.int64)
+    w = np.zeros(n, np.int64)
+    todo = np.arange(n)
+    keys = d.keys
+    for attempt in range(10):
+        if not todo.size:
+            break
+        c = 2 * attempt
+        k = keys[todo]
+        target = area[todo] * _uniform(s0, s1, _at(k, c))
+        logr = _uniform(l0, l1, _at(k, c + 1))
+        ratio = np.array([math.exp(v) for v in logr.tolist()], np.float64)
+        ww = np.rint(np.sqrt(target * ratio))
+        hh = np.rint(np.sqrt(target / ratio))
+        ok = (0 < ww) & (ww <= W[todo]) & (0 < hh) & (hh <= H[todo])
+        hit = todo[ok]
+        if hit.size:
+            hh, ww, k = hh[ok].astype(np.int64), ww[ok].astype(np.int64), k[ok]
+            h[hit], w[hit] = hh, ww
+            top[hit] = _below(_at(k, c + 2), H[hit] - hh + 1)
+            left[hit] = _below(_at(k, c + 3), W[hit] - ww + 1)
+            d.ctr[hit] = c + 4
+        todo = todo[~ok]
+    if todo.size:  # torchvision's fallback: a centre crop within the ratio bounds
+        d.ctr[todo] = np.uint64(20)
+        Hf, Wf = H[todo].astype(np.float64), W[todo].astype(np.float64)
+        in_ratio = Wf / Hf
+        rmin, rmax = min(t.ratio), max(t.ratio)
+        fw, fh = W[todo].copy(), H[todo].copy()
+        narrow = in_ratio < rmin
+        wide = ~narrow & (in_ratio > rmax)
+        fh[narrow] = np.rint(Wf[narrow] / rmin).astype(np.int64)
+        fw[wide] = np.rint(Hf[wide] * rmax).astype(np.int64)
+        h[todo], w[todo] = fh, fw
+        top[todo] = (H[todo] - fh) // 2
+        left[todo] = (W[todo] - fw) // 2
+    return top, left, h, w
+
+
+def _jitter(t, d, n):
+    # ColorJitter.make_params + ColorJitter.ops for every row: (ids, factors), (n, k) each
+    perm = np.tile(np.arange(4, dtype=np.int64), (n, 1))
+    rows = np.arange(n)
+    for i in (3, 2, 1):  # random.Random.shuffle: Fisher-Yates from the end
+        j = _below(d.next(), i + 1)
+        pi, pj = perm[:, i].copy(), perm[rows, j]
+        perm[:, i] = pj
+        perm[rows, j] = pi
+    ranges = (t.brightness, t.contrast, t.saturation, t.hue)
+    table = np.zeros((n, 4), np.float64)
+    for fi, r in enumerate(ranges):
+        if r is not None:
+            table[:, fi] = _uniform(r[0], r[1], d.next())
+    is_set = np.array([r is not None for r in ranges])
+    k = int(is_set.sum())
+    ids = perm[is_set[perm]].reshape(n, k)
+    return ids, np.take_along_axis(table, ids, axis=1)
+
+
+def _draw(plan, H, W, keys):
+    """Plan._draw for every row: (box (n, 4) float64, clip, out (n, 2), resized (n, 2),
+    flip, ops, factors, n_ops, generic, counter)."""
+    n = len(H)
+    d = _Draws(keys)
+    crop, resize = plan._crop, plan._resize
+    generic = np.zeros(n, bool)
+    if isinstance(crop, T.RandomResizedCrop):
+        top, left, ch, cw = _rrc(crop, H, W, d)
+        box = np.stack([left, top, left + cw, top + ch], axis=1).astype(np.float64)
+        clip = np.ones(n, bool)
+        out = np.empty((n, 2), np.int64)
+        out[:] = crop.size
+        resized = np.stack([H, W], axis=1)
+    else:
+        if resize is not None:
+            sizes = {}
+            resized = np.empty((n, 2), np.int64)
+            for i, hw in enumerate(zip(H.tolist(), W.tolist())):
+                got = sizes.get(hw)
+                if got is None:
+                    got = sizes[hw] = resize.output_size(hw)
+                resized[i] = got
+        else:
+            resized = np.stack([H, W], axis=1)
+        rh, rw = resized[:, 0], resized[:, 1]
+        if crop is not None:
+            ch, cw = crop.size
+            generic = (ch > rh) | (cw > rw)
+            if isinstance(crop, T.CenterCrop):
+                top = np.rint((rh - ch) / 2.0).astype(np.int64)
+                left = np.rint((rw - cw) / 2.0).astype(np.int64)
+            else:  # RandomCrop without padding: rng.randint(0, rh - ch) if rh > ch else 0
+                ty = ~generic & (rh > ch)
+                top = np.where(ty, _below(d.next(ty), np.where(ty, rh - ch + 1, 1)), 0)
+                tx = ~generic & (rw > cw)
+                left = np.where(tx, _below(d.next(tx), np.where(tx, rw - cw + 1, 1)), 0)
+            out = np.empty((n, 2), np.int64)
+            out[:] = (ch, cw)
+        else:
+            top = left = np.zeros(n, np.int64)
+            out = resized.copy()
+        ch, cw = out[:, 0], out[:, 1]
+        clip = (resize is None) | ((rh == H) & (rw == W))
+        sx, sy = W / rw, H / rh
+        box = np.where(
+            clip[:, None],
+            np.stack([left, top, left + cw, top + ch], axis=1).astype(np.float64),
+            np.stack([left * sx, top * sy, (left + cw) * sx, (top + ch) * sy], axis=1))
+    flip = np.zeros(n, bool)
+    ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
+    factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
+    n_ops = 0
+    for t in plan._post:
+        if isinstance(t, T.RandomHorizontalFlip):
+            flip ^= _u01(d.next()) < t.p
+        else:
+            ids, f = _jitter(t, d, n)
+            k = ids.shape[1]
+            ops[:, n_ops:n_ops + k] = ids
+            factors[:, n_ops:n_ops + k] = f
+            n_ops += k
+    return (box, clip, out, resized, flip, ops, factors, n_ops, generic,
+            d.ctr.astype(np.int64))
+
+
+def _draw_rows(plan, H, W, keys, rows):
+    """Plan._draw row by row with each row's SampleRandom (exotic parameter types)."""
+    n = len(H)
+    box = np.zeros((n, 4), np.float64)
+    clip = np.ones(n, bool)
+    out = np.ones((n, 2), np.int64)
+    resized = np.stack([H, W], axis=1)
+    flip = np.zeros(n, bool)
+    ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
+    factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
+    n_ops = np.zeros(n, np.int32)
+    generic = np.zeros(n, bool)
+    ctr = np.zeros(n, np.int64)
+    for i in rows:
+        rng = SampleRandom(int(keys[i]))
+        drawn = plan._draw(int(H[i]), int(W[i]), rng)
+        ctr[i] = rng.counter
+        if drawn is None:
+            generic[i] = True
+            continue
+        b, clip[i], out[i], flip[i], row_ops = drawn
+        box[i] = b
+        if not clip[i]:
+            resized[i] = plan._resize.output_size((int(H[i]), int(W[i])))
+        n_ops[i] = len(row_ops)
+        for j, (kind, f) in enumerate(row_ops):
+            ops[i, j], factors[i, j] = kind, f
+    return box, clip, out, resized, flip, ops, factors, n_ops, generic, ctr
+
+
+def _window_scale(cw, ch, ow, oh):
+    # turboloader.jpeg.window_scale for every row
+    k = np.full(len(cw), 8, np.int32)
+    for s in (4, 2, 1):
+        k = np.where((cw * s >= ow * 8) & (ch * s >= oh * 8), s, k)
+    return k
+
+
+def _decode_window(box, clip, out, dw, dh, fx, fy, filt):
+    # turboloader.fused.decode_window for every row (same operations, same order)
+    x0, y0 = box[:, 0] * fx, box[:, 1] * fy
+    x1, y1 = np.minimum(box[:, 2] * fx, dw), np.minimum(box[:, 3] * fy, dh)
+    support = _SUPPORT.get(filt, 2.0)
+    mx = support * np.maximum((x1 - x0) / out[:, 1], 1.0) + 2
+    my = support * np.maximum((y1 - y0) / out[:, 0], 1.0) + 2
+    ix0 = np.where(clip, np.floor(x0), np.maximum(0, np.floor(x0 - mx)))
+    iy0 = np.where(clip, np.floor(y0), np.maximum(0, np.floor(y0 - my)))
+    ix1 = np.where(clip, np.minimum(np.ceil(x1), dw), np.minimum(dw, np.ceil(x1 + mx)))
+    iy1 = np.where(clip, np.minimum(np.ceil(y1), dh), np.minimum(dh, np.ceil(y1 + my)))
+    ww, wh = ix1 - ix0, iy1 - iy0
+    inner = np.stack([x0 - ix0, y0 - iy0, np.minimum(x1 - ix0, ww), np.minimum(y1 - iy0, wh)],
+                     axis=1)
+    window = np.stack([ix0, iy0, ww, wh], axis=1)
+    return window, inner
+
+
+def _classify(sources):
+    # (kinds, the sources as the native call takes them, array shapes) ; raises TypeError
+    from turboloader.jpeg import _as_buffer
+
+    n = len(sources)
+    kind = np.zeros(n, np.uint8)
+    srcs = list(sources)
+    shapes = np.zeros((n, 2), np.int64)
+    for i, src in enumerate(srcs):
+        if type(src) is bytes:
+            continue
+        if isinstance(src, np.ndarray) and src.ndim == 3:
+            if src.dtype != np.uint8:
+                raise TypeError(f"source {i}: a decoded image must be a uint8 array, got "
+                                f"{src.dtype}")
+            if src.shape[2] != 3 or src.shape[0] == 0 or src.shape[1] == 0:
+                raise ValueError(f"source {i}: a decoded image must have shape (H, W, 3), got "
+                                 f"{src.shape}")
+            if src.strides[2] != 1 or src.strides[1] != 3 or src.strides[0] < 3 * src.shape[1]:
+                srcs[i] = np.ascontiguousarray(src)
+            kind[i] = ARRAY
+            shapes[i] = src.shape[:2]
+        else:
+            try:
+                srcs[i] = _as_buffer(src)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"source {i}: {e}") from None
+    return kind, srcs, shapes
+
+
+def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None):
+    """Draw every parameter of a batch: see :meth:`Plan.prepare_batch`."""
+    from turboloader._native import _fused
+    from turboloader.errors import DecodeError
+    from turboloader.jpeg import DEFAULT_MAX_PIXELS
+
+    n = len(sources)
+    keys = _as_u64(keys)
+    if keys.shape != (n,):
+        raise ValueError(f"keys must have shape ({n},), got {keys.shape}")
+    max_pixels = DEFAULT_MAX_PIXELS if max_pixels is None else operator.index(max_pixels)
+    if max_pixels <= 0:
+        raise ValueError(f"max_pixels must be positive, got {max_pixels}")
+    kind, srcs, shapes = _classify(sources)
+    p = BatchParams(n)
+    p.kind[:] = kind
+    is_jpeg = kind == JPEG
+    H, W = shapes[:, 0].copy(), shapes[:, 1].copy()
+    if is_jpeg.any():
+        hh, ww, errors = _fused.read_headers(srcs, is_jpeg.view(np.uint8))
+        H[is_jpeg], W[is_jpeg] = hh[is_jpeg], ww[is_jpeg]
+        for i in np.flatnonzero(is_jpeg).tolist():
+            if errors[i] is not None:
+                p.fail(i, errors[i])
+            elif H[i] * W[i] > max_pixels:
+                p.fail(i, DecodeError(f"Image size {W[i]} x {H[i]} exceeds the limit of "
+                                      f"{max_pixels} pixels (max_pixels)"))
+    if source_sizes is not None:
+        sizes = np.asarray(source_sizes)
+        if sizes.shape != (n, 2) or sizes.dtype.kind not in "iu":
+            raise ValueError(f"source_sizes must be an integer array of shape ({n}, 2)")
+        use = (kind == ARRAY) & (sizes[:, 0] > 0) & (sizes[:, 1] > 0)
+        H[use], W[use] = sizes[use, 0], sizes[use, 1]
+    bad = p.status != OK
+    H[bad], W[bad] = 1, 1   # placeholders: nothing drawn for these rows is used
+    p.source_size[:, 0], p.source_size[:, 1] = H, W
+
+    if _vectorizable(plan):
+        drawn = _draw(plan, H, W, keys)
+    else:
+        drawn = _draw_rows(plan, H, W, keys, np.flatnonzero(~bad).tolist())
+    box, clip, out, resized, flip, ops, factors, n_ops, generic, ctr = drawn
+    p.status[generic & ~bad] = GENERIC
+    p.out_size[:] = out
+    p.flip[:] = flip
+    p.ops[:] = ops
+    p.factors[:] = factors
+    p.n_ops[:] = n_ops
+    p.counter[:] = ctr
+
+    # the decode scale and window, as Plan.from_jpeg / Plan.from_array
+    run = p.status == OK
+    Hf, Wf = H.astype(np.float64), W.astype(np.float64)
+    if plan.dct_scaling:
+        k = np.where(clip,
+                     _window_scale(box[:, 2] - box[:, 0], box[:, 3] - box[:, 1], out[:, 1],
+                                   out[:, 0]),
+                     _window_scale(W, H, resized[:, 1], resized[:, 0]))
+    else:
+        k = np.full(n, 8, np.int32)
+    k = np.where(is_jpeg, k, 8)
+    dw = np.where(is_jpeg, (W * k + 7) // 8, shapes[:, 1])
+    dh = np.where(is_jpeg, (H * k + 7) // 8, shapes[:, 0])
+    fx = np.where(is_jpeg, k / 8, dw / Wf)
+    fy = np.where(is_jpeg, k / 8, dh / Hf)
+    window, inner = _decode_window(box, clip, out, dw, dh, fx, fy, plan._filter)
+    p.scale_num[:] = k
+    p.full[:] = is_jpeg & (window[:, 2] == dw) & (window[:, 3] == dh)
+    p.window[:] = window
+    p.box[:] = inner
+    # the argument checks of the native entry points, as a row status
+    wx, wy, ww, wh = window.T
+    b0, b1, b2, b3 = inner.T
+    bad_window = (ww <= 0) | (wh <= 0) | (wx < 0) | (wy < 0)
+    bad_box = ~((0 <= b0) & (b0 < b2) & (b2 <= ww) & (0 <= b1) & (b1 < b3) & (b3 <= wh))
+    outside = (kind == ARRAY) & ((wx + ww > dw) | (wy + wh > dh))
+    for i in np.flatnonzero(run & (bad_window | bad_box | outside)).tolist():
+        win = tuple(int(v) for v in window[i])
+        if bad_window[i]:
+            p.fail(i, ValueError(f"empty or negative window {win}"))
+        elif bad_box[i]:
+            p.fail(i, ValueError(f"box {tuple(inner[i].tolist())} is not inside the "
+                                 f"{win[2]} x {win[3]} window"))
+        else:
+            p.fail(i, ValueError(f"window {win} is not inside the {dw[i]} x {dh[i]} array"))
+    return p
+
+
+def _out_array(plan, out):
+    np_dtype = np.float32 if plan.output_dtype is torch.float32 else np.uint8
+    if isinstance(out, torch.Tensor):
+        if out.device.type != "cpu":
+            raise ValueError(f"out must be a CPU tensor, got device {out.device}")
+        if out.dtype is not plan.output_dtype:
+            raise TypeError(f"out must have dtype {plan.output_dtype}, got {out.dtype}")
+        view = out.numpy()
+    elif isinstance(out, np.ndarray):
+        if out.dtype != np_dtype:
+            raise TypeError(f"out must have dtype {np.dtype(np_dtype)}, got {out.dtype}")
+        view = out
+    else:
+        raise TypeError(f"out must be a torch.Tensor or numpy.ndarray, got {type(out).__name__}")
+    if view.ndim != 4 or view.shape[1] != 3 or 0 in view.shape[2:]:
+        raise ValueError(f"out must have shape (N, 3, H, W), got {tuple(view.shape)}")
+    if plan.output_shape is not None and view.shape[1:] != tuple(plan.output_shape):
+        raise ValueError(f"out must have shape (N, {', '.join(map(str, plan.output_shape))}), "
+                         f"got {tuple(view.shape)}")
+    if not view.flags.c_contiguous or not view.flags.writeable:
+        raise ValueError("out must be C-contiguous and writeable")
+    return view
+
+
+def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=False,
+              max_pixels=None):
+    """Decode and transform a prepared batch into ``out``: see :meth:`Plan.run_batch`."""
+    from turboloader._native import _fused, _jpeg
+    from turboloader.jpeg import DEFAULT_MAX_PIXELS
+
+    if not isinstance(params, BatchParams):
+        raise TypeError(f"params must come from prepare_batch, got {type(params).__name__}")
+    n = params.n
+    if len(sources) != n:
+        raise ValueError(f"params are for {n} sources, got {len(sources)}")
+    max_pixels = DEFAULT_MAX_PIXELS if max_pixels is None else operator.index(max_pixels)
+    if max_pixels <= 0:
+        raise ValueError(f"max_pixels must be positive, got {max_pixels}")
+    if runner is None:
+        runner = default_runner()
+    elif not isinstance(runner, BatchRunner):
+        raise TypeError(f"runner must be a BatchRunner, got {type(runner).__name__}")
+    view = _out_array(plan, out)
+    N = view.shape[0]
+    if rows is None:
+        if n > N:
+            raise ValueError(f"out has {N} rows for {n} samples")
+        rows = np.arange(n, dtype=np.int64)
+    else:
+        rows = np.asarray(rows)
+        if rows.shape != (n,) or rows.dtype.kind not in "iu":
+            raise ValueError(f"rows must be an integer array of shape ({n},)")
+        rows = rows.astype(np.int64, copy=False)
+        if n and (rows.min() < 0 or rows.max() >= N):
+            raise ValueError(f"rows must be in [0, {N})")
+    status = params.status.copy()
+    errors = list(params.errors)
+    todo = status == OK
+    shape_ok = (params.out_size[:, 0] == view.shape[2]) & (params.out_size[:, 1] == view.shape[3])
+    for i in np.flatnonzero(todo & ~shape_ok).tolist():
+        status[i] = FAILED
+        errors[i] = ValueError(f"out must have shape {(3, *params.out_size[i].tolist())}, got "
+                               f"{tuple(view.shape[1:])}")
+    todo &= shape_ok
+    if np.unique(rows[todo]).size != int(todo.sum()):
+        raise ValueError("two samples would write the same row of out")
+    if view.dtype == np.float32:
+        scale, bias = plan._affine
+    else:
+        scale = bias = None
+    srcs = list(sources)
+    for i in np.flatnonzero(todo & (params.kind == ARRAY)).tolist():
+        a = srcs[i]
+        if (isinstance(a, np.ndarray) and a.ndim == 3
+                and (a.strides[2] != 1 or a.strides[1] != 3 or a.strides[0] < 3 * a.shape[1])):
+            srcs[i] = np.ascontiguousarray(a)   # as prepare_batch did
+    failed, run_errors, warnings, nogil = _fused.run_batch(
+        runner, srcs, view,
+        todo=todo.view(np.uint8), kind=params.kind, rows=rows, window=params.window,
+        full=params.full, scale_num=params.scale_num, box=params.box, flip=params.flip,
+        n_ops=params.n_ops, ops=params.ops, factors=params.factors, filter=plan._filter,
+        mean_scale=scale, bias=bias, flags=_jpeg.STRICT if strict else 0,
+        max_pixels=max_pixels)
+    for i in np.flatnonzero(failed).tolist():
+        status[i] = FAILED
+        errors[i] = run_errors[i]
+    return BatchResult(status, errors, warnings, nogil)
