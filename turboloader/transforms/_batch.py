@@ -186,9 +186,8 @@ class _Draws:
         return x
 
 
-def _at(keys, k):
-    # draw k (a Python int) of every key: scalar offsets computed exactly, mod 2**64
-    return _mix_np(keys + np.uint64((k * _GAMMA) & _MASK64))
+# k * gamma mod 2**64 for the draw numbers RandomResizedCrop's attempts use (exact offsets)
+_OFFSETS = np.array([(k * _GAMMA) & _MASK64 for k in range(24)], np.uint64)
 
 
 def _u01(x):
@@ -205,11 +204,6 @@ def _below(x, n):
     return (((x >> _S32) * n + (((x & _M32) * n) >> _S32)) >> _S32).astype(np.int64)
 
 
-def _uniform(a, b, x):
-    # random.Random.uniform: a + (b - a) * random()
-    return a + (b - a) * _u01(x)
-
-
 def _plain(*values):
     return all(type(v) in (int, float) for v in values)
 
@@ -224,51 +218,58 @@ def _vectorizable(plan):
     return True
 
 
-def _rrc(t, H, W, d):
-    # RandomResizedCrop.make_params, for every row: (top, left, height, width)
-    n = len(H)
+def _rrc(t, HW, d):
+    # RandomResizedCrop.make_params for every row: (n, 4) int64 (top, left, height, width).
+    # Attempt a uses draws 2a (area) and 2a + 1 (log ratio); on success draws 2a + 2 and
+    # 2a + 3 are the randints. Attempt 0 runs for every row, then attempts 1..9 at once
+    # for the rows left (computing attempts past a row's first success changes nothing).
+    n = len(HW)
     s0, s1 = t.scale
     l0, l1 = t._log_ratio
-    area = (H * W).astype(np.float64)
-    top = np.zeros(n, np.int64)
-    left = np.zeros(n, np.int64)
-    h = np.zeros(n, np.int64)
-    w = np.zeros(n, np.int64)
+    area = (HW[:, 0] * HW[:, 1]).astype(np.float64)
+    got = np.zeros((n, 4), np.int64)
     todo = np.arange(n)
     keys = d.keys
-    for attempt in range(10):
-        if not todo.size:
-            break
-        c = 2 * attempt
+    for first, span in ((0, 1), (1, 9)):
         k = keys[todo]
-        target = area[todo] * _uniform(s0, s1, _at(k, c))
-        logr = _uniform(l0, l1, _at(k, c + 1))
-        ratio = np.array([math.exp(v) for v in logr.tolist()], np.float64)
-        ww = np.rint(np.sqrt(target * ratio))
-        hh = np.rint(np.sqrt(target / ratio))
-        ok = (0 < ww) & (ww <= W[todo]) & (0 < hh) & (hh <= H[todo])
-        hit = todo[ok]
-        if hit.size:
-            hh, ww, k = hh[ok].astype(np.int64), ww[ok].astype(np.int64), k[ok]
-            h[hit], w[hit] = hh, ww
-            top[hit] = _below(_at(k, c + 2), H[hit] - hh + 1)
-            left[hit] = _below(_at(k, c + 3), W[hit] - ww + 1)
-            d.ctr[hit] = c + 4
-        todo = todo[~ok]
-    if todo.size:  # torchvision's fallback: a centre crop within the ratio bounds
-        d.ctr[todo] = np.uint64(20)
-        Hf, Wf = H[todo].astype(np.float64), W[todo].astype(np.float64)
-        in_ratio = Wf / Hf
-        rmin, rmax = min(t.ratio), max(t.ratio)
-        fw, fh = W[todo].copy(), H[todo].copy()
-        narrow = in_ratio < rmin
-        wide = ~narrow & (in_ratio > rmax)
-        fh[narrow] = np.rint(Wf[narrow] / rmin).astype(np.int64)
-        fw[wide] = np.rint(Hf[wide] * rmax).astype(np.int64)
-        h[todo], w[todo] = fh, fw
-        top[todo] = (H[todo] - fh) // 2
-        left[todo] = (W[todo] - fw) // 2
-    return top, left, h, w
+        offsets = _OFFSETS[2 * first:2 * (first + span)].reshape(1, span, 2)
+        u = _u01(_mix_np(k[:, None, None] + offsets))
+        # uniform(a, b) = a + (b - a) * random()
+        target = area[todo][:, None] * (s0 + (s1 - s0) * u[..., 0])
+        # math.exp, as make_params: NumPy's exp may differ from it in the last bit
+        logr = (l0 + (l1 - l0) * u[..., 1]).ravel().tolist()
+        ratio = np.fromiter(map(math.exp, logr), np.float64, len(logr)).reshape(target.shape)
+        h = np.rint(np.sqrt(target / ratio))
+        w = np.rint(np.sqrt(target * ratio))
+        lim = HW[todo]
+        ok = (h > 0) & (h <= lim[:, :1]) & (w > 0) & (w <= lim[:, 1:])
+        hit = ok.any(axis=1)
+        if hit.any():
+            j = ok[hit].argmax(axis=1)
+            rows = np.flatnonzero(hit)
+            hw = np.stack([h[rows, j], w[rows, j]], axis=1).astype(np.int64)
+            c = 2 * (first + j)
+            x = _mix_np(k[hit][:, None] + _OFFSETS[np.stack([c + 2, c + 3], axis=1)])
+            sel = todo[hit]
+            got[sel, :2] = _below(x, lim[hit] - hw + 1)   # randint(0, H - h), (0, W - w)
+            got[sel, 2:] = hw
+            d.ctr[sel] = c + 4
+            todo = todo[~hit]
+        if not todo.size:
+            return got
+    # torchvision's fallback after 10 failed attempts (20 draws): a centre crop
+    d.ctr[todo] = 20
+    H, W = HW[todo, 0], HW[todo, 1]
+    Hf, Wf = H.astype(np.float64), W.astype(np.float64)
+    in_ratio = Wf / Hf
+    rmin, rmax = min(t.ratio), max(t.ratio)
+    fh, fw = H.copy(), W.copy()
+    narrow = in_ratio < rmin
+    wide = ~narrow & (in_ratio > rmax)
+    fh[narrow] = np.rint(Wf[narrow] / rmin).astype(np.int64)
+    fw[wide] = np.rint(Hf[wide] * rmax).astype(np.int64)
+    got[todo] = np.stack([(H - fh) // 2, (W - fw) // 2, fh, fw], axis=1)
+    return got
 
 
 def _jitter(t, d, n):
@@ -284,137 +285,152 @@ def _jitter(t, d, n):
     table = np.zeros((n, 4), np.float64)
     for fi, r in enumerate(ranges):
         if r is not None:
-            table[:, fi] = _uniform(r[0], r[1], d.next())
+            table[:, fi] = r[0] + (r[1] - r[0]) * _u01(d.next())
     is_set = np.array([r is not None for r in ranges])
     k = int(is_set.sum())
     ids = perm[is_set[perm]].reshape(n, k)
     return ids, np.take_along_axis(table, ids, axis=1)
 
 
-def _draw(plan, H, W, keys):
-    """Plan._draw for every row: (box (n, 4) float64, clip, out (n, 2), resized (n, 2),
-    flip, ops, factors, n_ops, generic, counter)."""
-    n = len(H)
+class _Drawn:
+    """Plan._draw for every row: box (n, 4) float64 source pixels, clip (n,) or a bool for
+    all rows, out (n, 2) output size, resized (n, 2) (Resize's size, for the DCT scale of
+    resize-then-crop rows), flip, ops/factors (n, 8), n_ops (n,), generic, counter."""
+
+    __slots__ = ("box", "clip", "out", "resized", "flip", "ops", "factors", "n_ops", "generic",
+                 "counter")
+
+
+def _draw(plan, HW, keys):
+    n = len(HW)
+    r = _Drawn()
     d = _Draws(keys)
     crop, resize = plan._crop, plan._resize
-    generic = np.zeros(n, bool)
+    r.generic = np.zeros(n, bool)
+    r.resized = HW
     if isinstance(crop, T.RandomResizedCrop):
-        top, left, ch, cw = _rrc(crop, H, W, d)
-        box = np.stack([left, top, left + cw, top + ch], axis=1).astype(np.float64)
-        clip = np.ones(n, bool)
-        out = np.empty((n, 2), np.int64)
-        out[:] = crop.size
-        resized = np.stack([H, W], axis=1)
+        got = _rrc(crop, HW, d)
+        r.box = np.concatenate([got[:, 1::-1], got[:, 1::-1] + got[:, :1:-1]], axis=1)
+        r.box = r.box.astype(np.float64)
+        r.clip = True
+        r.out = np.broadcast_to(np.array(crop.size, np.int64), (n, 2))
     else:
         if resize is not None:
             sizes = {}
-            resized = np.empty((n, 2), np.int64)
-            for i, hw in enumerate(zip(H.tolist(), W.tolist())):
+            resized = []
+            for hw in zip(HW[:, 0].tolist(), HW[:, 1].tolist()):
                 got = sizes.get(hw)
                 if got is None:
                     got = sizes[hw] = resize.output_size(hw)
-                resized[i] = got
-        else:
-            resized = np.stack([H, W], axis=1)
-        rh, rw = resized[:, 0], resized[:, 1]
+                resized.append(got)
+            r.resized = np.array(resized, np.int64).reshape(n, 2)
+        rh, rw = r.resized[:, 0], r.resized[:, 1]
         if crop is not None:
             ch, cw = crop.size
-            generic = (ch > rh) | (cw > rw)
+            r.generic = (ch > rh) | (cw > rw)
             if isinstance(crop, T.CenterCrop):
                 top = np.rint((rh - ch) / 2.0).astype(np.int64)
                 left = np.rint((rw - cw) / 2.0).astype(np.int64)
             else:  # RandomCrop without padding: rng.randint(0, rh - ch) if rh > ch else 0
-                ty = ~generic & (rh > ch)
+                ty = ~r.generic & (rh > ch)
                 top = np.where(ty, _below(d.next(ty), np.where(ty, rh - ch + 1, 1)), 0)
-                tx = ~generic & (rw > cw)
+                tx = ~r.generic & (rw > cw)
                 left = np.where(tx, _below(d.next(tx), np.where(tx, rw - cw + 1, 1)), 0)
-            out = np.empty((n, 2), np.int64)
-            out[:] = (ch, cw)
+            r.out = np.broadcast_to(np.array(crop.size, np.int64), (n, 2))
         else:
             top = left = np.zeros(n, np.int64)
-            out = resized.copy()
-        ch, cw = out[:, 0], out[:, 1]
-        clip = (resize is None) | ((rh == H) & (rw == W))
-        sx, sy = W / rw, H / rh
-        box = np.where(
-            clip[:, None],
-            np.stack([left, top, left + cw, top + ch], axis=1).astype(np.float64),
-            np.stack([left * sx, top * sy, (left + cw) * sx, (top + ch) * sy], axis=1))
-    flip = np.zeros(n, bool)
-    ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
-    factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
+            r.out = r.resized
+        tl = np.stack([left, top], axis=1)
+        box = np.concatenate([tl, tl + r.out[:, ::-1]], axis=1)
+        if resize is None:
+            r.clip = True
+            r.box = box.astype(np.float64)
+        else:
+            # resize-then-crop: the crop box in source pixels (the float scale W / rw)
+            r.clip = (rh == HW[:, 0]) & (rw == HW[:, 1])
+            scale = np.tile(HW[:, ::-1] / r.resized[:, ::-1], 2)
+            r.box = np.where(r.clip[:, None], box.astype(np.float64), box * scale)
+    r.flip = np.zeros(n, bool)
+    r.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
+    r.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
     n_ops = 0
     for t in plan._post:
         if isinstance(t, T.RandomHorizontalFlip):
-            flip ^= _u01(d.next()) < t.p
+            r.flip ^= _u01(d.next()) < t.p
         else:
             ids, f = _jitter(t, d, n)
             k = ids.shape[1]
-            ops[:, n_ops:n_ops + k] = ids
-            factors[:, n_ops:n_ops + k] = f
+            r.ops[:, n_ops:n_ops + k] = ids
+            r.factors[:, n_ops:n_ops + k] = f
             n_ops += k
-    return (box, clip, out, resized, flip, ops, factors, n_ops, generic,
-            d.ctr.astype(np.int64))
+    r.n_ops = np.full(n, n_ops, np.int32)
+    r.counter = d.ctr.astype(np.int64)
+    return r
 
 
-def _draw_rows(plan, H, W, keys, rows):
+def _draw_rows(plan, HW, keys, rows):
     """Plan._draw row by row with each row's SampleRandom (exotic parameter types)."""
-    n = len(H)
-    box = np.zeros((n, 4), np.float64)
-    clip = np.ones(n, bool)
-    out = np.ones((n, 2), np.int64)
-    resized = np.stack([H, W], axis=1)
-    flip = np.zeros(n, bool)
-    ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
-    factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
-    n_ops = np.zeros(n, np.int32)
-    generic = np.zeros(n, bool)
-    ctr = np.zeros(n, np.int64)
+    n = len(HW)
+    r = _Drawn()
+    r.box = np.zeros((n, 4), np.float64)
+    r.clip = np.ones(n, bool)
+    r.out = np.ones((n, 2), np.int64)
+    r.resized = HW.copy()
+    r.flip = np.zeros(n, bool)
+    r.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
+    r.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
+    r.n_ops = np.zeros(n, np.int32)
+    r.generic = np.zeros(n, bool)
+    r.counter = np.zeros(n, np.int64)
     for i in rows:
         rng = SampleRandom(int(keys[i]))
-        drawn = plan._draw(int(H[i]), int(W[i]), rng)
-        ctr[i] = rng.counter
+        size = (int(HW[i, 0]), int(HW[i, 1]))
+        drawn = plan._draw(*size, rng)
+        r.counter[i] = rng.counter
         if drawn is None:
-            generic[i] = True
+            r.generic[i] = True
             continue
-        b, clip[i], out[i], flip[i], row_ops = drawn
-        box[i] = b
-        if not clip[i]:
-            resized[i] = plan._resize.output_size((int(H[i]), int(W[i])))
-        n_ops[i] = len(row_ops)
+        r.box[i], r.clip[i], r.out[i], r.flip[i], row_ops = drawn
+        if not r.clip[i]:
+            r.resized[i] = plan._resize.output_size(size)
+        r.n_ops[i] = len(row_ops)
         for j, (kind, f) in enumerate(row_ops):
-            ops[i, j], factors[i, j] = kind, f
-    return box, clip, out, resized, flip, ops, factors, n_ops, generic, ctr
+            r.ops[i, j], r.factors[i, j] = kind, f
+    return r
 
 
-def _window_scale(cw, ch, ow, oh):
-    # turboloader.jpeg.window_scale for every row
-    k = np.full(len(cw), 8, np.int32)
-    for s in (4, 2, 1):
-        k = np.where((cw * s >= ow * 8) & (ch * s >= oh * 8), s, k)
-    return k
+_K = np.array([1, 2, 4], np.int64)
 
 
-def _decode_window(box, clip, out, dw, dh, fx, fy, filt):
-    # turboloader.fused.decode_window for every row (same operations, same order)
-    x0, y0 = box[:, 0] * fx, box[:, 1] * fy
-    x1, y1 = np.minimum(box[:, 2] * fx, dw), np.minimum(box[:, 3] * fy, dh)
-    support = _SUPPORT.get(filt, 2.0)
-    mx = support * np.maximum((x1 - x0) / out[:, 1], 1.0) + 2
-    my = support * np.maximum((y1 - y0) / out[:, 0], 1.0) + 2
-    ix0 = np.where(clip, np.floor(x0), np.maximum(0, np.floor(x0 - mx)))
-    iy0 = np.where(clip, np.floor(y0), np.maximum(0, np.floor(y0 - my)))
-    ix1 = np.where(clip, np.minimum(np.ceil(x1), dw), np.minimum(dw, np.ceil(x1 + mx)))
-    iy1 = np.where(clip, np.minimum(np.ceil(y1), dh), np.minimum(dh, np.ceil(y1 + my)))
-    ww, wh = ix1 - ix0, iy1 - iy0
-    inner = np.stack([x0 - ix0, y0 - iy0, np.minimum(x1 - ix0, ww), np.minimum(y1 - iy0, wh)],
-                     axis=1)
-    window = np.stack([ix0, iy0, ww, wh], axis=1)
+def _window_scale(cwh, owh):
+    # turboloader.jpeg.window_scale for every row: the smallest k in (1, 2, 4) with
+    # crop * k >= out * 8 on both axes, else 8 (cwh, owh: (n, 2) as (w, h))
+    fits = (cwh[:, None, :] * _K[None, :, None] >= owh[:, None, :] * 8).all(axis=2)
+    return np.where(fits.any(axis=1), _K[fits.argmax(axis=1)], 8)
+
+
+def _decode_window(box, clip, out, dims, f, filt):
+    """turboloader.fused.decode_window for every row (the same operations in the same
+    order, on (n, 2) arrays holding the x and y columns): (window (n, 4) as x, y, w, h;
+    inner box (n, 4))."""
+    lo = box[:, :2] * f
+    hi = np.minimum(box[:, 2:] * f, dims)
+    ilo_c, ihi_c = np.floor(lo), np.minimum(np.ceil(hi), dims)
+    if clip is True:
+        ilo, ihi = ilo_c, ihi_c
+    else:  # widen by the filter's reach (+2 for rounding), clamped to the image
+        m = _SUPPORT.get(filt, 2.0) * np.maximum((hi - lo) / out[:, ::-1], 1.0) + 2
+        c = clip[:, None]
+        ilo = np.where(c, ilo_c, np.maximum(0, np.floor(lo - m)))
+        ihi = np.where(c, ihi_c, np.minimum(dims, np.ceil(hi + m)))
+    size = ihi - ilo
+    window = np.concatenate([ilo, size], axis=1)
+    inner = np.concatenate([lo - ilo, np.minimum(hi - ilo, size)], axis=1)
     return window, inner
 
 
 def _classify(sources):
-    # (kinds, the sources as the native call takes them, array shapes) ; raises TypeError
+    # (kinds, the sources as the native call takes them, array sizes (h, w)); raises
     from turboloader.jpeg import _as_buffer
 
     n = len(sources)
@@ -457,77 +473,81 @@ def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None)
     if max_pixels <= 0:
         raise ValueError(f"max_pixels must be positive, got {max_pixels}")
     kind, srcs, shapes = _classify(sources)
-    p = BatchParams(n)
-    p.kind[:] = kind
+    status = np.zeros(n, np.int32)
+    errors = [None] * n
     is_jpeg = kind == JPEG
-    H, W = shapes[:, 0].copy(), shapes[:, 1].copy()
-    if is_jpeg.any():
-        hh, ww, errors = _fused.read_headers(srcs, is_jpeg.view(np.uint8))
-        H[is_jpeg], W[is_jpeg] = hh[is_jpeg], ww[is_jpeg]
-        for i in np.flatnonzero(is_jpeg).tolist():
-            if errors[i] is not None:
-                p.fail(i, errors[i])
-            elif H[i] * W[i] > max_pixels:
-                p.fail(i, DecodeError(f"Image size {W[i]} x {H[i]} exceeds the limit of "
-                                      f"{max_pixels} pixels (max_pixels)"))
-    if source_sizes is not None:
+    any_array = not is_jpeg.all()
+    HW = shapes.copy()
+    if any_array and source_sizes is not None:
         sizes = np.asarray(source_sizes)
         if sizes.shape != (n, 2) or sizes.dtype.kind not in "iu":
             raise ValueError(f"source_sizes must be an integer array of shape ({n}, 2)")
-        use = (kind == ARRAY) & (sizes[:, 0] > 0) & (sizes[:, 1] > 0)
-        H[use], W[use] = sizes[use, 0], sizes[use, 1]
-    bad = p.status != OK
-    H[bad], W[bad] = 1, 1   # placeholders: nothing drawn for these rows is used
-    p.source_size[:, 0], p.source_size[:, 1] = H, W
+        use = ~is_jpeg & (sizes > 0).all(axis=1)
+        HW[use] = sizes[use]
+    elif source_sizes is not None and np.shape(source_sizes) != (n, 2):
+        raise ValueError(f"source_sizes must be an integer array of shape ({n}, 2)")
+    if n and is_jpeg.any():
+        hh, ww, header_errors = _fused.read_headers(srcs, is_jpeg.view(np.uint8))
+        HW[is_jpeg, 0], HW[is_jpeg, 1] = hh[is_jpeg], ww[is_jpeg]
+        unread = np.array([e is not None for e in header_errors], bool)
+        too_large = is_jpeg & (HW[:, 0] * HW[:, 1] > max_pixels)
+        for i in np.flatnonzero(unread | too_large).tolist():
+            status[i] = FAILED
+            errors[i] = header_errors[i] or DecodeError(
+                f"Image size {HW[i, 1]} x {HW[i, 0]} exceeds the limit of {max_pixels} "
+                "pixels (max_pixels)")
+        HW[status != OK] = 1   # placeholders: nothing drawn for these rows is used
 
     if _vectorizable(plan):
-        drawn = _draw(plan, H, W, keys)
+        r = _draw(plan, HW, keys)
     else:
-        drawn = _draw_rows(plan, H, W, keys, np.flatnonzero(~bad).tolist())
-    box, clip, out, resized, flip, ops, factors, n_ops, generic, ctr = drawn
-    p.status[generic & ~bad] = GENERIC
-    p.out_size[:] = out
-    p.flip[:] = flip
-    p.ops[:] = ops
-    p.factors[:] = factors
-    p.n_ops[:] = n_ops
-    p.counter[:] = ctr
+        r = _draw_rows(plan, HW, keys, np.flatnonzero(status == OK).tolist())
+    status[r.generic & (status == OK)] = GENERIC
 
     # the decode scale and window, as Plan.from_jpeg / Plan.from_array
-    run = p.status == OK
-    Hf, Wf = H.astype(np.float64), W.astype(np.float64)
+    box, out = r.box, r.out
     if plan.dct_scaling:
-        k = np.where(clip,
-                     _window_scale(box[:, 2] - box[:, 0], box[:, 3] - box[:, 1], out[:, 1],
-                                   out[:, 0]),
-                     _window_scale(W, H, resized[:, 1], resized[:, 0]))
+        k = _window_scale(box[:, 2:] - box[:, :2], out[:, ::-1])
+        if r.clip is not True:
+            k = np.where(r.clip, k, _window_scale(HW[:, ::-1], r.resized[:, ::-1]))
     else:
-        k = np.full(n, 8, np.int32)
-    k = np.where(is_jpeg, k, 8)
-    dw = np.where(is_jpeg, (W * k + 7) // 8, shapes[:, 1])
-    dh = np.where(is_jpeg, (H * k + 7) // 8, shapes[:, 0])
-    fx = np.where(is_jpeg, k / 8, dw / Wf)
-    fy = np.where(is_jpeg, k / 8, dh / Hf)
-    window, inner = _decode_window(box, clip, out, dw, dh, fx, fy, plan._filter)
-    p.scale_num[:] = k
-    p.full[:] = is_jpeg & (window[:, 2] == dw) & (window[:, 3] == dh)
-    p.window[:] = window
-    p.box[:] = inner
+        k = np.full(n, 8, np.int64)
+    if any_array:
+        k[~is_jpeg] = 8
+        dims = np.where(is_jpeg[:, None], (HW[:, ::-1] * k[:, None] + 7) // 8, shapes[:, ::-1])
+        f = np.where(is_jpeg[:, None], (k / 8)[:, None], dims / HW[:, ::-1])
+    else:
+        dims = (HW[:, ::-1] * k[:, None] + 7) // 8
+        f = (k / 8)[:, None]
+    window, inner = _decode_window(box, r.clip, out, dims, f, plan._filter)
+
+    p = BatchParams.__new__(BatchParams)
+    p.n, p.status, p.errors, p.kind = n, status, errors, kind
+    p.source_size = HW
+    p.out_size = np.ascontiguousarray(out, np.int32)
+    p.scale_num = k.astype(np.int32)
+    p.full = (is_jpeg & (window[:, 2:] == dims).all(axis=1)).view(np.uint8)
+    p.window = window.astype(np.int32)
+    p.box = inner
+    p.flip = r.flip.view(np.uint8)
+    p.n_ops, p.ops, p.factors, p.counter = r.n_ops, r.ops, r.factors, r.counter
     # the argument checks of the native entry points, as a row status
-    wx, wy, ww, wh = window.T
-    b0, b1, b2, b3 = inner.T
-    bad_window = (ww <= 0) | (wh <= 0) | (wx < 0) | (wy < 0)
-    bad_box = ~((0 <= b0) & (b0 < b2) & (b2 <= ww) & (0 <= b1) & (b1 < b3) & (b3 <= wh))
-    outside = (kind == ARRAY) & ((wx + ww > dw) | (wy + wh > dh))
-    for i in np.flatnonzero(run & (bad_window | bad_box | outside)).tolist():
+    size = window[:, 2:]
+    bad = ((size <= 0) | (window[:, :2] < 0)).any(axis=1)
+    bad |= ~((0 <= inner[:, :2]) & (inner[:, :2] < inner[:, 2:]) & (inner[:, 2:] <= size)).all(1)
+    if any_array:
+        bad |= ~is_jpeg & (window[:, :2] + size > dims).any(axis=1)
+    for i in np.flatnonzero(bad & (status == OK)).tolist():
         win = tuple(int(v) for v in window[i])
-        if bad_window[i]:
+        if win[2] <= 0 or win[3] <= 0 or win[0] < 0 or win[1] < 0:
             p.fail(i, ValueError(f"empty or negative window {win}"))
-        elif bad_box[i]:
+        elif not (0 <= inner[i, 0] < inner[i, 2] <= win[2]
+                  and 0 <= inner[i, 1] < inner[i, 3] <= win[3]):
             p.fail(i, ValueError(f"box {tuple(inner[i].tolist())} is not inside the "
                                  f"{win[2]} x {win[3]} window"))
         else:
-            p.fail(i, ValueError(f"window {win} is not inside the {dw[i]} x {dh[i]} array"))
+            p.fail(i, ValueError(f"window {win} is not inside the {dims[i, 0]} x "
+                                 f"{dims[i, 1]} array"))
     return p
 
 
