@@ -357,3 +357,16 @@ def _with_size(data, width, height):
             return bytes(b)
         i += 2 + n
     raise ValueError("no SOF")
+
+
+@pytest.mark.parametrize("resize", [T.Resize(256), T.Resize([100]), T.Resize(200, max_size=260),
+                                    T.Resize(None, max_size=300), T.Resize((5, 9)),
+                                    T.Resize(1000, max_size=1001), T.Resize(3)],
+                         ids=repr)
+def test_vectorized_resize_size_equals_output_size(resize):
+    from turboloader.transforms._batch import _output_size
+
+    hw = np.random.default_rng(0).integers(1, 5000, (5000, 2))
+    hw[:20] = 7
+    expect = np.array([resize.output_size((int(h), int(w))) for h, w in hw])
+    np.testing.assert_array_equal(_output_size(resize, hw), expect)

@@ -301,6 +301,32 @@ class _Drawn:
                  "counter")
 
 
+def _output_size(t, HW):
+    # Resize.output_size for every row: (n, 2) int64. Python's int * int / int is the
+    # correctly rounded quotient of the exact product, as float64 division of the exact
+    # (< 2**53) product is; int() truncates like astype.
+    h, w = HW[:, 0], HW[:, 1]
+    if t.size is not None and len(t.size) == 2:
+        return np.broadcast_to(np.array(t.size, np.int64), HW.shape).copy()
+    portrait = w <= h
+    short, long = np.minimum(h, w), np.maximum(h, w)
+    if t.size is None:
+        new_short = (t.max_size * short / long).astype(np.int64)
+        new_long = np.full_like(short, t.max_size)
+    else:
+        s = t.size[0]
+        new_short = np.full_like(short, s)
+        new_long = (s * long / short).astype(np.int64)
+        if t.max_size is not None:
+            cap = new_long > t.max_size
+            new_short = np.where(cap, (t.max_size * new_short / np.where(cap, new_long, 1))
+                                 .astype(np.int64), new_short)
+            new_long = np.where(cap, t.max_size, new_long)
+    new_h = np.where(portrait, new_long, new_short)
+    new_w = np.where(portrait, new_short, new_long)
+    return np.stack([new_h, new_w], axis=1)
+
+
 def _draw(plan, HW, keys):
     n = len(HW)
     r = _Drawn()
@@ -316,14 +342,7 @@ def _draw(plan, HW, keys):
         r.out = np.broadcast_to(np.array(crop.size, np.int64), (n, 2))
     else:
         if resize is not None:
-            sizes = {}
-            resized = []
-            for hw in zip(HW[:, 0].tolist(), HW[:, 1].tolist()):
-                got = sizes.get(hw)
-                if got is None:
-                    got = sizes[hw] = resize.output_size(hw)
-                resized.append(got)
-            r.resized = np.array(resized, np.int64).reshape(n, 2)
+            r.resized = _output_size(resize, HW)
         rh, rw = r.resized[:, 0], r.resized[:, 1]
         if crop is not None:
             ch, cw = crop.size
