@@ -57,6 +57,8 @@ __all__ = [
 
 _MASK64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15
+_GAMMA_INV = pow(_GAMMA, -1, 1 << 64)   # the gamma is odd: counter = (state - key) / gamma
+_C1_INT, _C2_INT = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 _TWO53 = 1.0 / 9007199254740992.0  # 2**-53
 _local = threading.local()
 
@@ -64,13 +66,13 @@ _local = threading.local()
 def _mix(x):
     # splitmix64: step by the golden gamma, then finalize (nearby inputs -> unrelated words)
     x = (x + _GAMMA) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    x = ((x ^ (x >> 30)) * _C1_INT) & _MASK64
+    x = ((x ^ (x >> 27)) * _C2_INT) & _MASK64
     return x ^ (x >> 31)
 
 
 _U30, _U27, _U31 = np.uint64(30), np.uint64(27), np.uint64(31)
-_C1, _C2, _UGAMMA = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(_GAMMA)
+_C1, _C2, _UGAMMA = np.uint64(_C1_INT), np.uint64(_C2_INT), np.uint64(_GAMMA)
 
 
 def _mix_np(x):
@@ -204,7 +206,7 @@ class SampleRandom(random.Random):
             raise TypeError("The only supported seed types are: None, int, str, bytes, "
                             "and bytearray.")
         self._key = key
-        self._ctr = 0
+        self._s = key   # key + counter * gamma (mod 2**64): the splitmix64 state
         self.gauss_next = None
 
     @property
@@ -213,18 +215,21 @@ class SampleRandom(random.Random):
 
     @property
     def counter(self):
-        return self._ctr
+        return ((self._s - self._key) * _GAMMA_INV) & _MASK64
 
-    def _next(self):
-        k = self._ctr
-        self._ctr = k + 1
-        return _mix((self._key + k * _GAMMA) & _MASK64)
+    def _next(self, _M=_MASK64, _G=_GAMMA, _C1=_C1_INT, _C2=_C2_INT):
+        # the constants as default arguments: local lookups on the per-sample hot path
+        x = self._s = (self._s + _G) & _M
+        x = ((x ^ (x >> 30)) * _C1) & _M
+        x = ((x ^ (x >> 27)) * _C2) & _M
+        return x ^ (x >> 31)
 
-    def random(self):
+    def random(self, _M=_MASK64, _G=_GAMMA, _C1=_C1_INT, _C2=_C2_INT, _T=_TWO53):
         """One draw: a float in [0, 1), a multiple of 2**-53."""
-        k = self._ctr
-        self._ctr = k + 1
-        return (_mix((self._key + k * _GAMMA) & _MASK64) >> 11) * _TWO53
+        x = self._s = (self._s + _G) & _M   # _next(), inlined
+        x = ((x ^ (x >> 30)) * _C1) & _M
+        x = ((x ^ (x >> 27)) * _C2) & _M
+        return ((x ^ (x >> 31)) >> 11) * _T
 
     def getrandbits(self, k):
         """``ceil(k / 64)`` draws: an int of ``k`` random bits."""
@@ -257,15 +262,17 @@ class SampleRandom(random.Random):
         return a + self._randbelow(b - a + 1)
 
     def getstate(self):
-        return ("SampleRandom", self._key, self._ctr, self.gauss_next)
+        return ("SampleRandom", self._key, self.counter, self.gauss_next)
 
     def setstate(self, state):
         if not (isinstance(state, tuple) and len(state) == 4 and state[0] == "SampleRandom"):
             raise ValueError("state is not from SampleRandom.getstate()")
-        _, self._key, self._ctr, self.gauss_next = state
+        _, key, counter, self.gauss_next = state
+        self._key = key & _MASK64
+        self._s = (key + counter * _GAMMA) & _MASK64
 
     def __repr__(self):
-        return f"SampleRandom(key={self._key:#018x}, counter={self._ctr})"
+        return f"SampleRandom(key={self._key:#018x}, counter={self.counter})"
 
 
 def sample_rng(seed, epoch, index):
