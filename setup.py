@@ -98,22 +98,23 @@ def extensions():
         cflags.append(f"-march={march}")
     native_inc = [str(NATIVE)]
 
-    def ext(name, *sources, jpeg=False):
+    def ext(name, *sources, jpeg=False, threads=False):
         return Extension(
             f"turboloader._native.{name}",
             [str(NATIVE / s) for s in sources],
             include_dirs=native_inc + (inc if jpeg else []),
             library_dirs=libdirs if jpeg else [],
             libraries=["jpeg"] if jpeg else [],
-            extra_compile_args=cflags,
-            extra_link_args=["-g"] if debug else ["-Wl,--strip-debug"],
+            extra_compile_args=cflags + (["-pthread"] if threads else []),
+            extra_link_args=(["-g"] if debug else ["-Wl,--strip-debug"])
+            + (["-pthread"] if threads else []),
         )
 
     exts = [
         ext("_tar", "_tar.pyx"),
         ext("_jpeg", "_jpeg.pyx", "jpeg_shim.c", jpeg=True),
         ext("_imgproc", "_imgproc.pyx"),
-        ext("_fused", "_fused.pyx", "jpeg_shim.c", jpeg=True),
+        ext("_fused", "_fused.pyx", "jpeg_shim.c", "batch_pool.c", jpeg=True, threads=True),
         ext("_warp", "_warp.pyx"),
     ]
     only = {s.strip() for s in os.environ.get("TURBOLOADER_ONLY", "").split(",") if s.strip()}

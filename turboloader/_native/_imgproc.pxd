@@ -52,6 +52,19 @@ cdef int resample_plan_init(ResamplePlan* p, Py_ssize_t in_h, Py_ssize_t in_w,
                             Py_ssize_t out_h, Py_ssize_t out_w, int channels,
                             double x0, double y0, double x1, double y1, int filter) except -1
 
+# The same plan without the GIL and without allocating: every table is carved from the
+# caller's `scratch` (64-byte aligned, scratch_size >= resample_plan_size(...)). Returns
+# IMGPROC_OK or a negative status (the checks of resample_plan_init; IMGPROC_EPLAN for a
+# scratch that is too small). The plan lives as long as `scratch`; never pass it to
+# resample_plan_free.
+cdef size_t resample_plan_size(Py_ssize_t in_h, Py_ssize_t in_w, Py_ssize_t out_h,
+                               Py_ssize_t out_w, int channels, double x0, double y0, double x1,
+                               double y1, int filter) noexcept nogil
+cdef int resample_plan_init_in(ResamplePlan* p, Py_ssize_t in_h, Py_ssize_t in_w,
+                               Py_ssize_t out_h, Py_ssize_t out_w, int channels,
+                               double x0, double y0, double x1, double y1, int filter,
+                               uint8_t* scratch, size_t scratch_size) noexcept nogil
+
 # Release the plan's buffers and zero it. No GIL needed; idempotent.
 cdef void resample_plan_free(ResamplePlan* p) noexcept nogil
 

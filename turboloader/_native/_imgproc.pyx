@@ -56,25 +56,24 @@ cdef inline uint8_t _clip8(int32_t s) noexcept nogil:
     return <uint8_t>s
 
 
-cdef int _precompute(Py_ssize_t in_size, float in0, float in1, Py_ssize_t out_size, int filt,
-                     Py_ssize_t* ksize_out, int32_t** kk_out, int32_t** bounds_out) except -1:
-    # Pillow's precompute_coeffs + normalize_coeffs_8bpc. GIL held (allocates). The box is
-    # float32 as in Pillow (its `box` is parsed as C floats), so fractional boxes match exactly.
+cdef inline Py_ssize_t _ksize(float in0, float in1, Py_ssize_t out_size, int filt) noexcept nogil:
+    # taps per output pixel (Pillow's precompute_coeffs)
+    cdef double scale = <double>(in1 - in0) / out_size
+    cdef double filterscale = scale if scale > 1.0 else 1.0
+    return <Py_ssize_t>ceil(_filter_support(filt) * filterscale) * 2 + 1
+
+
+cdef void _coeffs(Py_ssize_t in_size, float in0, float in1, Py_ssize_t out_size, int filt,
+                  Py_ssize_t ksize, double* row, int32_t* kk, int32_t* bounds) noexcept nogil:
+    # Pillow's precompute_coeffs + normalize_coeffs_8bpc into the caller's buffers (row:
+    # ksize doubles; kk: out_size * ksize; bounds: out_size * 2; ksize from _ksize). The box
+    # is float32 as in Pillow (its `box` is parsed as C floats), so fractional boxes match.
     cdef double scale = <double>(in1 - in0) / out_size
     cdef double filterscale = scale if scale > 1.0 else 1.0
     cdef double support = _filter_support(filt) * filterscale
     cdef double ss = 1.0 / filterscale
-    cdef Py_ssize_t ksize = <Py_ssize_t>ceil(support) * 2 + 1
     cdef double center, ww, w
     cdef Py_ssize_t xx, x, xmin, xmax
-    cdef double* row = <double*>malloc(ksize * sizeof(double))
-    cdef int32_t* kk = <int32_t*>malloc(out_size * ksize * sizeof(int32_t))
-    cdef int32_t* bounds = <int32_t*>malloc(out_size * 2 * sizeof(int32_t))
-    if row == NULL or kk == NULL or bounds == NULL:
-        free(row)
-        free(kk)
-        free(bounds)
-        raise MemoryError("cannot allocate resampling coefficients")
     for xx in range(out_size):
         center = in0 + (xx + 0.5) * scale
         xmin = <Py_ssize_t>(center - support + 0.5)   # C truncation, as Pillow
@@ -104,20 +103,83 @@ cdef int _precompute(Py_ssize_t in_size, float in0, float in1, Py_ssize_t out_si
             kk[xx * ksize + x] = 0
         bounds[2 * xx] = <int32_t>xmin
         bounds[2 * xx + 1] = <int32_t>xmax
-    free(row)
-    ksize_out[0] = ksize
-    kk_out[0] = kk
-    bounds_out[0] = bounds
-    return 0
+
+
+cdef void _nearest_tables(ResamplePlan* p, float fx0, float fx1, float fy0,
+                          float fy1) noexcept nogil:
+    # Pillow's ImagingScaleAffine: float box, double accumulation of the sample centre.
+    cdef Py_ssize_t i, lo
+    cdef double a = <double>(fx1 - fx0) / p.out_w
+    cdef double pos = <double>fx0 + a * 0.5
+    for i in range(p.out_w):
+        lo = -1 if pos < 0.0 else <Py_ssize_t>pos
+        lo = 0 if lo < 0 else (p.in_w - 1 if lo >= p.in_w else lo)
+        p.xin[i] = lo * p.channels
+        pos += a
+    a = <double>(fy1 - fy0) / p.out_h
+    pos = <double>fy0 + a * 0.5
+    for i in range(p.out_h):
+        lo = -1 if pos < 0.0 else <Py_ssize_t>pos
+        p.yin[i] = 0 if lo < 0 else (p.in_h - 1 if lo >= p.in_h else lo)
+        pos += a
+
+
+cdef void _plan_layout(ResamplePlan* p, Py_ssize_t in_h, Py_ssize_t in_w, Py_ssize_t out_h,
+                       Py_ssize_t out_w, int channels, float fx0, float fx1, float fy0,
+                       float fy1, int filter) noexcept nogil:
+    # Sizes and pass choice of a validated plan (no tables yet).
+    memset(p, 0, sizeof(ResamplePlan))
+    p.in_h = in_h
+    p.in_w = in_w
+    p.out_h = out_h
+    p.out_w = out_w
+    p.channels = channels
+    p.filter = filter
+    if filter == FILTER_NEAREST:
+        return
+    p.need_h = out_w != in_w or fx0 != 0.0 or fx1 != in_w
+    p.need_v = out_h != in_h or fy0 != 0.0 or fy1 != in_h
+    if p.need_h:
+        p.ksize_x = _ksize(fx0, fx1, out_w, filter)
+    p.ksize_y = _ksize(fy0, fy1, out_h, filter)
+
+
+cdef void _plan_fill(ResamplePlan* p, float fx0, float fx1, float fy0, float fy1,
+                     double* row) noexcept nogil:
+    # Coefficients and the rows the horizontal pass produces, into a laid-out plan whose
+    # kx/bx (when need_h) and ky/by are allocated; row holds max(ksize_x, ksize_y) doubles.
+    cdef Py_ssize_t i, lo, hi
+    if p.need_h:
+        _coeffs(p.in_w, fx0, fx1, p.out_w, p.filter, p.ksize_x, row, p.kx, p.bx)
+    _coeffs(p.in_h, fy0, fy1, p.out_h, p.filter, p.ksize_y, row, p.ky, p.by)
+    lo = p.in_h
+    hi = 0
+    for i in range(p.out_h):
+        if p.by[2 * i] < lo:
+            lo = p.by[2 * i]
+        if p.by[2 * i] + p.by[2 * i + 1] > hi:
+            hi = p.by[2 * i] + p.by[2 * i + 1]
+    if hi <= lo:
+        lo = 0
+        hi = 1
+    if p.need_h and p.need_v:
+        # The horizontal pass only produces the source rows the vertical pass reads.
+        p.y_first = lo
+        p.y_rows = hi - lo
+        for i in range(p.out_h):
+            p.by[2 * i] -= <int32_t>lo
+    elif p.need_h:
+        p.y_first = 0
+        p.y_rows = p.in_h   # == out_h: the horizontal pass writes the output directly
 
 
 cdef int resample_plan_init(ResamplePlan* p, Py_ssize_t in_h, Py_ssize_t in_w,
                             Py_ssize_t out_h, Py_ssize_t out_w, int channels,
                             double x0, double y0, double x1, double y1, int filter) except -1:
     """Validate and fill a resample plan (GIL held); see _imgproc.pxd."""
-    cdef Py_ssize_t i, lo, hi, rowlen
+    cdef Py_ssize_t rowlen, kmax
     cdef float fx0, fx1, fy0, fy1
-    cdef double a, pos
+    cdef double* row = NULL
     memset(p, 0, sizeof(ResamplePlan))
     if in_h <= 0 or in_w <= 0 or out_h <= 0 or out_w <= 0:
         raise ValueError(f"resample sizes must be positive, got input {in_h}x{in_w}, "
@@ -138,62 +200,31 @@ cdef int resample_plan_init(ResamplePlan* p, Py_ssize_t in_h, Py_ssize_t in_w,
     if not (0.0 <= x0 < x1 <= in_w and 0.0 <= y0 < y1 <= in_h and fx0 < fx1 and fy0 < fy1):
         raise ValueError(f"box ({x0}, {y0}, {x1}, {y1}) must satisfy 0 <= x0 < x1 <= {in_w} "
                          f"and 0 <= y0 < y1 <= {in_h}")
-    p.in_h = in_h
-    p.in_w = in_w
-    p.out_h = out_h
-    p.out_w = out_w
-    p.channels = channels
-    p.filter = filter
+    _plan_layout(p, in_h, in_w, out_h, out_w, channels, fx0, fx1, fy0, fy1, filter)
     rowlen = out_w * channels
     try:
         if filter == FILTER_NEAREST:
-            # Pillow's ImagingScaleAffine: float box, double accumulation of the sample centre.
             p.xin = <Py_ssize_t*>malloc(out_w * sizeof(Py_ssize_t))
             p.yin = <Py_ssize_t*>malloc(out_h * sizeof(Py_ssize_t))
             if p.xin == NULL or p.yin == NULL:
                 raise MemoryError("cannot allocate resampling tables")
-            a = <double>(fx1 - fx0) / out_w
-            pos = <double>fx0 + a * 0.5
-            for i in range(out_w):
-                lo = -1 if pos < 0.0 else <Py_ssize_t>pos
-                lo = 0 if lo < 0 else (in_w - 1 if lo >= in_w else lo)
-                p.xin[i] = lo * channels
-                pos += a
-            a = <double>(fy1 - fy0) / out_h
-            pos = <double>fy0 + a * 0.5
-            for i in range(out_h):
-                lo = -1 if pos < 0.0 else <Py_ssize_t>pos
-                p.yin[i] = 0 if lo < 0 else (in_h - 1 if lo >= in_h else lo)
-                pos += a
+            _nearest_tables(p, fx0, fx1, fy0, fy1)
             return 0
-
-        p.need_h = out_w != in_w or fx0 != 0.0 or fx1 != in_w
-        p.need_v = out_h != in_h or fy0 != 0.0 or fy1 != in_h
+        kmax = p.ksize_x if p.ksize_x > p.ksize_y else p.ksize_y
+        row = <double*>malloc(kmax * sizeof(double))
         if p.need_h:
-            _precompute(in_w, fx0, fx1, out_w, filter, &p.ksize_x, &p.kx, &p.bx)
-        _precompute(in_h, fy0, fy1, out_h, filter, &p.ksize_y, &p.ky, &p.by)
-        lo = in_h
-        hi = 0
-        for i in range(out_h):
-            if p.by[2 * i] < lo:
-                lo = p.by[2 * i]
-            if p.by[2 * i] + p.by[2 * i + 1] > hi:
-                hi = p.by[2 * i] + p.by[2 * i + 1]
-        if hi <= lo:
-            lo = 0
-            hi = 1
+            p.kx = <int32_t*>malloc(out_w * p.ksize_x * sizeof(int32_t))
+            p.bx = <int32_t*>malloc(out_w * 2 * sizeof(int32_t))
+        p.ky = <int32_t*>malloc(out_h * p.ksize_y * sizeof(int32_t))
+        p.by = <int32_t*>malloc(out_h * 2 * sizeof(int32_t))
+        if (row == NULL or p.ky == NULL or p.by == NULL
+                or (p.need_h and (p.kx == NULL or p.bx == NULL))):
+            raise MemoryError("cannot allocate resampling coefficients")
+        _plan_fill(p, fx0, fx1, fy0, fy1, row)
         if p.need_h and p.need_v:
-            # The horizontal pass only produces the source rows the vertical pass reads.
-            p.y_first = lo
-            p.y_rows = hi - lo
-            for i in range(out_h):
-                p.by[2 * i] -= <int32_t>lo
             p.tmp = <uint8_t*>malloc(p.y_rows * rowlen)
             if p.tmp == NULL:
                 raise MemoryError("cannot allocate the resampling buffer")
-        elif p.need_h:
-            p.y_first = 0
-            p.y_rows = in_h   # == out_h: the horizontal pass writes the output directly
         if p.need_v:
             p.acc = <int32_t*>malloc(rowlen * sizeof(int32_t))
             if p.acc == NULL:
@@ -201,7 +232,105 @@ cdef int resample_plan_init(ResamplePlan* p, Py_ssize_t in_h, Py_ssize_t in_w,
     except BaseException:
         resample_plan_free(p)
         raise
+    finally:
+        free(row)
     return 0
+
+
+cdef int _plan_check(Py_ssize_t in_h, Py_ssize_t in_w, Py_ssize_t out_h, Py_ssize_t out_w,
+                     int channels, double x0, double y0, double x1, double y1,
+                     int filter) noexcept nogil:
+    # resample_plan_init's checks, as a status
+    if in_h <= 0 or in_w <= 0 or out_h <= 0 or out_w <= 0:
+        return IMGPROC_EBADSIZE
+    if in_h > MAX_SIDE or in_w > MAX_SIDE or out_h > MAX_SIDE or out_w > MAX_SIDE:
+        return IMGPROC_EBADSIZE
+    if channels < 1 or channels > 4:
+        return IMGPROC_EBADSIZE
+    if filter != FILTER_NEAREST and filter != FILTER_BILINEAR and filter != FILTER_BICUBIC:
+        return IMGPROC_EARG
+    if not (isfinite(x0) and isfinite(y0) and isfinite(x1) and isfinite(y1)):
+        return IMGPROC_EBOUNDS
+    if not (0.0 <= x0 < x1 <= in_w and 0.0 <= y0 < y1 <= in_h
+            and <float>x0 < <float>x1 and <float>y0 < <float>y1):
+        return IMGPROC_EBOUNDS
+    return IMGPROC_OK
+
+
+cdef inline size_t _aligned(size_t n) noexcept nogil:
+    return (n + 63) & ~(<size_t>63)
+
+
+cdef size_t _plan_bytes(const ResamplePlan* p) noexcept nogil:
+    # scratch a laid-out plan needs (the horizontal-pass buffer bounded by in_h rows)
+    cdef size_t rowlen = <size_t>(p.out_w * p.channels)
+    cdef Py_ssize_t kmax = p.ksize_x if p.ksize_x > p.ksize_y else p.ksize_y
+    if p.filter == FILTER_NEAREST:
+        return _aligned(p.out_w * sizeof(Py_ssize_t)) + _aligned(p.out_h * sizeof(Py_ssize_t))
+    cdef size_t n = _aligned(kmax * sizeof(double))
+    if p.need_h:
+        n += _aligned(p.out_w * p.ksize_x * sizeof(int32_t)) + _aligned(p.out_w * 2 * sizeof(int32_t))
+    n += _aligned(p.out_h * p.ksize_y * sizeof(int32_t)) + _aligned(p.out_h * 2 * sizeof(int32_t))
+    if p.need_h and p.need_v:
+        n += _aligned(p.in_h * rowlen)
+    if p.need_v:
+        n += _aligned(rowlen * sizeof(int32_t))
+    return n
+
+
+cdef size_t resample_plan_size(Py_ssize_t in_h, Py_ssize_t in_w, Py_ssize_t out_h,
+                               Py_ssize_t out_w, int channels, double x0, double y0, double x1,
+                               double y1, int filter) noexcept nogil:
+    """Scratch bytes resample_plan_init_in needs (0: invalid arguments); see _imgproc.pxd."""
+    cdef ResamplePlan p
+    if _plan_check(in_h, in_w, out_h, out_w, channels, x0, y0, x1, y1, filter) != IMGPROC_OK:
+        return 0
+    _plan_layout(&p, in_h, in_w, out_h, out_w, channels, <float>x0, <float>x1, <float>y0,
+                 <float>y1, filter)
+    return _plan_bytes(&p)
+
+
+cdef int resample_plan_init_in(ResamplePlan* p, Py_ssize_t in_h, Py_ssize_t in_w,
+                               Py_ssize_t out_h, Py_ssize_t out_w, int channels,
+                               double x0, double y0, double x1, double y1, int filter,
+                               uint8_t* scratch, size_t scratch_size) noexcept nogil:
+    """resample_plan_init without the GIL, tables carved from scratch; see _imgproc.pxd."""
+    cdef int st = _plan_check(in_h, in_w, out_h, out_w, channels, x0, y0, x1, y1, filter)
+    cdef float fx0 = <float>x0, fx1 = <float>x1, fy0 = <float>y0, fy1 = <float>y1
+    cdef size_t rowlen = <size_t>(out_w * channels)
+    cdef uint8_t* at = scratch
+    cdef double* row
+    memset(p, 0, sizeof(ResamplePlan))
+    if st != IMGPROC_OK:
+        return st
+    _plan_layout(p, in_h, in_w, out_h, out_w, channels, fx0, fx1, fy0, fy1, filter)
+    if scratch == NULL or scratch_size < _plan_bytes(p) or (<size_t>scratch & 63) != 0:
+        memset(p, 0, sizeof(ResamplePlan))
+        return IMGPROC_EPLAN
+    if filter == FILTER_NEAREST:
+        p.xin = <Py_ssize_t*>at
+        at += _aligned(out_w * sizeof(Py_ssize_t))
+        p.yin = <Py_ssize_t*>at
+        _nearest_tables(p, fx0, fx1, fy0, fy1)
+        return IMGPROC_OK
+    row = <double*>at
+    at += _aligned((p.ksize_x if p.ksize_x > p.ksize_y else p.ksize_y) * sizeof(double))
+    if p.need_h:
+        p.kx = <int32_t*>at
+        at += _aligned(out_w * p.ksize_x * sizeof(int32_t))
+        p.bx = <int32_t*>at
+        at += _aligned(out_w * 2 * sizeof(int32_t))
+    p.ky = <int32_t*>at
+    at += _aligned(out_h * p.ksize_y * sizeof(int32_t))
+    p.by = <int32_t*>at
+    at += _aligned(out_h * 2 * sizeof(int32_t))
+    _plan_fill(p, fx0, fx1, fy0, fy1, row)
+    if p.need_h and p.need_v:
+        p.tmp = at   # y_rows <= in_h rows: _plan_bytes reserved in_h
+        at += _aligned(in_h * rowlen)
+    if p.need_v:
+        p.acc = <int32_t*>at
+    return IMGPROC_OK
 
 
 cdef void resample_plan_free(ResamplePlan* p) noexcept nogil:

@@ -405,3 +405,75 @@ class Plan:
                                    box=inner, filter=self._filter, flip=flip, ops=ops,
                                    mean_scale=scale, bias=bias)
         return ret
+
+    # -- batches (turboloader.transforms._batch) -----------------------------------------
+
+    def prepare_batch(self, sources, keys, /, *, source_sizes=None, max_pixels=None):
+        """Draw a whole batch's parameters at once (GIL held, vectorized with NumPy).
+
+        Row i gets exactly what :meth:`from_jpeg` / :meth:`from_array` would draw with
+        ``rng=SampleRandom(keys[i])`` (i.e. ``sample_rng(seed, epoch, index)``), and the
+        same DCT scale and decode window.
+
+        Args:
+            sources: a sequence of n sources: JPEG files (bytes, memoryview, 1-D uint8
+                array) and/or decoded ``(H, W, 3)`` uint8 arrays, mixed freely.
+            keys: ``uint64[n]`` from :func:`~turboloader.transforms._random.sample_keys`.
+            source_sizes: optional ``int[n, 2]`` (height, width) of the full-resolution
+                originals of decoded-array rows (``from_array``'s ``source_size``); rows
+                with a non-positive entry, and JPEG rows, use their own size. JPEG headers
+                are read natively, in one pass without the GIL.
+            max_pixels: JPEGs with more pixels are FAILED rows (default
+                ``turboloader.jpeg.DEFAULT_MAX_PIXELS``).
+
+        Returns:
+            A :class:`~turboloader.transforms._batch.BatchParams`: per-row ``status``
+            (OK, GENERIC: run the per-sample path for that row, FAILED: ``errors[i]``) and
+            the geometry/flip/colour/scale/window arrays :meth:`run_batch` takes.
+
+        Raises:
+            TypeError / ValueError: a source that is not a buffer or an (H, W, 3) uint8
+                array, or badly shaped ``keys``/``source_sizes`` (bad *data* is a row status).
+
+        Example:
+            >>> keys = sample_keys(seed, epoch, indices)                   # doctest: +SKIP
+            >>> params = plan.prepare_batch(jpegs, keys)                   # doctest: +SKIP
+            >>> result = plan.run_batch(jpegs, params, batch)              # doctest: +SKIP
+        """
+        from turboloader.transforms import _batch
+
+        return _batch.prepare_batch(self, sources, keys, source_sizes=source_sizes,
+                                    max_pixels=max_pixels)
+
+    def run_batch(self, sources, params, out, /, *, rows=None, runner=None, strict=False,
+                  max_pixels=None):
+        """Decode and transform a prepared batch into ``out`` in one native call without
+        the GIL, on ``runner``'s threads.
+
+        Args:
+            sources: the same sequence given to :meth:`prepare_batch`.
+            params: its :class:`~turboloader.transforms._batch.BatchParams`.
+            out: ``(N, *output_shape)`` CPU tensor or ndarray of ``output_dtype``,
+                C-contiguous (e.g. a recycled batch buffer).
+            rows: ``int[n]``: the row of ``out`` each source is written to (default
+                ``arange(n)``); distinct for the rows that run.
+            runner: a :class:`~turboloader.transforms._batch.BatchRunner`; default: a
+                1-thread runner private to the calling thread.
+            strict: make libjpeg's warnings about recoverable corruption errors.
+            max_pixels: refuse larger images (default ``DEFAULT_MAX_PIXELS``).
+
+        Returns:
+            A :class:`~turboloader.transforms._batch.BatchResult`: ``status[i]`` OK (row
+            ``rows[i]`` written, bit-identical to :meth:`from_jpeg` / :meth:`from_array`
+            with ``rng=SampleRandom(keys[i])``), GENERIC or FAILED (not written; the
+            exception in ``errors[i]``, never raised), and ``warnings[i]`` (libjpeg's
+            recovered-corruption text, for a ``DecodeWarning``).
+
+        Raises:
+            TypeError / ValueError: a bad ``out``, ``rows``, ``runner`` or ``params``
+                (a bad sample is a row status, never an exception).
+        """
+        from turboloader.transforms import _batch
+
+        return _batch.run_batch(self, sources, params, out, rows=rows, runner=runner,
+                                strict=strict, max_pixels=max_pixels)
