@@ -45,8 +45,8 @@ from turboloader.data.epochs import EpochMixin, SharedEpoch
 from turboloader.data.failures import FailureLog, FailurePolicy
 from turboloader.data.telemetry import Telemetry
 from turboloader.errors import DecodeWarning, FailureBudgetExceeded, TurboLoaderError
-from turboloader.transforms._random import sample_rng
-from turboloader.data import _batch_standin as _batch
+from turboloader.transforms._batch import GENERIC, OK
+from turboloader.transforms._random import sample_key, sample_keys, sample_rng
 
 __all__ = ["Chunk", "MapDataset", "ReaderMixin", "StreamReader", "reading_as", "stream_name"]
 
@@ -183,7 +183,6 @@ class StreamReader:
             updated in place) or None; and the image when it was *not* written into
             ``out`` (the generic path, or ``out`` None), else None.
         """
-        t0 = time.perf_counter()
         n = len(chunk)
         sources, errors, sizes = chunk.sources, chunk.errors, chunk.sizes
         objs = [None] * n
@@ -201,28 +200,22 @@ class StreamReader:
                 fused.append(i)
             else:
                 generic.append(i)
+        native = 0.0
         if fused:
             t = time.perf_counter()
             srcs = [sources[i] for i in fused]
-            epochs = chunk.epochs
-            e0 = epochs[fused[0]]
-            word = e0 if all(epochs[i] == e0 for i in fused) else \
-                np.array([epochs[i] for i in fused], np.uint64)
-            keys = _batch.sample_keys(self.seed, word, [chunk.slots[i] for i in fused])
-            arrays = any(sizes[i] is not None for i in fused)
-            src_sizes = None if not arrays else np.array(
-                [sizes[i] if sizes[i] is not None else sources[i].shape[:2] for i in fused],
-                np.int64)
-            params = _batch.prepare_batch(plan, srcs, keys, source_sizes=src_sizes)
-            result = _batch.run_batch(plan, srcs, params, out,
-                                      rows=np.asarray(fused, np.int64) + row0,
-                                      max_pixels=self.max_pixels)
+            params = plan.prepare_batch(srcs, self._keys(chunk, fused),
+                                        source_sizes=_source_sizes(sizes, fused),
+                                        max_pixels=self.max_pixels)
+            result = plan.run_batch(srcs, params, out, rows=np.asarray(fused, np.int64) + row0,
+                                    max_pixels=self.max_pixels)
+            native = result.nogil_seconds
             status = result.status
             for j, i in enumerate(fused):
-                if status[j] == _batch.OK:
+                if status[j] == OK:
                     if result.warnings[j]:
                         warnings.warn(result.warnings[j], DecodeWarning, stacklevel=3)
-                elif status[j] == _batch.GENERIC:
+                elif status[j] == GENERIC:
                     generic.append(i)
                 else:
                     errors[i] = result.errors[j]
@@ -231,6 +224,7 @@ class StreamReader:
                     time.perf_counter() - t
             if generic:
                 generic.sort()
+        t_generic = time.perf_counter()
         for i in generic:
             src = sources[i]
             rng = sample_rng(self.seed, chunk.epochs[i], chunk.slots[i])
@@ -245,17 +239,25 @@ class StreamReader:
                 else:
                     img = dec.transform_source(src, rng=rng, source_size=sizes[i],
                                                counters=counters, out=slot)
-            except TurboLoaderError as exc:
-                errors[i] = exc
-                continue
-            except Exception as exc:  # not the policy's: raised in row order by the caller
-                errors[i] = exc
+            except Exception as exc:  # the caller applies the policy in row order (and
+                errors[i] = exc           # raises what is not a turboloader error)
                 continue
             if slot is None or not _is_slot(img, slot):
                 objs[i] = img
         if timing is not None:
-            timing("decode", time.perf_counter() - t0)
+            # the native batch call's time without the GIL plus the rows that ran one by one;
+            # the rest of this call (drawing parameters, bookkeeping) is Python
+            timing("decode", native + (time.perf_counter() - t_generic))
         return errors, objs
+
+    def _keys(self, chunk, rows) -> np.ndarray:
+        """uint64 keys (``sample_keys``) of ``rows``: one vectorized call when they share an
+        epoch word (always, except automatic epochs of map-style datasets)."""
+        epochs, slots = chunk.epochs, chunk.slots
+        e0 = epochs[rows[0]]
+        if all(epochs[i] == e0 for i in rows):
+            return sample_keys(self.seed, e0, [slots[i] for i in rows])
+        return np.array([sample_key(self.seed, epochs[i], slots[i]) for i in rows], np.uint64)
 
     def _through_cache(self, chunk, counters):
         """Replace cached rows' sources by their decoded arrays: hits first, then misses
@@ -280,6 +282,18 @@ class StreamReader:
                 errors[i] = exc
         if misses and counters is not None:
             counters["decode_s"] += time.perf_counter() - t
+
+
+def _source_sizes(sizes, rows):
+    """``prepare_batch``'s ``source_sizes`` for ``rows``: the original ``(h, w)`` of array
+    rows from the cache, 0 (their own size) elsewhere; None when no row has one."""
+    if all(sizes[i] is None for i in rows):
+        return None
+    out = np.zeros((len(rows), 2), np.int64)
+    for j, i in enumerate(rows):
+        if sizes[i] is not None:
+            out[j] = sizes[i]
+    return out
 
 
 def _is_slot(img, slot) -> bool:
