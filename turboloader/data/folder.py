@@ -105,7 +105,8 @@ class ImageFolder(MapDataset, torchvision.datasets.ImageFolder):
         on_error, max_failures: the failure policy (``"raise"`` or ``"skip"``; default
             budget 0.01).
         max_pixels: refuse larger images (decompression-bomb guard).
-        stats_interval: samples between statistics snapshots from each worker.
+        stats_interval: samples between statistics snapshots from each worker (at most
+            one a second).
 
     Example:
         >>> from turboloader import ImageFolder, transforms as T             # doctest: +SKIP
@@ -157,6 +158,6 @@ class ImageFolder(MapDataset, torchvision.datasets.ImageFolder):
         Workers report every ``stats_interval`` samples, on every skipped sample (so
         ``skipped`` is complete as soon as the batch is delivered) and when they exit;
         sample counters of live persistent workers can lag by up to ``stats_interval``
-        samples. The thread backend's decode threads are listed as ``"rank{r}-thread{w}"``.
+        samples (or one second of reading, whichever is more). The thread backend's decode threads are listed as ``"rank{r}-thread{w}"``.
         """
         return super().stats(epoch)

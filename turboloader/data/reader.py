@@ -211,14 +211,17 @@ class StreamReader:
                                     max_pixels=self.max_pixels)
             native = result.nogil_seconds
             status = result.status
-            for j, i in enumerate(fused):
-                if status[j] == OK:
-                    if result.warnings[j]:
+            if status.any():
+                status = status.tolist()
+                for j, i in enumerate(fused):
+                    if status[j] == GENERIC:
+                        generic.append(i)
+                    elif status[j] != OK:
+                        errors[i] = result.errors[j]
+            if any(result.warnings):
+                for j, i in enumerate(fused):
+                    if result.warnings[j] and errors[i] is None:
                         warnings.warn(result.warnings[j], DecodeWarning, stacklevel=3)
-                elif status[j] == GENERIC:
-                    generic.append(i)
-                else:
-                    errors[i] = result.errors[j]
             if counters is not None:
                 counters["transform_s" if dec.cache is not None else "decode_s"] += \
                     time.perf_counter() - t

@@ -188,8 +188,10 @@ class _Cursor:
         """Rows ``r0..r1`` of ``out`` (``None``: no batch path) in the per-sample order.
 
         Returns ``(n, images, labels, events, exc)``: rows filled (fewer at the end of the
-        stream), per filled row the image when it is not in ``out`` (else None), its label
-        and its progress event, and, with ``defer``, the exception the policy raised after
+        stream), per filled row the image when it is not in ``out`` (else None) and its
+        label; the progress events to :meth:`deliver` (with ``defer``, one per row, as rows
+        are handed out one by one; else one for all of them); and, with ``defer``, the
+        exception the policy raised after
         the filled rows (the caller raises it once it has handed them out); without
         ``defer`` it propagates at once.
         """
@@ -225,7 +227,8 @@ class _Cursor:
                     good_rows.append(row + i)
                     images.append(objs[i])
                     labels.append(chunk.labels[i])
-                    events.append(self._event())
+                    if defer:
+                        events.append(self._event())
                 row = compact(out, good_rows, row) if out is not None else row + len(good_rows)
             elif self.failed:  # replacements, so every worker yields its full share
                 if not self.good:
@@ -258,10 +261,13 @@ class _Cursor:
                     self.failed.pop(0)
                     images.append(objs[i])
                     labels.append(chunk.labels[i])
-                    events.append(self._event())
+                    if defer:
+                        events.append(self._event())
                     row += 1
             else:
                 break
+        if not defer and row > r0:  # rows go out together: only the state after them counts
+            events.append(self._event())
         return row - r0, images, labels, events, exc_out
 
 
@@ -341,7 +347,8 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
         on_error: ``"raise"`` or ``"skip"``.
         max_failures: skip budget per process per epoch: int count or fraction in [0, 1).
         max_pixels: refuse larger images (decompression-bomb guard).
-        stats_interval: samples between statistics snapshots from each process.
+        stats_interval: samples between statistics snapshots from each process (at most
+            one a second).
         mix_shards: a worker shuffles together the samples of up to this many consecutive
             shards of its share at a time, and keeps that many open (default 16).
         strict_tar: a ``.tar`` shard without end-of-archive blocks (cut at a member
@@ -497,6 +504,7 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
         pending = []  # (row, shard, member j, size): image bytes still to read
         read = False
         require_label = self.missing_label is None
+        opened = {}  # shard number -> (url, shard, its length, labels, label errors)
         for r, (g, slot) in enumerate(items):
             if cache is not None:
                 label = st.decoder.cached_extra(g, _MISSING)
@@ -505,12 +513,18 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                     continue
             read = True
             s = shard_of[r]
-            url, j = self.urls[s], g - int(offsets[s])
-            where = ("tar", url, j, None)
+            j = g - int(offsets[s])
+            where = ("tar", self.urls[s], j, None)
             try:
-                shard = st.shard(url)
-                where = ("tar", url, j, shard)
-                if not shard.random_access:
+                entry = opened.get(s)
+                if entry is None:
+                    url = self.urls[s]
+                    shard = st.shard(url)
+                    entry = opened[s] = ((url, shard, len(shard), *st.label_table(url, shard))
+                                         if shard.random_access else (url, shard, -1, None, None))
+                url, shard, n, values, label_errors = entry
+                where = ("tar", url, j, shard if n >= 0 else None)
+                if n < 0:  # a stream shard: records as they come
                     record = shard.sample(j)
                     where = ("rec", url, record)
                     _check_record(record, require_label=require_label)
@@ -520,12 +534,11 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                               cache_key=None if cache is None else g)
                     chunk.nbytes += record.nbytes
                     continue
-                size = shard.image_size(j) if j < len(shard) else -1
+                size = shard.image_size(j) if j < n else -1
                 if size < 0:  # no usable image, or no sample j any more: the record says why
                     _check_record(shard.sample(j), require_label=require_label)
-                values, label_errors = st.label_table(url, shard)
-                err = label_errors.get(j)
-                if err is not None:
+                if label_errors and j in label_errors:
+                    err = label_errors[j]
                     raise err[0](*err[1])
                 label = values[j]
                 if label is None:

@@ -53,7 +53,8 @@ class TBLDataset(MapDataset, torch.utils.data.Dataset):
             budget 0.01).
         check_crc: verify each record's CRC-32 when read.
         max_pixels: refuse larger images (decompression-bomb guard).
-        stats_interval: samples between statistics snapshots from each worker.
+        stats_interval: samples between statistics snapshots from each worker (at most
+            one a second).
 
     Raises:
         FileNotFoundError: a file or glob does not exist.

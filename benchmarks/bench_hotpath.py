@@ -1,0 +1,132 @@
+"""Where a decode thread's CPU time goes on the batch path, per image.
+
+    python benchmarks/bench_hotpath.py                    # 512 ImageNet-sized JPEGs, train
+    python benchmarks/bench_hotpath.py --pipeline val --batch 256 --rounds 5
+
+One logical worker stream of ``TarDataset.worker_stream(batch_size=B)`` runs in this thread
+(what each decode thread of the thread backend runs), after a warm-up pass. Each part of the
+work is timed with the thread's CPU clock (``time.thread_time``), which other processes on a
+busy machine do not inflate: gathering (``TarDataset._gather_chunk``: shard lookup, the
+pread of each image into the gather buffer, labels), drawing the parameters
+(``plan.prepare_batch``, vectorized), the native batch call (``plan.run_batch``: decode,
+resample, flip, normalize into the batch rows, without the GIL) and everything else
+(the policy walk, progress, batching, labels); the statistics snapshot written at the end of
+each pass (a per-pass cost, shown apart). Batches are written into recycled tensors,
+as the thread backend does. "Python per image" is the CPU time spent
+holding the GIL outside the native call and the read syscalls: gather without its
+``pread`` calls, prepare_batch, the rest; it is the figure issue 14 bounds at 20 us.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+
+class Clock:
+    """Thread CPU seconds spent inside wrapped callables, by name (not re-entrant)."""
+
+    def __init__(self):
+        self.s = {}
+
+    def wrap(self, owner, name, label):
+        fn = getattr(owner, name)
+        clock = self
+
+        def timed(*a, **kw):
+            t = time.thread_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                clock.s[label] = clock.s.get(label, 0.0) + time.thread_time() - t
+
+        setattr(owner, name, timed)
+        return fn
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--pipeline", choices=("train", "val", "train-uint8"), default="train")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    from bench_loader import MEAN, STD, ensure_data
+
+    from turboloader import transforms as T
+    from turboloader.data import TarDataset, tar_dataset
+    from turboloader.data._buffers import BufferPool
+    from turboloader.tar import TarIndex
+    from turboloader.transforms._plan import Plan
+
+    if a.pipeline == "val":
+        head = [T.Resize(256), T.CenterCrop(224)]
+    else:
+        head = [T.RandomResizedCrop(224), T.RandomHorizontalFlip()]
+    tail = [T.PILToTensor()] if a.pipeline == "train-uint8" else [T.ToTensor(), T.Normalize(MEAN, STD)]
+    root = ensure_data(a.n, a.seed)
+    ds = TarDataset(sorted(glob.glob(str(root / "shards" / "*.tar"))), T.Compose(head + tail),
+                    seed=a.seed)
+    clock = Clock()
+    clock.wrap(tar_dataset.TarDataset, "_gather_chunk", "gather")
+    clock.wrap(TarIndex, "read_into", "pread")
+    clock.wrap(Plan, "prepare_batch", "prepare")
+    clock.wrap(Plan, "run_batch", "run")
+    from turboloader.data.telemetry import Recorder
+
+    clock.wrap(Recorder, "flush", "flush")
+    rows = []
+    pool = BufferPool(3)  # recycled batch tensors, as turboloader.DataLoader's
+    for r in range(a.rounds + 1):
+        clock.s.clear()
+        ds.set_epoch(r)
+        n = 0
+        t0, w0 = time.thread_time(), time.perf_counter()
+        for images, labels in ds.worker_stream(0, 1, batch_size=a.batch, out=pool.get):
+            n += len(labels)
+        images = labels = None
+        cpu, wall = time.thread_time() - t0, time.perf_counter() - w0
+        if r == 0:
+            continue  # warm-up: shards opened, labels parsed, buffers grown
+        s = dict(clock.s)
+        s.setdefault("flush", 0.0)
+        other = cpu - s["gather"] - s["prepare"] - s["run"] - s["flush"]
+        rows.append({"total": cpu / n, "pread": s["pread"] / n,
+                     "gather": (s["gather"] - s["pread"]) / n, "prepare": s["prepare"] / n,
+                     "run": s["run"] / n, "other": other / n, "wall": wall / n,
+                     "flush": s["flush"] / n,
+                     "python": (s["gather"] - s["pread"] + s["prepare"] + other) / n})
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                if ln.startswith("model name")), "?")
+    print(f"machine: {os.cpu_count()} cores, {cpu}")
+    print(f"{a.pipeline}, {a.n} images, batch {a.batch}, one stream in this thread, "
+          f"median of {a.rounds} passes (thread CPU time per image, us)")
+    for k, label in (("run", "native batch call (run_batch: decode+resample+output, no GIL)"),
+                     ("pread", "reading (pread of each image into the gather buffer)"),
+                     ("gather", "gather, Python (shard lookup, labels, rows)"),
+                     ("prepare", "parameters (prepare_batch, vectorized)"),
+                     ("other", "policy walk, progress, batching, labels"),
+                     ("flush", "statistics snapshot (once a pass or a second, not per image)")):
+        print(f"  {label:<66}{med[k] * 1e6:>9.1f}")
+    print(f"  {'total CPU per image':<66}{med['total'] * 1e6:>9.1f}")
+    print(f"  {'Python per image (holding the GIL, outside native call and reads)':<66}"
+          f"{med['python'] * 1e6:>9.1f}")
+    print(f"  {'wall time per image (this machine now)':<66}{med['wall'] * 1e6:>9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
