@@ -370,3 +370,28 @@ def test_vectorized_resize_size_equals_output_size(resize):
     hw[:20] = 7
     expect = np.array([resize.output_size((int(h), int(w))) for h, w in hw])
     np.testing.assert_array_equal(_output_size(resize, hw), expect)
+
+
+def test_huge_images_never_size_scratch_memory(jpegs):
+    p = T.plan(T.Compose(PIPELINES["val_uint8"]), dct_scaling=False)
+    huge = _with_size(jpegs[7], 60000, 60000)   # claims 3.6 gigapixels
+    buf = io.BytesIO()
+    Image.new("RGB", (5000, 5000), (90, 120, 150)).save(buf, "JPEG", quality=80)
+    big = buf.getvalue()   # a real 25-megapixel image: a 75 MB decode window
+    sources = [jpegs[0], huge, big, jpegs[1]]
+    keys = sample_keys(0, 0, np.arange(4))
+    runner = BatchRunner(threads=2)
+    out = _batch(p, 4)
+    result = p.run_batch(sources, p.prepare_batch(sources, keys), out, runner=runner)
+    assert result.status.tolist() == [OK, FAILED, OK, OK]
+    with pytest.raises(DecodeError) as info:
+        p.from_jpeg(huge, rng=SampleRandom(int(keys[1])))
+    assert str(result.errors[1]) == str(info.value)
+    assert torch.equal(out[2], p.from_jpeg(big, rng=SampleRandom(int(keys[2]))))
+    # its ~60 MB window buffer is not kept for the runner's lifetime (buffers > 16 MiB go)
+    assert runner.scratch_bytes() < 16 << 20, runner.scratch_bytes()
+    # max_pixels below the big image: refused before decoding, by prepare_batch or run_batch
+    small = p.run_batch(sources, p.prepare_batch(sources, keys), _batch(p, 4),
+                        max_pixels=10_000_000)
+    assert small.status.tolist() == [OK, FAILED, FAILED, OK]
+    assert "exceeds the limit of 10000000" in str(small.errors[2])

@@ -62,6 +62,11 @@ def test_sample_keys_is_sample_key_vectorized():
     assert sample_keys(0, 0, np.arange(4, dtype=np.uint32)).tolist() == \
         sample_keys(0, 0, [0, 1, 2, 3]).tolist()
     assert sample_keys(0, 0, []).shape == (0,)
+    # one epoch word per sample (the map-style datasets draw one per sample)
+    words = [3, 2 ** 64 - 7, -2, 0]
+    got = sample_keys(5, np.array(words, dtype=object), [10, 11, 12, 13])
+    assert [int(k) for k in got] == [sample_key(5, w, i) for w, i in zip(words, range(10, 14))]
+    assert sample_keys(5, np.array([4, 4]), [1, 2]).tolist() == sample_keys(5, 4, [1, 2]).tolist()
     with pytest.raises(TypeError):
         sample_keys(0, 0, [1.5])
 

@@ -51,6 +51,10 @@ cdef enum:
     MAX_OPS = 8
     ALIGN = 64
 
+# A thread's scratch buffer larger than this is freed after its batch: one huge image must
+# not hold its memory for the runner's lifetime (ordinary photos stay far below it).
+cdef size_t SCRATCH_KEEP = 16 << 20
+
 MAX_COLOUR_OPS = MAX_OPS
 
 cdef extern from "batch_pool.h" nogil:
@@ -271,6 +275,18 @@ cdef void _scratch_free(_Scratch* sc) noexcept nogil:
     free(sc.resized)
     free(sc.plan)
     memset(sc, 0, sizeof(_Scratch))
+
+
+cdef void _scratch_trim(_Scratch* sc) noexcept nogil:
+    if sc.window_cap > SCRATCH_KEEP:
+        free(sc.window)
+        sc.window, sc.window_cap = NULL, 0
+    if sc.resized_cap > SCRATCH_KEEP:
+        free(sc.resized)
+        sc.resized, sc.resized_cap = NULL, 0
+    if sc.plan_cap > SCRATCH_KEEP:
+        free(sc.plan)
+        sc.plan, sc.plan_cap = NULL, 0
 
 
 cdef int _scratch_fit(_Scratch* sc, size_t window, size_t resized, size_t plan) except -1:
@@ -703,6 +719,13 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
                 s.scale_num = scale_num[i]
                 s.full = full[i] != 0
                 s.wx, s.wy, s.ww, s.wh = window[i, 0], window[i, 1], window[i, 2], window[i, 3]
+                if (kind[i] == 0 and max_pixels > 0
+                        and <long long>s.ww * <long long>s.wh > max_pixels):
+                    # never size scratch memory for it (the decoder would refuse the file)
+                    failed_v[i] = 1
+                    errors[i] = DecodeError(f"decode window {s.ww} x {s.wh} exceeds the limit "
+                                            f"of {max_pixels} pixels (max_pixels)")
+                    continue
                 s.bx0, s.by0, s.bx1, s.by1 = box[i, 0], box[i, 1], box[i, 2], box[i, 3]
                 s.flip = flip[i] != 0
                 s.n_ops = n_ops[i]
@@ -730,6 +753,8 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
                 t0 = _now()
                 tl_pool_run(runner._pool, _job_item, &job, m)
                 t1 = _now()
+                for j in range(runner._threads):
+                    _scratch_trim(&runner._scratch[j])
             for j in range(m):
                 s = &runner._samples[j]
                 err = _error(s)

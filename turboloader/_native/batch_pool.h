@@ -9,7 +9,8 @@
  *   - tl_pool_run calls are serialized by the pool's own mutex (a second caller waits until
  *     the first job is done); the job function gets the index of the thread running it
  *     (0 = the calling thread, 1..threads-1 = the pool's), so it can use per-thread scratch.
- *   - The pool's threads block every signal (signals go to the interpreter's threads).
+ *   - The pool's threads block every signal (signals go to the interpreter's threads) and
+ *     are named "tl-batch" (Linux).
  *   - Not fork-safe: a forked child has the struct but not the threads. Callers check the
  *     creating pid (tl_pool_pid) and make a new pool in the child; the old one is abandoned.
  *   - tl_pool_destroy stops and joins every thread; it must not race with tl_pool_run.

@@ -478,19 +478,26 @@ def _classify(sources):
     return kind, srcs, shapes
 
 
+def _too_large(hw, max_pixels):
+    from turboloader.errors import DecodeError
+
+    # Plan.from_jpeg's (and jpeg_shim's) message
+    return DecodeError(f"Image size {hw[1]} x {hw[0]} exceeds the limit of {max_pixels} pixels "
+                       "(max_pixels)")
+
+
 def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None):
     """Draw every parameter of a batch: see :meth:`Plan.prepare_batch`."""
     from turboloader._native import _fused
-    from turboloader.errors import DecodeError
-    from turboloader.jpeg import DEFAULT_MAX_PIXELS
 
     n = len(sources)
     keys = _as_u64(keys)
     if keys.shape != (n,):
         raise ValueError(f"keys must have shape ({n},), got {keys.shape}")
-    max_pixels = DEFAULT_MAX_PIXELS if max_pixels is None else operator.index(max_pixels)
-    if max_pixels <= 0:
-        raise ValueError(f"max_pixels must be positive, got {max_pixels}")
+    if max_pixels is not None:
+        max_pixels = operator.index(max_pixels)
+        if max_pixels <= 0:
+            raise ValueError(f"max_pixels must be positive or None, got {max_pixels}")
     kind, srcs, shapes = _classify(sources)
     status = np.zeros(n, np.int32)
     errors = [None] * n
@@ -509,12 +516,12 @@ def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None)
         hh, ww, header_errors = _fused.read_headers(srcs, is_jpeg.view(np.uint8))
         HW[is_jpeg, 0], HW[is_jpeg, 1] = hh[is_jpeg], ww[is_jpeg]
         unread = np.array([e is not None for e in header_errors], bool)
-        too_large = is_jpeg & (HW[:, 0] * HW[:, 1] > max_pixels)
-        for i in np.flatnonzero(unread | too_large).tolist():
+        failed = unread
+        if max_pixels is not None:
+            failed = unread | (is_jpeg & (HW[:, 0] * HW[:, 1] > max_pixels))
+        for i in np.flatnonzero(failed).tolist():
             status[i] = FAILED
-            errors[i] = header_errors[i] or DecodeError(
-                f"Image size {HW[i, 1]} x {HW[i, 0]} exceeds the limit of {max_pixels} "
-                "pixels (max_pixels)")
+            errors[i] = header_errors[i] or _too_large(HW[i], max_pixels)
         HW[status != OK] = 1   # placeholders: nothing drawn for these rows is used
 
     if _vectorizable(plan):
@@ -634,6 +641,13 @@ def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=F
         errors[i] = ValueError(f"out must have shape {(3, *params.out_size[i].tolist())}, got "
                                f"{tuple(view.shape[1:])}")
     todo &= shape_ok
+    # before any scratch memory is sized for them (the decoder would refuse them anyway)
+    big = todo & (params.kind == JPEG) & (params.source_size[:, 0] * params.source_size[:, 1]
+                                          > max_pixels)
+    for i in np.flatnonzero(big).tolist():
+        status[i] = FAILED
+        errors[i] = _too_large(params.source_size[i], max_pixels)
+    todo &= ~big
     if np.unique(rows[todo]).size != int(todo.sum()):
         raise ValueError("two samples would write the same row of out")
     if view.dtype == np.float32:

@@ -423,8 +423,8 @@ class Plan:
                 originals of decoded-array rows (``from_array``'s ``source_size``); rows
                 with a non-positive entry, and JPEG rows, use their own size. JPEG headers
                 are read natively, in one pass without the GIL.
-            max_pixels: JPEGs with more pixels are FAILED rows (default
-                ``turboloader.jpeg.DEFAULT_MAX_PIXELS``).
+            max_pixels: JPEGs with more pixels are FAILED rows here already (default
+                None: only :meth:`run_batch` checks its own ``max_pixels``).
 
         Returns:
             A :class:`~turboloader.transforms._batch.BatchParams`: per-row ``status``

@@ -121,15 +121,17 @@ def sample_keys(seed, epoch, indices):
     """:func:`sample_key` for many indices at once.
 
     Args:
-        seed, epoch: ints, as :func:`sample_key`.
+        seed: an int, as :func:`sample_key`.
+        epoch: an int, or an integer array broadcastable against ``indices`` (one epoch
+            word per sample, e.g. the map-style datasets' per-sample words).
         indices: a sequence or array of ints (negative ones are taken modulo 2**64).
 
     Returns:
-        ``np.ndarray`` of ``uint64``, the shape of ``indices``; element i equals
-        ``sample_key(seed, epoch, indices[i])``.
+        ``np.ndarray`` of ``uint64``, the broadcast shape; element i equals
+        ``sample_key(seed, epoch[i] (or epoch), indices[i])``.
 
     Raises:
-        TypeError: ``indices`` are not integers.
+        TypeError: ``indices`` or ``epoch`` are not integers.
 
     Example:
         >>> keys = sample_keys(0, 3, np.arange(256))
@@ -137,7 +139,11 @@ def sample_keys(seed, epoch, indices):
         True
     """
     idx = _as_u64(indices)
-    base = np.uint64(_mix(_mix(int(seed) & _MASK64) ^ (int(epoch) & _MASK64)))
+    s = _mix(int(seed) & _MASK64)
+    if np.ndim(epoch) == 0:
+        base = np.uint64(_mix(s ^ (int(epoch) & _MASK64)))
+    else:
+        base = _mix_np(_as_u64(epoch) ^ np.uint64(s))
     return _mix_np(idx ^ base)
 
 
