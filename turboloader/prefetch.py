@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from turboloader.data._buffers import BufferPool
+
 __all__ = ["PrefetchLoader"]
 
 
@@ -53,6 +55,9 @@ class PrefetchLoader:
         if self.std is not None and bool((self.std == 0).any()):
             raise ValueError("std must not contain zeros")
         self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
+        self._affines = {}
+        # CPU outputs: the batch the caller holds plus the one being made
+        self._pool = BufferPool(2)
 
     def __len__(self):
         return len(self.loader)
@@ -62,14 +67,40 @@ class PrefetchLoader:
             return getattr(self.loader, name)
         raise AttributeError(name)
 
+    def _affine(self, device, uint8):
+        """(scale, bias) with ``out = x * scale + bias`` (x in [0, 255] for uint8 input):
+        ``(x / 255 - mean) / std`` as one multiply-add, as the fused CPU path computes it."""
+        key = (device, uint8)
+        got = self._affines.get(key)
+        if got is None:
+            scale = torch.full((3,), 1.0 / 255.0 if uint8 else 1.0)
+            bias = torch.zeros(3)
+            if self.mean is not None:
+                scale = scale / self.std.expand(3)
+                bias = -self.mean.expand(3) / self.std.expand(3)
+            got = self._affines[key] = (scale.view(-1, 1, 1).to(device),
+                                        bias.view(-1, 1, 1).to(device))
+        return got
+
     def _normalise(self, images):
-        if images.dtype == torch.uint8:
-            images = images.float().div_(255.0)
-        if self.mean is not None:
-            mean = self.mean.to(images.device).view(-1, 1, 1)
-            std = self.std.to(images.device).view(-1, 1, 1)
-            images = (images - mean).div_(std)  # a new tensor: the loader's is never modified
-        return images
+        uint8 = images.dtype == torch.uint8
+        if not uint8 and self.mean is None:
+            return images
+        if images.dim() < 3 or images.shape[-3] not in (1, 3):
+            # not (..., C, H, W) with 1 or 3 channels: the plain formula, broadcast as given
+            x = images.float() / 255.0 if uint8 else images
+            if self.mean is not None:
+                x = (x - self.mean.to(x.device).view(-1, 1, 1)) / self.std.to(x.device).view(-1, 1, 1)
+            return x
+        scale, bias = self._affine(images.device, uint8)
+        if images.device.type == "cpu":
+            # a recycled output (fresh memory costs more than the arithmetic here); the
+            # loader's tensor is never modified
+            out = self._pool.get(tuple(images.shape), torch.float32)
+            return out.copy_(images).mul_(scale).add_(bias)
+        if uint8:
+            return images.float().mul_(scale).add_(bias)  # float() made a new tensor
+        return torch.addcmul(bias, images, scale)  # a new tensor: the loader's stays as is
 
     def _finish(self, batch):
         if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], torch.Tensor):

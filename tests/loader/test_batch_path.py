@@ -439,3 +439,30 @@ def test_reader_state_is_not_pickled(bad_shards):
     assert ds._states
     assert pickle.loads(pickle.dumps(ds))._states == {}
     assert np.asarray(ds.worker_sizes(3)).sum() == len(ds)
+
+
+# -- uint8 end to end ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_uint8_batches_normalised_by_prefetch_equal_the_float_pipeline(bad_shards, backend):
+    """A pipeline ending in ToImage() yields uint8 batches (4x less memory); PrefetchLoader
+    normalises them (on the device, here the CPU fallback) to what ToTensor + Normalize
+    gives on the same draws."""
+    from turboloader.prefetch import PrefetchLoader
+
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+    head = [T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3, 0.3)]
+    u8 = TarDataset(bad_shards, T.Compose(head + [T.ToImage()]), seed=5, on_error="skip",
+                    max_failures=5)
+    fl = TarDataset(bad_shards, T.Compose(head + [T.ToTensor(), T.Normalize(mean, std)]),
+                    seed=5, on_error="skip", max_failures=5)
+    kw = dict(batch_size=8, num_workers=2, backend=backend)
+    raw = list(DataLoader(u8, **kw))
+    assert all(x.dtype == torch.uint8 and x.shape[1:] == (3, 24, 24) for x, _ in raw)
+    got = list(PrefetchLoader(DataLoader(u8, **kw), "cpu", mean=mean, std=std))
+    want = list(DataLoader(fl, **kw))
+    assert len(got) == len(want)
+    for (a, la), (b, lb) in zip(got, want):
+        assert a.dtype == torch.float32 and torch.equal(la, lb)
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

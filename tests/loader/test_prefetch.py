@@ -42,6 +42,24 @@ def test_cpu_uint8_normalised_like_on_device():
     torch.testing.assert_close(x, batches[0][0].float() / 255)
 
 
+def test_cpu_outputs_are_recycled_but_never_shared():
+    """A caller that keeps every normalised batch gets distinct, correct ones; the loader's
+    float batches are never modified."""
+    batches = fake_loader(torch.uint8) * 3
+    kept = list(PrefetchLoader(batches, "cpu", mean=MEAN, std=STD))
+    assert len({x.data_ptr() for x, _ in kept}) == len(kept)
+    for (x, _), (gx, _) in zip(batches, kept):
+        torch.testing.assert_close(gx, reference(x))
+    floats = fake_loader(torch.float32)
+    before = [x.clone() for x, _ in floats]
+    ptrs = set()
+    for (x, _), b in zip(PrefetchLoader(floats * 2, "cpu", mean=MEAN, std=STD), before * 2):
+        torch.testing.assert_close(x, reference(b))
+        ptrs.add(x.data_ptr())
+    assert len(ptrs) <= 2  # dropped outputs were reused
+    assert all(torch.equal(x, b) for (x, _), b in zip(floats, before))
+
+
 def test_arguments():
     with pytest.raises(ValueError, match="both"):
         PrefetchLoader([], "cpu", mean=MEAN)
