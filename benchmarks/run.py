@@ -51,6 +51,7 @@ LIMIT = "decode-limit"
 # key -> (row label, script, venv name or None for this interpreter, variant, needs repo on path)
 SYSTEMS = {
     "turboloader-tar": ("turboloader TarDataset + torch DataLoader", "tl_ours.py", None, "tar", True),
+    "turboloader-batched": ("turboloader TarDataset.batched() + torch DataLoader", "tl_ours.py", None, "tar-batched", True),
     "turboloader-folder": ("turboloader ImageFolder + torch DataLoader", "tl_ours.py", None, "folder", True),
     "turboloader-threads": ("turboloader DataLoader(backend='threads')", "tl_ours.py", None, "threads", True),
     "torchvision": ("torchvision ImageFolder + v2 + DataLoader (Pillow)", "tv_folder.py", None, "", False),

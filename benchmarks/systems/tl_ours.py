@@ -1,7 +1,7 @@
 """This project's turboloader: TarDataset or ImageFolder through torch's DataLoader, or the
 thread backend (``turboloader.DataLoader(..., backend="threads")``) once it exists.
 
-``--variant tar|folder|threads``. The transforms are ``turboloader.transforms`` with
+``--variant tar|tar-batched|folder|threads``. The transforms are ``turboloader.transforms`` with
 torchvision's names, which the datasets fuse into one native decode -> crop/resize -> flip ->
 normalise call per sample. Train shuffles (TarDataset shuffles itself; ImageFolder through the
 DataLoader's sampler); val reads in order. ``on_error="skip", max_failures=2`` is used in the
@@ -47,6 +47,16 @@ class Loader:
                 persistent_workers=args.workers > 0)
             self.note = (f"TarDataset({len(urls)} shards, shuffle={train}, {pol}), "
                          f"fused turboloader.transforms, DataLoader(num_workers={args.workers}, "
+                         "persistent_workers=True), set_epoch each epoch")
+        elif args.variant == "tar-batched":
+            urls = sorted(glob.glob(f"{root}/shards/*.tar"))
+            self.ds = tl.TarDataset(urls, tf, shuffle=train, seed=args.seed, **pol)
+            self.dl = torch.utils.data.DataLoader(
+                self.ds.batched(args.batch, num_workers=args.workers), batch_size=None,
+                num_workers=args.workers, persistent_workers=args.workers > 0)
+            self.note = (f"TarDataset({len(urls)} shards, shuffle={train}, {pol}).batched("
+                         f"{args.batch}): whole batches decoded in each worker into shared "
+                         f"memory, DataLoader(batch_size=None, num_workers={args.workers}, "
                          "persistent_workers=True), set_epoch each epoch")
         elif args.variant == "folder":
             self.ds = tl.ImageFolder(f"{root}/folder", tf, seed=args.seed, **pol)
