@@ -164,7 +164,7 @@ class StreamReader:
         reused across chunks (replaced, never resized, so views of the old one stay valid)."""
         if self._gather.nbytes < nbytes:
             self._gather = None  # dropped first: one buffer per stream at a time
-            self._gather = np.empty(nbytes + nbytes // 4, np.uint8)
+            self._gather = np.empty(nbytes + nbytes // 8, np.uint8)
         return self._gather
 
     def rows(self, n):

@@ -50,6 +50,9 @@ class IterablePipeline(Pipeline):
         # prefetch_factor batches per stream, as torch counts them: the one being decoded
         # plus those waiting in its queue
         self.worker_qs = [queue.Queue(maxsize=max(1, self.depth - 1)) for _ in range(self.W)]
+        self.awaited = -1  # the stream the consumer is blocked on
+        self.taken = 0  # batches the consumer has taken
+        self.reused0, self.allocated0 = self.pool.reused, self.pool.allocated
         for w in range(self.W):
             self._spawn(self._worker, w, name=f"turboloader-decode-{w}")
         # the consumer (or the transfer thread) takes the streams' batches round-robin
@@ -68,7 +71,7 @@ class IterablePipeline(Pipeline):
         try:
             if streams and loader.collate_fn is None:
                 # whole batches, decoded into recycled (pinned) batch tensors
-                stream = ds.worker_stream(w, self.W, batch_size=B, out=self.alloc,
+                stream = ds.worker_stream(w, self.W, batch_size=B, out=self.stream_alloc(w),
                                           timing=self.stats.timing)
                 self._batches(stream, q, B)
             else:
@@ -143,20 +146,45 @@ class IterablePipeline(Pipeline):
             try:
                 item = q.get_nowait()
             except queue.Empty:
-                item = self._wait(q)
+                item = self._wait(q, w)
             stats.add(wait_in=time.perf_counter() - t, items=0 if item is DONE else 1)
             if item is DONE:
                 active.popleft()
                 continue
             active.rotate(-1)
+            self.taken += 1
             return item
         return DONE
 
-    def _wait(self, q):
+    def stream_alloc(self, w):
+        """Stream ``w``'s batch allocator: a recycled tensor; when all are in use, the
+        stream waits for the consumer to drop one unless the consumer is waiting for this
+        very stream, or took two batches meanwhile (so it keeps them), or keeps batches
+        altogether (nothing recycled after many batches): then new memory."""
+        pool, q = self.pool, self.worker_qs[w]
+
+        def alloc(shape, dtype):
+            taken0 = self.taken
+
+            def give_up():
+                # (the consumer waits on an empty queue: a batch still in it is being taken)
+                return (self.stop.is_set() or (self.awaited == w and q.empty())
+                        or self.taken - taken0 >= 2 or self.keeps_batches())
+
+            return pool.get(shape, dtype, wait=give_up)
+
+        return alloc
+
+    def keeps_batches(self) -> bool:
+        return (self.pool.reused == self.reused0
+                and self.pool.allocated - self.allocated0 > 2 * self.pool.capacity)
+
+    def _wait(self, q, w):
         stop = self.stop
         waiting = self.consumer_waiting if self.transfer_q is None else None
         if waiting is not None:
             waiting.set()
+            self.awaited = w
         try:
             while True:
                 try:
@@ -169,6 +197,7 @@ class IterablePipeline(Pipeline):
                             raise Stopped from None
         finally:
             if waiting is not None:
+                self.awaited = -1
                 waiting.clear()
 
     def _source(self):
