@@ -77,7 +77,7 @@ class BufferPool:
         references: a view of a pooled buffer no one holds any more, or new memory.
 
         Args:
-            wait: when all ``capacity`` buffers of the kind are in use, poll (every 0.5 ms)
+            wait: when all ``capacity`` buffers of the kind are in use, poll (every 0.5 to 5 ms)
                 for one to be released for as long as ``wait()`` is False, then allocate an
                 untracked buffer. A loader passes "the consumer is not waiting for a batch":
                 while the consumer works on a batch, the producers, already ahead, wait for
@@ -104,8 +104,10 @@ class BufferPool:
                 bases.append(base)
                 return base[:]
         if wait is not None:
+            pause = 0.0005
             while not wait():
-                time.sleep(0.0005)
+                time.sleep(pause)
+                pause = min(pause * 2, 0.005)  # a consumer busy for long costs few wake-ups
                 with self._lock:
                     got = self._reuse(key)
                 if got is not None:
