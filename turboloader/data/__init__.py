@@ -2,7 +2,9 @@
 (:class:`ImageFolder`) and TBL files (:class:`TBLDataset`), with sharding, shuffling, a
 decoded-sample cache and a failure policy.
 
-Modules: :mod:`~turboloader.data.shards` (URL expansion, shard readers, sample grouping),
+Modules: :mod:`~turboloader.data.reader` (the sample reader the datasets share: decoder,
+cache, failure policy, statistics, per-stream state and the batch path),
+:mod:`~turboloader.data.shards` (URL expansion, shard readers, sample grouping),
 :mod:`~turboloader.data.sharding` (epoch order, rank/worker split), :mod:`~turboloader.data.cache`
 (byte-bounded LRU), :mod:`~turboloader.data.failures` (skip/raise policy), :mod:`~turboloader.data.epochs`
 (shared epochs), :mod:`~turboloader.data.telemetry` (statistics).
@@ -20,6 +22,7 @@ _LAZY = {
     "ResumableSampler": "turboloader.data.tbl_dataset",
     "ShardCache": "turboloader.data.remote",
     "delivered_counts": "turboloader.data.tar_dataset",
+    "TarBatches": "turboloader.data.tar_dataset",
     "TarDataset": "turboloader.data.tar_dataset",
     "TBLDataset": "turboloader.data.tbl_dataset",
     "braceexpand": "turboloader.data.shards",

@@ -48,7 +48,8 @@ from turboloader.errors import DecodeWarning, FailureBudgetExceeded, TurboLoader
 from turboloader.transforms._batch import GENERIC, OK
 from turboloader.transforms._random import sample_key, sample_keys, sample_rng
 
-__all__ = ["Chunk", "MapDataset", "ReaderMixin", "StreamReader", "reading_as", "stream_name"]
+__all__ = ["BATCH_CHUNK", "Chunk", "MapDataset", "ReaderMixin", "SAMPLE_CHUNK", "StreamReader",
+           "collate_labels", "compact", "fill_row", "reading_as", "stream_name"]
 
 #: Samples per batch call when a dataset yields single samples (``__iter__`` under a
 #: DataLoader that batches them): large enough to amortise the per-call work, small enough

@@ -671,6 +671,11 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
 
         Raises:
             RuntimeError: epochs are automatic (no ``set_epoch`` call).
+
+        Example:
+            >>> ds.set_epoch(3)                                              # doctest: +SKIP
+            >>> with reading_as("rank0-thread1"):
+            ...     for images, labels in ds.worker_stream(1, 4, batch_size=256): ...
         """
         epoch = self._epoch.value
         if epoch < 0:

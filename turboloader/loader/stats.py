@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
-__all__ = ["RunStats", "StageStats", "bottleneck", "format_stats"]
+__all__ = ["STAGES", "RunStats", "StageStats", "bottleneck", "format_stats"]
 
 STAGES = ("read", "decode", "collate", "transfer")
 
