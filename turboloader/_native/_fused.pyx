@@ -494,6 +494,7 @@ cdef class BatchRunner:
     cdef _Sample* _samples
     cdef Py_ssize_t _samples_cap
     cdef object _lock
+    cdef pid_t _pid
     cdef object __weakref__
 
     def __cinit__(self, *, int threads=1):
@@ -506,6 +507,7 @@ cdef class BatchRunner:
             raise MemoryError()
         memset(self._scratch, 0, threads * sizeof(_Scratch))
         self._lock = threading.Lock()
+        self._pid = getpid()
         self._pool = tl_pool_create(threads, errmsg)
         if self._pool == NULL:
             raise OSError(_text(errmsg))
@@ -699,6 +701,11 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
     cdef Py_ssize_t* which = <Py_ssize_t*>malloc((n if n > 0 else 1) * sizeof(Py_ssize_t))
     if which == NULL:
         raise MemoryError()
+    if runner._pid != getpid():
+        # a forked child: the parent's lock may have been held by a thread that does not
+        # exist here (the pool itself is replaced by _check_pool)
+        runner._lock = threading.Lock()
+        runner._pid = getpid()
     try:
         with runner._lock:
             runner._check_pool()

@@ -209,11 +209,22 @@ def _plain(*values):
 
 
 def _vectorizable(plan):
-    crop = plan._crop
-    if isinstance(crop, T.RandomResizedCrop) and not _plain(*crop.scale, *crop.ratio):
+    """Whether _draw replays this plan's draws (exactly the classes and parameter types it
+    knows); anything else is drawn row by row by Plan._draw itself (_draw_rows), so a grammar
+    extension of the planner can never make the two paths disagree."""
+    crop, resize = plan._crop, plan._resize
+    if type(crop) is T.RandomResizedCrop:
+        if resize is not None or not _plain(*crop.scale, *crop.ratio):
+            return False
+    elif crop is not None and type(crop) not in (T.CenterCrop, T.RandomCrop):
+        return False
+    if resize is not None and type(resize) is not T.Resize:
         return False
     for t in plan._post:
-        if isinstance(t, T.RandomHorizontalFlip) and not _plain(t.p):
+        if type(t) is T.RandomHorizontalFlip:
+            if not _plain(t.p):
+                return False
+        elif type(t) is not T.ColorJitter:
             return False
     return True
 
