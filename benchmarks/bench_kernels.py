@@ -72,9 +72,9 @@ class TL:
     def __init__(self):
         self.missing = {}
         self.version = None
-        self.jpeg = self._module("turboloader.jpeg")
+        self.jpeg = self._module("turboloader.decode.jpeg")
         self.F = self._module("turboloader.transforms.functional")
-        self.fused_mod = self._module("turboloader.fused")
+        self.fused_mod = self._module("turboloader.decode.fused")
         try:
             import turboloader
 
@@ -482,7 +482,7 @@ def sec_decode(tl, data, sizes):
                   over(lambda b: tl.decode_jpeg(b, fancy_upsampling=False), data), n,
                   note="not bit-exact")
     else:
-        s.skip("turboloader decode_jpeg", tl.missing.get("turboloader.jpeg", "missing"))
+        s.skip("turboloader decode_jpeg", tl.missing.get("turboloader.decode.jpeg", "missing"))
     s.add("Pillow decode only", over(pil_decode_only, data), n)
     s.add("Pillow decode + asarray", over(pil_decode_array, data), n)
     if cv2 is not None:
@@ -784,8 +784,8 @@ def sec_train(tl, data, sizes, seed):
                 check_fns["turboloader fused (dct_scaling=False)"] = (
                     lambda a: np.array(exact(*a[:3])))
     else:
-        s.skip("turboloader fused", tl.missing.get("turboloader.fused",
-                                                   "turboloader.fused not available"))
+        s.skip("turboloader fused", tl.missing.get("turboloader.decode.fused",
+                                                   "turboloader.decode.fused not available"))
 
     if (tl.decode_jpeg is not None and tl.resize is not None
             and tl.to_chw_normalized is not None):

@@ -28,16 +28,16 @@ def test_setup_names_the_package_to_install_when_libjpeg_turbo_is_missing(tmp_pa
 
 
 def test_cli_help_and_bad_command():
-    ok = subprocess.run([sys.executable, "-m", "turboloader.cli", "demo", "--help"],
+    ok = subprocess.run([sys.executable, "-m", "turboloader.tools.cli", "demo", "--help"],
                         capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and "RandomResizedCrop" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "turboloader.cli", "nonsense"],
+    bad = subprocess.run([sys.executable, "-m", "turboloader.tools.cli", "nonsense"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 
 
 def test_demo_runs_and_agrees_with_torchvision():
-    from turboloader.demo import run_demo
+    from turboloader.tools.demo import run_demo
 
     lines = []
     assert run_demo(num_images=40, seed=3, workers=2, batch_size=16, epochs=1,
@@ -53,7 +53,7 @@ def test_synthetic_jpegs_are_deterministic_and_imagenet_sized():
     from PIL import Image
     import io
 
-    from turboloader.synthetic import synthetic_jpegs
+    from turboloader.tools.synthetic import synthetic_jpegs
 
     a = synthetic_jpegs(6, seed=7)
     assert a == synthetic_jpegs(6, seed=7)

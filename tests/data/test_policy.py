@@ -16,7 +16,7 @@ from turboloader import (
     TarFormatError,
 )
 from turboloader.data.policy import FailurePolicy
-from turboloader.data.shards import TarShard
+from turboloader.io.shards import TarShard
 
 BAD = {"000001": DecodeError, "000002": DecodeError, "000005": SampleError, "000012": DecodeError}
 

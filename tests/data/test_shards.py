@@ -8,7 +8,7 @@ import pytest
 from shardgen import jpeg, labelled_members, labels_of, size_of, write_tar
 
 from turboloader import SampleError, TarDataset
-from turboloader.data.shards import (
+from turboloader.io.shards import (
     StreamShard,
     TarShard,
     braceexpand,

@@ -115,7 +115,7 @@ def test_shard_rewritten_smaller_between_init_and_reading(tmp_path):
 
 def test_tbl_truncated_while_open(tmp_path):
     out = run("""
-        from turboloader.tbl import TBLFile, write_tbl
+        from turboloader.io.tbl import TBLFile, write_tbl
         from shardgen import jpeg
         write_tbl("d.tbl", ((f"k{i}", jpeg(i), i) for i in range(30)))
         f = TBLFile("d.tbl")

@@ -218,9 +218,9 @@ def test_path_goes_to_seed001(monkeypatch):
     import types
 
     calls = []
-    fake = types.ModuleType("turboloader.seeds")
+    fake = types.ModuleType("turboloader.compat.seeds")
     fake.seed001_loader = lambda *a, **k: calls.append((a, k)) or "seed001"
-    monkeypatch.setitem(sys.modules, "turboloader.seeds", fake)
+    monkeypatch.setitem(sys.modules, "turboloader.compat.seeds", fake)
     assert DataLoader("x.tar", 32, 4, True, enable_distributed=False) == "seed001"
     assert calls == [(("x.tar", 32, 4, True), {"enable_distributed": False})]
     assert DataLoader(["a.tar", "b.tar"], batch_size=8) == "seed001"

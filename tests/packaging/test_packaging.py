@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_version_and_python_m():
-    for cmd in (["-m", "turboloader", "--version"], ["-m", "turboloader.cli", "--version"]):
+    for cmd in (["-m", "turboloader", "--version"], ["-m", "turboloader.tools.cli", "--version"]):
         proc = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0
         assert proc.stdout.strip() == f"turboloader {turboloader.__version__} (distribution " \
@@ -52,7 +52,7 @@ def _without(modules, code):
 def test_s3_without_boto3_names_the_extra():
     proc = _without(["boto3", "botocore", "botocore.config", "botocore.exceptions"], """
 from turboloader.errors import MissingDependencyError
-from turboloader.data.remote import open_remote
+from turboloader.io.remote import open_remote
 try:
     open_remote("s3://bucket/shard-0000.tar", retries=0).read(1)
 except MissingDependencyError as exc:

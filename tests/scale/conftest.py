@@ -99,7 +99,7 @@ def s3(monkeypatch):
     """A moto S3 server on loopback; AWS_* environment pointing boto3 at it."""
     pytest.importorskip("boto3")
     server_mod = pytest.importorskip("moto.server")
-    from turboloader.data import remote
+    from turboloader.io import remote
 
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

@@ -11,7 +11,7 @@ import torch
 from shardgen import write_shards
 from shardgen import size_of
 from turboloader.data import TarDataset
-from turboloader.data.remote import (RemoteShardError, RemoteShardNotFoundError, ShardCache,
+from turboloader.io.remote import (RemoteShardError, RemoteShardNotFoundError, ShardCache,
                                      is_remote, open_remote, redact)
 
 SIZES = [5, 3, 7, 4]

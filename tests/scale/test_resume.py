@@ -165,9 +165,9 @@ def test_mismatched_state_is_refused(urls):
 
 def test_tbl_resumable_sampler(tmp_path):
     from turboloader import transforms as T
-    from turboloader.convert import convert
+    from turboloader.tools.convert import convert
     from turboloader.data.tbl_dataset import ResumableSampler, TBLDataset
-    from turboloader.synthetic import synthetic_jpegs
+    from turboloader.tools.synthetic import synthetic_jpegs
 
     folder = tmp_path / "folder"
     for i, (jpeg, label) in enumerate(synthetic_jpegs(11, seed=2, num_classes=2)):

@@ -16,7 +16,7 @@ import torch
 from seedkit import N, SEED_NAMES, run, training_namespace
 
 import turboloader
-from turboloader import seeds
+from turboloader.compat import seeds
 
 # ---------------------------------------------------------------------------------------
 # seed 000: TransformConfig / Pipeline

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from turboloader.convert import check_manifest, convert, verify_dataset
+from turboloader.tools.convert import check_manifest, convert, verify_dataset
 from turboloader.errors import ManifestError, TarFormatError, TruncatedArchiveWarning
-from turboloader.tar import TarIndex
+from turboloader.io.tar import TarIndex
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
@@ -33,7 +33,7 @@ def _jpeg(seed):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "turboloader.cli", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "turboloader.tools.cli", *map(str, args)],
                           capture_output=True, text=True, timeout=TIMEOUT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
@@ -169,7 +169,7 @@ def test_manifest_mismatch_is_named(tmp_path, folder, damage):
 
 _KILLABLE = """
 import os, sys, time
-import turboloader.convert as C
+import turboloader.tools.convert as C
 calls = [0]
 real = C._Processor.__call__
 def slow(self, s):

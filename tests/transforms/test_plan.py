@@ -13,7 +13,7 @@ from torchvision.transforms.v2 import functional as F
 
 from turboloader import DecodeError
 from turboloader import transforms as T
-from turboloader.synthetic import synthetic_jpegs
+from turboloader.tools.synthetic import synthetic_jpegs
 from turboloader.transforms._random import sample_rng, using_rng
 
 MEAN = (0.485, 0.456, 0.406)

@@ -46,10 +46,19 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from turboloader import loader as _core
+from turboloader.transforms.presets import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    imagenet_train_transform,
+    imagenet_val_transform,
+)
+
 __all__ = [
     "CenterCrop",
     "ColorJitter",
     "Compose",
+    "DataLoader",
     "HighPerformanceDataset",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -71,8 +80,6 @@ __all__ = [
     "seed001_loader",
 ]
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _T():
@@ -90,11 +97,41 @@ def _as_list(samples):
     return list(samples)
 
 
+def _is_path(x) -> bool:
+    if isinstance(x, (str, bytes, os.PathLike)):
+        return True
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(
+        isinstance(p, (str, os.PathLike)) for p in x)
+
+
+class DataLoader(_core.DataLoader):
+    """``turboloader.DataLoader``: the core loader, which also takes seed 001's path-first form.
+
+    ``DataLoader(dataset, ...)`` with a ``torch.utils.data.Dataset`` is exactly
+    :class:`turboloader.loader.DataLoader` (this class adds nothing else; its arguments,
+    backends and epochs are documented there), and the result is an instance of this class.
+
+    ``DataLoader(path, batch_size=32, num_workers=4, shuffle=False, ...)`` with a path (a
+    ``str``, ``os.PathLike`` or a list of them: TAR shards) is seed 001's API: it returns
+    :func:`seed001_loader`'s :class:`SampleBatchLoader`, a different class, whose batches are
+    lists of ``{"image": HWC uint8, "label": int}`` dicts.
+
+    Example:
+        >>> loader = turboloader.DataLoader(dataset, batch_size=256, num_workers=8)  # doctest: +SKIP
+        >>> batches = turboloader.DataLoader("train.tar", batch_size=32)             # doctest: +SKIP
+        >>> type(batches).__name__                                                   # doctest: +SKIP
+        'SampleBatchLoader'
+    """
+
+    def __new__(cls, dataset=None, *args, **kwargs):
+        if _is_path(dataset):
+            return seed001_loader(dataset, *args, **kwargs)
+        return super().__new__(cls)
+
+
 def _core_loader(dataset, *, batch_size, num_workers, collate_fn=None, shuffle=False,
                  sampler=None, pin_memory=False, drop_last=False, backend=None):
     """turboloader's DataLoader over ``dataset`` (the thread backend unless ``backend``)."""
-    from turboloader.loader import DataLoader
-
     kwargs = {"batch_size": batch_size, "shuffle": shuffle, "num_workers": int(num_workers),
               "pin_memory": bool(pin_memory) and torch.cuda.is_available(),
               "drop_last": drop_last}
@@ -693,20 +730,6 @@ class Compose(_Apply):
 # HighPerformanceDataset / create_dataloader / PrefetchLoader
 # ---------------------------------------------------------------------------------------
 
-def imagenet_train_transform(image_size=224):
-    """RandomResizedCrop + horizontal flip + ToTensor + ImageNet Normalize (fusable)."""
-    T = _T()
-    return T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(),
-                      T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-
-
-def imagenet_val_transform(image_size=224):
-    """Resize(image_size * 256 / 224) + CenterCrop + ToTensor + ImageNet Normalize (fusable)."""
-    T = _T()
-    return T.Compose([T.Resize(int(image_size * 256 / 224)), T.CenterCrop(image_size),
-                      T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-
-
 def _count_lru(capacity):
     """The decode cache bounded in images rather than bytes (the seed's ``cache_size``):
     turboloader's thread-safe LRU with every entry counted as one unit."""
@@ -846,7 +869,7 @@ def __getattr__(name):
         from turboloader.prefetch import PrefetchLoader
 
         return PrefetchLoader
-    raise AttributeError(f"module 'turboloader.seeds' has no attribute {name!r}")
+    raise AttributeError(f"module 'turboloader.compat.seeds' has no attribute {name!r}")
 
 
 def create_dataloader(data_paths, labels, batch_size=32, num_workers=4, img_size=224,

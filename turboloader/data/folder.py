@@ -12,7 +12,7 @@ from turboloader.data._streams import MapStreamState, own_states, stream_state
 from turboloader.data.cache import Timer, parse_size
 from turboloader.data.policy import EpochMixin, FailurePolicy, SharedEpoch, Telemetry
 from turboloader.errors import FailureBudgetExceeded, TurboLoaderError, UnreadableFileError
-from turboloader.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.transforms._random import sample_rng, using_rng
 
 __all__ = ["ImageFolder", "MAX_FILE_BYTES", "read_file"]

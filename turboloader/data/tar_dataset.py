@@ -15,7 +15,7 @@ from turboloader.data import sharding
 from turboloader.data.cache import Decoder, parse_size
 from turboloader.data.policy import (AUTO_EPOCH, EpochMixin, FailureLog, FailurePolicy, SharedEpoch,
                                      Telemetry, _mix64, torch_epoch_word)
-from turboloader.data.shards import (
+from turboloader.io.shards import (
     check_record as _check_record,
     count_samples,
     expand_urls,
@@ -23,9 +23,9 @@ from turboloader.data.shards import (
     parse_label,
     random_access as _random_access,
 )
-from turboloader.data.remote import RemoteShardError, ShardCache
+from turboloader.io.remote import RemoteShardError, ShardCache
 from turboloader.errors import FailureBudgetExceeded, TarFormatError, TurboLoaderError
-from turboloader.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.transforms._random import sample_rng
 
 __all__ = ["TarDataset"]
@@ -282,7 +282,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
             counts.append(n)
         # class names from the classes.json that `turboloader convert` writes next to the
         # shards (None without one), indexed like torchvision's ImageFolder
-        from turboloader.data.shards import read_classes
+        from turboloader.io.shards import read_classes
 
         self.classes = read_classes(expanded)
         self.class_to_idx = (None if self.classes is None

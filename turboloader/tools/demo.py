@@ -20,14 +20,13 @@ import time
 
 import numpy as np
 
-__all__ = ["run_demo"]
+__all__ = ["cpu_model", "run_demo"]
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 SIZE = 224
 
 
-def _cpu_model():
+def cpu_model():
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -84,8 +83,10 @@ def run_demo(num_images=512, seed=0, workers=None, batch_size=64, epochs=2, prin
 
     import turboloader
     from turboloader import transforms as T
-    from turboloader.synthetic import synthetic_jpegs
-    from turboloader.transforms._random import sample_rng
+    from turboloader.tools.synthetic import synthetic_jpegs
+    from turboloader.transforms import sample_rng
+    from turboloader.transforms.presets import IMAGENET_MEAN as MEAN
+    from turboloader.transforms.presets import IMAGENET_STD as STD
 
     workers = workers or min(os.cpu_count() or 1, 8)
     t0 = time.perf_counter()
@@ -96,7 +97,7 @@ def run_demo(num_images=512, seed=0, workers=None, batch_size=64, epochs=2, prin
           f"{sum(h.height for h in headers) / num_images:.0f}, "
           f"{sum(len(b) for b, _ in samples) / num_images / 1024:.0f} KB), "
           f"generated in {time.perf_counter() - t0:.1f} s")
-    print(f"machine: {_cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
           f"Pillow {PIL.__version__}, torch {torch.__version__}, torchvision {torchvision.__version__}")
     print(f"pipeline: RandomResizedCrop({SIZE}) + RandomHorizontalFlip + ToTensor + Normalize, "
           f"batch {batch_size}, {workers} workers, labels\n")

@@ -6,6 +6,10 @@ work standalone on PIL images, tensors and HWC uint8 NumPy arrays. :func:`plan` 
 the datasets do this automatically. ``turboloader.transforms.functional`` holds the
 NumPy-facing functionals (HWC uint8 in, HWC uint8 or CHW out) the classes are built on.
 
+Randomness: :func:`sample_rng` ``(seed, epoch, index)`` is the generator a dataset gives each
+sample; :func:`using_rng` makes a generator current for a block, :func:`current_rng` is the
+one transforms draw from (torch's global RNG outside a dataset).
+
 Example:
     >>> from turboloader import transforms as T
     >>> pipeline = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
@@ -40,6 +44,7 @@ from turboloader.transforms._augment import (
     TrivialAugmentWide,
 )
 from turboloader.transforms._plan import Plan, plan
+from turboloader.transforms._random import current_rng, sample_rng, using_rng
 from turboloader.transforms._transforms import (
     CenterCrop,
     ColorJitter,
@@ -92,6 +97,9 @@ __all__ = [
     "ToTensor",
     "Transform",
     "TrivialAugmentWide",
+    "current_rng",
     "functional",
     "plan",
+    "sample_rng",
+    "using_rng",
 ]

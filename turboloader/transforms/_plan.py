@@ -48,7 +48,7 @@ RandomResizedCrop(224), 12 hires       0.57         1.4                 4     7 
 Resize(256)+CenterCrop, 12 hires       0.62         0.9                 4     6       27
 =====================================  ===========  ==================  ====  ======  ===
 
-"synthetic": ``turboloader.synthetic.synthetic_jpegs`` (photograph-like, 250-700 px,
+"synthetic": ``turboloader.tools.synthetic.synthetic_jpegs`` (photograph-like, 250-700 px,
 quality 75-95, 4:2:0), where a 224 output rarely allows any reduction; "hires":
 ``benchmarks/datasets.py --hires`` photographs, 1600-4000 px, reduced 1/4 or 1/8.
 ``tests/transforms/test_plan.py`` asserts mean <= 2, per-image mean <= 5, p99 <= 12,
@@ -62,9 +62,8 @@ import warnings
 import numpy as np
 import torch
 
-from turboloader.errors import DecodeWarning
-from turboloader.fused import decode_window
-from turboloader.jpeg import window_scale
+from turboloader.decode._slot import resample_into
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open, decode_jpeg
 from turboloader.transforms import _transforms as T
 from turboloader.transforms._random import current_rng, using_rng
 
@@ -293,18 +292,22 @@ class Plan:
 
     # -- entry points --------------------------------------------------------------------
 
-    def from_jpeg(self, data, /, *, out=None, rng=None, strict=False, max_pixels=None):
+    def from_jpeg(self, data, /, *, out=None, rng=None, strict=False,
+                  max_pixels=DEFAULT_MAX_PIXELS):
         """Decode JPEG bytes and run the whole pipeline in one native call.
 
         Args:
             data: the JPEG file: bytes, memoryview (e.g. a slice of an mmap), numpy array.
             out: optional ``(3, H, W)`` CPU tensor or ndarray slot of ``output_dtype``,
                 C-contiguous (e.g. ``batch[i]``); written and returned.
-            rng: the generator to draw from (``random.Random`` or
-                :class:`~turboloader.transforms._random.TorchRandom`); default
-                ``current_rng()``.
+            rng: the generator to draw from (a ``random.Random`` such as
+                :func:`~turboloader.transforms.sample_rng`'s); default
+                :func:`~turboloader.transforms.current_rng`.
             strict: make libjpeg's warnings about recoverable corruption errors.
-            max_pixels: refuse larger images; default ``turboloader.jpeg.DEFAULT_MAX_PIXELS``.
+            max_pixels: refuse larger images (default
+                :data:`turboloader.decode.DEFAULT_MAX_PIXELS`); ``None``: no limit, as
+                everywhere in turboloader. (Before 0.2, ``None`` here meant the default
+                limit: passing it explicitly warns for one release.)
 
         Returns:
             A ``torch.Tensor`` (3, H, W) of ``output_dtype`` (``out`` itself when given).
@@ -315,47 +318,25 @@ class Plan:
 
         Warns:
             DecodeWarning: libjpeg recovered from corrupt data (when not ``strict``).
+            FutureWarning: ``max_pixels=None``, whose meaning changed (now: no limit).
         """
-        from turboloader._native import _fused, _jpeg
-        from turboloader.errors import DecodeError
-        from turboloader.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _read_header, decode_jpeg
-
-        buf = _as_buffer(data)
         if max_pixels is None:
-            max_pixels = DEFAULT_MAX_PIXELS
-        max_pixels = operator.index(max_pixels)
-        if max_pixels <= 0:
-            raise ValueError(f"max_pixels must be positive, got {max_pixels}")
+            warnings.warn("Plan.from_jpeg(max_pixels=None) now means no pixel limit, as it "
+                          "does in decode_jpeg and the datasets (it meant the default limit "
+                          "before); pass max_pixels=turboloader.decode.DEFAULT_MAX_PIXELS for "
+                          "the limit", FutureWarning, stacklevel=2)
+        buf, header, limit = _open(data, max_pixels)
         rng = current_rng() if rng is None else rng
-        header = _read_header(buf)
         W, H = header.width, header.height
-        if W * H > max_pixels:
-            raise DecodeError(f"Image size {W} x {H} exceeds the limit of {max_pixels} pixels "
-                              "(max_pixels)")
         drawn = self._draw(H, W, rng)
         if drawn is None:
             img = decode_jpeg(buf, strict=strict, max_pixels=max_pixels)
             return self._generic(img, rng, out)
         box, clip, (oh, ow), flip, ops = drawn
-        if not self.dct_scaling:
-            k = 8
-        elif clip:
-            k = window_scale(box[2] - box[0], box[3] - box[1], ow, oh)
-        else:  # resize-then-crop: the whole image must stay at least the resized size
-            k = window_scale(W, H, *self._resize.output_size((H, W))[::-1])
-        dw, dh = (W * k + 7) // 8, (H * k + 7) // 8
-        wx, wy, ww, wh, inner = decode_window(box, clip, (oh, ow), dw, dh, (k / 8, k / 8),
-                                            self._filter)
         view, ret = self._slot(out, (3, oh, ow))
-        scale, bias = self._affine or (None, None)
-        n_warnings, message = _fused.decode_resample_into(
-            buf, view, scale_num=k, full=(ww == dw and wh == dh), win_x=wx, win_y=wy,
-            win_w=ww, win_h=wh, box=inner, filter=self._filter, flip=flip, ops=ops,
-            mean_scale=scale, bias=bias, flags=_jpeg.STRICT if strict else 0,
-            max_pixels=max_pixels)
-        if n_warnings:
-            more = f" (and {n_warnings - 1} more warnings)" if n_warnings > 1 else ""
-            warnings.warn(f"{message}{more}", DecodeWarning, stacklevel=2)
+        resample_into((buf, header), view, box=box, clip=clip, filt=self._filter, flip=flip,
+                      ops=ops, affine=self._affine, dct_scaling=self.dct_scaling,
+                      strict=strict, max_pixels=limit, stacklevel=2)
         return ret
 
     def from_array(self, img, /, *, out=None, rng=None, source_size=None):
@@ -377,8 +358,6 @@ class Plan:
         Raises:
             TypeError / ValueError: a bad ``img``, ``source_size`` or ``out``.
         """
-        from turboloader._native import _fused
-
         if not isinstance(img, np.ndarray) or img.dtype != np.uint8:
             raise TypeError("img must be a uint8 numpy.ndarray")
         if img.ndim != 3 or img.shape[2] != 3 or img.shape[0] == 0 or img.shape[1] == 0:
@@ -397,11 +376,7 @@ class Plan:
         if drawn is None:
             return self._generic(img, rng, out)
         box, clip, (oh, ow), flip, ops = drawn
-        wx, wy, ww, wh, inner = decode_window(box, clip, (oh, ow), dw, dh, (dw / W, dh / H),
-                                            self._filter)
         view, ret = self._slot(out, (3, oh, ow))
-        scale, bias = self._affine or (None, None)
-        _fused.resample_array_into(img, view, win_x=wx, win_y=wy, win_w=ww, win_h=wh,
-                                   box=inner, filter=self._filter, flip=flip, ops=ops,
-                                   mean_scale=scale, bias=bias)
+        resample_into(img, view, box=box, clip=clip, filt=self._filter, source_size=(H, W),
+                      flip=flip, ops=ops, affine=self._affine)
         return ret

@@ -13,13 +13,13 @@ torchvision's uint8 tensor kernels exactly, ``gaussian_blur`` within 1 level. to
 never imported at module import.
 """
 
-import enum
 import math
 import operator
 
 import numpy as np
 
 from turboloader._native import _imgproc, _warp
+from turboloader.decode._filters import _BY_NAME, Interpolation, _interpolation  # noqa: F401
 
 __all__ = [
     "Interpolation",
@@ -51,51 +51,6 @@ __all__ = [
     "to_chw_uint8",
     "vertical_flip",
 ]
-
-
-class Interpolation(enum.IntEnum):
-    """Resampling filters. Values are the native filter codes.
-
-    ``NEAREST`` is Pillow's (sample at each output pixel's centre, like torchvision's
-    ``"nearest-exact"``); ``BILINEAR`` and ``BICUBIC`` (a = -0.5) are antialiased when
-    downscaling, as Pillow and torchvision's ``antialias=True``.
-    """
-
-    NEAREST = _imgproc.NEAREST
-    BILINEAR = _imgproc.BILINEAR
-    BICUBIC = _imgproc.BICUBIC
-
-
-_BY_NAME = {
-    "nearest": Interpolation.NEAREST,
-    "nearest-exact": Interpolation.NEAREST,
-    "nearest_exact": Interpolation.NEAREST,
-    "bilinear": Interpolation.BILINEAR,
-    "linear": Interpolation.BILINEAR,
-    "bicubic": Interpolation.BICUBIC,
-    "cubic": Interpolation.BICUBIC,
-}
-
-
-def _interpolation(mode):
-    if isinstance(mode, Interpolation):
-        return mode
-    if isinstance(mode, str):
-        found = _BY_NAME.get(mode.lower())
-        if found is None:
-            raise ValueError(f"interpolation must be one of {sorted(_BY_NAME)}, got {mode!r}")
-        return found
-    if type(mode).__module__.startswith("torchvision"):
-        from torchvision.transforms import InterpolationMode  # lazy: torchvision is optional
-
-        if isinstance(mode, InterpolationMode):
-            found = _BY_NAME.get(mode.value)
-            if found is None:
-                raise ValueError(f"interpolation {mode} is not supported; use NEAREST, "
-                                 "NEAREST_EXACT, BILINEAR or BICUBIC")
-            return found
-    raise TypeError("interpolation must be a str, turboloader Interpolation or torchvision "
-                    f"InterpolationMode, got {type(mode).__name__}")
 
 
 def _image(img, what, *, channels=(1, 3)):
