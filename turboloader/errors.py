@@ -19,6 +19,8 @@ __all__ = [
     "ManifestError",
     "TruncatedArchiveWarning",
     "MissingDependencyError",
+    "DISTRIBUTION",
+    "require",
 ]
 
 #: The distribution to install (``pip install torch-turboloader``); it imports as

@@ -63,7 +63,12 @@ from torch.utils.data._utils.collate import default_collate
 
 from turboloader.data._streams import reading_as
 
-__all__ = ["DataLoader", "profile"]
+__all__ = [
+    "DataLoader",
+    "STAGES",
+    "format_stats",
+    "profile",
+]
 
 _POLL_S = 0.05  # how often a blocked stage thread looks at the stop flag
 _JOIN_S = 30.0

@@ -24,7 +24,15 @@ from turboloader.decode import (  # noqa: F401 (decode_pil, is_jpeg: their old h
 from turboloader.io.sizes import parse_size
 from turboloader.transforms._random import using_rng
 
-__all__ = ["ByteLRU", "parse_size"]
+__all__ = [
+    "ByteLRU",
+    "Decoder",
+    "Timer",
+    "decode_pil",
+    "get_plan",
+    "is_jpeg",
+    "parse_size",
+]
 
 
 class ByteLRU:

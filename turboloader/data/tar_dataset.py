@@ -28,7 +28,10 @@ from turboloader.errors import FailureBudgetExceeded, TarFormatError, TurboLoade
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.transforms._random import sample_rng
 
-__all__ = ["TarDataset"]
+__all__ = [
+    "TarDataset",
+    "delivered_counts",
+]
 
 _FAILED = object()
 _STATES_LOCK = threading.Lock()  # guards TarDataset._states (module level: picklable dataset)

@@ -50,8 +50,16 @@ import urllib.request
 from turboloader.errors import RemoteShardError, RemoteShardNotFoundError
 from turboloader.io.sizes import parse_size
 
-__all__ = ["REMOTE_SCHEMES", "RemoteShardError", "RemoteShardNotFoundError", "ShardCache",
-           "is_remote", "open_remote", "redact"]
+__all__ = [
+    "REMOTE_SCHEMES",
+    "RemoteShardError",
+    "RemoteShardNotFoundError",
+    "ShardCache",
+    "is_remote",
+    "open_remote",
+    "redact",
+    "url_path",
+]
 
 #: URL schemes read remotely.
 REMOTE_SCHEMES = ("s3", "http", "https")

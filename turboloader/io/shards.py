@@ -49,6 +49,7 @@ __all__ = [
     "open_shard",
     "parse_label",
     "random_access",
+    "read_classes",
     "split_key",
 ]
 

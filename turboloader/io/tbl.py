@@ -41,6 +41,12 @@ from turboloader.io.codec import image_size as _image_size
 __all__ = [
     "Codec",
     "Compression",
+    "ENTRY_DTYPE",
+    "FOOTER_MAGIC",
+    "FOOTER_SIZE",
+    "HAS_LABEL",
+    "HEADER_SIZE",
+    "MAGIC",
     "TBLFile",
     "TBLRecord",
     "TBLWriter",

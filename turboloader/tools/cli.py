@@ -272,7 +272,7 @@ def _cmd_verify(args, out):
     return EXIT_ERROR if bad else EXIT_OK
 
 
-def standard_transform(kind, size=224):
+def _standard_transform(kind, size=224):
     """The ImageNet train or val pipeline (:mod:`turboloader.transforms.presets`)."""
     from turboloader.transforms.presets import imagenet_train_transform, imagenet_val_transform
 
@@ -344,7 +344,7 @@ def _cmd_preview(args, out):
 
     if args.num < 1:
         raise ValueError("--num must be >= 1")
-    transform = standard_transform(args.transform, args.size)
+    transform = _standard_transform(args.transform, args.size)
     decoder = Decoder(transform)
     samples, classes = _pick_samples(args.path, args.src_format, 4 * args.num, args.seed)
     tiles = []
@@ -456,7 +456,7 @@ def _cmd_bench(args, out):
     workers = (os.cpu_count() or 1) if args.workers is None else max(0, args.workers)
     args.workers = workers
     torch.set_num_threads(1)
-    transform = standard_transform(args.transform, args.size)
+    transform = _standard_transform(args.transform, args.size)
     decoder = Decoder(transform)
     source = open_source(args.path, args.src_format)
 

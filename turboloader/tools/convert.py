@@ -43,11 +43,18 @@ from turboloader.io.tbl import MAGIC, TBLFile, TBLWriter
 
 __all__ = [
     "ConvertReport",
+    "FORMATS",
+    "MANIFEST",
+    "Progress",
     "Sample",
+    "Skip",
+    "check_manifest",
     "convert",
     "detect_format",
+    "find_manifest",
     "inspect_dataset",
     "iter_samples",
+    "open_source",
     "verify_dataset",
 ]
 

@@ -1,0 +1,165 @@
+"""The package's import graph: acyclic and layered, data flowing downward.
+
+shard -> bytes -> decode -> transform -> batch -> device:
+
+    base (errors, _native, _version) < io < decode < transforms < data < loader < prefetch
+    < compat, lightning (adapters over the chain) < tools < the package's front door
+
+Every import counts, including deferred ones inside functions and the module names of the
+lazy ``_LAZY`` tables the packages resolve with importlib. A module may import only its own
+layer's group or lower layers; nothing in the package imports a deprecated alias.
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+import turboloader
+
+PACKAGE = pathlib.Path(turboloader.__file__).resolve().parent
+
+# old import paths kept for one release (turboloader/_deprecated.py): they import their
+# new homes and nothing may import them
+ALIASES = {
+    "turboloader.tar", "turboloader.tbl", "turboloader.jpeg", "turboloader.fused",
+    "turboloader.seeds", "turboloader.cli", "turboloader.convert", "turboloader.demo",
+    "turboloader.synthetic", "turboloader.data.shards", "turboloader.data.remote",
+}
+
+# (module prefix, layer): the longest matching prefix wins
+LAYERS = [
+    ("turboloader.errors", 0),
+    ("turboloader._version", 0),
+    ("turboloader._deprecated", 0),
+    ("turboloader._native", 0),
+    ("turboloader.io", 1),
+    ("turboloader.decode", 2),
+    ("turboloader.transforms", 3),
+    ("turboloader.data", 4),
+    ("turboloader.loader", 5),
+    ("turboloader.prefetch", 6),
+    ("turboloader.compat", 7),
+    ("turboloader.lightning", 7),
+    ("turboloader.tools", 8),
+    ("turboloader.__main__", 9),
+    ("turboloader", 9),
+]
+
+
+def _modules():
+    """{module name: path} for every Python module of the package."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    # compiled extensions are modules too (targets only)
+    for path in PACKAGE.rglob("*.so"):
+        parts = path.relative_to(PACKAGE.parent).parts
+        found[".".join(parts[:-1] + (path.name.split(".")[0],))] = None
+    return found
+
+
+MODULES = _modules()
+
+
+def _resolve(name):
+    """The longest prefix of dotted ``name`` that is a module of the package."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module, path):
+    """Every package module ``module`` imports, anywhere in its source."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_pkg = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module if is_pkg else module.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            # `from pkg import sub` imports the module pkg.sub
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                       for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                node.value.startswith("turboloader.") and " " not in node.value:
+            # lazy tables and alias targets: module names resolved by importlib
+            if node.value in MODULES:
+                targets = [node.value]
+        for target in targets:
+            if target == "turboloader" or target.startswith("turboloader."):
+                resolved = _resolve(target)
+                if resolved is not None and resolved != module:
+                    out.add(resolved)
+    return out
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items() if p is not None}
+
+
+def _layer(module):
+    best = max((p for p, _ in LAYERS if module == p or module.startswith(p + ".")), key=len)
+    return dict(LAYERS)[best], best
+
+
+def test_the_graph_is_not_trivial():
+    # the parser sees the imports it must: a test that finds no edge cannot fail
+    assert "turboloader.io.tar" in GRAPH["turboloader.data.tar_dataset"] or \
+        "turboloader.io.shards" in GRAPH["turboloader.data.tar_dataset"]
+    assert "turboloader.decode._slot" in GRAPH["turboloader.transforms._plan"]
+    assert "turboloader.compat" in GRAPH["turboloader"]  # a _LAZY table entry
+    assert "turboloader.io.tar" in GRAPH["turboloader.io.shards"]  # a deferred import
+
+
+def test_no_import_cycle():
+    # depth-first search with colours; report one cycle in full
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for n in sorted(GRAPH.get(m, ())):
+            if state.get(n) == "open":
+                cycle = stack[stack.index(n):] + [n]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m)
+
+
+def test_data_flows_downward():
+    wrong = []
+    for m, targets in sorted(GRAPH.items()):
+        if m in ALIASES:
+            continue
+        layer, group = _layer(m)
+        for t in sorted(targets):
+            if t in ALIASES:
+                wrong.append(f"{m} imports the deprecated alias {t}")
+                continue
+            t_layer, t_group = _layer(t)
+            if t_layer > layer or (t_layer == layer and t_group != group):
+                wrong.append(f"{m} (layer {layer}) imports {t} (layer {t_layer})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_io_needs_nothing_above_it():
+    # the readers stay importable without the decoders, the transforms, torch or datasets
+    for m, targets in GRAPH.items():
+        if m.startswith("turboloader.io"):
+            assert all(_layer(t)[0] <= 1 for t in targets), (m, targets)
