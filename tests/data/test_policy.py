@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.utils.data
-from shardgen import jpeg, labels_of, size_of, write_tar
+from helpers.shards import jpeg, labels_of, size_of, write_tar
 
 from turboloader import (
     DecodeError,

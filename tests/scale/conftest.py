@@ -10,8 +10,7 @@ import threading
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "data"))
-from shardgen import write_shards  # noqa: E402
+from helpers.shards import write_shards
 
 
 @pytest.fixture

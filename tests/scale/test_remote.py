@@ -8,8 +8,8 @@ import warnings
 import pytest
 import torch
 
-from shardgen import write_shards
-from shardgen import size_of
+from helpers.shards import write_shards
+from helpers.shards import size_of
 from turboloader.data import TarDataset
 from turboloader.io.remote import (RemoteShardError, RemoteShardNotFoundError, ShardCache,
                                      is_remote, open_remote, redact)

@@ -4,8 +4,8 @@
 import pytest
 import torch
 
-from shardgen import write_shards
-from shardgen import size_of
+from helpers.shards import write_shards
+from helpers.shards import size_of
 from turboloader.data import TarDataset
 from turboloader.data.tar_dataset import delivered_counts
 
@@ -135,7 +135,7 @@ def test_thread_backend_streams_delivered(urls):
 
 
 def test_skip_policy_resume(tmp_path):
-    from shardgen import labelled_members, write_tar
+    from helpers.shards import labelled_members, write_tar
 
     members = labelled_members(range(8))
     members[6] = (members[6][0], b"not a jpeg")  # sample 3's image

@@ -8,7 +8,7 @@ import pytest
 
 from turboloader.tools.synthetic import synthetic_jpegs
 
-from seedkit import N
+from helpers.seeds import N
 
 
 @pytest.fixture(scope="session")

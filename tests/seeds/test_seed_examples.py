@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from seedkit import N, SEED_NAMES, run, training_namespace
+from helpers.seeds import N, SEED_NAMES, run, training_namespace
 
 import turboloader
 from turboloader.compat import seeds
