@@ -29,8 +29,7 @@ from turboloader.errors import DecodeError
 from turboloader.io import Codec
 
 from helpers.images import jpeg_bytes, png_bytes
-
-from .test_imports import ALIASES, MODULES
+from helpers.graph import ALIASES, MODULES
 
 
 def _public_modules():
@@ -72,7 +71,7 @@ def test_all_lists_exactly_the_public_names(name, path):
 
 @pytest.mark.parametrize("old", sorted(ALIASES))
 def test_old_module_paths_warn_and_are_the_new_modules(old):
-    new = importlib.import_module(MODULES and _ALIAS_TARGETS[old])
+    new = importlib.import_module(_ALIAS_TARGETS[old])
     sys.modules.pop(old, None)
     parent, _, child = old.rpartition(".")
     if hasattr(sys.modules[parent], child):
