@@ -184,6 +184,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.distributed
 def test_torch_distributed_gloo(make_shards, tmp_path):
     paths = make_shards([5, 2, 4])  # 11 samples, 2 ranks: one pad
     script = tmp_path / "ddp.py"

@@ -82,6 +82,7 @@ def test_no_val(shards):
     assert sorted(model.seen[0]) == list(range(16))
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("strategy", ["ddp"])
 def test_ddp_two_ranks_see_disjoint_data(shards, tmp_path, strategy):
     env = subprocess_env(OMP_NUM_THREADS="1")

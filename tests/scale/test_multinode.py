@@ -11,8 +11,9 @@ import sys
 import pytest
 
 from helpers import subprocess_env
-
 from helpers.shards import write_shards
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 SIZES = [7, 3, 11, 5, 9]  # 35 samples: 4 ranks x 9, one padding repeat
 N = sum(SIZES)

@@ -87,6 +87,7 @@ def test_http_missing_and_unreachable(http_root, tmp_path):
     assert "secret" not in text
 
 
+@pytest.mark.slow
 def test_s3_streamed_and_cached(s3, tmp_path):
     paths = write_shards(str(tmp_path / "src"), SIZES, name="train")
     for p in paths:

@@ -652,6 +652,7 @@ def test_seed001_transforms_match_core():
     assert out.shape == (3, 16, 16)
 
 
+@pytest.mark.distributed
 def test_seed001_distributed(data, tmp_path):
     """enable_distributed=True under 2 gloo processes (mp.spawn, as the seed's DDP example):
     the ranks read disjoint halves."""
