@@ -5,6 +5,7 @@ Importing the package is cheap: public names are resolved from their modules on 
 
 import importlib
 
+from turboloader import _deprecated
 from turboloader.errors import (
     DecodeError,
     DecodeWarning,
@@ -18,6 +19,8 @@ from turboloader.errors import (
 )
 
 from turboloader._version import __version__
+
+_deprecated.install()  # old module paths (turboloader.tar, .jpeg, ...) for one release
 
 # public name -> module that defines it (the layers, bottom up: io -> decode -> transforms ->
 # data -> loader -> prefetch; compat/ holds the seed documents' APIs on top)

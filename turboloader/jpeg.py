@@ -1,5 +1,0 @@
-"""Deprecated: moved to :mod:`turboloader.decode.jpeg`; this path is removed in the next release."""
-
-from turboloader._deprecated import alias_module
-
-alias_module(__name__, "turboloader.decode.jpeg")
