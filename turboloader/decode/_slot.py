@@ -1,7 +1,7 @@
 """The one resample-into-slot entry: a source (JPEG bytes or a decoded HWC array) -> the
 window of it that is needed -> antialiased resample -> colour ops -> (flip) -> a CHW slot.
 
-Everything that writes a sample into a batch slot goes through :func:`resample_into`:
+Everything that writes a sample into a batch slot goes through :func:`resample_into_slot`:
 ``decode_resized_crop``, ``Plan.from_jpeg`` / ``Plan.from_array`` (and so the datasets and
 their cache) and the converter. Callers decide the geometry (the source box) and validate
 the slot; this module decides the DCT scale and the decoded window, makes the one native
@@ -37,7 +37,7 @@ def _window(box, clip, out_size, decoded_size, scale, filt):
     return ix0, iy0, ww, wh, (x0 - ix0, y0 - iy0, min(x1 - ix0, ww), min(y1 - iy0, wh))
 
 
-def resample_into(src, out, *, box, clip, filt, source_size=None, flip=False, ops=(),
+def resample_into_slot(src, out, *, box, clip, filt, source_size=None, flip=False, ops=(),
                   affine=None, dct_scaling=True, strict=False, max_pixels=0,
                   stacklevel=1):
     """Write the source region ``box`` of ``src``, resampled to ``out``'s size, into ``out``.

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from turboloader.decode._filters import _interpolation
-from turboloader.decode._slot import _window, resample_into
+from turboloader.decode._slot import _window, resample_into_slot
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open
 
 __all__ = ["decode_resized_crop", "decode_window"]
@@ -155,7 +155,7 @@ def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, 
     if height <= 0 or width <= 0 or top < 0 or left < 0 or top + height > H or left + width > W:
         raise ValueError(f"crop (top={top}, left={left}, height={height}, width={width}) is "
                          f"not a non-empty window inside the {W} x {H} image")
-    return resample_into((buf, header), out, box=(left, top, left + width, top + height),
+    return resample_into_slot((buf, header), out, box=(left, top, left + width, top + height),
                          clip=True, filt=filt, flip=bool(flip), affine=affine,
                          dct_scaling=dct_scaling, strict=strict, max_pixels=limit,
                          stacklevel=2)

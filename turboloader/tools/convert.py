@@ -37,7 +37,7 @@ from turboloader.errors import (
     UnreadableFileError,
 )
 from turboloader.decode import decode_image
-from turboloader.decode._slot import resample_into
+from turboloader.decode._slot import resample_into_slot
 from turboloader.io.codec import Codec, detect_codec, image_size
 from turboloader.io.tbl import MAGIC, TBLFile, TBLWriter
 
@@ -535,7 +535,7 @@ def _shrink(img, short_side):
     h, w = img.shape[:2]
     size = (short_side, int(short_side * w / h)) if h <= w else (int(short_side * h / w), short_side)
     slot = np.empty((3, *size), np.uint8)
-    resample_into(img, slot, box=(0, 0, w, h), clip=True, filt=int(Interpolation.BICUBIC))
+    resample_into_slot(img, slot, box=(0, 0, w, h), clip=True, filt=int(Interpolation.BICUBIC))
     return np.ascontiguousarray(slot.transpose(1, 2, 0))
 
 

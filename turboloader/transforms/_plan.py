@@ -62,7 +62,7 @@ import warnings
 import numpy as np
 import torch
 
-from turboloader.decode._slot import resample_into
+from turboloader.decode._slot import resample_into_slot
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open, decode_jpeg
 from turboloader.transforms import _transforms as T
 from turboloader.transforms._random import current_rng, using_rng
@@ -334,7 +334,7 @@ class Plan:
             return self._generic(img, rng, out)
         box, clip, (oh, ow), flip, ops = drawn
         view, ret = self._slot(out, (3, oh, ow))
-        resample_into((buf, header), view, box=box, clip=clip, filt=self._filter, flip=flip,
+        resample_into_slot((buf, header), view, box=box, clip=clip, filt=self._filter, flip=flip,
                       ops=ops, affine=self._affine, dct_scaling=self.dct_scaling,
                       strict=strict, max_pixels=limit, stacklevel=2)
         return ret
@@ -377,6 +377,6 @@ class Plan:
             return self._generic(img, rng, out)
         box, clip, (oh, ow), flip, ops = drawn
         view, ret = self._slot(out, (3, oh, ow))
-        resample_into(img, view, box=box, clip=clip, filt=self._filter, source_size=(H, W),
+        resample_into_slot(img, view, box=box, clip=clip, filt=self._filter, source_size=(H, W),
                       flip=flip, ops=ops, affine=self._affine)
         return ret
