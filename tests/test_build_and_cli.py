@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,6 +37,7 @@ def test_cli_help_and_bad_command():
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 
 
+@pytest.mark.slow
 def test_demo_runs_and_agrees_with_torchvision():
     from turboloader.tools.demo import run_demo
 
@@ -49,6 +51,7 @@ def test_demo_runs_and_agrees_with_torchvision():
     assert "exactly once" in report and "FAILED" not in report
 
 
+@pytest.mark.slow
 def test_synthetic_jpegs_are_deterministic_and_imagenet_sized():
     from PIL import Image
     import io
@@ -65,6 +68,7 @@ def test_synthetic_jpegs_are_deterministic_and_imagenet_sized():
         assert np.asarray(img).std() > 10  # textured, not flat
 
 
+@pytest.mark.slow
 def test_every_public_module_imports_first_in_a_fresh_interpreter():
     # Lazy names resolve their module on first use, in whatever order users touch them: a
     # circular import between modules shows up only when one of them is imported first.

@@ -16,6 +16,8 @@ from turboloader.tools.convert import convert, verify_dataset
 from turboloader.data.folder import read_file
 from turboloader.errors import TarFormatError, UnreadableFileError
 
+pytestmark = pytest.mark.slow  # command-line runs in subprocesses, with timeouts
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120  # generous on a loaded 2-core machine; a hang would be "forever"
 

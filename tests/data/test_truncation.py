@@ -11,6 +11,7 @@ import pytest
 
 from helpers import subprocess_env
 
+pytestmark = pytest.mark.slow  # every check runs in a subprocess
 
 PRELUDE = f"""
 import os, sys, torch

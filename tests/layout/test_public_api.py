@@ -87,6 +87,7 @@ def test_no_file_is_left_at_an_old_path():
         assert old not in MODULES and new in MODULES, (old, new)
 
 
+@pytest.mark.slow
 def test_python_m_old_cli_path_still_runs():
     import subprocess
 
@@ -230,3 +231,15 @@ def test_no_warning_on_the_new_paths():
         pick_scale((24, 24), (8, 8))
         importlib.import_module("turboloader.io.tar")
         importlib.import_module("turboloader.compat.seeds")
+
+
+def test_the_converter_resizes_through_the_slot_entry_exactly_as_the_functional():
+    # the converter's --max-short-side resize now goes through resample_into_slot (CHW uint8
+    # slot): bit-identical to transforms.functional.resize, which it used before
+    from turboloader.tools.convert import _shrink
+    from turboloader.transforms import functional as F
+
+    rng = np.random.default_rng(7)
+    for h, w, short in ((97, 211, 40), (300, 120, 64), (64, 64, 63)):
+        img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        np.testing.assert_array_equal(_shrink(img, short), F.resize(img, short, "bicubic"))

@@ -25,6 +25,7 @@ def _trainer(**kw):
                      enable_progress_bar=False, enable_model_summary=False, **kw)
 
 
+@pytest.mark.slow
 def test_import_turboloader_does_not_import_lightning():
     code = ("import turboloader, sys\n"
             "turboloader.TarDataset, turboloader.transforms\n"

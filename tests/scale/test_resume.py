@@ -44,6 +44,7 @@ def test_delivered_counts_follow_torch_round_robin():
         delivered_counts([6, 7, 7], 9, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers,batch_size", [(3, 3), (2, 4)])
 def test_plain_dataloader_resume_same_order(urls, num_workers, batch_size):
     ds = TarDataset(urls, size_of, seed=5)
@@ -163,6 +164,7 @@ def test_mismatched_state_is_refused(urls):
         list(ds._stream(0, 3, "w"))
 
 
+@pytest.mark.slow
 def test_tbl_resumable_sampler(tmp_path):
     from turboloader import transforms as T
     from turboloader.tools.convert import convert

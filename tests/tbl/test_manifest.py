@@ -120,6 +120,7 @@ def test_tar_manifest_matches_stdlib_and_hashlib(tmp_path, folder):
     assert _cli("verify", out, "-q").returncode == 0
 
 
+@pytest.mark.slow
 def test_folder_manifest(tmp_path, folder):
     out = tmp_path / "copy"
     convert(folder, out)
@@ -183,6 +184,7 @@ C.convert(sys.argv[1], sys.argv[2], dst_format=sys.argv[4], shard_size=2)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dst_format", ["tar", "folder"])
 def test_convert_killed_mid_run_is_rejected_by_verify(tmp_path, folder, dst_format):
     out = tmp_path / "out"
