@@ -1,16 +1,15 @@
-"""torchvision-shaped transform classes: same names, arguments, defaults and semantics.
+"""Geometric transforms with torchvision v2's names, arguments, defaults and semantics:
+resizing, crops, flips, padding, the warps (rotation, affine, perspective) and the
+multi-size ones (``FiveCrop``, ``TenCrop``, ``ScaleJitter``, ``RandomShortestSize``).
 
-Each class works standalone on a PIL image, a torch tensor (CHW, uint8 or float) or a NumPy
-HWC uint8 array, and returns the same kind it got: PIL images and tensors go through
-torchvision v2's functionals with the parameters drawn here, arrays through
-:mod:`turboloader.transforms.functional` (native kernels, within one grey level of
-torchvision). Random parameters come from
-:func:`turboloader.transforms._random.current_rng` (a per-sample ``random.Random`` inside a
-turboloader dataset, torch's global RNG otherwise), never from NumPy's global state.
-
-Unlike torchvision v2, ``make_params`` takes the image size ``(height, width)`` rather than
-the flattened inputs, so parameters can be drawn from a JPEG header before anything is
-decoded (see :func:`turboloader.transforms.plan`); it also accepts an explicit ``rng``.
+Each draws its parameters in :meth:`make_params` (from the image size and
+:func:`~turboloader.transforms._random.current_rng`) and applies them through
+:mod:`turboloader.transforms.functional`: PIL images and tensors get torchvision's own
+functionals, HWC uint8 arrays turboloader's native kernels (the warps bit for bit equal to
+torchvision's uint8 tensor kernels, nearest and bilinear, fills, expand; resizing within one
+level, antialiased like Pillow). ``Resize``, ``CenterCrop``, ``RandomCrop``,
+``RandomResizedCrop`` and ``RandomHorizontalFlip`` fuse with the decoder (see
+:func:`turboloader.transforms.plan`).
 """
 
 import math
@@ -18,84 +17,39 @@ import numbers
 import warnings
 from collections.abc import Sequence
 
-import numpy as np
 import torch
-from PIL import Image
 
-from turboloader.transforms import functional as FN
-from turboloader.transforms._random import current_rng
+from turboloader.transforms import functional as F
+from turboloader.transforms._transform import (
+    Transform,
+    _check_interpolation,
+    _check_sequence_input,
+    _interp_repr,
+    _RandomApplyTransform,
+    _rng,
+    _setup_angle,
+    _setup_fill,
+    _setup_size,
+    _uniform,
+)
 
 __all__ = [
     "CenterCrop",
-    "ColorJitter",
-    "Compose",
-    "Normalize",
-    "PILToTensor",
+    "FiveCrop",
+    "Pad",
+    "RandomAffine",
     "RandomCrop",
     "RandomHorizontalFlip",
+    "RandomPerspective",
     "RandomResizedCrop",
+    "RandomRotation",
+    "RandomShortestSize",
+    "RandomVerticalFlip",
     "Resize",
-    "ToDtype",
-    "ToImage",
-    "ToTensor",
-    "Transform",
+    "ScaleJitter",
+    "TenCrop",
 ]
 
-
-def _tvf():
-    from torchvision.transforms.v2 import functional  # lazy: costs ~0.3 s to import
-
-    return functional
-
-
-def _kind(img):
-    if isinstance(img, np.ndarray):
-        return "ndarray"
-    if isinstance(img, torch.Tensor):
-        return "tensor"
-    if isinstance(img, Image.Image):
-        return "pil"
-    raise TypeError("expected a PIL Image, a torch.Tensor or a numpy.ndarray, got "
-                    f"{type(img).__name__}")
-
-
-def image_size(img):
-    """``(height, width)`` of a PIL image, a ``(..., H, W)`` tensor or an ``(H, W[, C])`` array."""
-    kind = _kind(img)
-    if kind == "pil":
-        return img.height, img.width
-    if kind == "tensor":
-        if img.ndim < 2:
-            raise ValueError(f"a tensor image needs at least 2 dimensions, got {img.ndim}")
-        return int(img.shape[-2]), int(img.shape[-1])
-    if img.ndim not in (2, 3):
-        raise ValueError(f"an array image must be (H, W) or (H, W, C), got shape {img.shape}")
-    return int(img.shape[0]), int(img.shape[1])
-
-
-def _rng(rng):
-    return current_rng() if rng is None else rng
-
-
-def _setup_size(size, error_msg="Please provide only two dimensions (h, w) for size."):
-    # torchvision's _setup_size, plus a check that the sizes are positive integers
-    if isinstance(size, numbers.Number) and not isinstance(size, bool):
-        size = (int(size), int(size))
-    elif isinstance(size, Sequence) and len(size) == 1:
-        size = (size[0], size[0])
-    elif not isinstance(size, Sequence):
-        raise TypeError(f"size should be an int or a sequence of ints, got {type(size).__name__}")
-    if len(size) != 2:
-        raise ValueError(error_msg)
-    if not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in size):
-        raise TypeError(f"size should contain ints, got {size!r}")
-    if size[0] <= 0 or size[1] <= 0:
-        raise ValueError(f"size must be positive, got {tuple(size)}")
-    return int(size[0]), int(size[1])
-
-
-def _array(img):
-    return img if img.flags.c_contiguous else np.ascontiguousarray(img)
 
 
 def _fused_filter(interpolation, antialias):
@@ -105,91 +59,8 @@ def _fused_filter(interpolation, antialias):
         return None
     name = getattr(interpolation, "value", interpolation)
     if name in ("bilinear", "bicubic", "nearest-exact"):
-        return int(FN._interpolation(name))
+        return int(F._interpolation(name))
     return None
-
-
-def _check_interpolation(interpolation):
-    if isinstance(interpolation, (str, FN.Interpolation)):
-        FN._interpolation(interpolation)  # raises ValueError for unknown names
-    elif isinstance(interpolation, int):
-        pass  # PIL constant; torchvision converts it
-    elif not type(interpolation).__module__.startswith("torchvision"):
-        raise TypeError("interpolation must be a str or torchvision InterpolationMode, got "
-                        f"{type(interpolation).__name__}")
-    return interpolation
-
-
-class Transform:
-    """Base class: ``__call__(img)`` = ``transform(img, make_params(image_size(img)))``.
-
-    Subclasses override :meth:`make_params` (draw from ``rng``, default
-    :func:`~turboloader.transforms._random.current_rng`) and :meth:`transform` (apply the
-    drawn parameters; no randomness there).
-    """
-
-    _uses_size = False
-
-    def make_params(self, size, *, rng=None):
-        """Draw this call's parameters for an image of ``size = (height, width)``; a dict."""
-        return {}
-
-    def transform(self, img, params):
-        """Apply the transform with ``params`` (from :meth:`make_params`) to ``img``."""
-        raise NotImplementedError
-
-    def __call__(self, img):
-        size = image_size(img) if self._uses_size else None
-        return self.transform(img, self.make_params(size))
-
-    def _extra_repr(self):
-        return ""
-
-    def __repr__(self):
-        return f"{type(self).__name__}({self._extra_repr()})"
-
-
-class Compose:
-    """Apply transforms one after the other, like ``torchvision.transforms.v2.Compose``.
-
-    Any callable is accepted (a torchvision transform, a lambda) and is called with what the
-    previous one returned. When every member is one of turboloader's transforms and the
-    pipeline ends in a tensor conversion, :func:`turboloader.transforms.plan` turns it into
-    one fused native call; the dataset does this automatically.
-
-    Args:
-        transforms: a sequence of callables.
-
-    Raises:
-        TypeError: ``transforms`` is not a sequence. ValueError: it is empty.
-
-    Example:
-        >>> t = Compose([RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor(),
-        ...              Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
-        >>> x = t(pil_image)  # doctest: +SKIP
-    """
-
-    def __init__(self, transforms):
-        if not isinstance(transforms, Sequence):
-            raise TypeError("Argument transforms should be a sequence of callables")
-        if not transforms:
-            raise ValueError("Pass at least one transform")
-        for t in transforms:
-            if not callable(t):
-                raise TypeError(f"every transform must be callable, got {type(t).__name__}")
-        self.transforms = list(transforms)
-
-    def __call__(self, *inputs):
-        needs_unpacking = len(inputs) > 1
-        outputs = inputs[0] if not needs_unpacking else inputs
-        for t in self.transforms:
-            outputs = t(*inputs)
-            inputs = outputs if needs_unpacking else (outputs,)
-        return outputs
-
-    def __repr__(self):
-        body = "".join(f"\n    {t!r}," for t in self.transforms)
-        return f"Compose({body}\n)"
 
 
 class Resize(Transform):
@@ -246,55 +117,18 @@ class Resize(Transform):
 
     def output_size(self, size):
         """The resized ``(height, width)`` of an image of ``size``, torchvision's rounding."""
-        h, w = size
-        short, long = (w, h) if w <= h else (h, w)
-        if self.size is None:
-            new_short, new_long = int(self.max_size * short / long), self.max_size
-            new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
-        elif len(self.size) == 1:
-            new_short, new_long = self.size[0], int(self.size[0] * long / short)
-            if self.max_size is not None and new_long > self.max_size:
-                new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
-            new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
-        else:
-            new_h, new_w = self.size
-        return new_h, new_w
+        return F._array._resized_size(self.size, size[0], size[1], self.max_size)
 
     def make_params(self, size, *, rng=None):
         """No randomness: ``{"size": (height, width)}``, the output size."""
         return {"size": self.output_size(size)}
 
     def transform(self, img, params):
-        if _kind(img) != "ndarray":
-            return _tvf().resize(img, self.size, interpolation=self.interpolation,
-                                 max_size=self.max_size, antialias=self.antialias)
-        out_h, out_w = params["size"]
-        if (out_h, out_w) == img.shape[:2]:
-            return img
-        return FN.resize(_array(img), (out_h, out_w), _np_interp(self.interpolation))
+        return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
 
     def _extra_repr(self):
         return (f"size={self.size}, interpolation={self.interpolation!r}, "
                 f"max_size={self.max_size}, antialias={self.antialias}")
-
-
-def _np_interp(interpolation):
-    if isinstance(interpolation, int) and not isinstance(interpolation, FN.Interpolation):
-        return {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(interpolation, interpolation)
-    return interpolation
-
-
-def _pad_array(img, padding, fill=0, mode="constant"):
-    """Pad an (H, W[, C]) array by ``padding = [left, top, right, bottom]``."""
-    left, top, right, bottom = padding
-    widths = [(top, bottom), (left, right)] + [(0, 0)] * (img.ndim - 2)
-    if mode != "constant":
-        return np.ascontiguousarray(np.pad(img, widths, mode=mode))
-    out = np.empty((img.shape[0] + top + bottom, img.shape[1] + left + right) + img.shape[2:],
-                   img.dtype)
-    out[...] = np.asarray(fill if fill is not None else 0, dtype=np.float64).astype(img.dtype)
-    out[top:top + img.shape[0], left:left + img.shape[1]] = img
-    return out
 
 
 class CenterCrop(Transform):
@@ -321,24 +155,13 @@ class CenterCrop(Transform):
         ``[left, top, right, bottom]`` needed first (all zeros unless the crop is larger)."""
         ch, cw = self.size
         h, w = size
-        padding = [
-            (cw - w) // 2 if cw > w else 0,
-            (ch - h) // 2 if ch > h else 0,
-            (cw - w + 1) // 2 if cw > w else 0,
-            (ch - h + 1) // 2 if ch > h else 0,
-        ]
+        padding = F._array._center_padding((h, w), (ch, cw))
         ph, pw = h + padding[1] + padding[3], w + padding[0] + padding[2]
         return {"top": int(round((ph - ch) / 2.0)), "left": int(round((pw - cw) / 2.0)),
                 "height": ch, "width": cw, "padding": padding}
 
     def transform(self, img, params):
-        if _kind(img) != "ndarray":
-            return _tvf().center_crop(img, list(self.size))
-        if any(params["padding"]):
-            img = _pad_array(img, params["padding"])
-        if img.shape[:2] == self.size:
-            return img
-        return FN.crop(_array(img), params["top"], params["left"], *self.size)
+        return F.center_crop(img, list(self.size))
 
     def _extra_repr(self):
         return f"size={self.size}"
@@ -438,18 +261,10 @@ class RandomCrop(Transform):
                 "height": ch, "width": cw, "needs_pad": any(padding), "padding": padding}
 
     def transform(self, img, params):
-        kind = _kind(img)
         if params["needs_pad"]:
-            if kind == "ndarray":
-                img = _pad_array(img, params["padding"], self.fill, self.padding_mode)
-            else:
-                fill = self.fill
-                if isinstance(fill, (tuple, list)) and kind == "tensor":
-                    fill = [float(v) for v in fill]
-                img = _tvf().pad(img, params["padding"], fill=fill, padding_mode=self.padding_mode)
+            img = F.pad(img, params["padding"], fill=self.fill, padding_mode=self.padding_mode)
         if params["needs_crop"]:
-            args = params["top"], params["left"], params["height"], params["width"]
-            img = FN.crop(_array(img), *args) if kind == "ndarray" else _tvf().crop(img, *args)
+            img = F.crop(img, params["top"], params["left"], params["height"], params["width"])
         return img
 
     def _extra_repr(self):
@@ -542,12 +357,9 @@ class RandomResizedCrop(Transform):
         return {"top": i, "left": j, "height": h, "width": w}
 
     def transform(self, img, params):
-        args = params["top"], params["left"], params["height"], params["width"]
-        if _kind(img) != "ndarray":
-            return _tvf().resized_crop(img, *args, size=list(self.size),
-                                       interpolation=self.interpolation,
-                                       antialias=self.antialias)
-        return FN.resized_crop(_array(img), *args, self.size, _np_interp(self.interpolation))
+        return F.resized_crop(img, params["top"], params["left"], params["height"],
+                              params["width"], list(self.size), self.interpolation,
+                              self.antialias)
 
     def _extra_repr(self):
         return (f"size={self.size}, scale={tuple(self.scale)}, ratio={tuple(self.ratio)}, "
@@ -577,216 +389,383 @@ class RandomHorizontalFlip(Transform):
         return {"flip": _rng(rng).random() < self.p}
 
     def transform(self, img, params):
-        if not params["flip"]:
-            return img
-        kind = _kind(img)
-        if kind == "ndarray":
-            return FN.horizontal_flip(_array(img))
-        return _tvf().horizontal_flip(img)
+        return F.horizontal_flip(img) if params["flip"] else img
 
     def _extra_repr(self):
         return f"p={self.p}"
 
 
-class ColorJitter(Transform):
-    """Randomly change brightness, contrast, saturation and hue, like
-    ``torchvision.transforms.v2.ColorJitter``: the order of the four adjustments is a random
-    permutation (``fn_idx``), drawn first, then each factor uniformly from its range.
-
-    In a fused pipeline the adjustments run on the resized uint8 image, i.e. after the
-    geometry, which is where the standard ImageNet recipe puts ColorJitter (a ColorJitter
-    before the geometry makes the pipeline non-fusable). Results are within 1 uint8 level of
-    torchvision's uint8 tensor kernels (PIL images go through Pillow, as in torchvision).
+class RandomVerticalFlip(_RandomApplyTransform):
+    """Mirror top-bottom with probability ``p`` (flips when ``rng.random() < p``), like
+    ``torchvision.transforms.v2.RandomVerticalFlip``.
 
     Args:
-        brightness, contrast, saturation: a number ``x >= 0`` (factor in
-            ``[max(0, 1 - x), 1 + x]``) or a ``(min, max)`` pair; None for no change.
-        hue: a number in [0, 0.5] (factor in ``[-x, x]``) or a pair inside [-0.5, 0.5].
+        p: probability in [0, 1] (default 0.5).
 
     Raises:
-        ValueError: out-of-range values. TypeError: neither a number nor a pair.
+        ValueError: ``p`` outside [0, 1].
 
     Example:
-        >>> ColorJitter(0.4, 0.4, 0.4, 0.1)(img)  # doctest: +SKIP
+        >>> RandomVerticalFlip(p=1.0)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, brightness=None, contrast=None, saturation=None, hue=None):
-        self.brightness = self._check_input(brightness, "brightness")
-        self.contrast = self._check_input(contrast, "contrast")
-        self.saturation = self._check_input(saturation, "saturation")
-        self.hue = self._check_input(hue, "hue", center=0, bound=(-0.5, 0.5),
-                                     clip_first_on_zero=False)
+    def _apply(self, img, params):
+        return F.vertical_flip(img)
 
-    @staticmethod
-    def _check_input(value, name, center=1.0, bound=(0, float("inf")), clip_first_on_zero=True):
-        if value is None:
-            return None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if value < 0:
-                raise ValueError(f"If {name} is a single number, it must be non negative.")
-            value = [center - value, center + value]
-            if clip_first_on_zero:
-                value[0] = max(value[0], 0.0)
-        elif isinstance(value, Sequence) and len(value) == 2:
-            value = [float(v) for v in value]
-        else:
-            raise TypeError(f"{name}={value} should be a single number or a sequence with length 2.")
-        if not bound[0] <= value[0] <= value[1] <= bound[1]:
-            raise ValueError(f"{name} values should be between {bound} and increasing, but got {value}.")
-        return None if value[0] == value[1] == center else (float(value[0]), float(value[1]))
+
+class Pad(Transform):
+    """Pad the borders, like ``torchvision.transforms.v2.Pad``.
+
+    Args:
+        padding: int (all sides), ``(left/right, top/bottom)`` or ``(left, top, right, bottom)``.
+        fill: constant value or one per channel (``"constant"`` mode).
+        padding_mode: ``"constant"``, ``"edge"``, ``"reflect"`` or ``"symmetric"``.
+
+    Raises:
+        TypeError / ValueError: as torchvision for bad padding, fill or mode.
+
+    Example:
+        >>> Pad(4, fill=0)(img).shape  # doctest: +SKIP
+    """
+
+    def __init__(self, padding, fill=0, padding_mode="constant"):
+        err = f"Padding must be an int or a 1, 2, or 4 element of tuple or list, got {padding}."
+        if isinstance(padding, (tuple, list)):
+            if len(padding) not in (1, 2, 4) or not all(isinstance(p, int) for p in padding):
+                raise ValueError(err)
+        elif not isinstance(padding, int) or isinstance(padding, bool):
+            raise ValueError(err)
+        if padding_mode not in ("constant", "edge", "reflect", "symmetric"):
+            raise ValueError("Padding mode should be either constant, edge, reflect or symmetric")
+        self.padding = padding
+        self.fill = fill
+        self._fill = _setup_fill(fill)
+        self.padding_mode = padding_mode
+
+    def transform(self, img, params):
+        fill = 0 if self._fill is None else self._fill
+        return F.pad(img, self.padding, fill=fill, padding_mode=self.padding_mode)
+
+    def _extra_repr(self):
+        return f"padding={self.padding}, fill={self.fill}, padding_mode={self.padding_mode!r}"
+
+
+class RandomRotation(Transform):
+    """Rotate by an angle drawn uniformly from ``degrees``, like
+    ``torchvision.transforms.v2.RandomRotation``.
+
+    On arrays the rotation is a native nogil kernel reproducing torchvision's uint8 tensor
+    path (inverse affine matrix, float32 grid, ``grid_sample`` taps, fill blend, rounding).
+
+    Args:
+        degrees: a number ``d >= 0`` (range ``(-d, d)``) or a ``(min, max)`` pair.
+        interpolation: ``"nearest"`` (default) or ``"bilinear"`` (PIL images also accept
+            ``"bicubic"``, through torchvision).
+        expand: enlarge the output to hold the whole rotated image.
+        center: optional ``(x, y)`` centre of rotation in pixels.
+        fill: value outside the rotated image: a number, one per channel, or None.
+
+    Raises:
+        ValueError / TypeError: as torchvision for bad degrees, center or fill.
+
+    Example:
+        >>> t = RandomRotation(30)
+        >>> t.make_params((224, 224))  # doctest: +SKIP
+        {'angle': -12.7}
+    """
+
+    def __init__(self, degrees, interpolation="nearest", expand=False, center=None, fill=0):
+        self.degrees = _setup_angle(degrees, name="degrees", req_sizes=(2,))
+        self.interpolation = _check_interpolation(interpolation)
+        self.expand = expand
+        if center is not None:
+            _check_sequence_input(center, "center", req_sizes=(2,))
+        self.center = center
+        self.fill = fill
+        self._fill = _setup_fill(fill)
 
     def make_params(self, size=None, *, rng=None):
-        """``{"fn_idx": [permutation of 0..3], "brightness_factor", "contrast_factor",
-        "saturation_factor", "hue_factor"}`` (None for an unset adjustment)."""
-        rng = _rng(rng)
-        fn_idx = [0, 1, 2, 3]
-        rng.shuffle(fn_idx)
-        factors = [None if r is None else float(rng.uniform(r[0], r[1]))
-                   for r in (self.brightness, self.contrast, self.saturation, self.hue)]
-        return {"fn_idx": fn_idx, "brightness_factor": factors[0],
-                "contrast_factor": factors[1], "saturation_factor": factors[2],
-                "hue_factor": factors[3]}
-
-    @staticmethod
-    def ops(params):
-        """The adjustments to run, in order: a list of ``(fn_id, factor)``."""
-        factors = (params["brightness_factor"], params["contrast_factor"],
-                   params["saturation_factor"], params["hue_factor"])
-        return [(int(i), factors[int(i)]) for i in params["fn_idx"] if factors[int(i)] is not None]
+        """``{"angle": float}`` drawn uniformly from ``degrees``."""
+        return {"angle": _uniform(_rng(rng), self.degrees[0], self.degrees[1])}
 
     def transform(self, img, params):
-        ops = self.ops(params)
-        if not ops:
-            return img
-        if _kind(img) == "ndarray":
-            kernels = (FN.adjust_brightness, FN.adjust_contrast, FN.adjust_saturation,
-                       FN.adjust_hue)
-            img = np.array(img, order="C", copy=True)
-            for i, factor in ops:
-                kernels[i](img, factor, inplace=True)
-            return img
-        F = _tvf()
-        kernels = (F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue)
-        for i, factor in ops:
-            img = kernels[i](img, factor)
-        return img
+        return F.rotate(img, params["angle"], self.interpolation, expand=self.expand,
+                        center=self.center, fill=self._fill)
 
     def _extra_repr(self):
-        return (f"brightness={self.brightness}, contrast={self.contrast}, "
-                f"saturation={self.saturation}, hue={self.hue}")
+        return (f"degrees={self.degrees}, interpolation={_interp_repr(self.interpolation)!r}, "
+                f"expand={self.expand}, center={self.center}, fill={self.fill}")
 
 
-class Normalize(Transform):
-    """``(x - mean[c]) / std[c]`` on a float tensor, like ``torchvision.transforms.v2.Normalize``.
+class RandomAffine(Transform):
+    """Random rotation, translation, scale and shear about the centre, like
+    ``torchvision.transforms.v2.RandomAffine`` (same draws: angle, then tx, ty rounded to
+    ints, scale, shear x, shear y).
 
     Args:
-        mean, std: per-channel sequences.
-        inplace: modify the tensor in place.
+        degrees: number ``d`` (``(-d, d)``) or ``(min, max)``; 0 for no rotation.
+        translate: optional ``(a, b)`` maximum fractions of width and height.
+        scale: optional ``(min, max)`` positive scale range.
+        shear: optional number ``s`` (x shear in ``(-s, s)``), ``(min, max)`` (x) or 4 values
+            (x then y ranges), in degrees.
+        interpolation: ``"nearest"`` (default) or ``"bilinear"``.
+        fill: value outside the image: a number, one per channel, or None.
+        center: optional ``(x, y)`` centre in pixels.
 
     Raises:
-        TypeError: a PIL image or array (torchvision raises for PIL too), or a non-float tensor.
+        ValueError / TypeError: as torchvision.
 
     Example:
-        >>> Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))(x)  # doctest: +SKIP
+        >>> RandomAffine(15, translate=(0.1, 0.1), scale=(0.9, 1.1), shear=5)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, mean, std, inplace=False):
-        self.mean = list(mean)
-        self.std = list(std)
-        self.inplace = inplace
+    _uses_size = True
+
+    def __init__(self, degrees, translate=None, scale=None, shear=None, interpolation="nearest",
+                 fill=0, center=None):
+        self.degrees = _setup_angle(degrees, name="degrees", req_sizes=(2,))
+        if translate is not None:
+            _check_sequence_input(translate, "translate", req_sizes=(2,))
+            for t in translate:
+                if not (0.0 <= t <= 1.0):
+                    raise ValueError("translation values should be between 0 and 1")
+        self.translate = translate
+        if scale is not None:
+            _check_sequence_input(scale, "scale", req_sizes=(2,))
+            for s in scale:
+                if s <= 0:
+                    raise ValueError("scale values should be positive")
+        self.scale = scale
+        self.shear = None if shear is None else _setup_angle(shear, name="shear", req_sizes=(2, 4))
+        self.interpolation = _check_interpolation(interpolation)
+        self.fill = fill
+        self._fill = _setup_fill(fill)
+        if center is not None:
+            _check_sequence_input(center, "center", req_sizes=(2,))
+        self.center = center
+
+    def make_params(self, size, *, rng=None):
+        """``{"angle", "translate": (tx, ty) ints, "scale", "shear": (sx, sy)}`` for an image
+        of ``size = (height, width)``."""
+        rng = _rng(rng)
+        height, width = size
+        angle = _uniform(rng, self.degrees[0], self.degrees[1])
+        if self.translate is not None:
+            max_dx = float(self.translate[0] * width)
+            max_dy = float(self.translate[1] * height)
+            translate = (int(round(_uniform(rng, -max_dx, max_dx))),
+                         int(round(_uniform(rng, -max_dy, max_dy))))
+        else:
+            translate = (0, 0)
+        scale = _uniform(rng, self.scale[0], self.scale[1]) if self.scale is not None else 1.0
+        shear_x = shear_y = 0.0
+        if self.shear is not None:
+            shear_x = _uniform(rng, self.shear[0], self.shear[1])
+            if len(self.shear) == 4:
+                shear_y = _uniform(rng, self.shear[2], self.shear[3])
+        return {"angle": angle, "translate": translate, "scale": scale, "shear": (shear_x, shear_y)}
 
     def transform(self, img, params):
-        if _kind(img) != "tensor":
-            raise TypeError(f"{type(self).__name__}() supports tensors only, got "
-                            f"{type(img).__name__}")
-        return _tvf().normalize(img, mean=self.mean, std=self.std, inplace=self.inplace)
+        return F.affine(img, params["angle"], list(params["translate"]), params["scale"],
+                        list(params["shear"]), self.interpolation, fill=self._fill,
+                        center=self.center)
 
     def _extra_repr(self):
-        return f"mean={self.mean}, std={self.std}, inplace={self.inplace}"
+        return (f"degrees={self.degrees}, translate={self.translate}, scale={self.scale}, "
+                f"shear={self.shear}, interpolation={_interp_repr(self.interpolation)!r}, "
+                f"fill={self.fill}, center={self.center}")
 
 
-class ToTensor(Transform):
-    """PIL image or HWC array -> float32 CHW tensor in [0, 1], like torchvision's
-    ``ToTensor`` (uint8 is divided by 255); tensors pass through unchanged.
-
-    Example:
-        >>> ToTensor()(pil_image).dtype  # doctest: +SKIP
-        torch.float32
-    """
-
-    def transform(self, img, params):
-        if _kind(img) == "tensor":
-            return img
-        from torchvision.transforms import functional as F1
-
-        return F1.to_tensor(img)
-
-
-class PILToTensor(Transform):
-    """PIL image -> uint8 CHW tensor (no scaling); anything else passes through unchanged.
-
-    Example:
-        >>> PILToTensor()(pil_image).dtype  # doctest: +SKIP
-        torch.uint8
-    """
-
-    def transform(self, img, params):
-        if _kind(img) != "pil":
-            return img
-        return _tvf().pil_to_tensor(img)
-
-
-class ToImage(Transform):
-    """PIL image, HWC array or tensor -> CHW tensor of the same dtype, like v2's ``ToImage``.
-
-    Returns a plain ``torch.Tensor`` (v2 returns ``tv_tensors.Image``, a subclass that
-    v2 transforms treat the same way for a single image), so fused and generic outputs
-    have one type.
-
-    Example:
-        >>> ToImage()(np.zeros((4, 5, 3), np.uint8)).shape
-        torch.Size([3, 4, 5])
-    """
-
-    def transform(self, img, params):
-        return _tvf().to_image(img).as_subclass(torch.Tensor)
-
-
-class ToDtype(Transform):
-    """Convert a tensor's dtype, scaling values when ``scale`` (uint8 -> float: / 255), like
-    v2's ``ToDtype``. PIL images and arrays pass through unchanged.
+class RandomPerspective(_RandomApplyTransform):
+    """Random perspective warp with probability ``p``, like
+    ``torchvision.transforms.v2.RandomPerspective`` (same corner draws).
 
     Args:
-        dtype: a ``torch.dtype`` (or a dict as torchvision; its ``torch.Tensor``,
-            ``tv_tensors.Image`` or ``"others"`` entry is used).
-        scale: rescale the value range between integer and float dtypes.
+        distortion_scale: in [0, 1], how far corners may move (default 0.5).
+        p: probability (default 0.5).
+        interpolation: ``"bilinear"`` (default) or ``"nearest"``.
+        fill: value outside the image: a number, one per channel, or None.
+
+    Raises:
+        ValueError: distortion_scale or p outside [0, 1].
 
     Example:
-        >>> ToDtype(torch.float32, scale=True)(torch.zeros(3, 2, 2, dtype=torch.uint8)).dtype
-        torch.float32
+        >>> RandomPerspective(0.3, p=1.0)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, dtype, scale=False):
-        if not isinstance(dtype, (dict, torch.dtype)):
-            raise ValueError(f"dtype must be a dict or a torch.dtype, but got {type(dtype)} instead")
-        self.dtype = dtype
-        self.scale = scale
+    _uses_size = True
 
-    def _tensor_dtype(self):
-        if isinstance(self.dtype, torch.dtype):
-            return self.dtype
-        from torchvision import tv_tensors
+    def __init__(self, distortion_scale=0.5, p=0.5, interpolation="bilinear", fill=0):
+        super().__init__(p)
+        if not (0 <= distortion_scale <= 1):
+            raise ValueError("Argument distortion_scale value should be between 0 and 1")
+        self.distortion_scale = distortion_scale
+        self.interpolation = _check_interpolation(interpolation)
+        self.fill = fill
+        self._fill = _setup_fill(fill)
 
-        for key in (tv_tensors.Image, torch.Tensor, "others"):
-            if key in self.dtype:
-                return self.dtype[key]
-        return None
+    def make_params(self, size, *, rng=None):
+        """``{"apply": bool, "coefficients": 8 floats}`` (corners drawn only when applied)."""
+        rng = _rng(rng)
+        if not rng.random() < self.p:
+            return {"apply": False, "coefficients": None}
+        height, width = size
+        half_height, half_width = height // 2, width // 2
+        bound_height = int(self.distortion_scale * half_height) + 1
+        bound_width = int(self.distortion_scale * half_width) + 1
 
-    def transform(self, img, params):
-        dtype = self._tensor_dtype()
-        if _kind(img) != "tensor" or dtype is None:
-            return img
-        return _tvf().to_dtype(img, dtype, scale=self.scale)
+        def draw(lo, hi):   # torch.randint(lo, hi): hi excluded
+            return int(rng.randint(lo, hi - 1))
+
+        topleft = [draw(0, bound_width), draw(0, bound_height)]
+        topright = [draw(width - bound_width, width), draw(0, bound_height)]
+        botright = [draw(width - bound_width, width), draw(height - bound_height, height)]
+        botleft = [draw(0, bound_width), draw(height - bound_height, height)]
+        startpoints = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
+        endpoints = [topleft, topright, botright, botleft]
+        return {"apply": True,
+                "coefficients": F.perspective_coefficients(startpoints, endpoints)}
+
+    def _apply(self, img, params):
+        return F.perspective(img, None, None, self.interpolation, fill=self._fill,
+                             coefficients=params["coefficients"])
 
     def _extra_repr(self):
-        return f"dtype={self.dtype}, scale={self.scale}"
+        return (f"distortion_scale={self.distortion_scale}, p={self.p}, "
+                f"interpolation={_interp_repr(self.interpolation)!r}, fill={self.fill}")
+
+
+class FiveCrop(Transform):
+    """The four corners and the centre crop, like ``torchvision.transforms.v2.FiveCrop``:
+    returns a tuple ``(top_left, top_right, bottom_left, bottom_right, center)`` of the input's
+    kind (a pipeline usually stacks them next, e.g. with a ``Lambda``).
+
+    Args:
+        size: ``(h, w)``, or an int (or ``[int]``) for a square.
+
+    Raises:
+        ValueError: bad ``size``; at call time, a crop larger than the image.
+
+    Example:
+        >>> crops = FiveCrop(224)(img)  # doctest: +SKIP
+        >>> batch = torch.stack([ToTensor()(c) for c in crops])  # doctest: +SKIP
+    """
+
+    def __init__(self, size):
+        self.size = _setup_size(size)
+
+    def transform(self, img, params):
+        return F.five_crop(img, list(self.size))
+
+    def _extra_repr(self):
+        return f"size={self.size}"
+
+
+class TenCrop(Transform):
+    """:class:`FiveCrop` of the image and of its mirrored copy (left-right, or top-bottom with
+    ``vertical_flip=True``), like ``torchvision.transforms.v2.TenCrop``: a tuple of 10.
+
+    Args:
+        size: ``(h, w)``, or an int (or ``[int]``) for a square.
+        vertical_flip: flip top-bottom instead of left-right.
+
+    Example:
+        >>> len(TenCrop(224)(img))  # doctest: +SKIP
+        10
+    """
+
+    def __init__(self, size, vertical_flip=False):
+        self.size = _setup_size(size)
+        self.vertical_flip = vertical_flip
+
+    def transform(self, img, params):
+        return F.ten_crop(img, list(self.size), vertical_flip=self.vertical_flip)
+
+    def _extra_repr(self):
+        return f"size={self.size}, vertical_flip={self.vertical_flip}"
+
+
+class ScaleJitter(Transform):
+    """Resize by a random factor of the scale that fits the image into ``target_size``, like
+    ``torchvision.transforms.v2.ScaleJitter`` (Large Scale Jitter, Ghiasi et al.): ``scale``
+    uniform in ``scale_range``, ``r = min(target_size[1] / H, target_size[0] / W) * scale``,
+    output ``(int(H * r), int(W * r))``, computed in float32 as torchvision does.
+
+    Args:
+        target_size: the base size ``(target_size[0], target_size[1])`` as torchvision reads
+            it (see the formula above).
+        scale_range: ``(min, max)`` of the jitter.
+        interpolation, antialias: as :class:`Resize`.
+
+    Example:
+        >>> ScaleJitter((1024, 1024), scale_range=(0.1, 2.0))(img)  # doctest: +SKIP
+    """
+
+    _uses_size = True
+
+    def __init__(self, target_size, scale_range=(0.1, 2.0), interpolation="bilinear",
+                 antialias=True):
+        self.target_size = target_size
+        self.scale_range = scale_range
+        self.interpolation = _check_interpolation(interpolation)
+        self.antialias = antialias
+
+    def make_params(self, size, *, rng=None):
+        """``{"size": (new_height, new_width)}``: one uniform draw of the scale."""
+        orig_height, orig_width = size
+        # torch.rand(1) is float32 and so is torchvision's arithmetic on it
+        u = torch.tensor([_rng(rng).random()], dtype=torch.float32)
+        scale = self.scale_range[0] + u * (self.scale_range[1] - self.scale_range[0])
+        r = min(self.target_size[1] / orig_height, self.target_size[0] / orig_width) * scale
+        return {"size": (int(orig_height * r), int(orig_width * r))}
+
+    def transform(self, img, params):
+        return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
+
+    def _extra_repr(self):
+        return (f"target_size={self.target_size}, scale_range={self.scale_range}, "
+                f"interpolation={_interp_repr(self.interpolation)!r}, "
+                f"antialias={self.antialias}")
+
+
+class RandomShortestSize(Transform):
+    """Resize so the shorter side is one of ``min_size`` (drawn uniformly), the longer side
+    at most ``max_size``, like ``torchvision.transforms.v2.RandomShortestSize``:
+    ``r = min(min_size / min(H, W), max_size / max(H, W))``, output
+    ``(int(H * r), int(W * r))``.
+
+    Args:
+        min_size: an int or a sequence of ints to draw from.
+        max_size: optional cap on the longer side.
+        interpolation, antialias: as :class:`Resize`.
+
+    Example:
+        >>> RandomShortestSize([480, 512, 544], max_size=1333)(img)  # doctest: +SKIP
+    """
+
+    _uses_size = True
+
+    def __init__(self, min_size, max_size=None, interpolation="bilinear", antialias=True):
+        self.min_size = [min_size] if isinstance(min_size, int) else list(min_size)
+        if not self.min_size:
+            raise ValueError("min_size must hold at least one size")
+        self.max_size = max_size
+        self.interpolation = _check_interpolation(interpolation)
+        self.antialias = antialias
+
+    def make_params(self, size, *, rng=None):
+        """``{"size": (new_height, new_width)}``: one uniform pick from ``min_size``."""
+        orig_height, orig_width = size
+        min_size = self.min_size[_rng(rng).randint(0, len(self.min_size) - 1)]
+        r = min_size / min(orig_height, orig_width)
+        if self.max_size is not None:
+            r = min(r, self.max_size / max(orig_height, orig_width))
+        return {"size": (int(orig_height * r), int(orig_width * r))}
+
+    def transform(self, img, params):
+        return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
+
+    def _extra_repr(self):
+        return (f"min_size={self.min_size}, max_size={self.max_size}, "
+                f"interpolation={_interp_repr(self.interpolation)!r}, "
+                f"antialias={self.antialias}")

@@ -65,7 +65,7 @@ import torch
 from turboloader.errors import DecodeWarning
 from turboloader.fused import decode_window
 from turboloader.jpeg import window_scale
-from turboloader.transforms import _transforms as T
+import turboloader.transforms as T  # the package: members are looked up when a plan is made
 from turboloader.transforms._random import current_rng, using_rng
 
 __all__ = ["Plan", "plan"]
@@ -123,11 +123,11 @@ def _parse(members):
     filt = 1
     if i < n and type(members[i]) is T.RandomResizedCrop:
         crop = members[i]
-        filt = T._fused_filter(crop.interpolation, crop.antialias)
+        filt = T._geometry._fused_filter(crop.interpolation, crop.antialias)
         i += 1
     elif i < n and type(members[i]) is T.Resize:
         resize = members[i]
-        filt = T._fused_filter(resize.interpolation, resize.antialias)
+        filt = T._geometry._fused_filter(resize.interpolation, resize.antialias)
         i += 1
         if i < n and type(members[i]) in (T.CenterCrop, T.RandomCrop) and _fusable_crop(members[i]):
             crop = members[i]
