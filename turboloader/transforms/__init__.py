@@ -78,7 +78,7 @@ from turboloader.transforms._geometry import (
     TenCrop,
 )
 from turboloader.transforms._mixing import CutMix, MixUp, RandomErasing
-from turboloader.transforms._plan import Plan, plan
+from turboloader.transforms._plan import Plan, explain, plan
 from turboloader.transforms._transform import Transform
 
 __all__ = [
@@ -131,6 +131,7 @@ __all__ = [
     "ToTensor",
     "Transform",
     "TrivialAugmentWide",
+    "explain",
     "functional",
     "plan",
 ]

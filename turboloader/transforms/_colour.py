@@ -12,6 +12,8 @@ geometry (see :func:`turboloader.transforms.plan`).
 import numbers
 from collections.abc import Sequence
 
+import numpy as np
+
 from turboloader.transforms import functional as F
 from turboloader.transforms._transform import (
     Transform,
@@ -294,6 +296,15 @@ class GaussianBlur(Transform):
         return f"kernel_size={self.kernel_size}, sigma={self.sigma}"
 
 
+def _uniform_f32(rng, a, b):
+    """A uniform draw in [a, b] rounded as torch's float32 ``uniform_`` rounds it (float32
+    bounds and width, double multiply-add, float32 result), so that under torch's RNG it is
+    torchvision's ``torch.empty(1).uniform_(a, b)`` bit for bit."""
+    a32 = np.float32(a)
+    width = float(np.float32(np.float32(b) - a32))
+    return float(np.float32(rng.random() * width + float(a32)))
+
+
 def _pair(value, name):
     if not isinstance(value, Sequence) or len(value) != 2 or not all(
             isinstance(v, numbers.Real) for v in value):
@@ -336,7 +347,7 @@ class RandomPhotometricDistort(Transform):
         for key, (lo, hi) in (("brightness_factor", self.brightness),
                               ("contrast_factor", self.contrast),
                               ("saturation_factor", self.saturation), ("hue_factor", self.hue)):
-            params[key] = _uniform(rng, lo, hi) if rng.random() < self.p else None
+            params[key] = _uniform_f32(rng, lo, hi) if rng.random() < self.p else None
         params["contrast_before"] = rng.random() < 0.5
         permutation = None
         if rng.random() < self.p:
