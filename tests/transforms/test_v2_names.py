@@ -429,3 +429,24 @@ def test_public_names_are_exactly_all():
     assert fpublic - {"np", "torch", "Image"} == set(F.__all__)
     for name in ("normalize", "hflip", "center_crop", "to_dtype"):
         assert name in F.__all__
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_channel_permutation_random_resize_and_rgb_match_torchvision(arr, kind):
+    assert _under_torch_seed(T.RandomChannelPermutation(), v2.RandomChannelPermutation(),
+                             kind, arr) == 0
+    tol = 1 if kind == "ndarray" else 0
+    assert _under_torch_seed(T.RandomResize(40, 90), v2.RandomResize(40, 90), kind, arr) <= tol
+    for s in range(10):
+        torch.manual_seed(s)
+        p = T.RandomResize(40, 90).make_params()
+        torch.manual_seed(s)
+        assert p == v2.RandomResize(40, 90).make_params([_as("tensor", arr)])
+    gray = np.ascontiguousarray(arr[:, :, 1])
+    img = {"pil": Image.fromarray(gray), "ndarray": gray,
+           "tensor": torch.from_numpy(gray)[None]}[kind]
+    ours, ref = T.RGB()(img), v2.RGB()(img if kind != "ndarray" else torch.from_numpy(gray)[None])
+    _same_kind(kind, ours)
+    assert _maxdiff(ours, ref) == 0 and _chw(ours).shape[0] == 3
+    rgb = _as(kind, arr)
+    assert _maxdiff(T.RGB()(rgb), rgb) == 0

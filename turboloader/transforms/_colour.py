@@ -30,7 +30,9 @@ __all__ = [
     "GaussianBlur",
     "Grayscale",
     "RandomAdjustSharpness",
+    "RGB",
     "RandomAutocontrast",
+    "RandomChannelPermutation",
     "RandomEqualize",
     "RandomGrayscale",
     "RandomInvert",
@@ -379,3 +381,39 @@ class RandomPhotometricDistort(Transform):
     def _extra_repr(self):
         return (f"brightness={self.brightness}, contrast={self.contrast}, "
                 f"saturation={self.saturation}, hue={self.hue}, p={self.p}")
+
+
+class RandomChannelPermutation(Transform):
+    """Permute the channels at random, like
+    ``torchvision.transforms.v2.RandomChannelPermutation`` (``torch.randperm`` under torch's
+    RNG).
+
+    Example:
+        >>> RandomChannelPermutation()(img)  # doctest: +SKIP
+    """
+
+    def make_params(self, size=None, *, rng=None, channels=3):
+        """``{"permutation": [...]}``, a permutation of ``range(channels)``."""
+        permutation = list(range(channels))
+        _rng(rng).shuffle(permutation)
+        return {"permutation": permutation}
+
+    def __call__(self, img):
+        img = _contiguous(img)
+        return self.transform(img, self.make_params(channels=_channels(img)))
+
+    def transform(self, img, params):
+        return F.permute_channels(img, params["permutation"])
+
+
+class RGB(Transform):
+    """Convert a grayscale image to RGB (3 equal channels); RGB images are unchanged, like
+    ``torchvision.transforms.v2.RGB`` (PIL images: ``convert("RGB")``).
+
+    Example:
+        >>> RGB()(np.zeros((4, 5), np.uint8)).shape
+        (4, 5, 3)
+    """
+
+    def transform(self, img, params):
+        return F.grayscale_to_rgb(img)

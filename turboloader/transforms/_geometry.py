@@ -41,6 +41,7 @@ __all__ = [
     "RandomCrop",
     "RandomHorizontalFlip",
     "RandomPerspective",
+    "RandomResize",
     "RandomResizedCrop",
     "RandomRotation",
     "RandomShortestSize",
@@ -764,6 +765,44 @@ class RandomShortestSize(Transform):
 
     def transform(self, img, params):
         return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
+
+    def _extra_repr(self):
+        return (f"min_size={self.min_size}, max_size={self.max_size}, "
+                f"interpolation={_interp_repr(self.interpolation)!r}, "
+                f"antialias={self.antialias}")
+
+
+class RandomResize(Transform):
+    """Resize the shorter side to a size drawn uniformly from ``[min_size, max_size)``, like
+    ``torchvision.transforms.v2.RandomResize`` (``torch.randint(min_size, max_size)`` under
+    torch's RNG); usually followed by a ``RandomCrop``.
+
+    Args:
+        min_size: the smallest size (included). max_size: the largest (excluded).
+        interpolation, antialias: as :class:`Resize`.
+
+    Raises:
+        ValueError: at call time, ``max_size <= min_size`` (as torchvision's draw).
+
+    Example:
+        >>> RandomResize(256, 480)(img)  # doctest: +SKIP
+    """
+
+    def __init__(self, min_size, max_size, interpolation="bilinear", antialias=True):
+        self.min_size = min_size
+        self.max_size = max_size
+        self.interpolation = _check_interpolation(interpolation)
+        self.antialias = antialias
+
+    def make_params(self, size=None, *, rng=None):
+        """``{"size": [s]}`` with ``min_size <= s < max_size``."""
+        if self.max_size <= self.min_size:
+            raise ValueError(f"RandomResize needs min_size < max_size, got {self.min_size}, "
+                             f"{self.max_size}")
+        return {"size": [_rng(rng).randint(self.min_size, self.max_size - 1)]}
+
+    def transform(self, img, params):
+        return F.resize(img, params["size"], self.interpolation, antialias=self.antialias)
 
     def _extra_repr(self):
         return (f"min_size={self.min_size}, max_size={self.max_size}, "

@@ -51,6 +51,7 @@ __all__ = [
     "five_crop",
     "gaussian_blur",
     "gaussian_kernel1d",
+    "grayscale_to_rgb",
     "hflip",
     "horizontal_flip",
     "inverse_affine_matrix",
@@ -474,6 +475,17 @@ def rgb_to_grayscale(inpt, num_output_channels=1):
         (2, 2, 3)
     """
     return _pick("rgb_to_grayscale", inpt)(inpt, num_output_channels=num_output_channels)
+
+
+def grayscale_to_rgb(inpt):
+    """A grayscale image as RGB (3 equal channels); an RGB image unchanged, as torchvision
+    v2's ``grayscale_to_rgb`` (PIL images: ``convert("RGB")``).
+
+    Example:
+        >>> grayscale_to_rgb(np.zeros((4, 5, 1), np.uint8)).shape
+        (4, 5, 3)
+    """
+    return _pick("grayscale_to_rgb", inpt)(inpt)
 
 
 def permute_channels(inpt, permutation):

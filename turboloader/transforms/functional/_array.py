@@ -39,6 +39,7 @@ __all__ = [
     "five_crop",
     "gaussian_blur",
     "gaussian_kernel1d",
+    "grayscale_to_rgb",
     "horizontal_flip",
     "inverse_affine_matrix",
     "invert",
@@ -1050,3 +1051,17 @@ def permute_channels(img, permutation):
                          f"{len(permutation)} != {hwc.shape[2]}")
     out = np.ascontiguousarray(hwc[:, :, permutation])
     return out[:, :, 0] if flat else out
+
+
+def grayscale_to_rgb(img):
+    """A 1-channel image as 3 equal channels (a new (H, W, 3) array); an image with 3 or more
+    channels unchanged, as torchvision's ``grayscale_to_rgb``.
+
+    Example:
+        >>> grayscale_to_rgb(np.zeros((4, 5), np.uint8)).shape
+        (4, 5, 3)
+    """
+    hwc, _ = _image(img, "grayscale_to_rgb", channels=(1, 2, 3, 4))
+    if hwc.shape[2] >= 3:
+        return img
+    return np.ascontiguousarray(np.repeat(hwc[:, :, :1], 3, axis=2))
