@@ -110,8 +110,12 @@ class ColorJitter(Transform):
         return [(int(i), factors[int(i)]) for i in params["fn_idx"] if factors[int(i)] is not None]
 
     def transform(self, img, params):
+        # arrays: the first adjustment copies, the others work on that copy in place (2% of
+        # a 224x224 jitter is the copies)
+        in_place = False
         for i, factor in self.ops(params):
-            img = _ADJUST[i](img, factor)
+            img = _ADJUST[i](img, factor, inplace=in_place)
+            in_place = isinstance(img, np.ndarray)
         return img
 
     def _extra_repr(self):
