@@ -3,15 +3,22 @@
 Fusable pipelines (members all turboloader transforms, in this order)::
 
     [RandomResizedCrop | Resize [CenterCrop | RandomCrop] | CenterCrop | RandomCrop]
-    (RandomHorizontalFlip | ColorJitter)*            # any order, any number (<= 2 jitters)
-    ToTensor | ToImage | PILToTensor [ToDtype(torch.float32, scale=...)]
+    (RandomHorizontalFlip | ColorJitter                  # any order, any number, also
+     | RandomApply | RandomChoice | RandomOrder of them)* # nested (<= 2 jitters in all)
+    ToTensor | ToImage | PILToTensor
+        [ToDtype(torch.float32, scale=...) | ConvertImageDtype(torch.float32)]
     [Normalize]
+    # Identity and ToPureTensor anywhere (dropped)
 
 ``RandomCrop`` only without padding (``padding=None, pad_if_needed=False``); resizing only
 with ``antialias=True`` and bilinear, bicubic or nearest-exact interpolation (torchvision's
-``"nearest"`` on tensors is a different rule). Anything else, including a pipeline without a
-final tensor conversion (torchvision returns a PIL image there), is not fusable: ``plan``
-returns None and the dataset runs the transforms one by one.
+``"nearest"`` on tensors is a different rule). The pipeline may be a turboloader or
+torchvision ``Compose`` (nested ones are flattened) or an object whose ``__call__`` is exactly
+``return self.<attr>(img)`` with such a pipeline in ``<attr>`` (torchvision's classification
+presets). Anything else, including a pipeline without a final tensor conversion (torchvision
+returns a PIL image there), is not fusable: ``plan`` returns None, :func:`explain` says why
+(naming the first member that does not fit) and the dataset runs the transforms one by one,
+after one ``UnfusedWarning`` with that text.
 
 Semantics of the fused call, per sample:
 
@@ -25,6 +32,8 @@ Semantics of the fused call, per sample:
   (Pillow's ``resize(box=...)``).
 * ``RandomHorizontalFlip`` flips the output; ``ColorJitter`` runs on the resized uint8 image
   in its drawn order, i.e. after the geometry (flip commutes with the colour ops).
+  ``RandomApply`` / ``RandomChoice`` / ``RandomOrder`` draw their decision, then their
+  members' parameters, in call order, as when they are called.
 * ``ToTensor`` / ``ToDtype(float32, scale=True)`` divide by 255, ``Normalize`` is folded
   into the same per-channel multiply-add.
 * A crop larger than its (resized) image is the generic path: ``CenterCrop`` zero-pads as
