@@ -369,11 +369,12 @@ def adjust_brightness(inpt, brightness_factor, *, inplace=False):
 
 
 def adjust_contrast(inpt, contrast_factor, *, inplace=False):
-    """Blend with the mean grey level, as torchvision v2's ``adjust_contrast``.
+    """Blend with the mean grey level (of the truncated grayscale image), as torchvision v2's
+    ``adjust_contrast``.
 
     Example:
-        >>> adjust_contrast(np.full((1, 1, 3), 100, np.uint8), 0.0)[0, 0].tolist()
-        [100, 100, 100]
+        >>> adjust_contrast(np.full((1, 1, 3), 100, np.uint8), 0.0)[0, 0].tolist()  # luma 99.99
+        [99, 99, 99]
     """
     return _colour("adjust_contrast", inpt, contrast_factor, inplace)
 
