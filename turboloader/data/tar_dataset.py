@@ -26,6 +26,7 @@ from turboloader.io.shards import (
 from turboloader.io.remote import RemoteShardError, ShardCache
 from turboloader.errors import FailureBudgetExceeded, TarFormatError, TurboLoaderError
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.transforms._plan import _warn_unfused
 from turboloader.transforms._random import sample_rng
 
 __all__ = [
@@ -237,6 +238,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         if int(seed) < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
         self.transform = transform
+        _warn_unfused(transform, type(self).__name__)  # once, here in the main process
         self.target_transform = target_transform
         self.shuffle = bool(shuffle)
         self.seed = int(seed)

@@ -14,6 +14,7 @@ from turboloader.io.shards import expand_urls
 from turboloader.errors import FailureBudgetExceeded, SampleError, TurboLoaderError
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.io.tbl import Codec, TBLFile
+from turboloader.transforms._plan import _warn_unfused
 from turboloader.transforms._random import sample_rng, using_rng
 
 __all__ = ["ResumableSampler", "TBLDataset"]
@@ -88,6 +89,7 @@ class TBLDataset(EpochMixin, torch.utils.data.Dataset):
             raise ValueError(f"seed must be >= 0, got {seed}")
         self.paths = expand_urls(paths)
         self.transform = transform
+        _warn_unfused(transform, type(self).__name__)  # once, here in the main process
         self.target_transform = target_transform
         self.seed = int(seed)
         self._cache_bytes = parse_size(cache) if cache else 0
