@@ -112,9 +112,11 @@ def extensions():
     exts = [
         ext("_tar", "_tar.pyx"),
         ext("_jpeg", "_jpeg.pyx", "jpeg_shim.c", jpeg=True),
-        ext("_imgproc", "_imgproc.pyx"),
-        ext("_fused", "_fused.pyx", "jpeg_shim.c", jpeg=True),
+        ext("_resample", "_resample.pyx"),
+        ext("_colour", "_colour.pyx"),
+        ext("_chw", "_chw.pyx"),
         ext("_warp", "_warp.pyx"),
+        ext("_fused", "_fused.pyx", "jpeg_shim.c", jpeg=True),
     ]
     only = {s.strip() for s in os.environ.get("TURBOLOADER_ONLY", "").split(",") if s.strip()}
     if only:
@@ -147,6 +149,6 @@ class build_ext(_build_ext):
 # Placeholders, replaced by build_ext: they mark the distribution as binary (a
 # platform wheel) without resolving anything at import.
 PLACEHOLDERS = [Extension(f"turboloader._native.{n}", [str(NATIVE / f"{n}.pyx")])
-                for n in ("_tar", "_jpeg", "_imgproc", "_fused", "_warp")]
+                for n in ("_tar", "_jpeg", "_resample", "_colour", "_chw", "_warp", "_fused")]
 
 setup(ext_modules=PLACEHOLDERS, cmdclass={"build_ext": build_ext})

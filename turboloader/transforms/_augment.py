@@ -2,7 +2,7 @@
 
 Geometric warps (rotation, affine, perspective), blur and AutoAugment's colour ops run on
 HWC uint8 NumPy arrays through turboloader's native kernels (``_native/_warp``,
-``_native/_imgproc``); PIL images and tensors go through torchvision v2's functionals with
+``_native/_colour``); PIL images and tensors go through torchvision v2's functionals with
 the parameters drawn here, like the rest of :mod:`turboloader.transforms`. Random
 parameters are drawn in :meth:`make_params` from
 :func:`turboloader.transforms._random.current_rng` (or an explicit ``rng``), never in native
