@@ -93,6 +93,10 @@ def extensions():
         cflags = ["-O0", "-g", "-UNDEBUG"]
     else:  # -g0 after Python's own -g: release binaries carry no debug info (8 MB -> 1.5 MB)
         cflags = ["-O3", "-ftree-vectorize", "-fno-math-errno", "-DNDEBUG", "-g0"]
+    # Float kernels reproduce torch's roundings one operation at a time: never let the compiler
+    # fuse a multiply and an add into an FMA (GCC's default for GNU C once -march allows FMA),
+    # so every build and every runtime-dispatch level computes the same bits.
+    cflags.append("-ffp-contract=off")
     march = os.environ.get("TURBOLOADER_MARCH")
     if march:
         cflags.append(f"-march={march}")
@@ -110,11 +114,12 @@ def extensions():
         )
 
     exts = [
+        ext("_cpu", "_cpu.pyx"),
         ext("_tar", "_tar.pyx"),
         ext("_jpeg", "_jpeg.pyx", "jpeg_shim.c", jpeg=True),
         ext("_resample", "_resample.pyx"),
         ext("_colour", "_colour.pyx"),
-        ext("_chw", "_chw.pyx"),
+        ext("_chw", "_chw.pyx", "chw_kernels.c"),
         ext("_warp", "_warp.pyx"),
         ext("_fused", "_fused.pyx", "jpeg_shim.c", jpeg=True),
     ]
@@ -149,6 +154,7 @@ class build_ext(_build_ext):
 # Placeholders, replaced by build_ext: they mark the distribution as binary (a
 # platform wheel) without resolving anything at import.
 PLACEHOLDERS = [Extension(f"turboloader._native.{n}", [str(NATIVE / f"{n}.pyx")])
-                for n in ("_tar", "_jpeg", "_resample", "_colour", "_chw", "_warp", "_fused")]
+                for n in ("_cpu", "_tar", "_jpeg", "_resample", "_colour", "_chw", "_warp",
+                          "_fused")]
 
 setup(ext_modules=PLACEHOLDERS, cmdclass={"build_ext": build_ext})

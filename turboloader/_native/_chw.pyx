@@ -1,9 +1,11 @@
 """Output kernels: 3-channel HWC uint8 -> CHW planes, float32 normalized or uint8, optionally
 mirrored left-right, written into the caller's buffer (e.g. one slot of a batch).
 
-Each ``def`` validates with the GIL held, runs one ``noexcept nogil`` kernel that returns a
-status, and raises outside the ``nogil`` block. The C-level API (``_chw.pxd``) is what the fused
-decode path cimports.
+The loops are hand-vectorized C (``chw_kernels.c``: pshufb deinterleave, contiguous stores)
+with runtime CPU dispatch (``_cpu``); every dispatch level gives the same bytes. Each ``def``
+validates with the GIL held, runs one ``noexcept nogil`` kernel that returns a status, and
+raises outside the ``nogil`` block. The C-level API (``_chw.pxd``) is what the fused decode
+path cimports.
 """
 from libc.math cimport isfinite
 from libc.stdint cimport uint8_t
@@ -11,80 +13,36 @@ from libc.stdint cimport uint8_t
 from turboloader._native._common cimport (
     IMGPROC_EBADSIZE, IMGPROC_ESTRIDE, IMGPROC_OK, raise_status,
 )
+from turboloader._native._cpu cimport isa_level
+
+cdef extern from "chw_kernels.h" nogil:
+    void tl_normalize_chw_f32(const uint8_t* src, Py_ssize_t h, Py_ssize_t w,
+                              Py_ssize_t src_stride, float* dst, const float* scale,
+                              const float* bias, int flip, int isa)
+    void tl_chw_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_stride,
+                   uint8_t* dst, int flip, int isa)
 
 
 cdef int normalize_chw_f32(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_stride,
                            float* dst, const float* scale, const float* bias,
                            bint flip) noexcept nogil:
     """3-channel HWC uint8 -> CHW float32 planes, in * scale[c] + bias[c] (no GIL)."""
-    cdef Py_ssize_t y, x, plane = h * w
-    cdef const uint8_t* row
-    cdef float* d0
-    cdef float* d1
-    cdef float* d2
-    cdef float s0, s1, s2, b0, b1, b2
     if src == NULL or dst == NULL or scale == NULL or bias == NULL or h <= 0 or w <= 0:
         return IMGPROC_EBADSIZE
     if src_stride < 3 * w:
         return IMGPROC_ESTRIDE
-    s0 = scale[0]
-    s1 = scale[1]
-    s2 = scale[2]
-    b0 = bias[0]
-    b1 = bias[1]
-    b2 = bias[2]
-    for y in range(h):
-        row = src + y * src_stride
-        d0 = dst + y * w
-        d1 = d0 + plane
-        d2 = d1 + plane
-        if flip:
-            # forward reads, mirrored writes: a backward-strided load defeats vectorization
-            d0 += w - 1
-            d1 += w - 1
-            d2 += w - 1
-            for x in range(w):
-                d0[-x] = row[3 * x] * s0 + b0
-                d1[-x] = row[3 * x + 1] * s1 + b1
-                d2[-x] = row[3 * x + 2] * s2 + b2
-        else:
-            for x in range(w):
-                d0[x] = row[3 * x] * s0 + b0
-                d1[x] = row[3 * x + 1] * s1 + b1
-                d2[x] = row[3 * x + 2] * s2 + b2
+    tl_normalize_chw_f32(src, h, w, src_stride, dst, scale, bias, flip, isa_level())
     return IMGPROC_OK
 
 
 cdef int chw_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_stride,
                 uint8_t* dst, bint flip) noexcept nogil:
     """3-channel HWC uint8 -> CHW uint8 planes (no GIL)."""
-    cdef Py_ssize_t y, x, plane = h * w
-    cdef const uint8_t* row
-    cdef uint8_t* d0
-    cdef uint8_t* d1
-    cdef uint8_t* d2
     if src == NULL or dst == NULL or h <= 0 or w <= 0:
         return IMGPROC_EBADSIZE
     if src_stride < 3 * w:
         return IMGPROC_ESTRIDE
-    for y in range(h):
-        row = src + y * src_stride
-        d0 = dst + y * w
-        d1 = d0 + plane
-        d2 = d1 + plane
-        if flip:
-            d0 += w - 1
-            d1 += w - 1
-            d2 += w - 1
-            for x in range(w):
-                d0[-x] = row[3 * x]
-                d1[-x] = row[3 * x + 1]
-                d2[-x] = row[3 * x + 2]
-        else:
-            for x in range(w):
-                d0[x] = row[3 * x]
-                d1[x] = row[3 * x + 1]
-                d2[x] = row[3 * x + 2]
+    tl_chw_u8(src, h, w, src_stride, dst, flip, isa_level())
     return IMGPROC_OK
 
 
@@ -92,22 +50,35 @@ cdef int chw_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_s
 # Python entry points: validate (GIL) -> kernel (nogil) -> raise
 # ---------------------------------------------------------------------------------------------
 
-cdef int _check_chw(Py_ssize_t H, Py_ssize_t W, Py_ssize_t C, tuple dshape, str what) except -1:
+cdef Py_ssize_t _row_stride(const uint8_t[:, :, :] src, tuple dshape, str what) except -1:
+    # Sources may be row-strided views (e.g. a crop of a larger image): pixels and channels
+    # contiguous, rows any distance >= 3 * W apart. Returns the row stride in bytes.
+    cdef Py_ssize_t H = src.shape[0], W = src.shape[1], C = src.shape[2]
     if C != 3:
         raise ValueError(f"{what}: expected a 3-channel image, got {C} channels")
     if H <= 0 or W <= 0:
         raise ValueError(f"{what}: sizes must be positive, got {H}x{W}")
     if dshape != (3, H, W):
         raise ValueError(f"{what}: out must have shape {(3, H, W)}, got {dshape}")
-    return 0
+    # the stride of a length-1 axis is meaningless (NumPy may set anything there)
+    if src.strides[2] != 1 or (W > 1 and src.strides[1] != 3):
+        raise ValueError(f"{what}: the source's pixels must be contiguous (strides "
+                         f"{(src.strides[0], src.strides[1], src.strides[2])}); only rows may be apart")
+    if H == 1:
+        return 3 * W
+    if src.strides[0] < 3 * W:
+        raise ValueError(f"{what}: source rows must be at least {3 * W} bytes apart and in "
+                         f"order, got a row stride of {src.strides[0]}")
+    return src.strides[0]
 
 
-def normalize_chw_into(const uint8_t[:, :, ::1] src not None, float[:, :, ::1] dst not None, /,
+def normalize_chw_into(const uint8_t[:, :, :] src not None, float[:, :, ::1] dst not None, /,
                        *, mean, std, bint flip=False):
     """``dst[c, y, x] = (src[y, x', c] / 255 - mean[c]) / std[c]`` with x' mirrored if ``flip``.
 
     Args:
-        src: C-contiguous (H, W, 3) uint8 image.
+        src: (H, W, 3) uint8 image; C-contiguous, or rows of contiguous pixels any
+            distance apart (e.g. a crop view of a larger image).
         dst: C-contiguous (3, H, W) float32 output (e.g. one slot of a batch buffer).
         mean, std: three floats each; std must be non-zero.
         flip: read the source mirrored left-right (fused horizontal flip).
@@ -119,7 +90,8 @@ def normalize_chw_into(const uint8_t[:, :, ::1] src not None, float[:, :, ::1] d
     cdef float bias[3]
     cdef int st, c
     cdef Py_ssize_t H = src.shape[0], W = src.shape[1]
-    _check_chw(H, W, src.shape[2], (dst.shape[0], dst.shape[1], dst.shape[2]), "normalize")
+    cdef Py_ssize_t stride = _row_stride(src, (dst.shape[0], dst.shape[1], dst.shape[2]),
+                                         "normalize")
     mean = tuple(float(m) for m in mean)
     std = tuple(float(s) for s in std)
     if len(mean) != 3 or len(std) != 3:
@@ -130,22 +102,23 @@ def normalize_chw_into(const uint8_t[:, :, ::1] src not None, float[:, :, ::1] d
         scale[c] = <float>(1.0 / (255.0 * std[c]))
         bias[c] = <float>(-mean[c] / std[c])
     with nogil:
-        st = normalize_chw_f32(&src[0, 0, 0], H, W, src.strides[0], &dst[0, 0, 0], scale, bias,
-                               flip)
+        st = normalize_chw_f32(&src[0, 0, 0], H, W, stride, &dst[0, 0, 0], scale, bias, flip)
     if st != IMGPROC_OK:
         raise_status(st, "normalize")
 
 
-def chw_into(const uint8_t[:, :, ::1] src not None, uint8_t[:, :, ::1] dst not None, /, *,
+def chw_into(const uint8_t[:, :, :] src not None, uint8_t[:, :, ::1] dst not None, /, *,
              bint flip=False):
     """Transpose (H, W, 3) uint8 ``src`` into (3, H, W) uint8 ``dst``, mirrored if ``flip``.
 
-    Raises ValueError on shapes. Example: ``chw_into(img, batch[i], flip=True)``.
+    ``src`` may be row-strided as in :func:`normalize_chw_into`; ``dst`` is C-contiguous.
+    Raises ValueError on shapes or strides. Example: ``chw_into(img, batch[i], flip=True)``.
     """
     cdef int st
     cdef Py_ssize_t H = src.shape[0], W = src.shape[1]
-    _check_chw(H, W, src.shape[2], (dst.shape[0], dst.shape[1], dst.shape[2]), "to_chw")
+    cdef Py_ssize_t stride = _row_stride(src, (dst.shape[0], dst.shape[1], dst.shape[2]),
+                                         "to_chw")
     with nogil:
-        st = chw_u8(&src[0, 0, 0], H, W, src.strides[0], &dst[0, 0, 0], flip)
+        st = chw_u8(&src[0, 0, 0], H, W, stride, &dst[0, 0, 0], flip)
     if st != IMGPROC_OK:
         raise_status(st, "to_chw")
