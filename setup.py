@@ -117,7 +117,7 @@ def extensions():
         ext("_cpu", "_cpu.pyx"),
         ext("_tar", "_tar.pyx"),
         ext("_jpeg", "_jpeg.pyx", "jpeg_shim.c", jpeg=True),
-        ext("_resample", "_resample.pyx"),
+        ext("_resample", "_resample.pyx", "resample_kernels.c"),
         ext("_colour", "_colour.pyx"),
         ext("_chw", "_chw.pyx", "chw_kernels.c"),
         ext("_warp", "_warp.pyx"),

@@ -11,6 +11,7 @@ from libc.stdint cimport int32_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
+from turboloader._native._cpu cimport isa_level
 from turboloader._native._common cimport (
     IMGPROC_EBADSIZE, IMGPROC_EBOUNDS, IMGPROC_EPLAN, IMGPROC_ESTRIDE, IMGPROC_OK,
     check_channels, overlap, raise_status,
@@ -20,11 +21,22 @@ NEAREST = FILTER_NEAREST
 BILINEAR = FILTER_BILINEAR
 BICUBIC = FILTER_BICUBIC
 
+cdef extern from "resample_kernels.h" nogil:
+    # The horizontal and vertical passes, in C so that they are compiled once per ISA level
+    # (runtime dispatch); the plan below guarantees the bounds they rely on.
+    void tl_resample_hpass(const uint8_t* src, Py_ssize_t src_stride, Py_ssize_t nrows,
+                           uint8_t* dst, Py_ssize_t dst_stride, Py_ssize_t out_w,
+                           Py_ssize_t in_w, int C, const int32_t* kk, const int32_t* bounds,
+                           Py_ssize_t ksize, int isa)
+    void tl_resample_vpass(const uint8_t* src, Py_ssize_t src_stride, uint8_t* dst,
+                           Py_ssize_t dst_stride, Py_ssize_t out_h, Py_ssize_t rowlen,
+                           const int32_t* kk, const int32_t* bounds, Py_ssize_t ksize,
+                           int32_t* acc, int isa)
+
 cdef enum:
     PRECISION_BITS = 22            # 32 - 8 - 2, Pillow's 8 bpc coefficient precision
     MAX_SIDE = 1 << 24             # keeps every index and coefficient count in int32
 
-cdef int32_t HALF = 1 << (PRECISION_BITS - 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,15 +62,6 @@ cdef inline double _filter_eval(int f, double x) noexcept nogil:
     if x < 1.0:
         return 1.0 - x
     return 0.0
-
-
-cdef inline uint8_t _clip8(int32_t s) noexcept nogil:
-    s = s >> PRECISION_BITS
-    if s < 0:
-        return 0
-    if s > 255:
-        return 255
-    return <uint8_t>s
 
 
 cdef int _precompute(Py_ssize_t in_size, float in0, float in1, Py_ssize_t out_size, int filt,
@@ -224,82 +227,6 @@ cdef void resample_plan_free(ResamplePlan* p) noexcept nogil:
     memset(p, 0, sizeof(ResamplePlan))
 
 
-cdef void _hpass(const uint8_t* src, Py_ssize_t src_stride, Py_ssize_t nrows,
-                 uint8_t* dst, Py_ssize_t dst_stride, Py_ssize_t out_w, int C,
-                 const int32_t* kk, const int32_t* bounds, Py_ssize_t ksize) noexcept nogil:
-    # Horizontal 8 bpc pass over nrows rows; bounds/kk come from _precompute (in range).
-    cdef Py_ssize_t y, xx, x, n
-    cdef int c
-    cdef const uint8_t* srow
-    cdef const uint8_t* sp
-    cdef uint8_t* drow
-    cdef const int32_t* k
-    cdef int32_t s0, s1, s2, s3, w
-    for y in range(nrows):
-        srow = src + y * src_stride
-        drow = dst + y * dst_stride
-        if C == 3:
-            for xx in range(out_w):
-                k = kk + xx * ksize
-                sp = srow + 3 * bounds[2 * xx]
-                n = bounds[2 * xx + 1]
-                s0 = HALF
-                s1 = HALF
-                s2 = HALF
-                for x in range(n):
-                    w = k[x]
-                    s0 += sp[3 * x] * w
-                    s1 += sp[3 * x + 1] * w
-                    s2 += sp[3 * x + 2] * w
-                drow[3 * xx] = _clip8(s0)
-                drow[3 * xx + 1] = _clip8(s1)
-                drow[3 * xx + 2] = _clip8(s2)
-        elif C == 1:
-            for xx in range(out_w):
-                k = kk + xx * ksize
-                sp = srow + bounds[2 * xx]
-                n = bounds[2 * xx + 1]
-                s0 = HALF
-                for x in range(n):
-                    s0 += sp[x] * k[x]
-                drow[xx] = _clip8(s0)
-        else:
-            for xx in range(out_w):
-                k = kk + xx * ksize
-                sp = srow + C * bounds[2 * xx]
-                n = bounds[2 * xx + 1]
-                for c in range(C):
-                    s0 = HALF
-                    for x in range(n):
-                        s0 += sp[C * x + c] * k[x]
-                    drow[C * xx + c] = _clip8(s0)
-
-
-cdef void _vpass(const uint8_t* src, Py_ssize_t src_stride, uint8_t* dst, Py_ssize_t dst_stride,
-                 Py_ssize_t out_h, Py_ssize_t rowlen, const int32_t* kk, const int32_t* bounds,
-                 Py_ssize_t ksize, int32_t* acc) noexcept nogil:
-    # Vertical 8 bpc pass: whole output rows at a time so the inner loop is a contiguous
-    # widening multiply-add the compiler vectorizes. acc holds rowlen int32.
-    cdef Py_ssize_t yy, y, j, n
-    cdef const uint8_t* srow
-    cdef uint8_t* drow
-    cdef const int32_t* k
-    cdef int32_t w
-    for yy in range(out_h):
-        k = kk + yy * ksize
-        n = bounds[2 * yy + 1]
-        for j in range(rowlen):
-            acc[j] = HALF
-        for y in range(n):
-            w = k[y]
-            srow = src + (bounds[2 * yy] + y) * src_stride
-            for j in range(rowlen):
-                acc[j] += srow[j] * w
-        drow = dst + yy * dst_stride
-        for j in range(rowlen):
-            drow[j] = _clip8(acc[j])
-
-
 cdef void _nearest(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_stride,
                    uint8_t* dst, Py_ssize_t dst_stride) noexcept nogil:
     cdef Py_ssize_t yy, xx, o
@@ -326,6 +253,7 @@ cdef int resample_run(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_
                       uint8_t* dst, Py_ssize_t dst_stride) noexcept nogil:
     """Run a plan on src into dst (no GIL); returns IMGPROC_OK or a negative status."""
     cdef Py_ssize_t y, rowlen
+    cdef int isa = isa_level()
     if p == NULL or src == NULL or dst == NULL:
         return IMGPROC_EPLAN
     if p.in_h <= 0 or p.in_w <= 0 or p.out_h <= 0 or p.out_w <= 0:
@@ -349,14 +277,16 @@ cdef int resample_run(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_
     if p.need_h and p.need_v:
         if p.y_first < 0 or p.y_first + p.y_rows > p.in_h:
             return IMGPROC_EPLAN
-        _hpass(src + p.y_first * src_stride, src_stride, p.y_rows, p.tmp, rowlen,
-               p.out_w, p.channels, p.kx, p.bx, p.ksize_x)
-        _vpass(p.tmp, rowlen, dst, dst_stride, p.out_h, rowlen, p.ky, p.by, p.ksize_y, p.acc)
+        tl_resample_hpass(src + p.y_first * src_stride, src_stride, p.y_rows, p.tmp, rowlen,
+                          p.out_w, p.in_w, p.channels, p.kx, p.bx, p.ksize_x, isa)
+        tl_resample_vpass(p.tmp, rowlen, dst, dst_stride, p.out_h, rowlen, p.ky, p.by,
+                          p.ksize_y, p.acc, isa)
     elif p.need_h:
-        _hpass(src, src_stride, p.out_h, dst, dst_stride, p.out_w, p.channels,
-               p.kx, p.bx, p.ksize_x)
+        tl_resample_hpass(src, src_stride, p.out_h, dst, dst_stride, p.out_w, p.in_w,
+                          p.channels, p.kx, p.bx, p.ksize_x, isa)
     elif p.need_v:
-        _vpass(src, src_stride, dst, dst_stride, p.out_h, rowlen, p.ky, p.by, p.ksize_y, p.acc)
+        tl_resample_vpass(src, src_stride, dst, dst_stride, p.out_h, rowlen, p.ky, p.by,
+                          p.ksize_y, p.acc, isa)
     else:
         for y in range(p.out_h):
             memcpy(dst + y * dst_stride, src + y * src_stride, rowlen)
