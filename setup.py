@@ -101,11 +101,15 @@ def extensions():
     if march:
         cflags.append(f"-march={march}")
     native_inc = [str(NATIVE)]
+    # headers (the kernels' per-ISA bodies are included ones) and .pxd declarations: a change
+    # to any of them rebuilds the extensions, which setuptools would otherwise skip
+    headers = sorted(str(p) for p in NATIVE.glob("*.[hp]*") if p.suffix in (".h", ".pxd"))
 
     def ext(name, *sources, jpeg=False):
         return Extension(
             f"turboloader._native.{name}",
             [str(NATIVE / s) for s in sources],
+            depends=headers,
             include_dirs=native_inc + (inc if jpeg else []),
             library_dirs=libdirs if jpeg else [],
             libraries=["jpeg"] if jpeg else [],
@@ -118,7 +122,7 @@ def extensions():
         ext("_tar", "_tar.pyx"),
         ext("_jpeg", "_jpeg.pyx", "jpeg_shim.c", jpeg=True),
         ext("_resample", "_resample.pyx", "resample_kernels.c"),
-        ext("_colour", "_colour.pyx"),
+        ext("_colour", "_colour.pyx", "colour_kernels.c"),
         ext("_chw", "_chw.pyx", "chw_kernels.c"),
         ext("_warp", "_warp.pyx"),
         ext("_fused", "_fused.pyx", "jpeg_shim.c", jpeg=True),

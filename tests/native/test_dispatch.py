@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import pytest
 
-from turboloader._native import _chw, _cpu, _resample
+from turboloader._native import _chw, _colour, _cpu, _resample
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -205,7 +205,7 @@ def test_resample_every_level_matches_pillow(level, filt):
 GUARDED = r"""
 import ctypes, mmap, sys
 import numpy as np
-from turboloader._native import _chw, _cpu, _resample
+from turboloader._native import _chw, _colour, _cpu, _resample
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -249,6 +249,49 @@ def test_kernels_read_nothing_past_the_source():
                                                                    proc.stderr[-2000:])
 
 
+# --------------------------------------------------------------------------- colour kernels
+
+COLOUR_CASES = [("brightness", f) for f in (0.0, 0.6, 1.0, 1.7)] + \
+    [("contrast", f) for f in (0.0, 0.5, 1.0, 2.5)] + \
+    [("saturation", f) for f in (0.0, 0.3, 1.0, 1.9, 2e6)] + \
+    [("hue", f) for f in (-0.5, -0.2, 0.0, 0.1, 0.5)] + \
+    [("sharpness", f) for f in (0.0, 0.5, 1.0, 1.8, 3e6)]
+
+
+def colour_ours(op, img, factor):
+    if op == "sharpness":
+        out = np.empty_like(img)
+        _colour.sharpness_into(img, out, factor)
+        return out
+    out = img.copy()
+    getattr(_colour, f"adjust_{op}_")(out, factor)
+    return out
+
+
+def test_colour_every_level_matches_torchvision(level):
+    # torchvision v2's uint8 tensor kernels are the oracle, exactly, at every level
+    torch = pytest.importorskip("torch")
+    F = pytest.importorskip("torchvision.transforms.v2.functional")
+    for i, (h, w) in enumerate([(67, 91), (1, 1), (7, 225), (3, 129)]):
+        img = noise(h, w, seed=40 + i)
+        img[: h // 2] //= 3      # dark, flat-ish rows next to noisy ones
+        t = torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
+        for op, factor in COLOUR_CASES:
+            ref = getattr(F, f"adjust_{op}")(t, factor).permute(1, 2, 0).numpy()
+            np.testing.assert_array_equal(colour_ours(op, img, factor), ref,
+                                          err_msg=f"{op}({factor}) on {h}x{w}")
+
+
+def test_colour_every_level_equals_baseline(level):
+    for i, (h, w) in enumerate([(224, 224), (5, 300), (31, 17)]):
+        img = noise(h, w, seed=60 + i)
+        for op, factor in COLOUR_CASES:
+            ours = colour_ours(op, img, factor)
+            with at_level("baseline"):
+                ref = colour_ours(op, img, factor)
+            np.testing.assert_array_equal(ours, ref, err_msg=f"{op}({factor}) on {h}x{w}")
+
+
 # --------------------------------------------------------------------------- threads
 
 def test_dispatched_kernels_from_threads(level):
@@ -260,6 +303,7 @@ def test_dispatched_kernels_from_threads(level):
     _chw.normalize_chw_into(small, exp_n, mean=MEAN, std=STD, flip=True)
     exp_u = np.empty((3, 224, 224), np.uint8)
     _chw.chw_into(small, exp_u, flip=True)
+    exp_c = [colour_ours(op, small, f) for op, f in COLOUR_CASES]
     errors = []
 
     def work():
@@ -275,6 +319,8 @@ def test_dispatched_kernels_from_threads(level):
                 np.testing.assert_array_equal(r, exp_r)
                 assert_bits_equal(n, exp_n)
                 np.testing.assert_array_equal(u, exp_u)
+            for (op, f), exp in zip(COLOUR_CASES, exp_c):
+                np.testing.assert_array_equal(colour_ours(op, small, f), exp)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 

@@ -10,6 +10,7 @@ from libc.math cimport isfinite
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
 
+from turboloader._native._cpu cimport isa_level
 from turboloader._native._common cimport (
     IMGPROC_EARG, IMGPROC_EBADSIZE, IMGPROC_ESTRIDE, IMGPROC_OK, check_channels, overlap,
     raise_status,
@@ -29,8 +30,19 @@ from turboloader._native._common cimport (
 # deinterleaved chunks so the float32 HSV round trip vectorizes.
 # ---------------------------------------------------------------------------------------------
 
-cdef enum:
-    HUE_CHUNK = 128     # pixels per deinterleaved chunk (3 x 128 floats on the stack)
+cdef extern from "colour_kernels.h" nogil:
+    # The vectorizable loops, in C so that they are compiled once per ISA level (runtime
+    # dispatch); the kernels below validate their arguments first.
+    void tl_apply_lut(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
+                      int channels, const uint8_t* lut, int isa)
+    void tl_saturation(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
+                       float ratio, float alpha, int isa)
+    void tl_hue(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride, float hue,
+                int isa)
+    void tl_sharpness_interior(const uint8_t* src, Py_ssize_t h, Py_ssize_t w,
+                               Py_ssize_t src_stride, int channels, uint8_t* dst,
+                               Py_ssize_t dst_stride, float a, float b, float alpha,
+                               int bounded, int isa)
 
 cdef float GRAY_WR = <float>0.2989
 cdef float GRAY_WG = <float>0.587
@@ -68,24 +80,6 @@ cdef inline int32_t _gray_floor(const GrayTables* t, const uint8_t* px) noexcept
     return <int32_t>s
 
 
-cdef inline uint8_t _clamp_trunc(float t) noexcept nogil:
-    # uint8(clamp(t, 0, 255)) without branches (cvttss2si to 64 bits, integer cmovs): on
-    # noisy pixels a branchy clamp mispredicts on most values. Valid for |t| < 2^63 (callers
-    # guarantee it); NaN converts to INT64_MIN, i.e. 0.
-    cdef int64_t i = <int64_t>t
-    i = i if i > 0 else 0
-    i = i if i < 255 else 255
-    return <uint8_t>i
-
-
-cdef inline uint8_t _clamp_trunc32(float t) noexcept nogil:
-    # uint8(clamp(t, 0, 255)) for |t| < 2^31, branch-free and vectorizable (32-bit cvttps)
-    cdef int32_t i = <int32_t>t
-    i = i if i > 0 else 0
-    i = i if i < 255 else 255
-    return <uint8_t>i
-
-
 cdef void _blend_lut(uint8_t* lut, float ratio, float other, float alpha) noexcept nogil:
     # lut[x] = uint8(clamp(fma(other, alpha, float(x) * ratio))): torchvision's _blend on uint8
     # with a constant second image (other = 0 for brightness's plain multiply).
@@ -93,16 +87,6 @@ cdef void _blend_lut(uint8_t* lut, float ratio, float other, float alpha) noexce
     cdef double prod = <double>other * <double>alpha
     for v in range(256):
         lut[v] = _sat_trunc(<float>(<double>(<float>v * ratio) + prod))
-
-
-cdef void _apply_lut(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
-                     int channels, const uint8_t* lut) noexcept nogil:
-    cdef Py_ssize_t y, j, n = w * channels
-    cdef uint8_t* row
-    for y in range(h):
-        row = img + y * stride
-        for j in range(n):
-            row[j] = lut[row[j]]
 
 
 cdef inline int _check_color(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
@@ -124,7 +108,7 @@ cdef int adjust_brightness_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize
     if st != IMGPROC_OK:
         return st
     _blend_lut(lut, <float>factor, <float>0.0, <float>0.0)
-    _apply_lut(img, h, w, stride, channels, lut)
+    tl_apply_lut(img, h, w, stride, channels, lut, isa_level())
     return IMGPROC_OK
 
 
@@ -164,28 +148,8 @@ cdef int adjust_contrast_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
             total += t0
     mean = <float>(<double>total / (<double>h * <double>w))
     _blend_lut(lut, <float>factor, mean, <float>(1.0 - factor))
-    _apply_lut(img, h, w, stride, channels, lut)
+    tl_apply_lut(img, h, w, stride, channels, lut, isa_level())
     return IMGPROC_OK
-
-
-cdef void _saturation_chunk(uint8_t* rb, uint8_t* gb, uint8_t* bb, Py_ssize_t n, float ratio,
-                            float alpha) noexcept nogil:
-    # torchvision's saturation blend on n deinterleaved pixels, in place, branch-free so it
-    # vectorizes: luma = fma(b, wb, fma(g, wg, r * wr)) floored, then for each channel
-    # uint8(clamp(fma(luma, alpha, x * ratio))), every fma emulated exactly in double.
-    # |ratio| <= 1e6 (caller), so the sums stay inside the 32-bit clamp's range.
-    cdef Py_ssize_t k
-    cdef float t, gray
-    cdef double ga
-    for k in range(n):
-        t = <float>rb[k] * GRAY_WR
-        t = <float>(<double>t + <double>gb[k] * <double>GRAY_WG)
-        t = <float>(<double>t + <double>bb[k] * <double>GRAY_WB)
-        gray = <float><int32_t>t             # floor: the luma is >= 0
-        ga = <double>gray * <double>alpha
-        rb[k] = _clamp_trunc32(<float>(<double>(<float>rb[k] * ratio) + ga))
-        gb[k] = _clamp_trunc32(<float>(<double>(<float>gb[k] * ratio) + ga))
-        bb[k] = _clamp_trunc32(<float>(<double>(<float>bb[k] * ratio) + ga))
 
 
 cdef int adjust_saturation_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
@@ -199,134 +163,30 @@ cdef int adjust_saturation_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize
     cdef uint8_t* p
     cdef double gd
     cdef float ratio = <float>factor, alpha = <float>(1.0 - factor)
-    cdef uint8_t rb[HUE_CHUNK]
-    cdef uint8_t gb[HUE_CHUNK]
-    cdef uint8_t bb[HUE_CHUNK]
-    cdef Py_ssize_t x0, n, k
     cdef int st = _check_color(img, h, w, stride, channels, factor)
     if st != IMGPROC_OK or channels == 1:
         return st
-    _gray_tables(&gt)
+    if factor <= 1e6:   # the sums stay inside the vectorized 32-bit clamp's range
+        tl_saturation(img, h, w, stride, ratio, alpha, isa_level())
+        return IMGPROC_OK
+    _gray_tables(&gt)   # beyond it, the branchy clamp through exact per-value tables
     for v in range(256):
         scaled[v] = <double>(<float>v * ratio)
         grayw[v] = <double>v * <double>alpha
-    if factor > 1e6:    # sums may leave _clamp_trunc's range: the branchy clamp is exact
-        for y in range(h):
-            p = img + y * stride
-            for x in range(w):
-                gd = grayw[_gray_floor(&gt, p)]
-                p[0] = _sat_trunc(<float>(scaled[p[0]] + gd))
-                p[1] = _sat_trunc(<float>(scaled[p[1]] + gd))
-                p[2] = _sat_trunc(<float>(scaled[p[2]] + gd))
-                p += 3
-        return IMGPROC_OK
-    for y in range(h):
-        x0 = 0
-        while x0 < w:
-            n = w - x0
-            if n > HUE_CHUNK:
-                n = HUE_CHUNK
-            p = img + y * stride + 3 * x0
-            for k in range(n):          # deinterleave
-                rb[k] = p[3 * k]
-                gb[k] = p[3 * k + 1]
-                bb[k] = p[3 * k + 2]
-            _saturation_chunk(rb, gb, bb, n, ratio, alpha)
-            for k in range(n):
-                p[3 * k] = rb[k]
-                p[3 * k + 1] = gb[k]
-                p[3 * k + 2] = bb[k]
-            x0 += n
-    return IMGPROC_OK
     for y in range(h):
         p = img + y * stride
         for x in range(w):
             gd = grayw[_gray_floor(&gt, p)]
-            p[0] = _clamp_trunc(<float>(scaled[p[0]] + gd))
-            p[1] = _clamp_trunc(<float>(scaled[p[1]] + gd))
-            p[2] = _clamp_trunc(<float>(scaled[p[2]] + gd))
+            p[0] = _sat_trunc(<float>(scaled[p[0]] + gd))
+            p[1] = _sat_trunc(<float>(scaled[p[1]] + gd))
+            p[2] = _sat_trunc(<float>(scaled[p[2]] + gd))
             p += 3
     return IMGPROC_OK
-
-
-cdef extern from *:
-    # torchvision's _rgb_to_hsv -> hue shift (fmod / remainder) -> _hsv_to_rgb on n pixels in
-    # [0, 1], in place, with its float32 operations in its order; flat selects, no branches.
-    # Plain C because GCC only vectorizes this loop when it may evaluate both sides of every
-    # select, i.e. without -ftrapping-math (set per function: it changes no result, only
-    # whether FP exception flags may be raised speculatively). No FP contraction either: a
-    # -march build would otherwise fuse hh * (1/6) + 1, which torch rounds twice.
-    # fmod(hh, 1) and remainder(hh, 1) are single exact subtractions on the ranges reached
-    # ([5/6, 11/6] and [-0.5, 1.5)); h6 >= 0, so truncation is floor.
-    """
-    #if defined(__GNUC__) && !defined(__clang__)
-    #define TL_NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math", "fp-contract=off")))
-    #else
-    #define TL_NO_TRAPPING_MATH
-    #endif
-    #if defined(__GNUC__) || defined(__clang__)
-    #define TL_RESTRICT __restrict__
-    #else
-    #define TL_RESTRICT
-    #endif
-    static TL_NO_TRAPPING_MATH void tl_hue_chunk(float* TL_RESTRICT rf, float* TL_RESTRICT gf,
-                                                 float* TL_RESTRICT bf, Py_ssize_t n, float hue) {
-        const float one = 1.0f, zero = 0.0f, six = 6.0f, sixth = (float)(1.0 / 6.0);
-        for (Py_ssize_t k = 0; k < n; k++) {
-            float r = rf[k], g = gf[k], b = bf[k];
-            float maxc = r > g ? r : g; maxc = maxc > b ? maxc : b;
-            float minc = r < g ? r : g; minc = minc < b ? minc : b;
-            float cr = maxc - minc;
-            float den = maxc == minc ? one : maxc;
-            float s = cr / den;
-            float crd = maxc == minc ? one : cr;
-            float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
-            float hr = bc - gc, hg = (rc + 2.0f) - bc, hb = (gc + 4.0f) - rc;
-            float hh = maxc == g ? hg : hb;
-            hh = maxc == r ? hr : hh;
-            hh = hh * sixth + one;
-            hh = hh >= one ? hh - one : hh;
-            hh = hh + hue;
-            float hm = hh >= one ? hh - one : hh;
-            hh = hh < zero ? hh + one : hm;
-            float h6 = hh * six;
-            float fi = (float)(int32_t)h6;
-            float f = h6 - fi;
-            fi = fi >= six ? zero : fi;
-            float sxf = s * f, oms = one - s;
-            float q = (one - sxf) * maxc, t = (sxf + oms) * maxc, pp = oms * maxc;
-            q = q > zero ? q : zero; q = q < one ? q : one;
-            t = t > zero ? t : zero; t = t < one ? t : one;
-            pp = pp > zero ? pp : zero; pp = pp < one ? pp : one;
-            float v = maxc;
-            float ro = fi == 4.0f ? t : v;
-            ro = fi == 2.0f ? pp : ro; ro = fi == 3.0f ? pp : ro;
-            ro = fi == one ? q : ro;
-            float go = fi == zero ? t : pp;
-            go = fi == one ? v : go; go = fi == 2.0f ? v : go;
-            go = fi == 3.0f ? q : go;
-            float bo = fi == 5.0f ? q : v;
-            bo = fi == 2.0f ? t : bo;
-            bo = fi < 1.5f ? pp : bo;
-            rf[k] = ro; gf[k] = go; bf[k] = bo;
-        }
-    }
-    """
-    void tl_hue_chunk(float* rf, float* gf, float* bf, Py_ssize_t n, float hue) noexcept nogil
 
 
 cdef int adjust_hue_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stride,
                        int channels, double factor) noexcept nogil:
     """In-place hue rotation through torchvision's float32 HSV round trip (no GIL)."""
-    cdef float rf[HUE_CHUNK]
-    cdef float gf[HUE_CHUNK]
-    cdef float bf[HUE_CHUNK]
-    cdef float lut[256]
-    cdef Py_ssize_t y, x0, k, n
-    cdef uint8_t* p
-    cdef float hue = <float>factor
-    cdef float to_u8 = <float>(255.0 + 1.0 - 1e-3)
-    cdef int v
     if img == NULL or h <= 0 or w <= 0 or (channels != 1 and channels != 3):
         return IMGPROC_EBADSIZE
     if stride < w * channels:
@@ -335,27 +195,13 @@ cdef int adjust_hue_u8(uint8_t* img, Py_ssize_t h, Py_ssize_t w, Py_ssize_t stri
         return IMGPROC_EARG
     if channels == 1:
         return IMGPROC_OK
-    for v in range(256):
-        lut[v] = <float>v * <float>(1.0 / 255.0)
-    for y in range(h):
-        x0 = 0
-        while x0 < w:
-            n = w - x0
-            if n > HUE_CHUNK:
-                n = HUE_CHUNK
-            p = img + y * stride + 3 * x0
-            for k in range(n):
-                rf[k] = lut[p[3 * k]]
-                gf[k] = lut[p[3 * k + 1]]
-                bf[k] = lut[p[3 * k + 2]]
-            tl_hue_chunk(rf, gf, bf, n, hue)
-            for k in range(n):          # outputs are in [0, 1]: the cast cannot overflow
-                p[3 * k] = _clamp_trunc(rf[k] * to_u8)
-                p[3 * k + 1] = _clamp_trunc(gf[k] * to_u8)
-                p[3 * k + 2] = _clamp_trunc(bf[k] * to_u8)
-            x0 += n
+    tl_hue(img, h, w, stride, <float>factor, isa_level())
     return IMGPROC_OK
 
+
+# ---------------------------------------------------------------------------------------------
+# Python entry points of the colour adjustments: validate (GIL) -> kernel (nogil) -> raise
+# ---------------------------------------------------------------------------------------------
 
 cdef int _color_args(uint8_t[:, :, ::1] img, double factor, str what) except -1:
     check_channels(img.shape[2], what, False)
@@ -582,15 +428,9 @@ cdef int sharpness_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
                       int channels, uint8_t* dst, Py_ssize_t dst_stride,
                       double factor) noexcept nogil:
     """torchvision ``adjust_sharpness`` on uint8: src -> dst, borders copied (no GIL)."""
-    cdef Py_ssize_t y, j, n = w * channels, C = channels
-    cdef const uint8_t* r0
-    cdef const uint8_t* r1
-    cdef const uint8_t* r2
-    cdef uint8_t* d
+    cdef Py_ssize_t y, n = w * channels
     cdef float a = <float>(1.0 / 13.0), b = <float>(5.0 / 13.0)
     cdef float alpha = <float>(1.0 - factor)
-    cdef float s, x, blur, o
-    cdef bint bounded
     if src == NULL or dst == NULL or h <= 0 or w <= 0 or (channels != 1 and channels != 3):
         return IMGPROC_EBADSIZE
     if src_stride < n or dst_stride < n:
@@ -601,34 +441,9 @@ cdef int sharpness_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t
         memcpy(dst + y * dst_stride, src + y * src_stride, n)
     if h <= 2 or w <= 2:
         return IMGPROC_OK
-    bounded = factor <= 1e6
-    for y in range(1, h - 1):
-        r0 = src + (y - 1) * src_stride
-        r1 = src + y * src_stride
-        r2 = src + (y + 1) * src_stride
-        d = dst + y * dst_stride
-        for j in range(C, n - C):
-            x = <float>r1[j]
-            s = a * <float>r0[j - C] + a * <float>r0[j]
-            s = s + a * <float>r0[j + C]
-            s = s + a * <float>r1[j - C]
-            s = s + b * x
-            s = s + a * <float>r1[j + C]
-            s = s + a * <float>r2[j - C]
-            s = s + a * <float>r2[j]
-            s = s + a * <float>r2[j + C]
-            blur = _rne_f(s)
-            # view.add_(blur - view, alpha=1 - factor): one fused multiply-add in torch
-            o = <float>(<double>x + <double>alpha * <double>(blur - x))
-            # |o| < 2^31 when factor <= 1e6: the branch-free clamp lets the loop vectorize
-            d[j] = _clamp_trunc32(o) if bounded else _sat_trunc(o)
+    tl_sharpness_interior(src, h, w, src_stride, channels, dst, dst_stride, a, b, alpha,
+                          factor <= 1e6, isa_level())
     return IMGPROC_OK
-
-
-cdef inline float _rne_f(float v) noexcept nogil:
-    # round half to even for |v| < 2^22 (nearbyintf is a libm call without SSE4.1)
-    cdef float t = v + <float>12582912.0
-    return t - <float>12582912.0
 
 
 cdef int _plain_args(const uint8_t[:, :, ::1] img, str what) except -1:
