@@ -124,7 +124,7 @@ def extensions():
         ext("_resample", "_resample.pyx", "resample_kernels.c"),
         ext("_colour", "_colour.pyx", "colour_kernels.c"),
         ext("_chw", "_chw.pyx", "chw_kernels.c"),
-        ext("_warp", "_warp.pyx"),
+        ext("_warp", "_warp.pyx", "warp_kernels.c"),
         ext("_fused", "_fused.pyx", "jpeg_shim.c", jpeg=True),
     ]
     only = {s.strip() for s in os.environ.get("TURBOLOADER_ONLY", "").split(",") if s.strip()}

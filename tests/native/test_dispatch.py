@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import pytest
 
-from turboloader._native import _chw, _colour, _cpu, _resample
+from turboloader._native import _chw, _colour, _cpu, _resample, _warp
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -205,7 +205,7 @@ def test_resample_every_level_matches_pillow(level, filt):
 GUARDED = r"""
 import ctypes, mmap, sys
 import numpy as np
-from turboloader._native import _chw, _colour, _cpu, _resample
+from turboloader._native import _chw, _colour, _cpu, _resample, _warp
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -292,6 +292,114 @@ def test_colour_every_level_equals_baseline(level):
             np.testing.assert_array_equal(ours, ref, err_msg=f"{op}({factor}) on {h}x{w}")
 
 
+# --------------------------------------------------------------------------- warps and blur
+
+def warp_cases(rng):
+    """(src, dst shape, kind, coefficients, mode, fill) over sizes, channels, modes, fills."""
+    for i, (h, w, c) in enumerate([(37, 53, 3), (1, 1, 3), (7, 225, 1), (223, 5, 4), (64, 64, 2),
+                                   (40, 130, 3)]):
+        src = noise(h, w, c, seed=80 + i)
+        for mode in (_warp.NEAREST, _warp.BILINEAR):
+            for fill in (None, [7.0] * c, [1e30, -1e30, 127.5, 300.0][:c]):
+                a = float(rng.uniform(-3.2, 3.2))
+                s = float(rng.uniform(0.6, 1.6))
+                m = [s * np.cos(a), -s * np.sin(a), float(rng.uniform(-9, 9)),
+                     s * np.sin(a), s * np.cos(a), float(rng.uniform(-9, 9))]
+                out_shape = (h + int(rng.integers(0, 9)), w + int(rng.integers(0, 9)), c)
+                yield src, out_shape, "affine", m, mode, fill
+                p = m + [float(rng.uniform(-2e-3, 2e-3)), float(rng.uniform(-2e-3, 2e-3))]
+                yield src, (h, w, c), "perspective", p, mode, fill
+        yield src, (h, w, c), "affine", [1e30, 0, 0, 0, 1, 0], _warp.BILINEAR, None   # far
+
+
+def run_warp(src, out_shape, kind, coeffs, mode, fill):
+    out = np.empty(out_shape, np.uint8)
+    if kind == "affine":
+        _warp.affine_into(src, out, matrix=coeffs, interpolation=mode, fill=fill)
+    else:
+        _warp.perspective_into(src, out, coefficients=coeffs, interpolation=mode, fill=fill)
+    return out
+
+
+def run_blur(src, kx, ky):
+    out = np.empty_like(src)
+    tmp = np.empty((src.shape[0] + 1) * src.shape[1] * src.shape[2], np.float32)
+    _warp.gaussian_blur_into(src, out, kx=kx, ky=ky, tmp=tmp)
+    return out
+
+
+BLUR_TAPS = [
+    np.array([0.25, 0.5, 0.25], np.float32),
+    np.exp(-0.5 * (np.arange(23) - 11.0) ** 2 / 16).astype(np.float32),
+    np.array([1.0], np.float32),
+    np.array([-3.0, 90.0, -3.0], np.float32),   # large sums: the branchy rounding path
+]
+
+
+def test_warps_and_blur_every_level_equal_baseline(level):
+    rng = np.random.default_rng(3)
+    for case in warp_cases(rng):
+        ours = run_warp(*case)
+        with at_level("baseline"):
+            ref = run_warp(*case)
+        np.testing.assert_array_equal(ours, ref, err_msg=str(case[1:]))
+    for i, (h, w, c) in enumerate([(37, 53, 3), (24, 24, 1), (30, 225, 4)]):
+        src = noise(h, w, c, seed=90 + i)
+        for kx in BLUR_TAPS:
+            for ky in BLUR_TAPS[:2]:
+                if kx.size // 2 >= w or ky.size // 2 >= h:
+                    continue
+                ours = run_blur(src, kx, ky)
+                with at_level("baseline"):
+                    ref = run_blur(src, kx, ky)
+                np.testing.assert_array_equal(ours, ref)
+
+
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
+def test_warps_every_level_match_torchvision(level, interpolation):
+    # the oracle and tolerance of tests/transforms/test_augment.py: nearest identical; bilinear
+    # within 1 level on < 0.1% of values (torch's grid arithmetic rounds a tie differently)
+    torch = pytest.importorskip("torch")
+    v2 = pytest.importorskip("torchvision.transforms.v2")
+    from turboloader.transforms import functional as FN
+    F = v2.functional
+    mode = v2.InterpolationMode(interpolation)
+    src = noise(83, 117, seed=7)
+    t = torch.from_numpy(np.ascontiguousarray(src.transpose(2, 0, 1)))
+    corners = [[0, 0], [116, 0], [116, 82], [0, 82]]
+    moved = [[9, 4], [110, 10], [113, 77], [2, 80]]
+    pairs = [
+        (FN.rotate(src, 33.0, interpolation, fill=[10, 200, 30]),
+         F.rotate(t, 33.0, interpolation=mode, fill=[10.0, 200.0, 30.0])),
+        (FN.rotate(src, -120.0, interpolation, expand=True, fill=77),
+         F.rotate(t, -120.0, interpolation=mode, expand=True, fill=77)),
+        (FN.affine(src, 20.0, (5, -3), 1.2, (10.0, -5.0), interpolation, fill=None),
+         F.affine(t, 20.0, [5, -3], 1.2, [10.0, -5.0], interpolation=mode, fill=None)),
+        (FN.perspective(src, corners, moved, interpolation, fill=[9, 99, 199]),
+         F.perspective(t, corners, moved, interpolation=mode, fill=[9.0, 99.0, 199.0])),
+    ]
+    for ours, ref in pairs:
+        ref = ref.permute(1, 2, 0).numpy()
+        d = np.abs(ours.astype(np.int16) - ref.astype(np.int16))
+        if interpolation == "nearest":
+            assert d.max() == 0
+        else:
+            assert d.max() <= 1 and (d > 0).mean() < 1e-3
+
+
+def test_blur_every_level_matches_torchvision(level):
+    # tests/transforms' tolerance for GaussianBlur: within 1 level on a few values
+    torch = pytest.importorskip("torch")
+    F = pytest.importorskip("torchvision.transforms.v2.functional")
+    from turboloader.transforms import functional as FN
+    src = noise(61, 97, seed=8)
+    t = torch.from_numpy(np.ascontiguousarray(src.transpose(2, 0, 1)))
+    for k, sigma in [(3, 0.8), (9, 1.5), (23, 4.0)]:
+        ref = F.gaussian_blur(t, [k, k], [sigma, sigma]).permute(1, 2, 0).numpy()
+        d = np.abs(FN.gaussian_blur(src, k, sigma).astype(np.int16) - ref.astype(np.int16))
+        assert d.max() <= 1 and (d > 0).mean() < 1e-3
+
+
 # --------------------------------------------------------------------------- threads
 
 def test_dispatched_kernels_from_threads(level):
@@ -304,6 +412,9 @@ def test_dispatched_kernels_from_threads(level):
     exp_u = np.empty((3, 224, 224), np.uint8)
     _chw.chw_into(small, exp_u, flip=True)
     exp_c = [colour_ours(op, small, f) for op, f in COLOUR_CASES]
+    warps = list(warp_cases(np.random.default_rng(11)))[:12]
+    exp_w = [run_warp(*case) for case in warps]
+    exp_b = run_blur(small, BLUR_TAPS[1], BLUR_TAPS[1])
     errors = []
 
     def work():
@@ -321,6 +432,9 @@ def test_dispatched_kernels_from_threads(level):
                 np.testing.assert_array_equal(u, exp_u)
             for (op, f), exp in zip(COLOUR_CASES, exp_c):
                 np.testing.assert_array_equal(colour_ours(op, small, f), exp)
+            for case, exp in zip(warps, exp_w):
+                np.testing.assert_array_equal(run_warp(*case), exp)
+            np.testing.assert_array_equal(run_blur(small, BLUR_TAPS[1], BLUR_TAPS[1]), exp_b)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
