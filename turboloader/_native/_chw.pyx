@@ -50,7 +50,8 @@ cdef int chw_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_s
 # Python entry points: validate (GIL) -> kernel (nogil) -> raise
 # ---------------------------------------------------------------------------------------------
 
-cdef Py_ssize_t _row_stride(const uint8_t[:, :, :] src, tuple dshape, str what) except -1:
+cdef Py_ssize_t _row_stride(const uint8_t[:, :, :] src, Py_ssize_t d0, Py_ssize_t d1,
+                            Py_ssize_t d2, str what) except -1:
     # Sources may be row-strided views (e.g. a crop of a larger image): pixels and channels
     # contiguous, rows any distance >= 3 * W apart. Returns the row stride in bytes.
     cdef Py_ssize_t H = src.shape[0], W = src.shape[1], C = src.shape[2]
@@ -58,8 +59,8 @@ cdef Py_ssize_t _row_stride(const uint8_t[:, :, :] src, tuple dshape, str what) 
         raise ValueError(f"{what}: expected a 3-channel image, got {C} channels")
     if H <= 0 or W <= 0:
         raise ValueError(f"{what}: sizes must be positive, got {H}x{W}")
-    if dshape != (3, H, W):
-        raise ValueError(f"{what}: out must have shape {(3, H, W)}, got {dshape}")
+    if d0 != 3 or d1 != H or d2 != W:
+        raise ValueError(f"{what}: out must have shape {(3, H, W)}, got {(d0, d1, d2)}")
     # the stride of a length-1 axis is meaningless (NumPy may set anything there)
     if src.strides[2] != 1 or (W > 1 and src.strides[1] != 3):
         raise ValueError(f"{what}: the source's pixels must be contiguous (strides "
@@ -90,17 +91,25 @@ def normalize_chw_into(const uint8_t[:, :, :] src not None, float[:, :, ::1] dst
     cdef float bias[3]
     cdef int st, c
     cdef Py_ssize_t H = src.shape[0], W = src.shape[1]
-    cdef Py_ssize_t stride = _row_stride(src, (dst.shape[0], dst.shape[1], dst.shape[2]),
+    cdef double m[3]
+    cdef double sd[3]
+    cdef Py_ssize_t stride = _row_stride(src, dst.shape[0], dst.shape[1], dst.shape[2],
                                          "normalize")
-    mean = tuple(float(m) for m in mean)
-    std = tuple(float(s) for s in std)
+    if not isinstance(mean, (tuple, list)):
+        mean = tuple(mean)
+    if not isinstance(std, (tuple, list)):
+        std = tuple(std)
     if len(mean) != 3 or len(std) != 3:
         raise ValueError(f"normalize: mean and std need 3 values, got {len(mean)} and {len(std)}")
     for c in range(3):
-        if not (isfinite(mean[c]) and isfinite(std[c])) or std[c] == 0.0:
-            raise ValueError(f"normalize: mean {mean} and std {std} must be finite, std non-zero")
-        scale[c] = <float>(1.0 / (255.0 * std[c]))
-        bias[c] = <float>(-mean[c] / std[c])
+        m[c] = float(mean[c])
+        sd[c] = float(std[c])
+        if not (isfinite(m[c]) and isfinite(sd[c])) or sd[c] == 0.0:
+            raise ValueError(f"normalize: mean {tuple(mean)} and std {tuple(std)} must be "
+                             f"finite, std non-zero")
+        # in double, then rounded once: the kernels' float32 scale and bias
+        scale[c] = <float>(1.0 / (255.0 * sd[c]))
+        bias[c] = <float>(-m[c] / sd[c])
     with nogil:
         st = normalize_chw_f32(&src[0, 0, 0], H, W, stride, &dst[0, 0, 0], scale, bias, flip)
     if st != IMGPROC_OK:
@@ -116,7 +125,7 @@ def chw_into(const uint8_t[:, :, :] src not None, uint8_t[:, :, ::1] dst not Non
     """
     cdef int st
     cdef Py_ssize_t H = src.shape[0], W = src.shape[1]
-    cdef Py_ssize_t stride = _row_stride(src, (dst.shape[0], dst.shape[1], dst.shape[2]),
+    cdef Py_ssize_t stride = _row_stride(src, dst.shape[0], dst.shape[1], dst.shape[2],
                                          "to_chw")
     with nogil:
         st = chw_u8(&src[0, 0, 0], H, W, stride, &dst[0, 0, 0], flip)
