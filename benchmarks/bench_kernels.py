@@ -755,10 +755,10 @@ def sec_normalize(tl, small):
                   n, pair="numpy affine + flip")
             native = sys.modules.get("turboloader._native._chw")
             if native is not None:
-                s.add("turboloader _chw.normalize_chw_into(out) <sub>native entry: no "
-                      "functional-layer checks, as the fused path</sub>",
+                s.add("turboloader _chw.normalize_chw_into(out)",
                       over(lambda a: native.normalize_chw_into(a, buf, mean=MEAN, std=STD),
-                           small), n)
+                           small), n, note="the native entry, without the functional layer's "
+                      "Python checks")
             for lv in levels[:-1]:
                 s.add(f"turboloader to_chw_normalized(out=) [{lv}]",
                       over(_at_level(cpu, lv, lambda a: tl.to_chw_normalized(
