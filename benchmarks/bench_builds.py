@@ -12,6 +12,8 @@ may also be given as ``LABEL=PATH:ISA``, which runs that checkout with ``TURBOLO
         python setup.py build_ext --inplace)
     python benchmarks/bench_builds.py --build old=/tmp/old --build new=. \\
         --build new-baseline=.:baseline --build native=/tmp/nat --rounds 7
+    python benchmarks/bench_builds.py --check-outputs --build old=/tmp/old --build new=. \\
+        --build new-baseline=.:baseline --build native=/tmp/nat
 
 Every kernel is called through the public functional API (``turboloader.transforms.functional``),
 which all builds share, single-threaded, writing into a reused output where the API allows it.
@@ -112,16 +114,94 @@ def _child(args):
                 fn()
             best = min(best, (time.perf_counter() - t0) / calls)
         results[name] = best
-    isa = None
-    for mod in ("turboloader._native._cpu",):
-        try:
-            import importlib
+    try:
+        from turboloader._native import _cpu
 
-            m = importlib.import_module(mod)
-            isa = m.isa_level_name()
-        except Exception:  # noqa: BLE001 - builds without runtime dispatch
-            pass
+        isa = _cpu.isa()
+    except ImportError:  # a build without runtime dispatch
+        isa = None
     print(json.dumps({"root": str(root), "isa": isa, "results": results}))
+
+
+def _child_outputs():
+    # Hash of every kernel's output over a fixed set of images and parameters (the builds
+    # should agree bit for bit: runtime dispatch and -march change speed only).
+    import hashlib
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from turboloader import fused
+    from turboloader.transforms import functional as TF
+
+    def noise(h, w, seed):
+        img = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+        y, x = np.mgrid[0:h, 0:w]
+        img[: h // 2] = (np.stack([x, y, x + y], -1)[: h // 2] * 3 % 256).astype(np.uint8)
+        return img
+
+    out = {}
+
+    def rec(name, arr):
+        out[name] = hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()[:16]
+
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    imgs = [noise(h, w, i) for i, (h, w) in enumerate(
+        [(375, 500), (224, 224), (223, 225), (7, 33), (1, 1), (500, 333)])]
+    for i, im in enumerate(imgs):
+        h, w = im.shape[:2]
+        for flip in (False, True):
+            rec(f"to_chw_normalized {i} {flip}", TF.to_chw_normalized(im, mean, std, flip=flip))
+            rec(f"to_chw_uint8 {i} {flip}", TF.to_chw_uint8(im, flip=flip))
+        for mode in ("nearest", "bilinear", "bicubic"):
+            for size in [(224, 224), (max(h // 3, 1), max(w // 2, 1)), (h + 5, w + 3)]:
+                rec(f"resize {i} {mode} {size}", TF.resize(im, size, mode))
+                if h > 1 and w > 1:
+                    rec(f"resize box {i} {mode} {size}",
+                        TF.resize(im, size, mode, box=(0.5, 0.25, w - 0.75, h - 0.5)))
+            if h > 4 and w > 4:
+                rec(f"resized_crop {i} {mode}",
+                    TF.resized_crop(im, 1, 2, h - 3, w - 4, (224, 224), mode))
+        for op, fs in [("brightness", (0.3, 1.7)), ("contrast", (0.4, 2.0)),
+                       ("saturation", (0.2, 1.9)), ("hue", (-0.3, 0.2)),
+                       ("sharpness", (0.5, 2.5))]:
+            for f in fs:
+                rec(f"adjust_{op} {i} {f}", getattr(TF, f"adjust_{op}")(im, f))
+        rec(f"grayscale {i}", TF.rgb_to_grayscale(im, 3))
+        rec(f"equalize {i}", TF.equalize(im))
+        rec(f"autocontrast {i}", TF.autocontrast(im))
+        rec(f"posterize {i}", TF.posterize(im, 3))
+        rec(f"solarize {i}", TF.solarize(im, 100))
+        rec(f"invert {i}", TF.invert(im))
+        corners = [[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]]
+        moved = [[min(3, w - 1), 1], [w - 2, min(4, h - 1)], [max(w - 3, 0), h - 2],
+                 [1, max(h - 4, 0)]]
+        for interp in ("nearest", "bilinear"):
+            for fill in (None, 0, [10, 200, 30]):
+                rec(f"rotate {i} {interp} {fill}", TF.rotate(im, 33.0, interp, fill=fill))
+                rec(f"rotate expand {i} {interp} {fill}",
+                    TF.rotate(im, -120.0, interp, expand=True, fill=fill))
+                rec(f"affine {i} {interp} {fill}",
+                    TF.affine(im, 20.0, (5, -3), 1.2, (10.0, -5.0), interp, fill=fill))
+                rec(f"perspective {i} {interp} {fill}",
+                    TF.perspective(im, corners, moved, interp, fill=fill))
+        for k, sigma in [(3, 0.8), (9, 1.5), (23, 4.0)]:
+            if k // 2 < min(h, w):
+                rec(f"gaussian_blur {i} {k}", TF.gaussian_blur(im, k, sigma))
+    for i, im in enumerate(imgs[:3] + imgs[5:]):
+        buf = io.BytesIO()
+        Image.fromarray(im).save(buf, "JPEG", quality=90)
+        h, w = im.shape[:2]
+        for flip in (False, True):
+            for dct in (False, True):
+                rec(f"decode_resized_crop {i} {flip} {dct}", fused.decode_resized_crop(
+                    buf.getvalue(), 10, 20, h // 2, w // 2, (224, 224), flip=flip, mean=mean,
+                    std=std, dct_scaling=dct))
+                rec(f"decode_resized_crop uint8 {i} {flip} {dct}", fused.decode_resized_crop(
+                    buf.getvalue(), 10, 20, h // 2, w // 2, (224, 224), flip=flip,
+                    dtype=np.uint8, dct_scaling=dct))
+    print(json.dumps(out))
 
 
 def _cpu():
@@ -141,6 +221,33 @@ def _cpu():
     return f"{model}; {os.cpu_count()} logical CPUs; SIMD: {', '.join(simd) or 'n/a'}"
 
 
+def _run_child(path, isa, flag, extra=()):
+    env = dict(os.environ, PYTHONPATH=path)
+    env.pop("TURBOLOADER_ISA", None)
+    if isa:
+        env["TURBOLOADER_ISA"] = isa
+    cmd = [sys.executable, str(Path(__file__).resolve()), flag, *extra]
+    proc = subprocess.run(cmd, env=env, cwd="/", capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(f"build at {path} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _check_outputs(builds):
+    hashes = {}
+    for label, path, isa in builds:
+        hashes[label] = _run_child(path, isa, "--child-outputs")
+        print(f"{label}: {len(hashes[label])} outputs hashed", file=sys.stderr, flush=True)
+    base = builds[0][0]
+    bad = 0
+    for label, _, _ in builds[1:]:
+        diff = [k for k in hashes[base] if hashes[base][k] != hashes[label].get(k)]
+        bad += len(diff)
+        print(f"{label} vs {base}: {len(hashes[base]) - len(diff)} of {len(hashes[base])} "
+              f"outputs identical" + (f"; different: {', '.join(diff[:30])}" if diff else ""))
+    return 1 if bad else 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", action="append", default=[], metavar="LABEL=PATH[:ISA]",
@@ -149,10 +256,17 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions inside each child")
     ap.add_argument("--only", default="", help="comma-separated substrings of kernel names")
     ap.add_argument("--out", help="also write the markdown table here")
+    ap.add_argument("--check-outputs", action="store_true",
+                    help="instead of timing, hash every kernel's output in each build and "
+                    "report the outputs that differ from the first build's")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-outputs", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         _child(args)
+        return 0
+    if args.child_outputs:
+        _child_outputs()
         return 0
     if not args.build:
         ap.error("at least one --build is required")
@@ -164,20 +278,14 @@ def main(argv=None):
         if not label or not path:
             ap.error(f"--build wants LABEL=PATH[:ISA], got {spec!r}")
         builds.append((label, str(Path(path).resolve()), isa or None))
+    if args.check_outputs:
+        return _check_outputs(builds)
     times = {label: {} for label, _, _ in builds}
     isas = {}
     for r in range(args.rounds):
         for label, path, isa in builds:
-            env = dict(os.environ, PYTHONPATH=path)
-            env.pop("TURBOLOADER_ISA", None)
-            if isa:
-                env["TURBOLOADER_ISA"] = isa
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--reps",
-                   str(args.reps), "--only", args.only]
-            proc = subprocess.run(cmd, env=env, cwd="/", capture_output=True, text=True)
-            if proc.returncode:
-                sys.exit(f"build {label} failed:\n{proc.stderr[-3000:]}")
-            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            res = _run_child(path, isa, "--child", ["--reps", str(args.reps), "--only",
+                                                    args.only])
             if Path(res["root"]).resolve() != Path(path):
                 sys.exit(f"build {label}: imported turboloader from {res['root']}, not {path}")
             isas[label] = res["isa"]
