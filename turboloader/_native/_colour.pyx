@@ -25,9 +25,10 @@ from turboloader._native._common cimport (
 # instructions: the product of two of these operands (8-bit integer x float32, or float32 x
 # float32 of bounded exponent) and the sum are exact in double precision, so casting the double
 # sum to float32 rounds once, exactly as the FMA does. Point operations (brightness, the
-# contrast blend) become 256-entry tables computed that way and applied per byte; saturation
-# and the contrast mean use per-value tables for each product; hue runs branch-free on
-# deinterleaved chunks so the float32 HSV round trip vectorizes.
+# contrast blend) become 256-entry tables computed that way and applied per byte; the contrast
+# mean and grayscale (and saturation beyond factor 1e6) use per-value tables for each product
+# (vectorized versions measured no faster); saturation, hue and sharpness run branch-free on
+# deinterleaved chunks or rows (colour_kernels.c) so they vectorize, at every dispatch level.
 # ---------------------------------------------------------------------------------------------
 
 cdef extern from "colour_kernels.h" nogil:

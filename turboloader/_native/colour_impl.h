@@ -13,6 +13,17 @@ TL_TGT static void TL_FN(apply_lut)(uint8_t *img, ptrdiff_t h, ptrdiff_t w, ptrd
     }
 }
 
+/* deinterleave up to TL_CHUNK pixels of a 3-channel row into rb, gb, bb */
+TL_TGT TL_INLINE void TL_FN(split3)(const uint8_t *p, ptrdiff_t n, uint8_t *TL_RESTRICT rb,
+                                    uint8_t *TL_RESTRICT gb, uint8_t *TL_RESTRICT bb)
+{
+    for (ptrdiff_t k = 0; k < n; k++) {
+        rb[k] = p[3 * k];
+        gb[k] = p[3 * k + 1];
+        bb[k] = p[3 * k + 2];
+    }
+}
+
 TL_TGT static void TL_FN(saturation)(uint8_t *img, ptrdiff_t h, ptrdiff_t w, ptrdiff_t stride,
                                      float ratio, float alpha)
 {
@@ -24,16 +35,9 @@ TL_TGT static void TL_FN(saturation)(uint8_t *img, ptrdiff_t h, ptrdiff_t w, ptr
         for (ptrdiff_t x0 = 0; x0 < w; x0 += TL_CHUNK) {
             const ptrdiff_t n = w - x0 < TL_CHUNK ? w - x0 : TL_CHUNK;
             uint8_t *p = img + y * stride + 3 * x0;
+            TL_FN(split3)(p, n, rb, gb, bb);
             for (ptrdiff_t k = 0; k < n; k++) {
-                rb[k] = p[3 * k];
-                gb[k] = p[3 * k + 1];
-                bb[k] = p[3 * k + 2];
-            }
-            for (ptrdiff_t k = 0; k < n; k++) {
-                float t = (float)rb[k] * TL_GRAY_WR;
-                t = (float)((double)t + (double)gb[k] * (double)TL_GRAY_WG);
-                t = (float)((double)t + (double)bb[k] * (double)TL_GRAY_WB);
-                const float gray = (float)(int32_t)t;   /* floor: the luma is >= 0 */
+                const float gray = (float)tl_gray_floor(rb[k], gb[k], bb[k]);
                 const double ga = (double)gray * (double)alpha;
                 rb[k] = tl_clamp_trunc32((float)((double)((float)rb[k] * ratio) + ga));
                 gb[k] = tl_clamp_trunc32((float)((double)((float)gb[k] * ratio) + ga));

@@ -16,6 +16,17 @@ static const float TL_GRAY_WR = 0.2989f;
 static const float TL_GRAY_WG = 0.587f;
 static const float TL_GRAY_WB = 0.114f;
 
+/* floor of torchvision's float32 luma r.mul(wr).add_(g, alpha=wg).add_(b, alpha=wb): r's
+ * product rounded (a plain multiply), each add_ one fused multiply-add (exact in double, one
+ * rounding); the luma is >= 0, so truncation is floor */
+TL_INLINE int32_t tl_gray_floor(uint8_t r, uint8_t g, uint8_t b)
+{
+    float t = (float)r * TL_GRAY_WR;
+    t = (float)((double)t + (double)g * (double)TL_GRAY_WG);
+    t = (float)((double)t + (double)b * (double)TL_GRAY_WB);
+    return (int32_t)t;
+}
+
 /* uint8(clamp(t, 0, 255)) for |t| < 2^31, branch-free and vectorizable (32-bit cvttps) */
 TL_INLINE uint8_t tl_clamp_trunc32(float t)
 {
@@ -115,3 +126,4 @@ void tl_sharpness_interior(const uint8_t *src, ptrdiff_t h, ptrdiff_t w, ptrdiff
     TL_DISPATCH(sharpness, (src, h, w, src_stride, channels, dst, dst_stride, a, b, alpha,
                             bounded));
 }
+

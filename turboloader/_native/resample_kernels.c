@@ -169,6 +169,7 @@ void tl_resample_hpass(const uint8_t *src, ptrdiff_t src_stride, ptrdiff_t nrows
     }
 #endif
     (void)isa;
+    (void)in_w;
     hpass_baseline(src, src_stride, nrows, dst, dst_stride, out_w, C, kk, bounds, ksize);
 }
 

@@ -19,7 +19,9 @@
 #define TL_ISA_SSE41 1
 #define TL_ISA_AVX2 2
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+/* TL_NO_DISPATCH (-DTL_NO_DISPATCH) builds the baseline only, as on other architectures */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) \
+    && !defined(TL_NO_DISPATCH)
 #define TL_X86 1
 #define TL_TARGET_SSE41 __attribute__((target("ssse3,sse4.1")))
 #define TL_TARGET_AVX2 __attribute__((target("avx2")))
