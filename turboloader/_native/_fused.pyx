@@ -13,10 +13,13 @@ from libc.stdint cimport uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
-from turboloader._native._imgproc cimport (
-    IMGPROC_OK, ResamplePlan, adjust_brightness_u8, adjust_contrast_u8, adjust_hue_u8,
-    adjust_saturation_u8, chw_u8, normalize_chw_f32, resample_plan_free, resample_plan_init,
-    resample_run,
+from turboloader._native._chw cimport chw_u8, normalize_chw_f32
+from turboloader._native._colour cimport (
+    adjust_brightness_u8, adjust_contrast_u8, adjust_hue_u8, adjust_saturation_u8,
+)
+from turboloader._native._common cimport IMGPROC_OK
+from turboloader._native._resample cimport (
+    ResamplePlan, resample_plan_free, resample_plan_init, resample_run,
 )
 from turboloader._native.jpeg_shim cimport TL_ERR_ARG, TL_MSG_LEN, TL_OK, tl_jpeg_decode
 

@@ -3,7 +3,7 @@
 
 import enum
 
-from turboloader._native import _imgproc
+from turboloader._native import _resample
 
 
 class Interpolation(enum.IntEnum):
@@ -14,9 +14,9 @@ class Interpolation(enum.IntEnum):
     downscaling, as Pillow and torchvision's ``antialias=True``.
     """
 
-    NEAREST = _imgproc.NEAREST
-    BILINEAR = _imgproc.BILINEAR
-    BICUBIC = _imgproc.BICUBIC
+    NEAREST = _resample.NEAREST
+    BILINEAR = _resample.BILINEAR
+    BICUBIC = _resample.BICUBIC
 
 
 _BY_NAME = {

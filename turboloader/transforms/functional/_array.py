@@ -4,7 +4,7 @@ torchvision v2 semantics out.
 :mod:`turboloader.transforms.functional` sends NumPy arrays here and PIL images and tensors
 to torchvision's functionals; calling these directly skips that dispatch. Images are ``numpy.ndarray`` of dtype uint8, shape (H, W, C) with C = 3 (or 1), or (H, W),
 C-contiguous. Every function validates its arguments here and hands the pixel loop to
-``turboloader._native._imgproc``, which runs without the GIL.
+the kernels in ``turboloader._native``, which run without the GIL.
 
 Semantics follow torchvision v2 on uint8 tensors (resize and resized_crop with
 ``antialias=True``, the ColorJitter adjustments, normalize) and Pillow's ``Image.resize``
@@ -20,7 +20,7 @@ import operator
 
 import numpy as np
 
-from turboloader._native import _imgproc, _warp
+from turboloader._native import _chw, _colour, _resample, _warp
 from turboloader.decode._filters import _BY_NAME, Interpolation, _interpolation  # noqa: F401
 
 __all__ = [
@@ -200,7 +200,7 @@ def resize(img, size, interpolation="bilinear", *, max_size=None, box=None, out=
         ref_h, ref_w = hwc.shape[:2]
     out_h, out_w = _output_size(size, ref_h, ref_w, max_size)
     res, dst = _hwc_out(out, out_h, out_w, hwc.shape[2], flat, "resize")
-    _imgproc.resample_into(hwc, dst, box=box, filter=int(mode))
+    _resample.resample_into(hwc, dst, box=box, filter=int(mode))
     return res
 
 
@@ -238,7 +238,7 @@ def resized_crop(img, top, left, height, width, size, interpolation="bilinear", 
                          f"width={width}) is outside the {H}x{W} image")
     out_h, out_w = _output_size(size, height, width)
     res, dst = _hwc_out(out, out_h, out_w, hwc.shape[2], flat, "resized_crop")
-    _imgproc.resample_into(hwc, dst, crop=(top, left, height, width), filter=int(mode))
+    _resample.resample_into(hwc, dst, crop=(top, left, height, width), filter=int(mode))
     return res
 
 
@@ -266,7 +266,7 @@ def crop(img, top, left, height, width):
         raise ValueError(f"crop: window (top={top}, left={left}, height={height}, "
                          f"width={width}) is outside the {H}x{W} image")
     res, dst = _hwc_out(None, height, width, hwc.shape[2], flat, "crop")
-    _imgproc.crop_into(hwc, dst, top=top, left=left)
+    _resample.crop_into(hwc, dst, top=top, left=left)
     return res
 
 
@@ -278,7 +278,7 @@ def horizontal_flip(img):
     """
     hwc, flat = _image(img, "horizontal_flip", channels=(1, 2, 3, 4))
     res, dst = _hwc_out(None, hwc.shape[0], hwc.shape[1], hwc.shape[2], flat, "horizontal_flip")
-    _imgproc.hflip_into(hwc, dst)
+    _resample.hflip_into(hwc, dst)
     return res
 
 
@@ -309,7 +309,7 @@ def adjust_brightness(img, brightness_factor, *, inplace=False):
 
     Raises ValueError for a negative factor. Example: ``adjust_brightness(img, 1.3)``.
     """
-    return _color(_imgproc.adjust_brightness_, img, brightness_factor, inplace,
+    return _color(_colour.adjust_brightness_, img, brightness_factor, inplace,
                   "adjust_brightness")
 
 
@@ -323,7 +323,7 @@ def adjust_contrast(img, contrast_factor, *, inplace=False):
 
     Raises ValueError for a negative factor. Example: ``adjust_contrast(img, 0.7)``.
     """
-    return _color(_imgproc.adjust_contrast_, img, contrast_factor, inplace, "adjust_contrast")
+    return _color(_colour.adjust_contrast_, img, contrast_factor, inplace, "adjust_contrast")
 
 
 def adjust_saturation(img, saturation_factor, *, inplace=False):
@@ -336,7 +336,7 @@ def adjust_saturation(img, saturation_factor, *, inplace=False):
 
     Raises ValueError for a negative factor. Example: ``adjust_saturation(img, 1.5)``.
     """
-    return _color(_imgproc.adjust_saturation_, img, saturation_factor, inplace,
+    return _color(_colour.adjust_saturation_, img, saturation_factor, inplace,
                   "adjust_saturation")
 
 
@@ -350,7 +350,7 @@ def adjust_hue(img, hue_factor, *, inplace=False):
 
     Raises ValueError outside [-0.5, 0.5]. Example: ``adjust_hue(img, -0.1)``.
     """
-    return _color(_imgproc.adjust_hue_, img, hue_factor, inplace, "adjust_hue")
+    return _color(_colour.adjust_hue_, img, hue_factor, inplace, "adjust_hue")
 
 
 def _three(values, name):
@@ -391,7 +391,7 @@ def to_chw_normalized(img, mean, std, *, flip=False, out=None):
     hwc, _ = _image(img, "to_chw_normalized", channels=(3,))
     mean, std = _three(mean, "mean"), _three(std, "std")
     res = _output(out, (3,) + hwc.shape[:2], np.float32, "to_chw_normalized")
-    _imgproc.normalize_chw_into(hwc, res, mean=mean, std=std, flip=bool(flip))
+    _chw.normalize_chw_into(hwc, res, mean=mean, std=std, flip=bool(flip))
     return res
 
 
@@ -411,7 +411,7 @@ def to_chw_uint8(img, *, flip=False, out=None):
     """
     hwc, _ = _image(img, "to_chw_uint8", channels=(3,))
     res = _output(out, (3,) + hwc.shape[:2], np.uint8, "to_chw_uint8")
-    _imgproc.chw_into(hwc, res, flip=bool(flip))
+    _chw.chw_into(hwc, res, flip=bool(flip))
     return res
 
 
@@ -792,7 +792,7 @@ def posterize(img, bits, *, inplace=False):
     if not isinstance(bits, (int, np.integer)) or isinstance(bits, bool) or not 0 <= bits <= 8:
         raise TypeError(f"bits must be a positive integer in the range [0, 8], got {bits} instead.")
     res, target = _point(img, "posterize", inplace)
-    _imgproc.posterize_(target, int(bits))
+    _colour.posterize_(target, int(bits))
     return res
 
 
@@ -809,14 +809,14 @@ def solarize(img, threshold, *, inplace=False):
     # torch compares the uint8 image with the threshold in float32; for integer x,
     # x >= t  <=>  x >= ceil(t)
     t32 = float(np.float32(threshold))
-    _imgproc.solarize_(target, min(256, max(0, math.ceil(t32))))
+    _colour.solarize_(target, min(256, max(0, math.ceil(t32))))
     return res
 
 
 def invert(img, *, inplace=False):
     """``255 - img``. Example: ``invert(img)``."""
     res, target = _point(img, "invert", inplace)
-    _imgproc.invert_(target)
+    _colour.invert_(target)
     return res
 
 
@@ -841,7 +841,7 @@ def rgb_to_grayscale(img, num_output_channels=1):
             return img.copy()
         return np.repeat(hwc, 3, axis=2)
     out = np.empty(hwc.shape[:2] + (num_output_channels,), np.uint8)
-    _imgproc.grayscale_into(hwc, out)
+    _colour.grayscale_into(hwc, out)
     return out
 
 
@@ -851,7 +851,7 @@ def autocontrast(img, *, inplace=False):
     Example: ``autocontrast(img)``.
     """
     res, target = _point(img, "autocontrast", inplace)
-    hist = _imgproc.histogram(target)
+    hist = _colour.histogram(target)
     C = target.shape[2]
     lut = np.empty((C, 256), np.uint8)
     v = np.arange(256, dtype=np.float32)
@@ -863,7 +863,7 @@ def autocontrast(img, *, inplace=False):
         else:
             inv_scale = (hi - lo) * np.float32(1.0 / 255)
         lut[c] = np.clip((v - lo) / inv_scale, 0, 255).astype(np.uint8)
-    _imgproc.lut_(target, lut)
+    _colour.lut_(target, lut)
     return res
 
 
@@ -873,7 +873,7 @@ def equalize(img, *, inplace=False):
     Example: ``equalize(img)``.
     """
     res, target = _point(img, "equalize", inplace)
-    hist = _imgproc.histogram(target)
+    hist = _colour.histogram(target)
     C = target.shape[2]
     n = target.shape[0] * target.shape[1]
     lut = np.empty((C, 256), np.uint8)
@@ -887,7 +887,7 @@ def equalize(img, *, inplace=False):
             continue
         lut[c, 0] = 0
         lut[c, 1:] = np.clip((cum[:-1] + step // 2) // step, 0, 255)
-    _imgproc.lut_(target, lut)
+    _colour.lut_(target, lut)
     return res
 
 
@@ -898,7 +898,7 @@ def adjust_sharpness(img, sharpness_factor):
     """
     hwc, flat = _image(img, "adjust_sharpness")
     res, dst = _hwc_out(None, hwc.shape[0], hwc.shape[1], hwc.shape[2], flat, "adjust_sharpness")
-    _imgproc.sharpness_into(hwc, dst, float(sharpness_factor))
+    _colour.sharpness_into(hwc, dst, float(sharpness_factor))
     return res
 
 
