@@ -26,10 +26,15 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.types cimport pid_t
 from posix.unistd cimport getpid
 
-from turboloader._native._imgproc cimport (
+from turboloader._native._chw cimport chw_u8, normalize_chw_f32
+from turboloader._native._colour cimport (
+    adjust_brightness_u8, adjust_contrast_u8, adjust_hue_u8, adjust_saturation_u8,
+)
+from turboloader._native._common cimport (
     IMGPROC_EARG, IMGPROC_EBADSIZE, IMGPROC_EBOUNDS, IMGPROC_EPLAN, IMGPROC_ESTRIDE, IMGPROC_OK,
-    ResamplePlan, adjust_brightness_u8, adjust_contrast_u8, adjust_hue_u8, adjust_saturation_u8,
-    chw_u8, normalize_chw_f32, resample_plan_init_in, resample_plan_size, resample_run,
+)
+from turboloader._native._resample cimport (
+    ResamplePlan, resample_plan_init_in, resample_plan_size, resample_run,
 )
 from turboloader._native.jpeg_shim cimport (
     TL_ERR_ARG, TL_MSG_LEN, TL_OK, tl_jpeg_decode, tl_jpeg_info, tl_jpeg_read_header,
