@@ -93,15 +93,23 @@ def extensions():
         cflags = ["-O0", "-g", "-UNDEBUG"]
     else:  # -g0 after Python's own -g: release binaries carry no debug info (8 MB -> 1.5 MB)
         cflags = ["-O3", "-ftree-vectorize", "-fno-math-errno", "-DNDEBUG", "-g0"]
+    # Float kernels reproduce torch's roundings one operation at a time: never let the compiler
+    # fuse a multiply and an add into an FMA (GCC's default for GNU C once -march allows FMA),
+    # so every build and every runtime-dispatch level computes the same bits.
+    cflags.append("-ffp-contract=off")
     march = os.environ.get("TURBOLOADER_MARCH")
     if march:
         cflags.append(f"-march={march}")
     native_inc = [str(NATIVE)]
+    # headers (the kernels' per-ISA bodies are included ones) and .pxd declarations: a change
+    # to any of them rebuilds the extensions, which setuptools would otherwise skip
+    headers = sorted(str(p) for p in NATIVE.glob("*.[hp]*") if p.suffix in (".h", ".pxd"))
 
     def ext(name, *sources, jpeg=False, threads=False):
         return Extension(
             f"turboloader._native.{name}",
             [str(NATIVE / s) for s in sources],
+            depends=headers,
             include_dirs=native_inc + (inc if jpeg else []),
             library_dirs=libdirs if jpeg else [],
             libraries=["jpeg"] if jpeg else [],
@@ -111,11 +119,14 @@ def extensions():
         )
 
     exts = [
+        ext("_cpu", "_cpu.pyx"),
         ext("_tar", "_tar.pyx"),
         ext("_jpeg", "_jpeg.pyx", "jpeg_shim.c", jpeg=True),
-        ext("_imgproc", "_imgproc.pyx"),
+        ext("_resample", "_resample.pyx", "resample_kernels.c"),
+        ext("_colour", "_colour.pyx", "colour_kernels.c"),
+        ext("_chw", "_chw.pyx", "chw_kernels.c"),
+        ext("_warp", "_warp.pyx", "warp_kernels.c"),
         ext("_fused", "_fused.pyx", "jpeg_shim.c", "batch_pool.c", jpeg=True, threads=True),
-        ext("_warp", "_warp.pyx"),
     ]
     only = {s.strip() for s in os.environ.get("TURBOLOADER_ONLY", "").split(",") if s.strip()}
     if only:
@@ -148,6 +159,7 @@ class build_ext(_build_ext):
 # Placeholders, replaced by build_ext: they mark the distribution as binary (a
 # platform wheel) without resolving anything at import.
 PLACEHOLDERS = [Extension(f"turboloader._native.{n}", [str(NATIVE / f"{n}.pyx")])
-                for n in ("_tar", "_jpeg", "_imgproc", "_fused", "_warp")]
+                for n in ("_cpu", "_tar", "_jpeg", "_resample", "_colour", "_chw", "_warp",
+                          "_fused")]
 
 setup(ext_modules=PLACEHOLDERS, cmdclass={"build_ext": build_ext})

@@ -72,9 +72,9 @@ class TL:
     def __init__(self):
         self.missing = {}
         self.version = None
-        self.jpeg = self._module("turboloader.jpeg")
+        self.jpeg = self._module("turboloader.decode.jpeg")
         self.F = self._module("turboloader.transforms.functional")
-        self.fused_mod = self._module("turboloader.fused")
+        self.fused_mod = self._module("turboloader.decode.fused")
         try:
             import turboloader
 
@@ -89,6 +89,14 @@ class TL:
         self.resized_crop = self._attr(self.F, "resized_crop")
         self.to_chw_normalized = self._attr(self.F, "to_chw_normalized")
         self.decode_resized_crop = self._attr(self.fused_mod, "decode_resized_crop")
+
+    def decode_crop(self, data, crop, **kw):
+        """decode_jpeg of the window ``crop=(x, y, w, h)``: ``window=(top, left, h, w)`` where
+        decode_jpeg has it (0.2+), else the older ``crop=`` keyword."""
+        if "window" in self.params(self.decode_jpeg):
+            x, y, w, h = crop
+            return self.decode_jpeg(data, window=(y, x, h, w), **kw)
+        return self.decode_jpeg(data, crop=crop, **kw)
 
     def _module(self, name):
         try:
@@ -175,6 +183,13 @@ def _turboloader_libjpeg(tl):
     return "statically linked or unknown"
 
 
+def _dispatch_level():
+    cpu = _dispatch()
+    if cpu is None:
+        return "n/a (a build without runtime dispatch)"
+    return f"{cpu.isa()} (this CPU supports {', '.join(cpu.supported())})"
+
+
 def machine_info(tl, args, items):
     cpu = platform.processor() or "?"
     try:
@@ -205,7 +220,8 @@ def machine_info(tl, args, items):
         f"- CPU: {cpu}; {os.cpu_count()} logical CPUs, {affinity} usable; "
         f"load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
         f"- {platform.system()} {platform.release()}, Python {platform.python_version()}",
-        f"- turboloader {tl.version or 'n/a'}, libjpeg-turbo: {_turboloader_libjpeg(tl)}",
+        f"- turboloader {tl.version or 'n/a'}, libjpeg-turbo: {_turboloader_libjpeg(tl)}; "
+        f"kernels' runtime dispatch level: {_dispatch_level()}",
         f"- Pillow {PIL.__version__}, libjpeg-turbo {pil_jpeg}"
         + (f" ({os.path.basename(pil_lib[0])})" if pil_lib else ""),
         f"- OpenCV {cv2.__version__ if cv2 else 'n/a'} (JPEG: {cv_jpeg}), "
@@ -396,6 +412,10 @@ def _pick_scale_for(tl, w, h, min_h, min_w, pow2=False):
     pick_scale (any k/8) when present and not ``pow2``, else the power-of-two rule (the scales
     libjpeg-turbo has SIMD IDCTs for, and the only ones Pillow's draft() uses)."""
     if tl.pick_scale is not None and not pow2:
+        try:  # 0.2+: (height, width) pairs
+            return Fraction(tl.pick_scale((h, w), (min_h, min_w), fast_only=False))
+        except TypeError:
+            pass
         try:
             return Fraction(tl.pick_scale(w, h, min_h, min_w, fast_only=False))
         except TypeError:  # before pick_scale grew fast_only (it then considered any k/8)
@@ -409,7 +429,10 @@ def _pick_scale_for(tl, w, h, min_h, min_w, pow2=False):
 
 def _scaled_dims(tl, w, h, scale):
     if tl.scaled_size is not None:
-        sw, sh = tl.scaled_size(w, h, scale)
+        try:  # 0.2+: (height, width)
+            sh, sw = tl.scaled_size((h, w), scale)
+        except TypeError:
+            sw, sh = tl.scaled_size(w, h, scale)
         return int(sw), int(sh)
     return math.ceil(w * scale), math.ceil(h * scale)
 
@@ -482,7 +505,7 @@ def sec_decode(tl, data, sizes):
                   over(lambda b: tl.decode_jpeg(b, fancy_upsampling=False), data), n,
                   note="not bit-exact")
     else:
-        s.skip("turboloader decode_jpeg", tl.missing.get("turboloader.jpeg", "missing"))
+        s.skip("turboloader decode_jpeg", tl.missing.get("turboloader.decode.jpeg", "missing"))
     s.add("Pillow decode only", over(pil_decode_only, data), n)
     s.add("Pillow decode + asarray", over(pil_decode_array, data), n)
     if cv2 is not None:
@@ -568,21 +591,21 @@ def sec_crop(tl, data, sizes, seed):
                    f"{np.mean(rows):.3f} (the decoder still entropy-decodes every row above "
                    f"the window's bottom)")
     n = len(data)
-    if tl.decode_jpeg is not None and "crop" in tl.params(tl.decode_jpeg):
+    if tl.decode_jpeg is not None and {"crop", "window"} & set(tl.params(tl.decode_jpeg)):
         s.add("turboloader full", over(tl.decode_jpeg, data), n)
         args = [(b, (l, t, ww, wh)) for b, (t, l, wh, ww) in zip(data, wins)]
-        s.add("turboloader crop", over(lambda a: tl.decode_jpeg(a[0], crop=a[1]), args), n,
+        s.add("turboloader crop", over(lambda a: tl.decode_crop(a[0], a[1]), args), n,
               pair="Pillow full + crop copy")
         _check(s, "turboloader crop vs the same window of its full decode", lambda: _agreement(
-            (tl.decode_jpeg(b, crop=(x, y, w, h)), tl.decode_jpeg(b)[y:y + h, x:x + w])
+            (tl.decode_crop(b, (x, y, w, h)), tl.decode_jpeg(b)[y:y + h, x:x + w])
             for b, (x, y, w, h) in args[:NCHECK]))
         if "scale" in tl.params(tl.decode_jpeg):
             sargs = _scaled_crops(tl, data, sizes, wins)
             s.add("turboloader crop + scale (min 224)",
-                  over(lambda a: tl.decode_jpeg(a[0], scale=a[1], crop=a[2]), sargs), n)
+                  over(lambda a: tl.decode_crop(a[0], a[2], scale=a[1]), sargs), n)
             pargs = _scaled_crops(tl, data, sizes, wins, pow2=True)
             s.add("turboloader crop + scale (min 224, powers of 2)",
-                  over(lambda a: tl.decode_jpeg(a[0], scale=a[1], crop=a[2]), pargs), n)
+                  over(lambda a: tl.decode_crop(a[0], a[2], scale=a[1]), pargs), n)
             hist = {}
             for _, sc, _ in sargs:
                 hist[str(sc)] = hist.get(str(sc), 0) + 1
@@ -691,42 +714,108 @@ def sec_resized_crop(tl, arrays, seed):
     return s
 
 
+def _dispatch():
+    """turboloader's runtime-dispatch module, or None (an older build has none)."""
+    try:
+        from turboloader._native import _cpu
+    except ImportError:
+        return None
+    return _cpu
+
+
+def _at_level(cpu, level, fn):
+    """fn run with the kernels' dispatch level forced to ``level`` (restored after each call)."""
+    def run(x):
+        prev = cpu._set_isa(level)
+        try:
+            return fn(x)
+        finally:
+            cpu._set_isa(prev)
+    return run
+
+
 def sec_normalize(tl, small):
     n = len(small)
+    cpu = _dispatch()
+    best = cpu.isa() if cpu is not None else None
     s = Section(
-        "normalize", f"Normalize + HWC→CHW float32 ({OUT_SIZE}×{OUT_SIZE}×3 uint8 in)",
-        "`(x / 255 - mean) / std`, output a contiguous 3×H×W float32. torch: "
-        "`ToImage`-style `permute(2, 0, 1).contiguous()`, then `to_dtype(float32, scale=True)` "
-        "and `normalize` (what a v2 pipeline runs).",
-        baselines=["numpy affine", "torch to_dtype + normalize"],
-        targets=[("turboloader to_chw_normalized", "torch to_dtype + normalize", 1.0,
-                  "turboloader ≥ torch")])
+        "normalize", f"Output kernels: HWC uint8 → CHW float32 normalized, and → CHW uint8 "
+        f"({OUT_SIZE}×{OUT_SIZE}×3 uint8 in)",
+        "`(x / 255 - mean) / std` into a contiguous 3×H×W float32, and the plain HWC→CHW uint8 "
+        "transpose. `(out=)` rows write into one reused slot (a batch row), as the loaders do. "
+        "`[level]` rows force turboloader's runtime CPU dispatch to that level; `baseline` is "
+        "the scalar loop every build had before dispatch (the same arithmetic, so the same "
+        "bits). torch: `to_dtype(float32, scale=True)` + `normalize` on the CHW tensor (what a "
+        "v2 pipeline runs), with and without the `permute(2, 0, 1).contiguous()` it needs from "
+        "HWC; `uint8→float32 copy_` is torch's bare conversion of the CHW image into a reused "
+        "float tensor (no scaling): the floor for any normalize.",
+        baselines=["torch to_dtype + normalize (CHW in)", "torch uint8→float32 copy_ (CHW in)"],
+        targets=[("turboloader to_chw_normalized(out=)", "torch uint8→float32 copy_ (CHW in)",
+                  1.0, "normalize into a reused slot at least as fast as torch's bare "
+                  "uint8→float32 conversion"),
+                 ("turboloader to_chw_uint8(out=)", "torch permute copy_ (uint8, reused out)",
+                  1.0, "CHW uint8 at least as fast as torch's permuted copy")])
     mean = np.array(MEAN, np.float32)
     std = np.array(STD, np.float32)
+    levels = list(cpu.supported()) if cpu is not None else []
     if tl.to_chw_normalized is not None:
-        s.add("turboloader to_chw_normalized",
-              over(lambda a: tl.to_chw_normalized(a, MEAN, STD), small), n)
+        p = tl.params(tl.to_chw_normalized)
+        buf = np.empty((3, OUT_SIZE, OUT_SIZE), np.float32)
+        if "out" in p:
+            s.add("turboloader to_chw_normalized(out=)",
+                  over(lambda a: tl.to_chw_normalized(a, MEAN, STD, out=buf), small), n,
+                  note=f"dispatch: {best}" if best else "")
+            s.add("turboloader to_chw_normalized(out=, flip=True)",
+                  over(lambda a: tl.to_chw_normalized(a, MEAN, STD, flip=True, out=buf), small),
+                  n, pair="numpy affine + flip")
+            native = sys.modules.get("turboloader._native._chw")
+            if native is not None:
+                s.add("turboloader _chw.normalize_chw_into(out)",
+                      over(lambda a: native.normalize_chw_into(a, buf, mean=MEAN, std=STD),
+                           small), n, note="the native entry, without the functional layer's "
+                      "Python checks")
+            for lv in levels[:-1]:
+                s.add(f"turboloader to_chw_normalized(out=) [{lv}]",
+                      over(_at_level(cpu, lv, lambda a: tl.to_chw_normalized(
+                          a, MEAN, STD, out=buf)), small), n)
+        s.add("turboloader to_chw_normalized", over(
+            lambda a: tl.to_chw_normalized(a, MEAN, STD), small), n)
         _check(s, "turboloader vs numpy naive (float32)", lambda: _agreement(
             (tl.to_chw_normalized(a, MEAN, STD),
              ((a.astype(np.float32) / 255 - mean) / std).transpose(2, 0, 1))
             for a in small[:NCHECK]))
-        p = tl.params(tl.to_chw_normalized)
-        if "flip" in p:
-            _check(s, "flip=True vs numpy of the mirrored image", lambda: _agreement(
-                (tl.to_chw_normalized(a, MEAN, STD, flip=True),
-                 ((a[:, ::-1].astype(np.float32) / 255 - mean) / std).transpose(2, 0, 1))
-                for a in small[:NCHECK]))
-        if "out" in p:
-            buf = np.empty((3, OUT_SIZE, OUT_SIZE), np.float32)
-            s.add("turboloader to_chw_normalized(out=)",
-                  over(lambda a: tl.to_chw_normalized(a, MEAN, STD, out=buf), small), n)
-        if "flip" in p:
-            s.add("turboloader to_chw_normalized(flip=True)",
-                  over(lambda a: tl.to_chw_normalized(a, MEAN, STD, flip=True), small), n,
-                  pair="numpy affine + flip")
+        _check(s, "flip=True vs numpy of the mirrored image", lambda: _agreement(
+            (tl.to_chw_normalized(a, MEAN, STD, flip=True),
+             ((a[:, ::-1].astype(np.float32) / 255 - mean) / std).transpose(2, 0, 1))
+            for a in small[:NCHECK]))
+        if levels:
+            def same_bits():
+                outs = []
+                for lv in levels:
+                    prev = cpu._set_isa(lv)
+                    try:
+                        outs.append([tl.to_chw_normalized(a, MEAN, STD, flip=f).tobytes()
+                                     for a in small[:NCHECK] for f in (False, True)])
+                    finally:
+                        cpu._set_isa(prev)
+                return ("identical bytes at every level" if all(o == outs[0] for o in outs)
+                        else "**DIFFERENT** bytes between levels")
+            _check(s, f"levels {', '.join(levels)} against each other", same_bits)
     else:
         s.skip("turboloader to_chw_normalized",
                tl.missing.get("turboloader.transforms.functional", "missing"))
+    to_u8 = getattr(tl.F, "to_chw_uint8", None) if tl.F is not None else None
+    if to_u8 is not None:
+        ubuf = np.empty((3, OUT_SIZE, OUT_SIZE), np.uint8)
+        s.add("turboloader to_chw_uint8(out=)", over(lambda a: to_u8(a, out=ubuf), small), n,
+              note=f"dispatch: {best}" if best else "")
+        s.add("turboloader to_chw_uint8(out=, flip=True)",
+              over(lambda a: to_u8(a, flip=True, out=ubuf), small), n)
+        for lv in levels[:-1]:
+            s.add(f"turboloader to_chw_uint8(out=) [{lv}]",
+                  over(_at_level(cpu, lv, lambda a: to_u8(a, out=ubuf)), small), n)
+        _check(s, "to_chw_uint8 vs numpy transpose", lambda: _agreement(
+            (to_u8(a), a.transpose(2, 0, 1)) for a in small[:NCHECK]))
     s.add("numpy naive",
           over(lambda a: np.ascontiguousarray(
               ((a.astype(np.float32) / 255 - mean) / std).transpose(2, 0, 1)), small), n)
@@ -747,7 +836,16 @@ def sec_normalize(tl, small):
         t = TVF.to_dtype(t, torch.float32, scale=True)
         return TVF.normalize(t, MEAN, STD)
 
-    s.add("torch to_dtype + normalize", over(torch_norm, small), n)
+    s.add("torch to_dtype + normalize", over(torch_norm, small), n,
+          note="HWC in: permute + contiguous first")
+    chw = [torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1))) for a in small]
+    s.add("torch to_dtype + normalize (CHW in)", over(
+        lambda t: TVF.normalize(TVF.to_dtype(t, torch.float32, scale=True), MEAN, STD), chw), n)
+    fslot = torch.empty((3, OUT_SIZE, OUT_SIZE), dtype=torch.float32)
+    s.add("torch uint8→float32 copy_ (CHW in)", over(lambda t: fslot.copy_(t), chw), n)
+    uslot = torch.empty((3, OUT_SIZE, OUT_SIZE), dtype=torch.uint8)
+    s.add("torch permute copy_ (uint8, reused out)",
+          over(lambda a: uslot.copy_(torch.from_numpy(a).permute(2, 0, 1)), small), n)
     return s
 
 
@@ -784,8 +882,8 @@ def sec_train(tl, data, sizes, seed):
                 check_fns["turboloader fused (dct_scaling=False)"] = (
                     lambda a: np.array(exact(*a[:3])))
     else:
-        s.skip("turboloader fused", tl.missing.get("turboloader.fused",
-                                                   "turboloader.fused not available"))
+        s.skip("turboloader fused", tl.missing.get("turboloader.decode.fused",
+                                                   "turboloader.decode.fused not available"))
 
     if (tl.decode_jpeg is not None and tl.resize is not None
             and tl.to_chw_normalized is not None):
@@ -797,7 +895,7 @@ def sec_train(tl, data, sizes, seed):
             b, (t, l, wh, ww), flip, size_ = a
             if has_scale:
                 sc, crop = _scaled_window(tl, size_, (t, l, wh, ww), pow2=pow2)
-                img = tl.decode_jpeg(b, scale=sc, crop=crop)
+                img = tl.decode_crop(b, crop, scale=sc)
                 if has_box:
                     # the exact (sub-pixel) window inside the decoded, integer-aligned crop
                     x0, y0, cw, ch = crop
@@ -808,7 +906,7 @@ def sec_train(tl, data, sizes, seed):
                 else:
                     img = tl.resize(img, size, "bilinear")
             else:
-                img = tl.decode_jpeg(b, crop=(l, t, ww, wh))
+                img = tl.decode_crop(b, (l, t, ww, wh))
                 img = tl.resize(img, size, "bilinear")
             return tl.to_chw_normalized(img, MEAN, STD, flip=flip, out=slot)
 

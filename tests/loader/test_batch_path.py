@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.utils.data
-from shardgen import jpeg, labelled_members, write_tar
+from helpers.shards import jpeg, labelled_members, write_tar
 
 from turboloader import transforms as T
 from turboloader.data import ImageFolder, TarDataset, sharding

@@ -18,7 +18,7 @@ import torch
 
 from turboloader import transforms as T
 from turboloader._native import _fused
-from turboloader.synthetic import synthetic_jpegs
+from turboloader.tools.synthetic import synthetic_jpegs
 from turboloader.transforms._batch import OK, BatchRunner
 from turboloader.transforms._random import SampleRandom, sample_keys
 
@@ -206,11 +206,12 @@ def _run_isolated(body, timeout=600):
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_runner_works_in_a_forked_child():
     out = _run_isolated('''
         import os, numpy as np, torch
         from turboloader import transforms as T
-        from turboloader.synthetic import synthetic_jpegs
+        from turboloader.tools.synthetic import synthetic_jpegs
         from turboloader.transforms._batch import BatchRunner
         from turboloader.transforms._random import sample_keys
         jpegs = [b for b, _ in synthetic_jpegs(6, seed=1)]
@@ -235,12 +236,13 @@ def test_runner_works_in_a_forked_child():
     assert out.split() == ["0"]
 
 
+@pytest.mark.slow
 def test_fuzzed_corrupt_batches_match_the_per_sample_path():
     out = _run_isolated('''
         import warnings, numpy as np, torch
         from turboloader import DecodeError, DecodeWarning
         from turboloader import transforms as T
-        from turboloader.synthetic import synthetic_jpegs
+        from turboloader.tools.synthetic import synthetic_jpegs
         from turboloader.transforms._batch import BatchRunner, OK, FAILED
         from turboloader.transforms._random import SampleRandom, sample_keys
         rng = np.random.default_rng(0)

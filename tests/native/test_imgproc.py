@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from turboloader._native import _imgproc
+from turboloader._native import _chw, _colour, _resample
 from turboloader.transforms import functional as TF
 
 torch = pytest.importorskip("torch")
@@ -202,7 +202,7 @@ def test_crop_and_flip_exact():
     np.testing.assert_array_equal(TF.horizontal_flip(gray), gray[:, ::-1])
     np.testing.assert_array_equal(TF.crop(gray, 1, 2, 3, 4), gray[1:4, 2:6])
     inplace = img.copy()
-    _imgproc.hflip_into(inplace, inplace)
+    _resample.hflip_into(inplace, inplace)
     np.testing.assert_array_equal(inplace, img[:, ::-1])
     odd = make_image(5, 1, seed=1)
     np.testing.assert_array_equal(TF.horizontal_flip(odd), odd)
@@ -386,34 +386,34 @@ def test_native_entry_points_revalidate():
     """The def wrappers check what their memory safety depends on, whatever Python did."""
     img = make_image(20, 30)
     with pytest.raises(ValueError):
-        _imgproc.resample_into(img[:, ::2], np.empty((4, 4, 3), np.uint8))
+        _resample.resample_into(img[:, ::2], np.empty((4, 4, 3), np.uint8))
     with pytest.raises(ValueError, match="channels"):
-        _imgproc.resample_into(img, np.empty((4, 4, 1), np.uint8))
+        _resample.resample_into(img, np.empty((4, 4, 1), np.uint8))
     with pytest.raises(ValueError):
-        _imgproc.resample_into(img, np.empty((0, 4, 3), np.uint8))
+        _resample.resample_into(img, np.empty((0, 4, 3), np.uint8))
     with pytest.raises(ValueError, match="crop"):
-        _imgproc.resample_into(img, np.empty((4, 4, 3), np.uint8), crop=(15, 0, 10, 10))
+        _resample.resample_into(img, np.empty((4, 4, 3), np.uint8), crop=(15, 0, 10, 10))
     with pytest.raises(ValueError, match="crop"):
-        _imgproc.resample_into(img, np.empty((4, 4, 3), np.uint8), crop=(2**62, 0, 10, 10))
+        _resample.resample_into(img, np.empty((4, 4, 3), np.uint8), crop=(2**62, 0, 10, 10))
     with pytest.raises(ValueError, match="filter"):
-        _imgproc.resample_into(img, np.empty((4, 4, 3), np.uint8), filter=7)
+        _resample.resample_into(img, np.empty((4, 4, 3), np.uint8), filter=7)
     with pytest.raises(ValueError, match="outside"):
-        _imgproc.crop_into(img, np.empty((10, 10, 3), np.uint8), top=11, left=0)
+        _resample.crop_into(img, np.empty((10, 10, 3), np.uint8), top=11, left=0)
     with pytest.raises(ValueError, match="outside"):
-        _imgproc.crop_into(img, np.empty((10, 10, 3), np.uint8), top=2**62, left=0)
+        _resample.crop_into(img, np.empty((10, 10, 3), np.uint8), top=2**62, left=0)
     with pytest.raises(ValueError):
-        _imgproc.crop_into(img, np.empty((21, 10, 3), np.uint8), top=0, left=0)
+        _resample.crop_into(img, np.empty((21, 10, 3), np.uint8), top=0, left=0)
     with pytest.raises(ValueError, match="overlap"):
-        _imgproc.hflip_into(img[1:], img[:-1])
+        _resample.hflip_into(img[1:], img[:-1])
     with pytest.raises(ValueError):
-        _imgproc.normalize_chw_into(img, np.empty((3, 20, 29), np.float32), mean=MEAN, std=STD)
+        _chw.normalize_chw_into(img, np.empty((3, 20, 29), np.float32), mean=MEAN, std=STD)
     with pytest.raises(ValueError):
-        _imgproc.chw_into(img, np.empty((3, 30, 20), np.uint8))
+        _chw.chw_into(img, np.empty((3, 30, 20), np.uint8))
     with pytest.raises(ValueError):
-        _imgproc.adjust_hue_(img, 0.7)
+        _colour.adjust_hue_(img, 0.7)
     with pytest.raises(ValueError):
-        _imgproc.adjust_brightness_(np.zeros((4, 4, 4), np.uint8), 1.0)
+        _colour.adjust_brightness_(np.zeros((4, 4, 4), np.uint8), 1.0)
     with pytest.raises(ValueError):  # read-only buffer for an in-place kernel
         ro = img.copy()
         ro.flags.writeable = False
-        _imgproc.adjust_contrast_(ro, 1.0)
+        _colour.adjust_contrast_(ro, 1.0)

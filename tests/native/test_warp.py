@@ -1,5 +1,5 @@
 """The Cython layer of the warp/blur kernels (``_native/_warp``) and the point-op kernels added
-to ``_native/_imgproc``: validation, invariants the kernels re-check, exact simple cases, and
+to ``_native/_colour``: validation, invariants the kernels re-check, exact simple cases, and
 threads (every entry point releases the GIL)."""
 
 import threading
@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from turboloader._native import _imgproc, _warp
+from turboloader._native import _colour, _warp
 from turboloader.transforms import functional as FN
 
 IDENTITY = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
@@ -120,71 +120,71 @@ def test_blur_delta_and_validation():
 def test_point_op_kernels_exact():
     src = img(c=3)
     a = src.copy()
-    _imgproc.posterize_(a, 3)
+    _colour.posterize_(a, 3)
     np.testing.assert_array_equal(a, src & 0b11100000)
     a = src.copy()
-    _imgproc.solarize_(a, 100)
+    _colour.solarize_(a, 100)
     np.testing.assert_array_equal(a, np.where(src >= 100, 255 - src, src))
     a = src.copy()
-    _imgproc.solarize_(a, 256)
+    _colour.solarize_(a, 256)
     np.testing.assert_array_equal(a, src)
     a = src.copy()
-    _imgproc.invert_(a)
+    _colour.invert_(a)
     np.testing.assert_array_equal(a, 255 - src)
     lut = np.stack([np.arange(256)[::-1], np.arange(256), np.full(256, 9)]).astype(np.uint8)
     a = src.copy()
-    _imgproc.lut_(a, lut)
+    _colour.lut_(a, lut)
     np.testing.assert_array_equal(a, np.stack([255 - src[..., 0], src[..., 1],
                                                np.full_like(src[..., 2], 9)], -1))
-    hist = _imgproc.histogram(src)
+    hist = _colour.histogram(src)
     for c in range(3):
         np.testing.assert_array_equal(hist[c], np.bincount(src[..., c].ravel(), minlength=256))
     four = img(c=4)
-    assert _imgproc.histogram(four).sum() == four.size
+    assert _colour.histogram(four).sum() == four.size
 
 
 def test_point_op_validation():
     src = img()
     with pytest.raises(ValueError):
-        _imgproc.posterize_(src, 9)
+        _colour.posterize_(src, 9)
     with pytest.raises(ValueError):
-        _imgproc.solarize_(src, -1)
+        _colour.solarize_(src, -1)
     with pytest.raises(ValueError):
-        _imgproc.lut_(src, np.zeros((1, 256), np.uint8))
+        _colour.lut_(src, np.zeros((1, 256), np.uint8))
     with pytest.raises(ValueError):
-        _imgproc.grayscale_into(img(c=1), np.empty((37, 53, 1), np.uint8))
+        _colour.grayscale_into(img(c=1), np.empty((37, 53, 1), np.uint8))
     with pytest.raises(ValueError):
-        _imgproc.grayscale_into(src, np.empty((37, 53, 2), np.uint8))
+        _colour.grayscale_into(src, np.empty((37, 53, 2), np.uint8))
     with pytest.raises(ValueError):
-        _imgproc.sharpness_into(src, src, 1.5)                       # overlap
+        _colour.sharpness_into(src, src, 1.5)                       # overlap
     with pytest.raises(ValueError):
-        _imgproc.sharpness_into(src, np.empty_like(src), -1.0)
+        _colour.sharpness_into(src, np.empty_like(src), -1.0)
     ro = src.copy()
     ro.flags.writeable = False
     with pytest.raises(ValueError):
-        _imgproc.invert_(ro)
+        _colour.invert_(ro)
 
 
 def test_sharpness_keeps_border_and_small_images():
     src = img()
     out = np.empty_like(src)
-    _imgproc.sharpness_into(src, out, 3.0)
+    _colour.sharpness_into(src, out, 3.0)
     np.testing.assert_array_equal(out[0], src[0])
     np.testing.assert_array_equal(out[:, -1], src[:, -1])
     tiny = img(2, 5)
     out = np.empty_like(tiny)
-    _imgproc.sharpness_into(tiny, out, 3.0)
+    _colour.sharpness_into(tiny, out, 3.0)
     np.testing.assert_array_equal(out, tiny)
 
 
 def test_colour_kernels_extreme_factors_saturate():
     src = img()
     a = src.copy()
-    _imgproc.adjust_saturation_(a, 1e12)     # beyond the branch-free clamp's range
+    _colour.adjust_saturation_(a, 1e12)     # beyond the branch-free clamp's range
     gray = FN.rgb_to_grayscale(src, 1).astype(np.int64)
     assert ((src > gray) <= (a == 255)).all() and ((src < gray) <= (a == 0)).all()
     a = src.copy()
-    _imgproc.adjust_brightness_(a, 1e30)
+    _colour.adjust_brightness_(a, 1e30)
     np.testing.assert_array_equal(a, np.where(src > 0, 255, 0))
 
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from turboloader import DecodeError, DecodeWarning
 from turboloader import transforms as T
-from turboloader.synthetic import synthetic_jpegs
+from turboloader.tools.synthetic import synthetic_jpegs
 from turboloader.transforms._batch import FAILED, GENERIC, OK, BatchParams, BatchRunner
 from turboloader.transforms._random import SampleRandom, sample_keys
 
@@ -44,6 +44,8 @@ PIPELINES = {
     # parameters the vectorized replay does not cover: drawn row by row
     "rrc_float32_scale": [T.RandomResizedCrop(100, scale=(np.float32(0.2), 1.0)),
                           T.RandomHorizontalFlip(), T.ToImage()],
+    "containers": [T.RandomResizedCrop(96), T.RandomApply([T.ColorJitter(0.3, 0.3)], p=0.5),
+                   T.RandomChoice([T.RandomHorizontalFlip(), T.Identity()]), T.ToImage()],
 }
 
 

@@ -26,10 +26,15 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.types cimport pid_t
 from posix.unistd cimport getpid
 
-from turboloader._native._imgproc cimport (
+from turboloader._native._chw cimport chw_u8, normalize_chw_f32
+from turboloader._native._colour cimport (
+    adjust_brightness_u8, adjust_contrast_u8, adjust_hue_u8, adjust_saturation_u8,
+)
+from turboloader._native._common cimport (
     IMGPROC_EARG, IMGPROC_EBADSIZE, IMGPROC_EBOUNDS, IMGPROC_EPLAN, IMGPROC_ESTRIDE, IMGPROC_OK,
-    ResamplePlan, adjust_brightness_u8, adjust_contrast_u8, adjust_hue_u8, adjust_saturation_u8,
-    chw_u8, normalize_chw_f32, resample_plan_init_in, resample_plan_size, resample_run,
+)
+from turboloader._native._resample cimport (
+    ResamplePlan, resample_plan_init_in, resample_plan_size, resample_run,
 )
 from turboloader._native.jpeg_shim cimport (
     TL_ERR_ARG, TL_MSG_LEN, TL_OK, tl_jpeg_decode, tl_jpeg_info, tl_jpeg_read_header,
@@ -494,6 +499,7 @@ cdef class BatchRunner:
     cdef _Sample* _samples
     cdef Py_ssize_t _samples_cap
     cdef object _lock
+    cdef pid_t _pid
     cdef object __weakref__
 
     def __cinit__(self, *, int threads=1):
@@ -506,6 +512,7 @@ cdef class BatchRunner:
             raise MemoryError()
         memset(self._scratch, 0, threads * sizeof(_Scratch))
         self._lock = threading.Lock()
+        self._pid = getpid()
         self._pool = tl_pool_create(threads, errmsg)
         if self._pool == NULL:
             raise OSError(_text(errmsg))
@@ -699,6 +706,11 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
     cdef Py_ssize_t* which = <Py_ssize_t*>malloc((n if n > 0 else 1) * sizeof(Py_ssize_t))
     if which == NULL:
         raise MemoryError()
+    if runner._pid != getpid():
+        # a forked child: the parent's lock may have been held by a thread that does not
+        # exist here (the pool itself is replaced by _check_pool)
+        runner._lock = threading.Lock()
+        runner._pid = getpid()
     try:
         with runner._lock:
             runner._check_pool()

@@ -9,24 +9,25 @@ float32 passes. Each ``def`` validates with the GIL held, runs one ``noexcept no
 that returns a status, and raises outside the ``nogil`` block. No kernel allocates: scratch
 buffers come from the caller. Random parameters are never drawn here.
 """
-from libc.math cimport fabsf, floorf, isfinite
-from libc.stdint cimport int32_t, uint8_t
+from libc.math cimport isfinite
+from libc.stdint cimport uint8_t
 
-cdef extern from *:
-    # Every float operation here mirrors one rounding of torch's; a -march build would let GCC
-    # fuse a * b + c into an FMA (-ffp-contract=fast) and change results. Keep them separate.
-    """
-    #if defined(__GNUC__) && !defined(__clang__)
-    #pragma GCC optimize ("fp-contract=off")
-    #elif defined(__clang__)
-    #pragma STDC FP_CONTRACT OFF
-    #endif
-    """
+from turboloader._native._cpu cimport isa_level
+
+cdef extern from "warp_kernels.h" nogil:
+    # The loops, in C so that they are compiled once per ISA level (runtime dispatch); the
+    # kernels below validate their arguments first.
+    void tl_warp_u8(const uint8_t* src, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t sstride, int C,
+                    uint8_t* dst, Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t dstride, int grid,
+                    const float* t, int mode, const float* fill, int isa)
+    void tl_blur_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t sstride, int C,
+                    uint8_t* dst, Py_ssize_t dstride, const float* kx, Py_ssize_t nx,
+                    const float* ky, Py_ssize_t ny, float* tmp, int isa)
 
 NEAREST = WARP_NEAREST
 BILINEAR = WARP_BILINEAR
 
-cdef enum:
+cdef enum:     # values mirror warp_kernels.h
     WARP_NEAREST = 0
     WARP_BILINEAR = 1
 
@@ -41,151 +42,8 @@ cdef enum:
     WARP_EARG = -3
 
 cdef enum:
-    MAX_SIDE = 1 << 22      # _rne's exact range; coordinates stay exact in float32
+    MAX_SIDE = 1 << 22      # the kernels' rounding range; coordinates stay exact in float32
     MAX_TAPS = 1025
-
-
-cdef float RNE_MAGIC = 12582912.0     # 1.5 * 2^23
-
-
-cdef inline float _rne(float v) noexcept nogil:
-    # Round half to even (the FPU default mode, like nearbyintf, which is a libm call without
-    # SSE4.1) for |v| < 2^22: adding 1.5 * 2^23 leaves no fraction bits. GCC keeps the add and
-    # subtract because -fassociative-math is off.
-    cdef float t = v + RNE_MAGIC
-    return t - RNE_MAGIC
-
-
-cdef inline uint8_t _round_u8(float v) noexcept nogil:
-    # torch's round_() (half to even) then .to(uint8); v is a convex combination of bytes and
-    # fill values, but clamp anyway so no cast is ever out of range.
-    if not (v > 0.0):      # also NaN
-        return 0
-    if v > 255.0:
-        return 255
-    return <uint8_t>_rne(v)
-
-
-cdef inline uint8_t _round_clamp_u8(float v) noexcept nogil:
-    # _round_u8 without branches for finite |v| < 2^22 (integer clamps compile to cmovs)
-    cdef int32_t i = <int32_t>_rne(v)
-    i = i if i > 0 else 0
-    i = i if i < 255 else 255
-    return <uint8_t>i
-
-
-cdef inline float _fma_acc(float acc, float w, uint8_t v) noexcept nogil:
-    # torch's grid_sample accumulates with fused multiply-adds: one rounding per step. The
-    # double product of a float and a byte and the double sum are exact, so the cast rounds once.
-    return <float>(<double>acc + <double>w * <double>v)
-
-
-cdef enum:
-    CHUNK = 64          # output pixels per bilinear chunk (stack arrays)
-
-
-cdef void _bilinear_chunk(const uint8_t* src, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t sstride,
-                          int C, const float* ixs, const float* iys, Py_ssize_t n,
-                          const float* fill, const uint8_t* fill8, uint8_t* q) noexcept nogil:
-    # Bilinear taps for n (<= CHUNK) output pixels with source coordinates ixs/iys (finite,
-    # |.| < 2^22), written interleaved to q. Taps outside the source read as 0 with their
-    # weight kept, which is exactly torch's masked FMA chain (an FMA with a 0 tap returns the
-    # accumulator), so the arithmetic is uniform: weights (vectorized), a bounds-checked byte
-    # gather (scalar), then per channel a branch-free pass that GCC vectorizes, so the exact
-    # double FMA emulation pipelines across pixels instead of stalling on one pixel's chain.
-    cdef float w0[CHUNK]
-    cdef float w1[CHUNK]
-    cdef float w2[CHUNK]
-    cdef float w3[CHUNK]
-    cdef float msk[CHUNK]
-    cdef int32_t xis[CHUNK]
-    cdef int32_t yis[CHUNK]
-    cdef uint8_t tap[4 * 4 * CHUNK]   # [tap][channel][pixel]
-    cdef uint8_t outv[4 * CHUNK]      # [channel][pixel]
-    cdef Py_ssize_t k, xi, yi
-    cdef int c
-    cdef float ix, iy, fx, fy, tx, ty, a0, a1, a2, a3, v, one = 1.0, zero = 0.0
-    cdef bint i0, i1, i2, i3
-    cdef const uint8_t* p0
-    cdef const uint8_t* p2
-    cdef uint8_t* t0
-    cdef uint8_t* t1
-    cdef uint8_t* t2
-    cdef uint8_t* t3
-    for k in range(n):
-        ix = ixs[k]
-        iy = iys[k]
-        fx = <float><int32_t>ix         # floor without libm: truncate, then step down
-        fy = <float><int32_t>iy         # where truncation went up (negative fractions)
-        fx = fx - <float>(fx > ix)
-        fy = fy - <float>(fy > iy)
-        tx = ix - fx
-        ty = iy - fy
-        xis[k] = <int32_t>fx
-        yis[k] = <int32_t>fy
-        w0[k] = (one - tx) * (one - ty)
-        w1[k] = tx * (one - ty)
-        w2[k] = (one - tx) * ty
-        w3[k] = tx * ty
-    for k in range(n):
-        xi = xis[k]
-        yi = yis[k]
-        i0 = 0 <= xi < sw and 0 <= yi < sh
-        i1 = 0 <= xi + 1 < sw and 0 <= yi < sh
-        i2 = 0 <= xi < sw and 0 <= yi + 1 < sh
-        i3 = 0 <= xi + 1 < sw and 0 <= yi + 1 < sh
-        if i0 and i3:
-            msk[k] = ((w0[k] + w1[k]) + w2[k]) + w3[k]
-            p0 = src + yi * sstride + xi * C
-            p2 = p0 + sstride
-            for c in range(C):
-                tap[(0 * 4 + c) * CHUNK + k] = p0[c]
-                tap[(1 * 4 + c) * CHUNK + k] = p0[C + c]
-                tap[(2 * 4 + c) * CHUNK + k] = p2[c]
-                tap[(3 * 4 + c) * CHUNK + k] = p2[C + c]
-            continue
-        a0 = w0[k] if i0 else zero
-        a1 = w1[k] if i1 else zero
-        a2 = w2[k] if i2 else zero
-        a3 = w3[k] if i3 else zero
-        msk[k] = ((a0 + a1) + a2) + a3
-        for c in range(C):
-            tap[(0 * 4 + c) * CHUNK + k] = src[yi * sstride + xi * C + c] if i0 else 0
-            tap[(1 * 4 + c) * CHUNK + k] = src[yi * sstride + (xi + 1) * C + c] if i1 else 0
-            tap[(2 * 4 + c) * CHUNK + k] = src[(yi + 1) * sstride + xi * C + c] if i2 else 0
-            tap[(3 * 4 + c) * CHUNK + k] = src[(yi + 1) * sstride + (xi + 1) * C + c] if i3 else 0
-    for c in range(C):
-        t0 = &tap[(0 * 4 + c) * CHUNK]
-        t1 = &tap[(1 * 4 + c) * CHUNK]
-        t2 = &tap[(2 * 4 + c) * CHUNK]
-        t3 = &tap[(3 * 4 + c) * CHUNK]
-        if fill == NULL:
-            for k in range(n):
-                v = w0[k] * <float>t0[k]
-                v = <float>(<double>v + <double>w1[k] * <double>t1[k])
-                v = <float>(<double>v + <double>w2[k] * <double>t2[k])
-                v = <float>(<double>v + <double>w3[k] * <double>t3[k])
-                outv[c * CHUNK + k] = _round_clamp_u8(v)
-        else:
-            a0 = fill[c]
-            for k in range(n):
-                v = w0[k] * <float>t0[k]
-                v = <float>(<double>v + <double>w1[k] * <double>t1[k])
-                v = <float>(<double>v + <double>w2[k] * <double>t2[k])
-                v = <float>(<double>v + <double>w3[k] * <double>t3[k])
-                # torchvision: float_img.sub_(fill).mul_(mask).add_(fill)
-                v = v - a0
-                v = v * msk[k]
-                outv[c * CHUNK + k] = _round_clamp_u8(v + a0)
-    if C == 3:
-        for k in range(n):
-            q[3 * k] = outv[k]
-            q[3 * k + 1] = outv[CHUNK + k]
-            q[3 * k + 2] = outv[2 * CHUNK + k]
-    else:
-        for k in range(n):
-            for c in range(C):
-                q[k * C + c] = outv[c * CHUNK + k]
 
 
 cdef int warp_u8(const uint8_t* src, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t sstride, int C,
@@ -196,24 +54,8 @@ cdef int warp_u8(const uint8_t* src, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ss
     ``t`` holds 6 (affine) or 8 (perspective) float32 coefficients already divided by the
     half-sizes as torchvision does; ``fill`` is NULL (torchvision ``fill=None``: zeros, no mask
     blend) or C floats. src and dst must not overlap. Every tap is bounds-checked against
-    (sh, sw) before it is read.
+    (sh, sw) before it is read (warp_kernels.c).
     """
-    cdef Py_ssize_t i, j
-    cdef int c
-    cdef float x, y, gx, gy, den, ix, iy, fx, fy
-    cdef float x0f = 0.0, y0f = 0.0
-    cdef float half_w = <float>sw * <float>0.5
-    cdef float half_h = <float>sh * <float>0.5
-    cdef float one = 1.0
-    cdef float lim = 4194304.0      # 2^22: _rne's range; anything beyond is far outside
-    cdef uint8_t fill8[4]
-    cdef float ixs[CHUNK]
-    cdef float iys[CHUNK]
-    cdef Py_ssize_t j0, n, k
-    cdef bint far
-    cdef float park = -8.0
-    cdef const uint8_t* p0
-    cdef uint8_t* q
     if src == NULL or dst == NULL or sh <= 0 or sw <= 0 or dh <= 0 or dw <= 0 or C < 1 or C > 4:
         return WARP_EBADSIZE
     if sh > MAX_SIDE or sw > MAX_SIDE or dh > MAX_SIDE or dw > MAX_SIDE:
@@ -223,69 +65,7 @@ cdef int warp_u8(const uint8_t* src, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ss
     if (grid != GRID_AFFINE and grid != GRID_PERSPECTIVE) or (mode != WARP_NEAREST
                                                              and mode != WARP_BILINEAR):
         return WARP_EARG
-    for c in range(C):
-        fill8[c] = _round_u8(fill[c]) if fill != NULL else 0
-    if grid == GRID_AFFINE:
-        # torch.linspace((1 - ow) / 2, (ow - 1) / 2, ow): exact half-integers in float32
-        x0f = <float>((1.0 - <double>dw) * 0.5)
-        y0f = <float>((1.0 - <double>dh) * 0.5)
-    else:
-        x0f = 0.5
-        y0f = 0.5
-    for i in range(dh):
-        y = y0f + <float>i
-        q = dst + i * dstride
-        j0 = 0
-        while j0 < dw:
-            n = dw - j0
-            if n > CHUNK:
-                n = CHUNK
-            for k in range(n):      # the grid: vectorizable
-                x = x0f + <float>(j0 + k)
-                # torch's bmm of (x, y, 1) with the rescaled theta: (x a + y b) + c, no FMA
-                gx = x * t[0] + y * t[1]
-                gx = gx + t[2]
-                gy = x * t[3] + y * t[4]
-                gy = gy + t[5]
-                if grid == GRID_PERSPECTIVE:
-                    den = x * t[6] + y * t[7]
-                    den = den + one
-                    gx = gx / den - one
-                    gy = gy / den - one
-                # grid_sample's unnormalize, align_corners=False: (g + 1) * (size / 2) - 0.5,
-                # one fused multiply-add in torch's AVX2/NEON kernels (exact double product
-                # and sum, so the cast rounds once)
-                ix = <float>(<double>(gx + one) * <double>half_w - 0.5)
-                iy = <float>(<double>(gy + one) * <double>half_h - 0.5)
-                # beyond 2^22 (or NaN) every tap is outside: park it at -8 (all taps outside,
-                # value 0, mask 0), which gives the same output and keeps casts in range
-                far = (fabsf(ix) >= lim) | (fabsf(iy) >= lim) | (ix != ix) | (iy != iy)
-                ixs[k] = park if far else ix
-                iys[k] = park if far else iy
-            if mode == WARP_BILINEAR:
-                _bilinear_chunk(src, sh, sw, sstride, C, ixs, iys, n, fill, fill8, q)
-                q += n * C
-                j0 += n
-                continue
-            for k in range(n):
-                ix = ixs[k]
-                iy = iys[k]
-                if not (-lim < ix < lim and -lim < iy < lim):     # also NaN
-                    for c in range(C):
-                        q[c] = fill8[c]
-                    q += C
-                    continue
-                fx = _rne(ix)
-                fy = _rne(iy)
-                if fx >= 0.0 and fx < <float>sw and fy >= 0.0 and fy < <float>sh:
-                    p0 = src + <Py_ssize_t>fy * sstride + <Py_ssize_t>fx * C
-                    for c in range(C):
-                        q[c] = p0[c]
-                else:
-                    for c in range(C):
-                        q[c] = fill8[c]
-                q += C
-            j0 += n
+    tl_warp_u8(src, sh, sw, sstride, C, dst, dh, dw, dstride, grid, t, mode, fill, isa_level())
     return WARP_OK
 
 
@@ -309,54 +89,16 @@ cdef int blur_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t sstr
     least ``(h + 1) * w * C`` floats (the last row accumulates the vertical pass). src and dst
     may be the same buffer. Taps are summed in ascending order in both passes.
     """
-    cdef Py_ssize_t y, x, k, j, rx = nx // 2, ry = ny // 2, n = w * C, xx, lo, hi
-    cdef int c
-    cdef float acc, wk
-    cdef const uint8_t* row
-    cdef const float* trow
-    cdef float* hrow
-    cdef float* vacc
-    cdef uint8_t* drow
+    cdef Py_ssize_t n = w * C
     if src == NULL or dst == NULL or tmp == NULL or kx == NULL or ky == NULL:
         return WARP_EBADSIZE
     if h <= 0 or w <= 0 or C < 1 or C > 4 or nx < 1 or ny < 1 or nx % 2 == 0 or ny % 2 == 0:
         return WARP_EBADSIZE
-    if rx >= w or ry >= h or nx > MAX_TAPS or ny > MAX_TAPS:
+    if nx // 2 >= w or ny // 2 >= h or nx > MAX_TAPS or ny > MAX_TAPS:
         return WARP_EARG
     if sstride < n or dstride < n or tmp_len < (h + 1) * n:
         return WARP_ESTRIDE
-    vacc = tmp + h * n
-    lo = rx * C                 # interior: every tap inside the row
-    hi = (w - rx) * C
-    for y in range(h):
-        row = src + y * sstride
-        hrow = tmp + y * n
-        for j in range(n):
-            hrow[j] = 0.0
-        for k in range(nx):     # tap-major over contiguous bytes: vectorizes
-            wk = kx[k]
-            for j in range(lo, hi):
-                hrow[j] = hrow[j] + wk * <float>row[j + (k - rx) * C]
-        for x in range(w):      # the reflected border columns
-            if x >= rx and x + rx < w:
-                continue
-            for c in range(C):
-                acc = 0.0
-                for k in range(nx):
-                    xx = _reflect(x - rx + k, w)
-                    acc = acc + kx[k] * <float>row[xx * C + c]
-                hrow[x * C + c] = acc
-    for y in range(h):
-        for j in range(n):
-            vacc[j] = 0.0
-        for k in range(ny):
-            trow = tmp + _reflect(y - ry + k, h) * n
-            wk = ky[k]
-            for j in range(n):
-                vacc[j] = vacc[j] + wk * trow[j]
-        drow = dst + y * dstride
-        for j in range(n):
-            drow[j] = _round_u8(vacc[j])
+    tl_blur_u8(src, h, w, sstride, C, dst, dstride, kx, nx, ky, ny, tmp, isa_level())
     return WARP_OK
 
 

@@ -4,10 +4,10 @@ decoded-sample cache and a failure policy.
 
 Modules: :mod:`~turboloader.data.reader` (the sample reader the datasets share: decoder,
 cache, failure policy, statistics, per-stream state and the batch path),
-:mod:`~turboloader.data.shards` (URL expansion, shard readers, sample grouping),
 :mod:`~turboloader.data.sharding` (epoch order, rank/worker split), :mod:`~turboloader.data.cache`
-(byte-bounded LRU), :mod:`~turboloader.data.failures` (skip/raise policy), :mod:`~turboloader.data.epochs`
-(shared epochs), :mod:`~turboloader.data.telemetry` (statistics).
+(byte-bounded LRU), :mod:`~turboloader.data.failures` (skip/raise policy),
+:mod:`~turboloader.data.epochs` (shared epochs), :mod:`~turboloader.data.telemetry`
+(statistics); shard lists and readers are :mod:`~turboloader.io.shards`.
 
 Names are imported on first use, so tools that need only the shard readers do not pay for
 importing torch and torchvision.
@@ -20,13 +20,13 @@ _LAZY = {
     "FailurePolicy": "turboloader.data.failures",
     "ImageFolder": "turboloader.data.folder",
     "ResumableSampler": "turboloader.data.tbl_dataset",
-    "ShardCache": "turboloader.data.remote",
+    "ShardCache": "turboloader.io.remote",
     "delivered_counts": "turboloader.data.tar_dataset",
     "TarBatches": "turboloader.data.tar_dataset",
     "TarDataset": "turboloader.data.tar_dataset",
     "TBLDataset": "turboloader.data.tbl_dataset",
-    "braceexpand": "turboloader.data.shards",
-    "expand_urls": "turboloader.data.shards",
+    "braceexpand": "turboloader.io.shards",
+    "expand_urls": "turboloader.io.shards",
     "per_rank_count": "turboloader.data.sharding",
     "worker_items": "turboloader.data.sharding",
 }

@@ -10,8 +10,8 @@ import time
 import torchvision.datasets
 
 from turboloader.data.reader import MapDataset
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import UnreadableFileError
-from turboloader.jpeg import DEFAULT_MAX_PIXELS
 
 __all__ = ["ImageFolder", "MAX_FILE_BYTES", "read_file"]
 

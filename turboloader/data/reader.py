@@ -355,6 +355,9 @@ class ReaderMixin(EpochMixin):
                      on_error, max_failures, max_pixels, stats_interval):
         if int(seed) < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
+        from turboloader.transforms._plan import _warn_unfused
+
+        _warn_unfused(transform, type(self).__name__, stacklevel=4)  # once, in the main process
         self.transform = transform
         self.target_transform = target_transform
         self.seed = int(seed)

@@ -16,7 +16,7 @@ from turboloader.data.failures import FailureLog
 from turboloader.data import reader as _reader
 from turboloader.data.reader import (Chunk, ReaderMixin, StreamReader, collate_labels,
                                      compact, fill_row, stream_name)
-from turboloader.data.shards import (
+from turboloader.io.shards import (
     check_record as _check_record,
     count_samples,
     expand_urls,
@@ -24,9 +24,9 @@ from turboloader.data.shards import (
     parse_label,
     random_access as _random_access,
 )
-from turboloader.data.remote import RemoteShardError, ShardCache
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import FailureBudgetExceeded, SampleError, TarFormatError, TurboLoaderError
-from turboloader.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.io.remote import RemoteShardError, ShardCache
 
 __all__ = ["TarBatches", "TarDataset", "delivered_counts"]
 
@@ -429,7 +429,7 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
             counts.append(n)
         # class names from the classes.json that `turboloader convert` writes next to the
         # shards (None without one), indexed like torchvision's ImageFolder
-        from turboloader.data.shards import read_classes
+        from turboloader.io.shards import read_classes
 
         self.classes = read_classes(expanded)
         self.class_to_idx = (None if self.classes is None

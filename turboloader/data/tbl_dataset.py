@@ -8,10 +8,10 @@ import numpy as np
 import torch.utils.data
 
 from turboloader.data.reader import MapDataset, StreamReader
-from turboloader.data.shards import expand_urls
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import SampleError, TurboLoaderError
-from turboloader.jpeg import DEFAULT_MAX_PIXELS
-from turboloader.tbl import Codec, TBLFile
+from turboloader.io.shards import expand_urls
+from turboloader.io.tbl import Codec, TBLFile
 
 __all__ = ["ResumableSampler", "TBLDataset"]
 

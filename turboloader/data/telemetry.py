@@ -23,7 +23,7 @@ import threading
 import time
 import weakref
 
-__all__ = ["COUNTERS", "Recorder", "Telemetry"]
+__all__ = ["COUNTERS", "MIN_FLUSH_PERIOD_S", "Recorder", "Telemetry"]
 
 #: Counters kept per epoch.
 COUNTERS = ("samples", "bytes_read", "read_s", "decode_s", "transform_s", "failures",

@@ -64,6 +64,11 @@ Modules: :mod:`~turboloader.loader.protocol` (the dataset side),
 """
 
 from turboloader.loader._dataloader import DataLoader, profile
-from turboloader.loader.stats import format_stats
+from turboloader.loader.stats import STAGES, format_stats
 
-__all__ = ["DataLoader", "format_stats", "profile"]
+__all__ = [
+    "DataLoader",
+    "STAGES",
+    "format_stats",
+    "profile",
+]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import warnings
@@ -21,13 +20,6 @@ from turboloader.loader.protocol import has_worker_streams
 from turboloader.loader.stats import RunStats, format_stats
 
 __all__ = ["DataLoader", "profile"]
-
-
-def _is_pathlike(x) -> bool:
-    if isinstance(x, (str, bytes, os.PathLike)):
-        return True
-    return isinstance(x, (list, tuple)) and len(x) > 0 and all(
-        isinstance(p, (str, os.PathLike)) for p in x)
 
 
 def _cache_on(dataset) -> bool:
@@ -125,9 +117,9 @@ class DataLoader:
 
     Args:
         dataset: a ``torch.utils.data.Dataset``: a map-style one (``ImageFolder``,
-            ``TBLDataset``, ...) or an ``IterableDataset`` (``TarDataset``). A path, a
-            ``PathLike`` or a list of paths instead is seed 001's path-first form and goes
-            to ``turboloader.seeds.seed001_loader(path, *args, **kwargs)``.
+            ``TBLDataset``, ...) or an ``IterableDataset`` (``TarDataset``). (The top-level
+            ``turboloader.DataLoader``, a subclass, also takes seed 001's path-first form:
+            see :class:`turboloader.compat.DataLoader`.)
         batch_size: samples per batch (default 1).
         shuffle: map-style: shuffle with a ``RandomSampler`` seeded from ``(seed, epoch)``,
             or drawn from ``generator`` when one is given (default False). Iterable: shuffling is the dataset's own (``TarDataset(shuffle=)``);
@@ -178,13 +170,6 @@ class DataLoader:
         ...     for images, labels in gpu: ...     # float32 on the GPU, normalised there
         >>> tl.profile(loader, num_batches=20)   # the stage table: where is the bottleneck?
     """
-
-    def __new__(cls, dataset=None, *args, **kwargs):
-        if _is_pathlike(dataset):
-            from turboloader.seeds import seed001_loader
-
-            return seed001_loader(dataset, *args, **kwargs)
-        return super().__new__(cls)
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
                  num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,

@@ -49,7 +49,11 @@ import numpy as np
 import torch
 
 from turboloader._native._fused import MAX_COLOUR_OPS, BatchRunner
-from turboloader.transforms import _transforms as T
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _max_pixels
+from turboloader.transforms._colour import ColorJitter
+from turboloader.transforms._geometry import (
+    CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, Resize,
+)
 from turboloader.transforms._random import _GAMMA, _MASK64, SampleRandom, _as_u64, _mix_np, _UGAMMA
 
 __all__ = [
@@ -209,11 +213,22 @@ def _plain(*values):
 
 
 def _vectorizable(plan):
-    crop = plan._crop
-    if isinstance(crop, T.RandomResizedCrop) and not _plain(*crop.scale, *crop.ratio):
+    """Whether _draw replays this plan's draws (exactly the classes and parameter types it
+    knows); anything else is drawn row by row by Plan._draw itself (_draw_rows), so a grammar
+    extension of the planner can never make the two paths disagree."""
+    crop, resize = plan._crop, plan._resize
+    if type(crop) is RandomResizedCrop:
+        if resize is not None or not _plain(*crop.scale, *crop.ratio):
+            return False
+    elif crop is not None and type(crop) not in (CenterCrop, RandomCrop):
+        return False
+    if resize is not None and type(resize) is not Resize:
         return False
     for t in plan._post:
-        if isinstance(t, T.RandomHorizontalFlip) and not _plain(t.p):
+        if type(t) is RandomHorizontalFlip:
+            if not _plain(t.p):
+                return False
+        elif type(t) is not ColorJitter:
             return False
     return True
 
@@ -294,8 +309,8 @@ def _jitter(t, d, n):
 
 class _Drawn:
     """Plan._draw for every row: box (n, 4) float64 source pixels, clip (n,) or a bool for
-    all rows, out (n, 2) output size, resized (n, 2) (Resize's size, for the DCT scale of
-    resize-then-crop rows), flip, ops/factors (n, 8), n_ops (n,), generic, counter."""
+    all rows, out (n, 2) output size, resized (n, 2) (Resize's size), flip, ops/factors
+    (n, 8), n_ops (n,), generic, counter."""
 
     __slots__ = ("box", "clip", "out", "resized", "flip", "ops", "factors", "n_ops", "generic",
                  "counter")
@@ -334,7 +349,7 @@ def _draw(plan, HW, keys):
     crop, resize = plan._crop, plan._resize
     r.generic = np.zeros(n, bool)
     r.resized = HW
-    if isinstance(crop, T.RandomResizedCrop):
+    if isinstance(crop, RandomResizedCrop):
         got = _rrc(crop, HW, d)
         r.box = np.concatenate([got[:, 1::-1], got[:, 1::-1] + got[:, :1:-1]], axis=1)
         r.box = r.box.astype(np.float64)
@@ -347,7 +362,7 @@ def _draw(plan, HW, keys):
         if crop is not None:
             ch, cw = crop.size
             r.generic = (ch > rh) | (cw > rw)
-            if isinstance(crop, T.CenterCrop):
+            if isinstance(crop, CenterCrop):
                 top = np.rint((rh - ch) / 2.0).astype(np.int64)
                 left = np.rint((rw - cw) / 2.0).astype(np.int64)
             else:  # RandomCrop without padding: rng.randint(0, rh - ch) if rh > ch else 0
@@ -374,7 +389,7 @@ def _draw(plan, HW, keys):
     r.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
     n_ops = 0
     for t in plan._post:
-        if isinstance(t, T.RandomHorizontalFlip):
+        if isinstance(t, RandomHorizontalFlip):
             r.flip ^= _u01(d.next()) < t.p
         else:
             ids, f = _jitter(t, d, n)
@@ -410,8 +425,6 @@ def _draw_rows(plan, HW, keys, rows):
             r.generic[i] = True
             continue
         r.box[i], r.clip[i], r.out[i], r.flip[i], row_ops = drawn
-        if not r.clip[i]:
-            r.resized[i] = plan._resize.output_size(size)
         r.n_ops[i] = len(row_ops)
         for j, (kind, f) in enumerate(row_ops):
             r.ops[i, j], r.factors[i, j] = kind, f
@@ -422,7 +435,7 @@ _K = np.array([1, 2, 4], np.int64)
 
 
 def _window_scale(cwh, owh):
-    # turboloader.jpeg.window_scale for every row: the smallest k in (1, 2, 4) with
+    # turboloader.decode.jpeg._window_k for every row: the smallest k in (1, 2, 4) with
     # crop * k >= out * 8 on both axes, else 8 (cwh, owh: (n, 2) as (w, h))
     fits = (cwh[:, None, :] * _K[None, :, None] >= owh[:, None, :] * 8).all(axis=2)
     return np.where(fits.any(axis=1), _K[fits.argmax(axis=1)], 8)
@@ -450,8 +463,6 @@ def _decode_window(box, clip, out, dims, f, filt):
 
 def _classify(sources):
     # (kinds, the sources as the native call takes them, array sizes (h, w)); raises
-    from turboloader.jpeg import _as_buffer
-
     n = len(sources)
     kind = np.zeros(n, np.uint8)
     srcs = list(sources)
@@ -532,10 +543,8 @@ def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None)
 
     # the decode scale and window, as Plan.from_jpeg / Plan.from_array
     box, out = r.box, r.out
-    if plan.dct_scaling:
+    if plan.dct_scaling:   # the smallest fast scale at which the source box stays >= out
         k = _window_scale(box[:, 2:] - box[:, :2], out[:, ::-1])
-        if r.clip is not True:
-            k = np.where(r.clip, k, _window_scale(HW[:, ::-1], r.resized[:, ::-1]))
     else:
         k = np.full(n, 8, np.int64)
     if any_array:
@@ -602,19 +611,16 @@ def _out_array(plan, out):
 
 
 def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=False,
-              max_pixels=None):
+              max_pixels=DEFAULT_MAX_PIXELS):
     """Decode and transform a prepared batch into ``out``: see :meth:`Plan.run_batch`."""
     from turboloader._native import _fused, _jpeg
-    from turboloader.jpeg import DEFAULT_MAX_PIXELS
 
     if not isinstance(params, BatchParams):
         raise TypeError(f"params must come from prepare_batch, got {type(params).__name__}")
     n = params.n
     if len(sources) != n:
         raise ValueError(f"params are for {n} sources, got {len(sources)}")
-    max_pixels = DEFAULT_MAX_PIXELS if max_pixels is None else operator.index(max_pixels)
-    if max_pixels <= 0:
-        raise ValueError(f"max_pixels must be positive, got {max_pixels}")
+    max_pixels = _max_pixels(max_pixels)   # 0: no limit
     if runner is None:
         runner = default_runner()
     elif not isinstance(runner, BatchRunner):
@@ -643,7 +649,7 @@ def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=F
     todo &= shape_ok
     # before any scratch memory is sized for them (the decoder would refuse them anyway)
     big = todo & (params.kind == JPEG) & (params.source_size[:, 0] * params.source_size[:, 1]
-                                          > max_pixels)
+                                          > (max_pixels or np.iinfo(np.int64).max))
     for i in np.flatnonzero(big).tolist():
         status[i] = FAILED
         errors[i] = _too_large(params.source_size[i], max_pixels)

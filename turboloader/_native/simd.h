@@ -1,0 +1,53 @@
+/* Runtime CPU dispatch for turboloader's kernels.
+ *
+ * A portable build (x86-64 baseline, SSE2) also compiles the hot loops for wider instruction
+ * sets with GCC/clang target attributes; the level to run is chosen once per process by
+ * _native/_cpu.pyx (the CPU's best, capped by TURBOLOADER_ISA) and passed to every
+ * dispatching kernel as its `isa` argument. Every variant of a kernel computes the same
+ * result bit for bit: float code is built with -ffp-contract=off (no FMA contraction) and
+ * wider vectors never reassociate (no -ffast-math), so dispatch changes speed only.
+ *
+ * Levels (values mirror _cpu.pxd):
+ *   TL_ISA_BASELINE  the build's own target (plain C; the only level off x86)
+ *   TL_ISA_SSE41     SSSE3 + SSE4.1 (pshufb, pmovzx)
+ *   TL_ISA_AVX2      AVX2 (256-bit integer vectors)
+ */
+#ifndef TL_SIMD_H
+#define TL_SIMD_H
+
+#define TL_ISA_BASELINE 0
+#define TL_ISA_SSE41 1
+#define TL_ISA_AVX2 2
+
+/* TL_NO_DISPATCH (-DTL_NO_DISPATCH) builds the baseline only, as on other architectures */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) \
+    && !defined(TL_NO_DISPATCH)
+#define TL_X86 1
+#define TL_TARGET_SSE41 __attribute__((target("ssse3,sse4.1")))
+#define TL_TARGET_AVX2 __attribute__((target("avx2")))
+#else
+#define TL_X86 0
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TL_RESTRICT __restrict__
+#define TL_INLINE static inline __attribute__((always_inline))
+#else
+#define TL_RESTRICT
+#define TL_INLINE static inline
+#endif
+
+/* The highest level this CPU and OS support (AVX state enabled by the OS included). */
+static inline int tl_cpu_detect(void)
+{
+#if TL_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2"))
+        return TL_ISA_AVX2;
+    if (__builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1"))
+        return TL_ISA_SSE41;
+#endif
+    return TL_ISA_BASELINE;
+}
+
+#endif
