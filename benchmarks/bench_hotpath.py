@@ -68,7 +68,7 @@ def main(argv=None):
     from turboloader import transforms as T
     from turboloader.data import TarDataset, tar_dataset
     from turboloader.data._buffers import BufferPool
-    from turboloader.tar import TarIndex
+    from turboloader.io.tar import TarIndex
     from turboloader.transforms._plan import Plan
 
     if a.pipeline == "val":
