@@ -139,7 +139,9 @@ class DataLoader:
             the map-style shuffle, and ``timeout``, ``multiprocessing_context``,
             ``pin_memory_device`` and ``in_order=False`` raise ``ValueError`` (they need
             worker processes) rather than being dropped.
-        prefetch_factor: batches buffered per worker (default 2, torch's).
+        prefetch_factor: batches prefetched per worker (default 2, torch's): on the thread
+            backend, the one a decode thread is filling plus those ready in its queue; the
+            loader keeps ``prefetch_factor x max(1, num_workers)`` batch tensors to recycle.
         persistent_workers: keep worker processes across epochs (default: True when the
             dataset's cache is on and ``num_workers > 0``).
         seed: seed of the map-style shuffle (default ``dataset.seed``, else 0).
