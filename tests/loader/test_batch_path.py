@@ -466,3 +466,20 @@ def test_uint8_batches_normalised_by_prefetch_equal_the_float_pipeline(bad_shard
     for (a, la), (b, lb) in zip(got, want):
         assert a.dtype == torch.float32 and torch.equal(la, lb)
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_map_style_whole_batches(image_folder, workers):
+    """ds[list of indices] is a whole batch (torch's BatchSampler + batch_size=None recipe),
+    in shared memory from the workers, equal to torch's own batching of the samples."""
+    ds = ImageFolder(image_folder, FLOAT, seed=2, on_error="skip", max_failures=10)
+    ds.set_epoch(0)
+    sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(ds), 6, False)
+    got = list(torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None,
+                                           num_workers=workers))
+    want = list(torch.utils.data.DataLoader(ds, batch_size=6, num_workers=workers))
+    assert len(got) == len(want)
+    for (a, la), (b, lb) in zip(got, want):
+        assert torch.equal(la, lb) and torch.equal(a, b)
+        if workers:
+            assert a.is_shared()

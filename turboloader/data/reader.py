@@ -39,7 +39,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from turboloader.data._buffers import BufferPool
+from turboloader.data._buffers import BufferPool, new_shared
 from turboloader.data.cache import Decoder, is_jpeg, parse_size
 from turboloader.data.epochs import EpochMixin, SharedEpoch
 from turboloader.data.failures import FailureLog, FailurePolicy
@@ -435,9 +435,42 @@ class MapDataset(ReaderMixin):
     def _new_reader(self, name) -> StreamReader:
         return StreamReader(self, name, flush_failures=True)
 
-    def __getitem__(self, index: int):
-        """``(image, target)`` for ``index`` (or, under "skip", for the next readable index)."""
+    def __getitem__(self, index):
+        """``(image, target)`` for ``index`` (or, under "skip", for the next readable index).
+
+        With a sequence of indices (a list, tuple, 1-D array or tensor), the whole batch:
+        ``[images, targets]`` as ``default_collate`` makes them, the images decoded straight
+        into one tensor, in shared memory inside a DataLoader worker so that handing it to
+        the main process copies nothing. That is torch's way to load batches from a
+        map-style dataset::
+
+            sampler = torch.utils.data.BatchSampler(RandomSampler(ds), 256, drop_last=False)
+            loader = torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None,
+                                                 num_workers=8)
+        """
+        if isinstance(index, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(index) == 1:
+            return self._batch([int(i) for i in index])
         return self.__getitems__([index])[0]
+
+    def _batch(self, indices):
+        st = self._reader()
+        n = len(indices)
+        out = None
+        if st.plan is not None and n:
+            shape, dtype = st.out_shape
+            out = (new_shared if torch.utils.data.get_worker_info() is not None
+                   else st.buffers.get)((n, *shape), dtype)
+        samples = self.__getitems__(indices, out=out)
+        images = [img for img, _ in samples]
+        if out is not None:
+            for r, img in enumerate(images):
+                if not _is_slot(img, out[r]):
+                    fill_row(out, r, img)
+        else:
+            from torch.utils.data._utils.collate import default_collate
+
+            out = default_collate(images) if images else torch.empty(0)
+        return [out, collate_labels([label for _, label in samples])]
 
     def __getitems__(self, indices, *, out=None, timing=None) -> list:
         """``[(image, target), ...]`` for ``indices``, decoded and transformed as one batch
