@@ -72,9 +72,9 @@ class TL:
     def __init__(self):
         self.missing = {}
         self.version = None
-        self.jpeg = self._module("turboloader.jpeg")
+        self.jpeg = self._module("turboloader.decode.jpeg")
         self.F = self._module("turboloader.transforms.functional")
-        self.fused_mod = self._module("turboloader.fused")
+        self.fused_mod = self._module("turboloader.decode.fused")
         try:
             import turboloader
 
@@ -89,6 +89,14 @@ class TL:
         self.resized_crop = self._attr(self.F, "resized_crop")
         self.to_chw_normalized = self._attr(self.F, "to_chw_normalized")
         self.decode_resized_crop = self._attr(self.fused_mod, "decode_resized_crop")
+
+    def decode_crop(self, data, crop, **kw):
+        """decode_jpeg of the window ``crop=(x, y, w, h)``: ``window=(top, left, h, w)`` where
+        decode_jpeg has it (0.2+), else the older ``crop=`` keyword."""
+        if "window" in self.params(self.decode_jpeg):
+            x, y, w, h = crop
+            return self.decode_jpeg(data, window=(y, x, h, w), **kw)
+        return self.decode_jpeg(data, crop=crop, **kw)
 
     def _module(self, name):
         try:
@@ -404,6 +412,10 @@ def _pick_scale_for(tl, w, h, min_h, min_w, pow2=False):
     pick_scale (any k/8) when present and not ``pow2``, else the power-of-two rule (the scales
     libjpeg-turbo has SIMD IDCTs for, and the only ones Pillow's draft() uses)."""
     if tl.pick_scale is not None and not pow2:
+        try:  # 0.2+: (height, width) pairs
+            return Fraction(tl.pick_scale((h, w), (min_h, min_w), fast_only=False))
+        except TypeError:
+            pass
         try:
             return Fraction(tl.pick_scale(w, h, min_h, min_w, fast_only=False))
         except TypeError:  # before pick_scale grew fast_only (it then considered any k/8)
@@ -417,7 +429,10 @@ def _pick_scale_for(tl, w, h, min_h, min_w, pow2=False):
 
 def _scaled_dims(tl, w, h, scale):
     if tl.scaled_size is not None:
-        sw, sh = tl.scaled_size(w, h, scale)
+        try:  # 0.2+: (height, width)
+            sh, sw = tl.scaled_size((h, w), scale)
+        except TypeError:
+            sw, sh = tl.scaled_size(w, h, scale)
         return int(sw), int(sh)
     return math.ceil(w * scale), math.ceil(h * scale)
 
@@ -490,7 +505,7 @@ def sec_decode(tl, data, sizes):
                   over(lambda b: tl.decode_jpeg(b, fancy_upsampling=False), data), n,
                   note="not bit-exact")
     else:
-        s.skip("turboloader decode_jpeg", tl.missing.get("turboloader.jpeg", "missing"))
+        s.skip("turboloader decode_jpeg", tl.missing.get("turboloader.decode.jpeg", "missing"))
     s.add("Pillow decode only", over(pil_decode_only, data), n)
     s.add("Pillow decode + asarray", over(pil_decode_array, data), n)
     if cv2 is not None:
@@ -576,21 +591,21 @@ def sec_crop(tl, data, sizes, seed):
                    f"{np.mean(rows):.3f} (the decoder still entropy-decodes every row above "
                    f"the window's bottom)")
     n = len(data)
-    if tl.decode_jpeg is not None and "crop" in tl.params(tl.decode_jpeg):
+    if tl.decode_jpeg is not None and {"crop", "window"} & set(tl.params(tl.decode_jpeg)):
         s.add("turboloader full", over(tl.decode_jpeg, data), n)
         args = [(b, (l, t, ww, wh)) for b, (t, l, wh, ww) in zip(data, wins)]
-        s.add("turboloader crop", over(lambda a: tl.decode_jpeg(a[0], crop=a[1]), args), n,
+        s.add("turboloader crop", over(lambda a: tl.decode_crop(a[0], a[1]), args), n,
               pair="Pillow full + crop copy")
         _check(s, "turboloader crop vs the same window of its full decode", lambda: _agreement(
-            (tl.decode_jpeg(b, crop=(x, y, w, h)), tl.decode_jpeg(b)[y:y + h, x:x + w])
+            (tl.decode_crop(b, (x, y, w, h)), tl.decode_jpeg(b)[y:y + h, x:x + w])
             for b, (x, y, w, h) in args[:NCHECK]))
         if "scale" in tl.params(tl.decode_jpeg):
             sargs = _scaled_crops(tl, data, sizes, wins)
             s.add("turboloader crop + scale (min 224)",
-                  over(lambda a: tl.decode_jpeg(a[0], scale=a[1], crop=a[2]), sargs), n)
+                  over(lambda a: tl.decode_crop(a[0], a[2], scale=a[1]), sargs), n)
             pargs = _scaled_crops(tl, data, sizes, wins, pow2=True)
             s.add("turboloader crop + scale (min 224, powers of 2)",
-                  over(lambda a: tl.decode_jpeg(a[0], scale=a[1], crop=a[2]), pargs), n)
+                  over(lambda a: tl.decode_crop(a[0], a[2], scale=a[1]), pargs), n)
             hist = {}
             for _, sc, _ in sargs:
                 hist[str(sc)] = hist.get(str(sc), 0) + 1
@@ -871,8 +886,8 @@ def sec_train(tl, data, sizes, seed):
                 check_fns["turboloader fused (dct_scaling=False)"] = (
                     lambda a: np.array(exact(*a[:3])))
     else:
-        s.skip("turboloader fused", tl.missing.get("turboloader.fused",
-                                                   "turboloader.fused not available"))
+        s.skip("turboloader fused", tl.missing.get("turboloader.decode.fused",
+                                                   "turboloader.decode.fused not available"))
 
     if (tl.decode_jpeg is not None and tl.resize is not None
             and tl.to_chw_normalized is not None):
@@ -884,7 +899,7 @@ def sec_train(tl, data, sizes, seed):
             b, (t, l, wh, ww), flip, size_ = a
             if has_scale:
                 sc, crop = _scaled_window(tl, size_, (t, l, wh, ww), pow2=pow2)
-                img = tl.decode_jpeg(b, scale=sc, crop=crop)
+                img = tl.decode_crop(b, crop, scale=sc)
                 if has_box:
                     # the exact (sub-pixel) window inside the decoded, integer-aligned crop
                     x0, y0, cw, ch = crop
@@ -895,7 +910,7 @@ def sec_train(tl, data, sizes, seed):
                 else:
                     img = tl.resize(img, size, "bilinear")
             else:
-                img = tl.decode_jpeg(b, crop=(l, t, ww, wh))
+                img = tl.decode_crop(b, (l, t, ww, wh))
                 img = tl.resize(img, size, "bilinear")
             return tl.to_chw_normalized(img, MEAN, STD, flip=flip, out=slot)
 

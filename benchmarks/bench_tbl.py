@@ -2,7 +2,7 @@
 
 Rows, all measured in the same run on the same images:
 
-* conversion: ``turboloader.convert.convert`` TAR shards -> TBL as stored (bytes copied, headers
+* conversion: ``turboloader.tools.convert.convert`` TAR shards -> TBL as stored (bytes copied, headers
   checked) and pre-resized to a 256-px short side at JPEG quality 90 (on ``--threads``
   threads), in images/s, with the output sizes;
 * train pipeline (RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize; fused
@@ -69,7 +69,7 @@ def main(argv=None):
     import torch
 
     from datasets import make_jpegs, read_image_folder, write_shards
-    from turboloader.convert import convert
+    from turboloader.tools.convert import convert
     from turboloader.data import TarDataset
     from turboloader.data.tbl_dataset import TBLDataset
 

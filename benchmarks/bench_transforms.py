@@ -47,8 +47,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from turboloader import transforms as T  # noqa: E402
-from turboloader.synthetic import synthetic_image  # noqa: E402
-from turboloader.transforms._augment import _apply_op  # noqa: E402
+from turboloader.tools.synthetic import synthetic_image  # noqa: E402
+from turboloader.transforms._auto_augment import _apply_op  # noqa: E402
 from turboloader.transforms._random import sample_rng  # noqa: E402
 
 BIL = v2.InterpolationMode.BILINEAR

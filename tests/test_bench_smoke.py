@@ -15,6 +15,8 @@ pytest.importorskip("skimage")
 
 import run  # noqa: E402  (benchmarks/run.py)
 
+pytestmark = pytest.mark.slow
+
 
 def _rows(md, section):
     body = md.split(f"## {section}", 1)[1].split("\n## ", 1)[0]

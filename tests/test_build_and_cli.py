@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,16 +29,17 @@ def test_setup_names_the_package_to_install_when_libjpeg_turbo_is_missing(tmp_pa
 
 
 def test_cli_help_and_bad_command():
-    ok = subprocess.run([sys.executable, "-m", "turboloader.cli", "demo", "--help"],
+    ok = subprocess.run([sys.executable, "-m", "turboloader.tools.cli", "demo", "--help"],
                         capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and "RandomResizedCrop" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "turboloader.cli", "nonsense"],
+    bad = subprocess.run([sys.executable, "-m", "turboloader.tools.cli", "nonsense"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 
 
+@pytest.mark.slow
 def test_demo_runs_and_agrees_with_torchvision():
-    from turboloader.demo import run_demo
+    from turboloader.tools.demo import run_demo
 
     lines = []
     assert run_demo(num_images=40, seed=3, workers=2, batch_size=16, epochs=1,
@@ -49,11 +51,12 @@ def test_demo_runs_and_agrees_with_torchvision():
     assert "exactly once" in report and "FAILED" not in report
 
 
+@pytest.mark.slow
 def test_synthetic_jpegs_are_deterministic_and_imagenet_sized():
     from PIL import Image
     import io
 
-    from turboloader.synthetic import synthetic_jpegs
+    from turboloader.tools.synthetic import synthetic_jpegs
 
     a = synthetic_jpegs(6, seed=7)
     assert a == synthetic_jpegs(6, seed=7)
@@ -65,6 +68,7 @@ def test_synthetic_jpegs_are_deterministic_and_imagenet_sized():
         assert np.asarray(img).std() > 10  # textured, not flat
 
 
+@pytest.mark.slow
 def test_every_public_module_imports_first_in_a_fresh_interpreter():
     # Lazy names resolve their module on first use, in whatever order users touch them: a
     # circular import between modules shows up only when one of them is imported first.

@@ -13,7 +13,7 @@ from torchvision.transforms.v2 import functional as F
 
 import turboloader
 from turboloader.transforms import RandomResizedCrop
-from turboloader.synthetic import synthetic_jpegs
+from turboloader.tools.synthetic import synthetic_jpegs
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)

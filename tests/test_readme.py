@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from turboloader.synthetic import synthetic_jpegs
+from turboloader.tools.synthetic import synthetic_jpegs
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

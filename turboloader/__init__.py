@@ -5,6 +5,7 @@ Importing the package is cheap: public names are resolved from their modules on 
 
 import importlib
 
+from turboloader import _deprecated
 from turboloader.errors import (
     DecodeError,
     DecodeWarning,
@@ -17,40 +18,46 @@ from turboloader.errors import (
     TurboLoaderError,
 )
 
-__version__ = "0.1.0"
+from turboloader._version import __version__
 
-# public name -> module that defines it
+_deprecated.install()  # old module paths (turboloader.tar, .jpeg, ...) for one release
+
+# public name -> module that defines it (the layers, bottom up: io -> decode -> transforms ->
+# data -> loader -> prefetch; compat/ holds the seed documents' APIs on top)
 _LAZY = {
-    "TarIndex": "turboloader.tar",
-    "JpegHeader": "turboloader.jpeg",
-    "decode_jpeg": "turboloader.jpeg",
-    "decode_jpeg_header": "turboloader.jpeg",
-    "decode_resized_crop": "turboloader.fused",
+    "TarIndex": "turboloader.io.tar",
+    "TBLFile": "turboloader.io.tbl",
+    "TBLWriter": "turboloader.io.tbl",
+    "write_tbl": "turboloader.io.tbl",
+    "JpegHeader": "turboloader.decode",
+    "decode_image": "turboloader.decode",
+    "decode_jpeg": "turboloader.decode",
+    "decode_jpeg_header": "turboloader.decode",
+    "decode_resized_crop": "turboloader.decode",
+    "sample_rng": "turboloader.transforms",
     "TarDataset": "turboloader.data",
     "ImageFolder": "turboloader.data",
     "TBLDataset": "turboloader.data",
     "ShardCache": "turboloader.data",
-    "TBLFile": "turboloader.tbl",
-    "TBLWriter": "turboloader.tbl",
-    "write_tbl": "turboloader.tbl",
-    "DataLoader": "turboloader.loader",
+    # the core loader with seed 001's path-first form (a subclass of turboloader.loader's)
+    "DataLoader": "turboloader.compat",
     "profile": "turboloader.loader",
     "PrefetchLoader": "turboloader.prefetch",
-    # the seed documents' APIs (thin adapters over the above; see turboloader.seeds)
-    "TransformConfig": "turboloader.seeds",
-    "ResizeMethod": "turboloader.seeds",
-    "Pipeline": "turboloader.seeds",
-    "Compose": "turboloader.seeds",
-    "Resize": "turboloader.seeds",
-    "CenterCrop": "turboloader.seeds",
-    "RandomCrop": "turboloader.seeds",
-    "RandomHorizontalFlip": "turboloader.seeds",
-    "ColorJitter": "turboloader.seeds",
-    "ImageNetNormalize": "turboloader.seeds",
-    "ToTensor": "turboloader.seeds",
-    "TensorFormat": "turboloader.seeds",
-    "HighPerformanceDataset": "turboloader.seeds",
-    "create_dataloader": "turboloader.seeds",
+    # the seed documents' APIs (thin adapters over the above; see turboloader.compat)
+    "TransformConfig": "turboloader.compat",
+    "ResizeMethod": "turboloader.compat",
+    "Pipeline": "turboloader.compat",
+    "Compose": "turboloader.compat",
+    "Resize": "turboloader.compat",
+    "CenterCrop": "turboloader.compat",
+    "RandomCrop": "turboloader.compat",
+    "RandomHorizontalFlip": "turboloader.compat",
+    "ColorJitter": "turboloader.compat",
+    "ImageNetNormalize": "turboloader.compat",
+    "ToTensor": "turboloader.compat",
+    "TensorFormat": "turboloader.compat",
+    "HighPerformanceDataset": "turboloader.compat",
+    "create_dataloader": "turboloader.compat",
     "transforms": "turboloader.transforms",
 }
 

@@ -1,6 +1,6 @@
 """``python -m turboloader``: the command line (same as the ``turboloader`` script)."""
 
-from turboloader.cli import main
+from turboloader.tools.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -18,7 +18,10 @@ __all__ = [
     "UnreadableFileError",
     "ManifestError",
     "TruncatedArchiveWarning",
+    "UnfusedWarning",
     "MissingDependencyError",
+    "DISTRIBUTION",
+    "require",
 ]
 
 #: The distribution to install (``pip install torch-turboloader``); it imports as
@@ -110,6 +113,15 @@ class TruncatedArchiveWarning(UserWarning):
     """A TAR archive ends without its end-of-archive (zero) blocks: it may have been cut
     at a member boundary (a partial copy or an interrupted write), so members may be
     missing. ``TarIndex(path, strict=True)`` and ``turboloader verify`` make it an error.
+    """
+
+
+class UnfusedWarning(UserWarning):
+    """A dataset's transform pipeline does not fuse into the decoder, so every sample is
+    decoded to a PIL image and the transforms run one by one (correct, but slower). Issued
+    once, when the dataset is made; the message names the first member that prevents fusion,
+    as ``turboloader.transforms.explain(transform)`` does. Silence it with
+    ``warnings.filterwarnings("ignore", category=UnfusedWarning)``.
     """
 
 

@@ -22,7 +22,8 @@ except ImportError:  # the older package name, same class
         raise MissingDependencyError("turboloader.lightning needs Lightning, which is not "
                                      f"installed: pip install '{DISTRIBUTION}[lightning]'") from None
 
-from turboloader.seeds import _core_loader, _set_epoch, imagenet_train_transform, imagenet_val_transform
+from turboloader.loader import DataLoader
+from turboloader.transforms.presets import imagenet_train_transform, imagenet_val_transform
 
 __all__ = ["TurboDataModule"]
 
@@ -66,7 +67,7 @@ class _StageLoader:
             trainer = self.module._trainer_or_none()
             epoch = trainer.current_epoch if trainer is not None else self._passes
         self._passes += 1
-        _set_epoch(self.loader, self.dataset, epoch)
+        self.loader.set_epoch(epoch)  # on the dataset and sampler, from the main process
         return iter(self.loader)
 
 
@@ -196,9 +197,12 @@ class TurboDataModule(LightningDataModule):
             sampler = torch.utils.data.DistributedSampler(
                 dataset, num_replicas=self.world_size, rank=self.rank, shuffle=train,
                 seed=self.seed, drop_last=False)
-        loader = _core_loader(dataset, batch_size=self.batch_size, num_workers=self.num_workers,
-                              sampler=sampler, pin_memory=torch.cuda.is_available(),
-                              drop_last=self.drop_last and train, backend=self.backend)
+        # an iterable dataset shuffles itself (shuffle None); the sampler shuffles the others
+        kwargs = {} if self.backend is None else {"backend": self.backend}
+        loader = DataLoader(dataset, batch_size=self.batch_size, shuffle=None if sampler is None
+                            else False, sampler=sampler, num_workers=self.num_workers,
+                            pin_memory=torch.cuda.is_available(),
+                            drop_last=self.drop_last and train, **kwargs)
         return _StageLoader(self, dataset, loader)
 
     # -- checkpoints: Lightning calls these when it saves and restores a checkpoint --------

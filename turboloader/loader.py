@@ -49,7 +49,6 @@ less memory traffic, to be normalised on the device with
 
 from __future__ import annotations
 
-import os
 import queue
 import sys
 import threading
@@ -64,18 +63,16 @@ from torch.utils.data._utils.collate import default_collate
 
 from turboloader.data._streams import reading_as
 
-__all__ = ["DataLoader", "profile"]
+__all__ = [
+    "DataLoader",
+    "STAGES",
+    "format_stats",
+    "profile",
+]
 
 _POLL_S = 0.05  # how often a blocked stage thread looks at the stop flag
 _JOIN_S = 30.0
 STAGES = ("read", "decode", "collate", "transfer")
-
-
-def _is_pathlike(x) -> bool:
-    if isinstance(x, (str, bytes, os.PathLike)):
-        return True
-    return isinstance(x, (list, tuple)) and len(x) > 0 and all(
-        isinstance(p, (str, os.PathLike)) for p in x)
 
 
 def _dataset_plan(dataset):
@@ -744,9 +741,9 @@ class DataLoader:
 
     Args:
         dataset: a ``torch.utils.data.Dataset``: a map-style one (``ImageFolder``,
-            ``TBLDataset``, ...) or an ``IterableDataset`` (``TarDataset``). A path, a
-            ``PathLike`` or a list of paths instead is seed 001's path-first form and goes
-            to ``turboloader.seeds.seed001_loader(path, *args, **kwargs)``.
+            ``TBLDataset``, ...) or an ``IterableDataset`` (``TarDataset``). (The top-level
+            ``turboloader.DataLoader``, a subclass, also takes seed 001's path-first form:
+            see :class:`turboloader.compat.DataLoader`.)
         batch_size: samples per batch (default 1).
         shuffle: map-style: shuffle with a ``RandomSampler`` seeded from ``(seed, epoch)``,
             or drawn from ``generator`` when one is given (default False). Iterable: shuffling is the dataset's own (``TarDataset(shuffle=)``);
@@ -797,13 +794,6 @@ class DataLoader:
         ...     for images, labels in gpu: ...     # float32 on the GPU, normalised there
         >>> tl.profile(loader, num_batches=20)   # the stage table: where is the bottleneck?
     """
-
-    def __new__(cls, dataset=None, *args, **kwargs):
-        if _is_pathlike(dataset):
-            from turboloader.seeds import seed001_loader
-
-            return seed001_loader(dataset, *args, **kwargs)
-        return super().__new__(cls)
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
                  num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,

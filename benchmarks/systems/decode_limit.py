@@ -29,7 +29,7 @@ def main():
 
     fronts = {"Pillow Image.open().load()": lambda b: Image.open(io.BytesIO(b)).load()}
     try:
-        from turboloader.jpeg import decode_jpeg
+        from turboloader.decode.jpeg import decode_jpeg
 
         fronts["turboloader decode_jpeg"] = decode_jpeg
     except Exception as exc:  # noqa: BLE001

@@ -101,7 +101,7 @@ def build_corrupt(args, pipeline, root):
 
 def versions():
     import turboloader as tl
-    from turboloader import jpeg
+    from turboloader.decode import jpeg
     v = {"turboloader": tl.__version__, "torch": torch.__version__}
     for name in ("LIBJPEG_TURBO_VERSION", "libjpeg_turbo_version", "__libjpeg_version__"):
         if hasattr(jpeg, name):

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from turboloader.cli import main
-from turboloader.tbl import TBLFile
+from turboloader.tools.cli import main
+from turboloader.io.tbl import TBLFile
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    from turboloader.synthetic import synthetic_jpegs
+    from turboloader.tools.synthetic import synthetic_jpegs
 
     root = tmp_path_factory.mktemp("cli") / "folder"
     for i, (jpeg, label) in enumerate(synthetic_jpegs(9, seed=2, num_classes=3)):
@@ -36,7 +36,7 @@ def run(capsys, *argv):
 
 @pytest.mark.parametrize("command", ["convert", "inspect", "verify", "preview", "bench", "demo"])
 def test_help(command):
-    proc = subprocess.run([sys.executable, "-m", "turboloader.cli", command, "--help"],
+    proc = subprocess.run([sys.executable, "-m", "turboloader.tools.cli", command, "--help"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0 and f"usage: turboloader {command}" in proc.stdout

@@ -14,8 +14,8 @@ import pytest
 import torchvision
 from PIL import Image
 
-from turboloader.cli import _pick_samples, main
-from turboloader.convert import convert
+from turboloader.tools.cli import _pick_samples, main
+from turboloader.tools.convert import convert
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSES = ("ant", "bee", "cat", "dog")
@@ -103,7 +103,7 @@ def test_preview_picks_a_seeded_random_set(tmp_path, folder):
 
 
 def test_convert_help_shows_the_pattern_example():
-    proc = subprocess.run([sys.executable, "-m", "turboloader.cli", "convert", "--help"],
+    proc = subprocess.run([sys.executable, "-m", "turboloader.tools.cli", "convert", "--help"],
                           capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stderr
@@ -113,14 +113,14 @@ def test_convert_help_shows_the_pattern_example():
 
 
 def test_inspect_into_head_exits_quietly(tmp_path):
-    from turboloader.tbl import TBLWriter
+    from turboloader.io.tbl import TBLWriter
 
     path = tmp_path / "many.tbl"
     jpg = _jpeg(0)
     with TBLWriter(path) as w:
         for i in range(3000):  # 3000 label lines: far more than a pipe buffer holds
             w.write(jpg, key=f"k{i}", label=i)
-    cmd = f"{sys.executable} -m turboloader.cli inspect {path} --top 100000 | head -n 2"
+    cmd = f"{sys.executable} -m turboloader.tools.cli inspect {path} --top 100000 | head -n 2"
     proc = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.stdout.splitlines()[0].endswith("many.tbl: tbl v1.0") or \
@@ -150,7 +150,7 @@ def test_bad_label_and_huge_key_are_listed_skips(tmp_path, capsys):
     assert set(skipped) == {"k" * 8, "b", "c"}
     assert skipped["k" * 8].startswith("SampleError") and "key is 65536 bytes" in skipped["k" * 8]
     assert "int64" in skipped["b"]
-    from turboloader.tbl import TBLFile
+    from turboloader.io.tbl import TBLFile
 
     with TBLFile(tmp_path / "o.tbl") as f:
         assert sorted(zip(f.keys, f.labels.tolist())) == [("a", 1), ("d", 3)]

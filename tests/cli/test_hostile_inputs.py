@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from turboloader.convert import convert, verify_dataset
+from turboloader.tools.convert import convert, verify_dataset
 from turboloader.data.folder import read_file
 from turboloader.errors import TarFormatError, UnreadableFileError
+
+pytestmark = pytest.mark.slow  # command-line runs in subprocesses, with timeouts
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120  # generous on a loaded 2-core machine; a hang would be "forever"
@@ -30,7 +32,7 @@ def _jpeg(seed, size=24):
 def _cli(*args, env=None):
     """Run ``turboloader ARGS`` in a fresh interpreter; a hang fails the test via timeout."""
     full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "turboloader.cli", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "turboloader.tools.cli", *map(str, args)],
                           capture_output=True, text=True, timeout=TIMEOUT, env=full_env,
                           stdin=subprocess.DEVNULL)
 
@@ -79,7 +81,7 @@ def test_fifo_named_tar_is_a_typed_error(tmp_path):
     assert proc.returncode == 1
     assert "not a regular file" in proc.stdout + proc.stderr
     with pytest.raises(TarFormatError, match="not a regular file"):
-        from turboloader.tar import TarIndex
+        from turboloader.io.tar import TarIndex
 
         TarIndex(shards / "a.tar")
     proc = _cli("inspect", shards / "a.tar")
@@ -93,7 +95,7 @@ def test_symlink_loop_ends_and_reads_each_image_once(tmp_path, tree):
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "samples written: 6" in proc.stdout  # no image twice
     assert "symlink loop" in proc.stdout and str(tree / "cat" / "loop") in proc.stdout
-    from turboloader.tbl import TBLFile
+    from turboloader.io.tbl import TBLFile
 
     with TBLFile(tmp_path / "out.tbl") as f:
         keys = f.keys

@@ -1,7 +1,7 @@
 """Fixtures for the data tests: tiny shards generated in tmp_path."""
 
 import pytest
-from shardgen import labelled_members, write_tar
+from helpers.shards import labelled_members, write_tar
 
 
 @pytest.fixture

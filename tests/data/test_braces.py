@@ -4,7 +4,7 @@ webdataset itself uses): stepped ranges, nested groups, escapes, zero padding.""
 import braceexpand as oracle
 import pytest
 
-from turboloader.data.shards import braceexpand, expand_urls
+from turboloader.io.shards import braceexpand, expand_urls
 
 PATTERNS = [
     "train-{00000..00003}.tar", "{0..6..2}", "{00..10..5}", "{10..0..5}", "{3..1}",

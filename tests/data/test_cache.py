@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torch.utils.data
-from shardgen import labels_of, size_of
+from helpers.shards import labels_of, size_of
 
 from turboloader import ImageFolder, TarDataset
 from turboloader.data.cache import ByteLRU, parse_size
@@ -87,7 +87,7 @@ def test_cache_short_side(make_shards):
 
 
 def test_image_folder_cache(tmp_path):
-    from shardgen import jpeg
+    from helpers.shards import jpeg
 
     for i in range(6):
         d = tmp_path / f"c{i % 2}"

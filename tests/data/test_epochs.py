@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 import turboloader
 from turboloader import transforms as T
-from turboloader.synthetic import synthetic_jpegs
+from turboloader.tools.synthetic import synthetic_jpegs
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 TF = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToTensor()])

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.utils.data
 import torchvision
-from shardgen import jpeg, size_of
+from helpers.shards import jpeg, size_of
 from torchvision import transforms as tvt
 
 from turboloader import DecodeError, FailureBudgetExceeded, ImageFolder

@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.utils.data
-from shardgen import jpeg, write_tar
+from helpers.shards import jpeg, write_tar
 
 from turboloader import TarDataset, decode_jpeg
 from turboloader import transforms as T

@@ -5,7 +5,7 @@ import tarfile
 import pytest
 
 from turboloader import SampleError, TarDataset
-from shardgen import jpeg, labels_of, size_of, write_tar
+from helpers.shards import jpeg, labels_of, size_of, write_tar
 
 
 def test_missing_label_is_an_error_by_default_and_a_value_when_asked(tmp_path):

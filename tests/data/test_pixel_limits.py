@@ -6,7 +6,7 @@ import io
 import numpy as np
 import pytest
 from PIL import Image
-from shardgen import write_tar
+from helpers.shards import write_tar
 
 import turboloader
 from turboloader import transforms as T

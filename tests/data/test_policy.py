@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.utils.data
-from shardgen import jpeg, labels_of, size_of, write_tar
+from helpers.shards import jpeg, labels_of, size_of, write_tar
 
 from turboloader import (
     DecodeError,
@@ -16,7 +16,7 @@ from turboloader import (
     TarFormatError,
 )
 from turboloader.data.policy import FailurePolicy
-from turboloader.data.shards import TarShard
+from turboloader.io.shards import TarShard
 
 BAD = {"000001": DecodeError, "000002": DecodeError, "000005": SampleError, "000012": DecodeError}
 

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 import torch.utils.data
-from shardgen import labels_of, size_of
+
+from helpers import subprocess_env
+from helpers.shards import labels_of, size_of
 
 from turboloader import TarDataset
 from turboloader.data.sharding import per_rank_count, worker_items
@@ -153,8 +155,7 @@ def test_dataloader_two_workers(make_shards):
 _DDP_SCRIPT = textwrap.dedent("""
     import json, os, sys
     import torch, torch.distributed as dist, torch.utils.data
-    sys.path.insert(0, os.environ["TESTS_DIR"])
-    from shardgen import size_of
+    from helpers.shards import size_of
     from turboloader import TarDataset
 
     dist.init_process_group("gloo", rank=int(os.environ["RANK"]),
@@ -183,6 +184,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.distributed
 def test_torch_distributed_gloo(make_shards, tmp_path):
     paths = make_shards([5, 2, 4])  # 11 samples, 2 ranks: one pad
     script = tmp_path / "ddp.py"
@@ -193,8 +195,7 @@ def test_torch_distributed_gloo(make_shards, tmp_path):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), SHARDS=json.dumps(paths),
                    OUT=str(tmp_path / f"rank{rank}.json"),
-                   TESTS_DIR=os.path.dirname(__file__),
-                   PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+                   PYTHONPATH=subprocess_env()["PYTHONPATH"])
         procs.append(subprocess.Popen([sys.executable, str(script)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     for p in procs:

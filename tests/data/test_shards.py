@@ -5,10 +5,10 @@ import os
 
 import numpy as np
 import pytest
-from shardgen import jpeg, labelled_members, labels_of, size_of, write_tar
+from helpers.shards import jpeg, labelled_members, labels_of, size_of, write_tar
 
 from turboloader import SampleError, TarDataset
-from turboloader.data.shards import (
+from turboloader.io.shards import (
     StreamShard,
     TarShard,
     braceexpand,

@@ -3,7 +3,7 @@ ResumableSampler works in a single process."""
 
 import pytest
 import torch
-from shardgen import labelled_members, size_of, write_tar
+from helpers.shards import labelled_members, size_of, write_tar
 
 from turboloader import TarDataset
 from turboloader.data import ResumableSampler

@@ -6,17 +6,16 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+from helpers import subprocess_env
+
+pytestmark = pytest.mark.slow  # every check runs in a subprocess
 
 PRELUDE = f"""
 import os, sys, torch
-sys.path.insert(0, {str(HERE)!r})
-from shardgen import labelled_members, write_tar
+from helpers.shards import labelled_members, write_tar
 import turboloader
 from turboloader import transforms as T
 from turboloader.errors import FormatError, TarFormatError, TurboLoaderError
@@ -27,7 +26,7 @@ def run(body, tmp_path, timeout=120):
     script = PRELUDE + textwrap.dedent(body)
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
                           text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env=subprocess_env())
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     return proc.stdout
 
@@ -115,8 +114,8 @@ def test_shard_rewritten_smaller_between_init_and_reading(tmp_path):
 
 def test_tbl_truncated_while_open(tmp_path):
     out = run("""
-        from turboloader.tbl import TBLFile, write_tbl
-        from shardgen import jpeg
+        from turboloader.io.tbl import TBLFile, write_tbl
+        from helpers.shards import jpeg
         write_tbl("d.tbl", ((f"k{i}", jpeg(i), i) for i in range(30)))
         f = TBLFile("d.tbl")
         ds = turboloader.TBLDataset("d.tbl", T.Compose([T.Resize(8), T.ToTensor()]),

@@ -3,7 +3,7 @@ would deliver duplicates, are refused with errors naming what is wrong."""
 
 import pytest
 import torch
-from shardgen import jpeg, labelled_members, size_of, write_tar
+from helpers.shards import jpeg, labelled_members, size_of, write_tar
 
 import turboloader
 from turboloader.errors import SampleError

@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from turboloader.synthetic import synthetic_jpegs
+from turboloader.tools.synthetic import synthetic_jpegs
 
 N = 16
 

@@ -4,12 +4,10 @@ script for rank 1). Usage: ddp_fit.py SHARD_PATTERN OUT_DIR STRATEGY"""
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lightning as L
 
-import lightning as L  # noqa: E402
-
-from tinymodel import Tiny  # noqa: E402
-from turboloader.lightning import TurboDataModule  # noqa: E402
+from helpers.tinymodel import Tiny
+from turboloader.lightning import TurboDataModule
 
 if __name__ == "__main__":
     pattern, out, strategy = sys.argv[1], sys.argv[2], sys.argv[3]

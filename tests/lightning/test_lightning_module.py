@@ -7,9 +7,11 @@ import sys
 
 import pytest
 
+from helpers import subprocess_env
+
 L = pytest.importorskip("lightning")
 
-from tinymodel import Tiny  # noqa: E402
+from helpers.tinymodel import Tiny  # noqa: E402
 
 from turboloader.lightning import TurboDataModule  # noqa: E402
 
@@ -23,13 +25,14 @@ def _trainer(**kw):
                      enable_progress_bar=False, enable_model_summary=False, **kw)
 
 
+@pytest.mark.slow
 def test_import_turboloader_does_not_import_lightning():
     code = ("import turboloader, sys\n"
             "turboloader.TarDataset, turboloader.transforms\n"
             "assert 'lightning' not in sys.modules, 'lightning imported'\n"
             "assert 'pytorch_lightning' not in sys.modules, 'pytorch_lightning imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
-                   env={**os.environ, "PYTHONPATH": ROOT})
+                   env=subprocess_env())
 
 
 def test_fit_on_shards_sets_epoch_and_default_pipelines(shards):
@@ -80,9 +83,10 @@ def test_no_val(shards):
     assert sorted(model.seen[0]) == list(range(16))
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("strategy", ["ddp"])
 def test_ddp_two_ranks_see_disjoint_data(shards, tmp_path, strategy):
-    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    env = subprocess_env(OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, os.path.join(HERE, "ddp_fit.py"), shards,
                            str(tmp_path), strategy], cwd=str(tmp_path), env=env,
                           capture_output=True, text=True, timeout=300)

@@ -6,7 +6,7 @@ import torch
 
 L = pytest.importorskip("lightning")
 
-from tinymodel import Tiny  # noqa: E402
+from helpers.tinymodel import Tiny  # noqa: E402
 
 import turboloader  # noqa: E402
 from turboloader import transforms as T  # noqa: E402

@@ -1,13 +1,8 @@
 """Fixtures for the loader tests: tiny TAR shards and an image folder in tmp_path."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "data"))
-
-from shardgen import jpeg, labelled_members, write_tar  # noqa: E402
+from helpers.shards import jpeg, labelled_members, write_tar
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 import torch
-from shardgen import labelled_members, write_tar
+from helpers.shards import labelled_members, write_tar
 
 import turboloader
 from turboloader import transforms as T

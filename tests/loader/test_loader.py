@@ -215,15 +215,18 @@ def test_argument_checks(shards):
 
 
 def test_path_goes_to_seed001(monkeypatch):
-    import types
+    # the path-first form is the top-level turboloader.DataLoader's (compat), not the core's
+    import turboloader
+    from turboloader.compat import seeds
 
     calls = []
-    fake = types.ModuleType("turboloader.seeds")
-    fake.seed001_loader = lambda *a, **k: calls.append((a, k)) or "seed001"
-    monkeypatch.setitem(sys.modules, "turboloader.seeds", fake)
-    assert DataLoader("x.tar", 32, 4, True, enable_distributed=False) == "seed001"
+    monkeypatch.setattr(seeds, "seed001_loader",
+                        lambda *a, **k: calls.append((a, k)) or "seed001")
+    assert turboloader.DataLoader("x.tar", 32, 4, True, enable_distributed=False) == "seed001"
     assert calls == [(("x.tar", 32, 4, True), {"enable_distributed": False})]
-    assert DataLoader(["a.tar", "b.tar"], batch_size=8) == "seed001"
+    assert turboloader.DataLoader(["a.tar", "b.tar"], batch_size=8) == "seed001"
+    with pytest.raises(TypeError, match="Dataset"):
+        DataLoader("x.tar", 32)
 
 
 def test_progress_bar(shards, capsys):

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, JpegImagePlugin
 
 from turboloader import DecodeError, DecodeWarning, JpegHeader, decode_jpeg, decode_jpeg_header
-from turboloader.jpeg import DEFAULT_MAX_PIXELS, FAST_SCALES, pick_scale, scaled_size
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, FAST_SCALES, pick_scale, scaled_size
 
 # -- data -------------------------------------------------------------------------------
 
@@ -159,7 +159,7 @@ def test_scaled_decode_matches_pillow_draft(name, k):
     im = Image.open(io.BytesIO(data))
     im.draft("RGB", ((W * k) // 8, (H * k) // 8))
     # Pillow's draft picks a 1/1, 1/2, 1/4 or 1/8 scale: make sure it picked k/8.
-    assert im.size == scaled_size(W, H, Fraction(k, 8))
+    assert im.size == scaled_size((H, W), Fraction(k, 8))[::-1]
     ref = np.asarray(im.convert("RGB"))
     got = decode_jpeg(data, scale=Fraction(k, 8))
     assert got.shape == ref.shape
@@ -222,46 +222,46 @@ def test_wrongly_typed_scale_is_type_error(bad):
 
 
 def test_scaled_size():
-    assert scaled_size(1001, 750, Fraction(3, 8)) == (376, 282)
-    assert scaled_size(1, 1, 0.125) == (1, 1)
-    assert scaled_size(17, 9, 1) == (17, 9)
+    assert scaled_size((750, 1001), Fraction(3, 8)) == (282, 376)
+    assert scaled_size((1, 1), 0.125) == (1, 1)
+    assert scaled_size((9, 17), 1) == (9, 17)
     for k in range(1, 9):
-        w, h = scaled_size(W, H, Fraction(k, 8))
+        h, w = scaled_size((H, W), Fraction(k, 8))
         assert decode_jpeg(jpeg("422"), scale=Fraction(k, 8)).shape == (h, w, 3)
     with pytest.raises(ValueError):
-        scaled_size(0, 5, 1)
+        scaled_size((5, 0), 1)
     with pytest.raises(ValueError):
-        scaled_size(5, 5, 0.2)
+        scaled_size((5, 5), 0.2)
 
 
 def test_pick_scale():
-    assert pick_scale(1024, 768, 224, 224) == Fraction(1, 2)
-    assert pick_scale(1024, 768, 224, 224, fast_only=False) == Fraction(3, 8)
-    assert pick_scale(1024, 768, 96, 128) == Fraction(1, 8)
-    assert pick_scale(1024, 768, 97, 128) == Fraction(1, 4)
-    assert pick_scale(1024, 768, 97, 128, fast_only=False) == Fraction(2, 8)
-    assert pick_scale(100, 100, 200, 50) == Fraction(1)  # never upscales
-    assert isinstance(pick_scale(8, 8, 1, 1), Fraction)
+    assert pick_scale((768, 1024), (224, 224)) == Fraction(1, 2)
+    assert pick_scale((768, 1024), (224, 224), fast_only=False) == Fraction(3, 8)
+    assert pick_scale((768, 1024), (96, 128)) == Fraction(1, 8)
+    assert pick_scale((768, 1024), (97, 128)) == Fraction(1, 4)
+    assert pick_scale((768, 1024), (97, 128), fast_only=False) == Fraction(2, 8)
+    assert pick_scale((100, 100), (200, 50)) == Fraction(1)  # never upscales
+    assert isinstance(pick_scale((8, 8), (1, 1)), Fraction)
     rng = np.random.default_rng(1)
     for fast_only, allowed in ((False, [Fraction(k, 8) for k in range(1, 9)]),
                                (True, list(FAST_SCALES))):
         for _ in range(200):
             w, h = (int(v) for v in rng.integers(1, 3000, 2))
             mh, mw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
-            s = pick_scale(w, h, mh, mw, fast_only=fast_only)
+            s = pick_scale((h, w), (mh, mw), fast_only=fast_only)
             assert s in allowed
-            sw, sh = scaled_size(w, h, s)
+            sh, sw = scaled_size((h, w), s)
             assert sw >= mw and sh >= mh
             smaller = [a for a in allowed if a < s]
             if smaller:  # the next smaller allowed scale would be too small
-                pw, ph = scaled_size(w, h, smaller[-1])
+                ph, pw = scaled_size((h, w), smaller[-1])
                 assert pw < mw or ph < mh
 
 
 def test_min_size():
     data = jpeg("420")
     got = decode_jpeg(data, min_size=(60, 100))
-    k = pick_scale(W, H, 60, 100)
+    k = pick_scale((H, W), (60, 100))
     assert k == Fraction(1, 2)  # 3/8 would do, but 1/2 has libjpeg-turbo's SIMD IDCT
     np.testing.assert_array_equal(got, decode_jpeg(data, scale=k))
     with pytest.raises(ValueError, match="not both"):
@@ -305,7 +305,7 @@ def test_crop_equals_window_of_full_decode_exactly(name, fancy):
         full = decode_jpeg(data, scale=Fraction(k, 8), fancy_upsampling=fancy)
         fh, fw = full.shape[:2]
         for x, y, cw, ch in _windows(fw, fh, rng):
-            got = decode_jpeg(data, scale=Fraction(k, 8), crop=(x, y, cw, ch),
+            got = decode_jpeg(data, scale=Fraction(k, 8), window=(y, x, ch, cw),
                               fancy_upsampling=fancy)
             assert got.shape == (ch, cw, 3)
             if not np.array_equal(got, full[y : y + ch, x : x + cw]):
@@ -315,7 +315,7 @@ def test_crop_equals_window_of_full_decode_exactly(name, fancy):
 def test_crop_exact_with_fast_dct():
     data = jpeg("420", 85)
     full = decode_jpeg(data, scale=0.75, fast_dct=True)
-    got = decode_jpeg(data, scale=0.75, fast_dct=True, crop=(37, 21, 100, 80))
+    got = decode_jpeg(data, scale=0.75, fast_dct=True, window=(21, 37, 80, 100))
     np.testing.assert_array_equal(got, full[21:101, 37:137])
 
 
@@ -324,15 +324,15 @@ def test_crop_of_an_intact_file_stops_after_its_last_row_but_truncation_always_r
     # file (no EOI at the end) raises even for a crop of its top rows...
     data = jpeg("420")
     cut = data[: int(len(data) * 0.6)]
-    for crop in ((10, 0, 200, 40), (10, 0, 200, H)):
+    for window in ((0, 10, 40, 200), (0, 10, H, 200)):
         with pytest.raises(DecodeError, match="Premature end"):
-            decode_jpeg(cut, crop=crop)
+            decode_jpeg(cut, window=window)
     with pytest.raises(DecodeError, match="Premature end"):
         decode_jpeg(cut)
     # ...while in a file that ends in EOI the rows below the window are not decoded, so
     # damage confined to them (here: entropy data replaced by a premature EOI) goes unseen.
     early_eoi = cut + b"\xff\xd9"
-    np.testing.assert_array_equal(decode_jpeg(early_eoi, crop=(10, 0, 200, 40)),
+    np.testing.assert_array_equal(decode_jpeg(early_eoi, window=(0, 10, 40, 200)),
                                   decode_jpeg(data)[0:40, 10:210])
     with pytest.raises(DecodeError):
         with warnings.catch_warnings():
@@ -346,41 +346,49 @@ def test_crop_of_an_intact_file_stops_after_its_last_row_but_truncation_always_r
      (0, H - 9, 10, 10), (0, 0, W + 1, H)],
 )
 def test_crop_outside_image_is_value_error(crop):
-    with pytest.raises(ValueError, match="crop"):
+    # the deprecated (x, y, width, height) form still validates, and says it is deprecated
+    with pytest.raises(ValueError, match="crop"), pytest.deprecated_call():
         decode_jpeg(jpeg("420"), crop=crop)
+    x, y, w, h = crop
+    with pytest.raises(ValueError, match="window"):
+        decode_jpeg(jpeg("420"), window=(y, x, h, w))
 
 
 def test_crop_is_in_scaled_coordinates():
     data = jpeg("420")
     with pytest.raises(ValueError):
-        decode_jpeg(data, scale=0.5, crop=(0, 0, 160, 10))  # 159 wide at 1/2
-    assert decode_jpeg(data, scale=0.5, crop=(0, 0, 159, 102)).shape == (102, 159, 3)
+        decode_jpeg(data, scale=0.5, window=(0, 0, 10, 160))  # 159 wide at 1/2
+    assert decode_jpeg(data, scale=0.5, window=(0, 0, 102, 159)).shape == (102, 159, 3)
 
 
 @pytest.mark.parametrize("crop", [(0, 0, 10), (0, 0, 10, 10, 1)])
 def test_crop_wrong_length_is_value_error(crop):
     with pytest.raises(ValueError):
+        decode_jpeg(jpeg("420"), window=crop)
+    with pytest.deprecated_call(), pytest.raises(ValueError):
         decode_jpeg(jpeg("420"), crop=crop)
 
 
 @pytest.mark.parametrize("crop", [(0.0, 0, 10, 10), 5, ("0", 0, 1, 1)])
 def test_crop_wrong_type_is_type_error(crop):
     with pytest.raises(TypeError):
+        decode_jpeg(jpeg("420"), window=crop)
+    with pytest.deprecated_call(), pytest.raises(TypeError):
         decode_jpeg(jpeg("420"), crop=crop)
 
 
 # -- out= and input buffers -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("crop", [None, (20, 30, 100, 50)])
-def test_out_slice_of_bigger_buffer(crop):
+@pytest.mark.parametrize("window", [None, (30, 20, 50, 100)])
+def test_out_slice_of_bigger_buffer(window):
     data = jpeg("420")
-    ref = decode_jpeg(data, scale=0.5, crop=crop)
+    ref = decode_jpeg(data, scale=0.5, window=window)
     h, w = ref.shape[:2]
     big = np.full((h + 20, w + 30, 3), 77, np.uint8)
     view = big[5 : 5 + h, 7 : 7 + w]
     assert not view.flags.c_contiguous
-    res = decode_jpeg(data, scale=0.5, crop=crop, out=view)
+    res = decode_jpeg(data, scale=0.5, window=window, out=view)
     assert res is view
     np.testing.assert_array_equal(big[5 : 5 + h, 7 : 7 + w], ref)
     mask = np.ones(big.shape[:2], bool)
@@ -485,7 +493,7 @@ def test_extraneous_bytes_warn_or_raise_in_strict():
     with pytest.raises(DecodeError, match="3 extraneous bytes before marker 0xdb"):
         decode_jpeg(damaged, strict=True)
     with pytest.raises(DecodeError, match="extraneous"):
-        decode_jpeg(damaged, strict=True, crop=(0, 0, 8, 8))
+        decode_jpeg(damaged, strict=True, window=(0, 0, 8, 8))
 
 
 def test_clean_file_gives_no_warning():
@@ -493,7 +501,7 @@ def test_clean_file_gives_no_warning():
         warnings.simplefilter("error")
         for name in VARIANTS:
             decode_jpeg(jpeg(name), strict=True)
-            decode_jpeg(jpeg(name), crop=(3, 4, 50, 60))
+            decode_jpeg(jpeg(name), window=(4, 3, 60, 50))
 
 
 def test_missing_eoi_is_truncation():
@@ -516,7 +524,7 @@ def test_max_pixels():
 
 def test_native_layer_rechecks_limits_and_window():
     # The C shim checks what memory safety depends on even when called directly (as the
-    # fused path does), not only what turboloader.jpeg validated.
+    # fused path does), not only what turboloader.decode.jpeg validated.
     from turboloader._native import _jpeg
 
     data = np.frombuffer(jpeg("420"), np.uint8)
@@ -541,8 +549,8 @@ def test_native_layer_rechecks_limits_and_window():
 
 
 def test_threads_give_identical_results():
-    jobs = [(name, dict(scale=Fraction(k, 8), crop=None)) for name in VARIANTS for k in (2, 5, 8)]
-    jobs += [("420", dict(scale=0.5, crop=(3, 5, 70, 40))), ("cmyk", dict(crop=(9, 9, 9, 9)))]
+    jobs = [(name, dict(scale=Fraction(k, 8), window=None)) for name in VARIANTS for k in (2, 5, 8)]
+    jobs += [("420", dict(scale=0.5, window=(5, 3, 40, 70))), ("cmyk", dict(window=(9, 9, 9, 9)))]
     serial = [decode_jpeg(jpeg(name), **kw) for name, kw in jobs]
     with ThreadPoolExecutor(4) as pool:
         for _ in range(3):

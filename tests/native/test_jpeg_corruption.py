@@ -109,9 +109,9 @@ def test_truncation_raises_wherever_the_crop_lies():
             h, w = full.shape[:2]
             for frac in (0.3, 0.5, 0.8):
                 cut = data[: int(len(data) * frac)]
-                for crop in ((5, h - 10, 20, 10), (5, 0, 20, 8), (0, 0, w, h // 2)):
-                    kind, msg = outcome(cut, crop=crop)
-                    assert (kind, msg) == ("error", "Premature end of JPEG file"), (name, frac, crop)
+                for window in ((h - 10, 5, 10, 20), (0, 5, 8, 20), (0, 0, h // 2, w)):
+                    kind, msg = outcome(cut, window=window)
+                    assert (kind, msg) == ("error", "Premature end of JPEG file"), (name, frac, window)
     ''')
 
 
@@ -137,7 +137,7 @@ def test_bit_flips_raise_or_warn_and_strict_raises_on_every_warning():
                 if kind != "error":   # partial decodes of the same damaged data
                     h, w = res.shape[:2]
                     x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
-                    ckind, cres = outcome(buf, crop=(x, y, w - x, h - y), scale=1)
+                    ckind, cres = outcome(buf, window=(y, x, h - y, w - x), scale=1)
                     if ckind != "error":
                         assert cres.shape == (h - y, w - x, 3)
                     outcome(buf, scale=0.25, fancy_upsampling=False, fast_dct=True)
@@ -152,7 +152,7 @@ def test_zero_length_input():
     run_isolated('''
         for empty in (b"", bytearray(), memoryview(b""), np.empty(0, np.uint8),
                       memoryview(b"abc")[3:]):
-            for kw in ({}, {"strict": True}, {"crop": (0, 0, 1, 1)}):
+            for kw in ({}, {"strict": True}, {"window": (0, 0, 1, 1)}):
                 assert outcome(empty, **kw) == ("error", "Empty input file"), (empty, kw)
             try:
                 decode_jpeg_header(empty)
@@ -184,7 +184,7 @@ def test_random_bytes():
 def test_huge_claimed_dimensions_are_refused_before_allocating():
     run_isolated('''
         from turboloader._native import _jpeg
-        from turboloader.jpeg import DEFAULT_MAX_PIXELS
+        from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
         import resource
         for name in ("baseline420", "progressive", "cmyk"):
             data = VARIANTS[name]
@@ -194,7 +194,7 @@ def test_huge_claimed_dimensions_are_refused_before_allocating():
             buf = bytes(buf)
             hdr = decode_jpeg_header(buf)
             assert (hdr.width, hdr.height) == (65000, 65000)
-            for kw in ({}, {"scale": 0.125}, {"crop": (0, 0, 16, 16)}):
+            for kw in ({}, {"scale": 0.125}, {"window": (0, 0, 16, 16)}):
                 kind, msg = outcome(buf, **kw)
                 assert kind == "error" and "max_pixels" in msg, (name, kw, msg)
             # The native layer refuses it too, before jpeg_start_decompress allocates.

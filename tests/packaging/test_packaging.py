@@ -16,8 +16,9 @@ from turboloader.errors import DISTRIBUTION, MissingDependencyError
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_version_and_python_m():
-    for cmd in (["-m", "turboloader", "--version"], ["-m", "turboloader.cli", "--version"]):
+    for cmd in (["-m", "turboloader", "--version"], ["-m", "turboloader.tools.cli", "--version"]):
         proc = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0
         assert proc.stdout.strip() == f"turboloader {turboloader.__version__} (distribution " \
@@ -27,6 +28,7 @@ def test_version_and_python_m():
     assert proc.returncode == 0 and "convert" in proc.stdout
 
 
+@pytest.mark.slow
 def test_sdist_builds_without_toolchain_or_headers(tmp_path):
     env = dict(os.environ, CC=str(tmp_path / "no-cc"), TURBOLOADER_JPEG_ROOT=str(tmp_path / "x"),
                PATH=os.path.dirname(sys.executable))
@@ -52,7 +54,7 @@ def _without(modules, code):
 def test_s3_without_boto3_names_the_extra():
     proc = _without(["boto3", "botocore", "botocore.config", "botocore.exceptions"], """
 from turboloader.errors import MissingDependencyError
-from turboloader.data.remote import open_remote
+from turboloader.io.remote import open_remote
 try:
     open_remote("s3://bucket/shard-0000.tar", retries=0).read(1)
 except MissingDependencyError as exc:
@@ -63,6 +65,7 @@ except MissingDependencyError as exc:
     assert "HINT" in proc.stdout and "pip install 'torch-turboloader[remote]'" in proc.stdout
 
 
+@pytest.mark.slow
 def test_lightning_missing_names_the_extra():
     proc = _without(["lightning", "lightning.pytorch", "pytorch_lightning"], """
 from turboloader.errors import MissingDependencyError
@@ -75,6 +78,7 @@ except MissingDependencyError as exc:
     assert "pip install 'torch-turboloader[lightning]'" in proc.stdout
 
 
+@pytest.mark.slow
 def test_progress_bar_without_tqdm_falls_back():
     proc = _without(["tqdm", "tqdm.auto"], """
 import torch, turboloader

@@ -10,8 +10,7 @@ import threading
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "data"))
-from shardgen import write_shards  # noqa: E402
+from helpers.shards import write_shards
 
 
 @pytest.fixture
@@ -99,7 +98,7 @@ def s3(monkeypatch):
     """A moto S3 server on loopback; AWS_* environment pointing boto3 at it."""
     pytest.importorskip("boto3")
     server_mod = pytest.importorskip("moto.server")
-    from turboloader.data import remote
+    from turboloader.io import remote
 
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

@@ -14,10 +14,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data"))
-from shardgen import size_of  # noqa: E402
-
-from turboloader.data import TarDataset  # noqa: E402
+from helpers.shards import size_of
+from turboloader.data import TarDataset
 
 BATCH, WORKERS, EPOCH = 2, 2, 1
 

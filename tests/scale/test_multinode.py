@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
-from shardgen import write_shards
+from helpers import subprocess_env
+from helpers.shards import write_shards
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 SIZES = [7, 3, 11, 5, 9]  # 35 samples: 4 ranks x 9, one padding repeat
 N = sum(SIZES)
@@ -27,8 +30,7 @@ def free_port():
 def launch(phase, shards, out, timeout=240):
     """Both nodes' torchrun agents; every wait is bounded, stragglers are killed."""
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    env = subprocess_env(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
     procs = []
     for node in range(2):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",

@@ -8,10 +8,10 @@ import warnings
 import pytest
 import torch
 
-from shardgen import write_shards
-from shardgen import size_of
+from helpers.shards import write_shards
+from helpers.shards import size_of
 from turboloader.data import TarDataset
-from turboloader.data.remote import (RemoteShardError, RemoteShardNotFoundError, ShardCache,
+from turboloader.io.remote import (RemoteShardError, RemoteShardNotFoundError, ShardCache,
                                      is_remote, open_remote, redact)
 
 SIZES = [5, 3, 7, 4]
@@ -87,6 +87,7 @@ def test_http_missing_and_unreachable(http_root, tmp_path):
     assert "secret" not in text
 
 
+@pytest.mark.slow
 def test_s3_streamed_and_cached(s3, tmp_path):
     paths = write_shards(str(tmp_path / "src"), SIZES, name="train")
     for p in paths:

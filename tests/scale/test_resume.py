@@ -4,8 +4,8 @@
 import pytest
 import torch
 
-from shardgen import write_shards
-from shardgen import size_of
+from helpers.shards import write_shards
+from helpers.shards import size_of
 from turboloader.data import TarDataset
 from turboloader.data.tar_dataset import delivered_counts
 
@@ -44,6 +44,7 @@ def test_delivered_counts_follow_torch_round_robin():
         delivered_counts([6, 7, 7], 9, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers,batch_size", [(3, 3), (2, 4)])
 def test_plain_dataloader_resume_same_order(urls, num_workers, batch_size):
     ds = TarDataset(urls, size_of, seed=5)
@@ -135,7 +136,7 @@ def test_thread_backend_streams_delivered(urls):
 
 
 def test_skip_policy_resume(tmp_path):
-    from shardgen import labelled_members, write_tar
+    from helpers.shards import labelled_members, write_tar
 
     members = labelled_members(range(8))
     members[6] = (members[6][0], b"not a jpeg")  # sample 3's image
@@ -163,11 +164,12 @@ def test_mismatched_state_is_refused(urls):
         list(ds._stream(0, 3, "w"))
 
 
+@pytest.mark.slow
 def test_tbl_resumable_sampler(tmp_path):
     from turboloader import transforms as T
-    from turboloader.convert import convert
+    from turboloader.tools.convert import convert
     from turboloader.data.tbl_dataset import ResumableSampler, TBLDataset
-    from turboloader.synthetic import synthetic_jpegs
+    from turboloader.tools.synthetic import synthetic_jpegs
 
     folder = tmp_path / "folder"
     for i, (jpeg, label) in enumerate(synthetic_jpegs(11, seed=2, num_classes=2)):

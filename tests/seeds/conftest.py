@@ -1,14 +1,13 @@
 """Fixtures for the seed-example tests: a tiny labelled TAR shard and image files (the
-helpers the tests import are in seedkit.py)."""
+helpers the tests import are in tests/helpers/seeds.py)."""
 
 import io
 import tarfile
 
 import pytest
 
-from turboloader.synthetic import synthetic_jpegs
-
-from seedkit import N
+from helpers.seeds import N
+from turboloader.tools.synthetic import synthetic_jpegs
 
 
 @pytest.fixture(scope="session")

@@ -13,10 +13,10 @@ import sys
 import numpy as np
 import pytest
 import torch
-from seedkit import N, SEED_NAMES, run, training_namespace
+from helpers.seeds import N, SEED_NAMES, run, training_namespace
 
 import turboloader
-from turboloader import seeds
+from turboloader.compat import seeds
 
 # ---------------------------------------------------------------------------------------
 # seed 000: TransformConfig / Pipeline
@@ -652,6 +652,7 @@ def test_seed001_transforms_match_core():
     assert out.shape == (3, 16, 16)
 
 
+@pytest.mark.distributed
 def test_seed001_distributed(data, tmp_path):
     """enable_distributed=True under 2 gloo processes (mp.spawn, as the seed's DDP example):
     the ranks read disjoint halves."""

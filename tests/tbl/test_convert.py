@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from turboloader.convert import convert, detect_format, iter_samples, verify_dataset
+from turboloader.tools.convert import convert, detect_format, iter_samples, verify_dataset
 from turboloader.errors import TurboLoaderError
-from turboloader.tbl import Codec, TBLFile
+from turboloader.io.tbl import Codec, TBLFile
 
 
 @pytest.fixture(scope="module")
 def jpegs():
-    from turboloader.synthetic import synthetic_jpegs
+    from turboloader.tools.synthetic import synthetic_jpegs
 
     return synthetic_jpegs(10, seed=5, num_classes=3)
 
@@ -67,7 +67,7 @@ def test_folder_to_tbl_keeps_class_names_and_order(tmp_path, folder):
 
 
 def test_pre_resize(tmp_path, folder, jpegs):
-    from turboloader.jpeg import decode_jpeg
+    from turboloader.decode.jpeg import decode_jpeg
 
     report = convert(folder, tmp_path / "small.tbl", max_short_side=200, quality=92, workers=2)
     assert report.reencoded == 10 and report.bytes_out < report.bytes_in
@@ -95,7 +95,7 @@ def test_pre_resize_copies_small_images_byte_for_byte(tmp_path, folder, jpegs):
 
 
 def test_raw_pixels(tmp_path, folder):
-    from turboloader.jpeg import decode_jpeg
+    from turboloader.decode.jpeg import decode_jpeg
     from turboloader.transforms import functional as F
 
     convert(folder, tmp_path / "raw.tbl", codec="raw", max_short_side=128)

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from turboloader.convert import check_manifest, convert, verify_dataset
+from turboloader.tools.convert import check_manifest, convert, verify_dataset
 from turboloader.errors import ManifestError, TarFormatError, TruncatedArchiveWarning
-from turboloader.tar import TarIndex
+from turboloader.io.tar import TarIndex
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
@@ -33,7 +33,7 @@ def _jpeg(seed):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "turboloader.cli", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "turboloader.tools.cli", *map(str, args)],
                           capture_output=True, text=True, timeout=TIMEOUT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
@@ -120,6 +120,7 @@ def test_tar_manifest_matches_stdlib_and_hashlib(tmp_path, folder):
     assert _cli("verify", out, "-q").returncode == 0
 
 
+@pytest.mark.slow
 def test_folder_manifest(tmp_path, folder):
     out = tmp_path / "copy"
     convert(folder, out)
@@ -169,7 +170,7 @@ def test_manifest_mismatch_is_named(tmp_path, folder, damage):
 
 _KILLABLE = """
 import os, sys, time
-import turboloader.convert as C
+import turboloader.tools.convert as C
 calls = [0]
 real = C._Processor.__call__
 def slow(self, s):
@@ -183,6 +184,7 @@ C.convert(sys.argv[1], sys.argv[2], dst_format=sys.argv[4], shard_size=2)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dst_format", ["tar", "folder"])
 def test_convert_killed_mid_run_is_rejected_by_verify(tmp_path, folder, dst_format):
     out = tmp_path / "out"

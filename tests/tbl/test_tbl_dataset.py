@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from turboloader import transforms as T
-from turboloader.convert import convert
+from turboloader.tools.convert import convert
 from turboloader.data.tbl_dataset import TBLDataset
 from turboloader.errors import DecodeError, FailureBudgetExceeded, FormatError
-from turboloader.tbl import TBLFile
+from turboloader.io.tbl import TBLFile
 
 
 def _train():
@@ -18,7 +18,7 @@ def _train():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from turboloader.synthetic import synthetic_jpegs
+    from turboloader.tools.synthetic import synthetic_jpegs
 
     root = tmp_path_factory.mktemp("ds")
     folder = root / "folder"

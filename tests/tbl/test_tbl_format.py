@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from turboloader.errors import FormatError, TurboLoaderError
-from turboloader.tbl import (ENTRY_DTYPE, FOOTER_SIZE, Codec, Compression, TBLFile,
+from turboloader.io.tbl import (ENTRY_DTYPE, FOOTER_SIZE, Codec, Compression, TBLFile,
                              TBLWriter, write_tbl)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def jpegs():
-    from turboloader.synthetic import synthetic_jpegs
+    from turboloader.tools.synthetic import synthetic_jpegs
 
     return synthetic_jpegs(8, seed=11)
 
@@ -282,8 +282,8 @@ def test_killed_writer_leaves_no_valid_looking_file(tmp_path):
     path = tmp_path / "killed.tbl"
     script = textwrap.dedent(f"""
         import sys
-        from turboloader.tbl import TBLWriter
-        from turboloader.synthetic import synthetic_jpegs
+        from turboloader.io.tbl import TBLWriter
+        from turboloader.tools.synthetic import synthetic_jpegs
         data = synthetic_jpegs(1, seed=0)[0][0]
         w = TBLWriter({str(path)!r})
         for i in range(100000):

@@ -16,9 +16,9 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from turboloader import transforms as T
-from turboloader.synthetic import synthetic_image
+from turboloader.tools.synthetic import synthetic_image
 from turboloader.transforms import functional as FN
-from turboloader.transforms._augment import _AA_SPACE, _RA_SPACE, _TA_SPACE, _apply_op
+from turboloader.transforms._auto_augment import _AA_SPACE, _RA_SPACE, _TA_SPACE, _apply_op
 from turboloader.transforms._random import sample_rng, using_rng
 
 SEEDS = range(6)

@@ -13,7 +13,7 @@ from torchvision.transforms.v2 import functional as F
 
 from turboloader import DecodeError
 from turboloader import transforms as T
-from turboloader.synthetic import synthetic_jpegs
+from turboloader.tools.synthetic import synthetic_jpegs
 from turboloader.transforms._random import sample_rng, using_rng
 
 MEAN = (0.485, 0.456, 0.406)
@@ -325,3 +325,141 @@ def test_memoryview_input_and_threads(jpegs):
                                  list(enumerate(views)) * 3))
     for i, x in enumerate(threaded):
         assert torch.equal(x, serial[i % len(jpegs)])
+
+
+# ------------------------------------------------------------------ wrappers and containers
+
+POST_CASES = {
+    "random_apply_jitter": [T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.6)],
+    "random_choice": [T.RandomChoice([T.Identity(), T.RandomHorizontalFlip(1.0),
+                                      T.ColorJitter(hue=0.2)], p=[1, 1, 2])],
+    "random_order": [T.RandomOrder([T.ColorJitter(brightness=0.5), T.RandomHorizontalFlip(),
+                                    T.ColorJitter(saturation=0.7)])],
+    "nested": [T.RandomApply([T.RandomOrder([T.ColorJitter(contrast=0.5),
+                                             T.ColorJitter(hue=0.1)]),
+                              T.RandomHorizontalFlip()], p=0.5), T.Identity()],
+    "compose_inside": [T.RandomChoice([T.Compose([T.ColorJitter(0.3), T.RandomHorizontalFlip()]),
+                                       T.Identity()]), T.ToPureTensor()],
+}
+
+
+@pytest.mark.parametrize("name", sorted(POST_CASES))
+def test_containers_fuse_with_the_generic_paths_draws(jpegs, name):
+    """Fused: the geometry's draws, then the containers' and members' draws in call order;
+    equal to the geometry alone followed by the standalone classes on its output."""
+    post = POST_CASES[name]
+    fused = T.plan(T.Compose([T.RandomResizedCrop(72)] + post + [T.ToImage()]),
+                   dct_scaling=False)
+    geometry = T.plan(T.Compose([T.RandomResizedCrop(72), T.ToImage()]), dct_scaling=False)
+    assert fused is not None
+    outputs = set()
+    for i, data in enumerate(jpegs):
+        for epoch in range(2):
+            ours = fused.from_jpeg(data, rng=sample_rng(6, epoch, i))
+            rng = sample_rng(6, epoch, i)
+            x = geometry.from_jpeg(data, rng=rng)
+            with using_rng(rng):  # the same generator, after the geometry's draws
+                y = T.Compose(post)(np.ascontiguousarray(x.permute(1, 2, 0).numpy()))
+            assert torch.equal(ours, T.ToImage()(y)), (name, i, epoch)
+            assert torch.equal(fused.from_array(_decode(data), rng=sample_rng(6, epoch, i)), ours)
+            outputs.add((ours.float() - x.float()).abs().sum().item() > 0)
+    assert outputs == {True, False} or name == "random_order"  # both branches were drawn
+
+
+def test_conversion_spellings_fuse_alike(jpegs):
+    geometry = [T.Resize(80), T.CenterCrop(64)]
+    reference = T.plan(T.Compose(geometry + [T.ToTensor(), T.Normalize(MEAN, STD)]))
+    for tail in ([T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(MEAN, STD)],
+                 [T.ToImage(), T.ToDtype({"others": torch.float32}, scale=True),
+                  T.Normalize(MEAN, STD), T.ToPureTensor()],
+                 [T.Identity(), T.ToImage(), T.ToDtype(torch.float32, scale=True),
+                  T.Normalize(MEAN, STD)]):
+        p = T.plan(T.Compose(geometry + tail))
+        assert p is not None and p.output_dtype is torch.float32, tail
+        for i, data in enumerate(jpegs[:3]):
+            assert torch.equal(p.from_jpeg(data, rng=sample_rng(0, 0, i)),
+                               reference.from_jpeg(data, rng=sample_rng(0, 0, i)))
+    assert T.plan(T.Compose(geometry + [T.ToImage(), T.ConvertImageDtype(torch.float64)])) is None
+
+
+class _Preset:
+    """The shape of torchvision's classification presets."""
+
+    def __init__(self, transforms):
+        self.transforms = transforms
+
+    def __call__(self, img):
+        return self.transforms(img)
+
+
+class _Outer:
+    def __init__(self, inner):
+        self.pipeline = inner
+
+    def __call__(self, x):
+        return self.pipeline(x)
+
+
+class _Scaled(_Preset):
+    def __call__(self, img):
+        return self.transforms(img) * 2
+
+
+class _ExtraArgument(_Preset):
+    def __call__(self, img, target=None):
+        return self.transforms(img)
+
+
+class _Varargs(_Preset):
+    def __call__(self, *inputs):
+        return self.transforms(*inputs)
+
+
+def test_objects_wrapping_a_compose_fuse(jpegs):
+    members = [T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.ToTensor(),
+               T.Normalize(MEAN, STD)]
+    direct = T.plan(T.Compose(members))
+    for wrapper in (_Preset(T.Compose(members)), _Outer(_Preset(T.Compose(members))),
+                    _Preset(v2.Compose(members))):
+        p = T.plan(wrapper)
+        assert p is not None and T.explain(wrapper) is None
+        for i, data in enumerate(jpegs[:3]):
+            assert torch.equal(p.from_jpeg(data, rng=sample_rng(1, 0, i)),
+                               direct.from_jpeg(data, rng=sample_rng(1, 0, i)))
+    # a __call__ that does anything else is not taken for the pipeline
+    for wrapper in (_Scaled(T.Compose(members)), _ExtraArgument(T.Compose(members)),
+                    _Varargs(T.Compose(members))):
+        assert T.plan(wrapper) is None
+        assert "is not exactly 'return self.transforms(img)'" in T.explain(wrapper)
+    assert T.plan(_Preset(lambda x: x)) is None
+    assert T.plan(_Preset(T.Compose([T.RandAugment(), T.ToTensor()]))) is None
+
+
+def test_explain_names_the_first_member_and_agrees_with_plan():
+    cases = [
+        ([T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ToTensor()], None),
+        ([T.RandomResizedCrop(64), T.AutoAugment(), T.ToTensor()], "member 1, AutoAugment("),
+        ([v2.RandomResizedCrop(64), T.ToTensor()],
+         "torchvision's own class; turboloader.transforms.RandomResizedCrop"),
+        ([T.RandomResizedCrop(64)], "ends without a tensor conversion"),
+        ([T.RandomCrop(32, padding=4), T.ToTensor()], "member 0, RandomCrop("),
+        ([T.Resize(64, interpolation="nearest"), T.ToTensor()], "interpolation"),
+        ([T.ToImage(), T.Normalize(MEAN, STD)], "member 1, Normalize("),
+        ([T.ColorJitter(0.1)] * 3 + [T.ToTensor()], "more than 8 colour operations"),
+        ([T.RandomApply([T.ColorJitter(0.1)] * 3), T.ToTensor()], "more than 8"),
+        ([T.RandomApply([T.RandomResizedCrop(64)]), T.ToTensor()], "member 0, RandomApply("),
+        ([T.Lambda(lambda x: x), T.ToTensor()], "arbitrary function"),
+        ([T.RandomResizedCrop(64), T.ToTensor(), T.RandomErasing()], "member 2, RandomErasing("),
+        ([T.ToTensor(), T.Normalize(MEAN, (0.2, 0.0, 0.2))], "zero or non-finite std"),
+    ]
+    for members, expected in cases:
+        c = T.Compose(members)
+        reason = T.explain(c)
+        assert (T.plan(c) is None) == (reason is not None), members
+        if expected is None:
+            assert reason is None
+        else:
+            assert expected in reason, (expected, reason)
+    assert "not a turboloader transform" in T.explain(lambda x: x)
+    with pytest.raises(TypeError):
+        T.explain(42)

@@ -10,7 +10,7 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from turboloader import transforms as T
-from turboloader.synthetic import synthetic_image
+from turboloader.tools.synthetic import synthetic_image
 from turboloader.transforms._random import sample_rng, using_rng
 
 MEAN = (0.485, 0.456, 0.406)

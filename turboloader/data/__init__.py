@@ -2,7 +2,7 @@
 (:class:`ImageFolder`) and TBL files (:class:`TBLDataset`), with sharding, shuffling, a
 decoded-sample cache and a failure policy.
 
-Modules: :mod:`~turboloader.data.shards` (URL expansion, shard readers, sample grouping),
+Modules: :mod:`~turboloader.io.shards` (URL expansion, shard readers, sample grouping),
 :mod:`~turboloader.data.sharding` (epoch order, rank/worker split), :mod:`~turboloader.data.cache`
 (byte-bounded LRU), :mod:`~turboloader.data.policy` (skip/raise policy, statistics).
 
@@ -17,12 +17,12 @@ _LAZY = {
     "FailurePolicy": "turboloader.data.policy",
     "ImageFolder": "turboloader.data.folder",
     "ResumableSampler": "turboloader.data.tbl_dataset",
-    "ShardCache": "turboloader.data.remote",
+    "ShardCache": "turboloader.io.remote",
     "delivered_counts": "turboloader.data.tar_dataset",
     "TarDataset": "turboloader.data.tar_dataset",
     "TBLDataset": "turboloader.data.tbl_dataset",
-    "braceexpand": "turboloader.data.shards",
-    "expand_urls": "turboloader.data.shards",
+    "braceexpand": "turboloader.io.shards",
+    "expand_urls": "turboloader.io.shards",
     "per_rank_count": "turboloader.data.sharding",
     "worker_items": "turboloader.data.sharding",
 }

@@ -8,48 +8,31 @@ process both iterate), plus per-entry overhead of about 200 bytes.
 
 from __future__ import annotations
 
-import io
-import numbers
-import re
-import struct
 import threading
 import time
 from collections import OrderedDict
 
 import numpy as np
 
-from turboloader.errors import DecodeError
-from turboloader.jpeg import DEFAULT_MAX_PIXELS, decode_jpeg, decode_jpeg_header
+from turboloader.decode import (  # noqa: F401 (decode_pil, is_jpeg: their old home)
+    DEFAULT_MAX_PIXELS,
+    decode_jpeg,
+    decode_jpeg_header,
+    decode_pil,
+    is_jpeg,
+)
+from turboloader.io.sizes import parse_size
 from turboloader.transforms._random import using_rng
 
-__all__ = ["ByteLRU", "parse_size"]
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
-          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-          "tib": 2**40}
-
-
-def parse_size(size) -> int:
-    """Bytes in ``size``: an int, or a string such as ``"512MB"``, ``"2GiB"``, ``"1.5g"``.
-
-    Example:
-        >>> parse_size("2GiB"), parse_size(1000)
-        (2147483648, 1000)
-    """
-    if isinstance(size, bool):
-        raise TypeError("size must be an int or a string such as '2GB'")
-    if isinstance(size, numbers.Integral):
-        value = int(size)
-    elif isinstance(size, str):
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", size)
-        if m is None or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"cannot read a size from {size!r} (try '512MB' or '2GiB')")
-        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    else:
-        raise TypeError(f"size must be an int or a string such as '2GB', not {type(size).__name__}")
-    if value < 0:
-        raise ValueError(f"size must be >= 0, got {size!r}")
-    return value
+__all__ = [
+    "ByteLRU",
+    "Decoder",
+    "Timer",
+    "decode_pil",
+    "get_plan",
+    "is_jpeg",
+    "parse_size",
+]
 
 
 class ByteLRU:
@@ -126,38 +109,6 @@ class ByteLRU:
     def stats(self) -> dict:
         return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
                 "bytes": self.nbytes, "items": len(self._data), "capacity": self.capacity}
-
-
-def is_jpeg(data) -> bool:
-    return bytes(data[:3]) == b"\xff\xd8\xff"
-
-
-def decode_pil(data, max_pixels=DEFAULT_MAX_PIXELS):
-    """Decode any Pillow-readable image (PNG, WebP, ...) to an RGB ``PIL.Image``.
-
-    ``max_pixels`` applies as it does to JPEGs: the header's width x height is checked before
-    any pixel is decoded (a 33 KB PNG can claim 3000 x 3000). None: no limit (Pillow's own
-    decompression-bomb limit still applies).
-
-    Raises:
-        DecodeError: the data does not decode, or the image is larger than ``max_pixels``.
-    """
-    from PIL import Image
-
-    too_large = None
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            w, h = img.size
-            if max_pixels is not None and max_pixels > 0 and w * h > max_pixels:
-                too_large = (f"Image size {w} x {h} ({img.format}) exceeds the limit of "
-                             f"{max_pixels} pixels (max_pixels)")
-            else:
-                return img.convert("RGB")
-    except (OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError,
-            Image.DecompressionBombError) as exc:
-        # Pillow signals bad data with all of these; ours are never raised from here
-        raise DecodeError(f"Pillow cannot decode the image: {type(exc).__name__}: {exc}") from exc
-    raise DecodeError(too_large)
 
 
 def get_plan(transform):

@@ -12,7 +12,8 @@ from turboloader.data._streams import MapStreamState, own_states, stream_state
 from turboloader.data.cache import Timer, parse_size
 from turboloader.data.policy import EpochMixin, FailurePolicy, SharedEpoch, Telemetry
 from turboloader.errors import FailureBudgetExceeded, TurboLoaderError, UnreadableFileError
-from turboloader.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.transforms._plan import _warn_unfused
 from turboloader.transforms._random import sample_rng, using_rng
 
 __all__ = ["ImageFolder", "MAX_FILE_BYTES", "read_file"]
@@ -124,6 +125,7 @@ class ImageFolder(EpochMixin, torchvision.datasets.ImageFolder):
         super().__init__(root, transform=transform, target_transform=target_transform,
                          loader=loader if loader is not None else torchvision.datasets.folder.default_loader,
                          is_valid_file=is_valid_file, allow_empty=allow_empty)
+        _warn_unfused(transform, type(self).__name__)  # once, here in the main process
         if int(seed) < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
         self.seed = int(seed)

@@ -33,7 +33,17 @@ import weakref
 
 from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
 
-__all__ = ["AUTO_EPOCH", "FailureLog", "FailurePolicy", "Recorder", "SharedEpoch", "Telemetry"]
+__all__ = [
+    "AUTO_EPOCH",
+    "COUNTERS",
+    "EpochMixin",
+    "FailureLog",
+    "FailurePolicy",
+    "Recorder",
+    "SharedEpoch",
+    "Telemetry",
+    "torch_epoch_word",
+]
 
 #: Counters kept per epoch.
 COUNTERS = ("samples", "bytes_read", "read_s", "decode_s", "transform_s", "failures",

@@ -15,7 +15,7 @@ from turboloader.data import sharding
 from turboloader.data.cache import Decoder, parse_size
 from turboloader.data.policy import (AUTO_EPOCH, EpochMixin, FailureLog, FailurePolicy, SharedEpoch,
                                      Telemetry, _mix64, torch_epoch_word)
-from turboloader.data.shards import (
+from turboloader.io.shards import (
     check_record as _check_record,
     count_samples,
     expand_urls,
@@ -23,12 +23,16 @@ from turboloader.data.shards import (
     parse_label,
     random_access as _random_access,
 )
-from turboloader.data.remote import RemoteShardError, ShardCache
+from turboloader.io.remote import RemoteShardError, ShardCache
 from turboloader.errors import FailureBudgetExceeded, TarFormatError, TurboLoaderError
-from turboloader.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.transforms._plan import _warn_unfused
 from turboloader.transforms._random import sample_rng
 
-__all__ = ["TarDataset"]
+__all__ = [
+    "TarDataset",
+    "delivered_counts",
+]
 
 _FAILED = object()
 _STATES_LOCK = threading.Lock()  # guards TarDataset._states (module level: picklable dataset)
@@ -234,6 +238,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
         if int(seed) < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
         self.transform = transform
+        _warn_unfused(transform, type(self).__name__)  # once, here in the main process
         self.target_transform = target_transform
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
@@ -282,7 +287,7 @@ class TarDataset(EpochMixin, torch.utils.data.IterableDataset):
             counts.append(n)
         # class names from the classes.json that `turboloader convert` writes next to the
         # shards (None without one), indexed like torchvision's ImageFolder
-        from turboloader.data.shards import read_classes
+        from turboloader.io.shards import read_classes
 
         self.classes = read_classes(expanded)
         self.class_to_idx = (None if self.classes is None

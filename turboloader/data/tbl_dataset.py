@@ -10,10 +10,11 @@ import torch.utils.data
 from turboloader.data._streams import MapStreamState, own_states, stream_state
 from turboloader.data.cache import Timer, parse_size
 from turboloader.data.policy import EpochMixin, FailurePolicy, SharedEpoch, Telemetry
-from turboloader.data.shards import expand_urls
+from turboloader.io.shards import expand_urls
 from turboloader.errors import FailureBudgetExceeded, SampleError, TurboLoaderError
-from turboloader.jpeg import DEFAULT_MAX_PIXELS
-from turboloader.tbl import Codec, TBLFile
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.io.tbl import Codec, TBLFile
+from turboloader.transforms._plan import _warn_unfused
 from turboloader.transforms._random import sample_rng, using_rng
 
 __all__ = ["ResumableSampler", "TBLDataset"]
@@ -88,6 +89,7 @@ class TBLDataset(EpochMixin, torch.utils.data.Dataset):
             raise ValueError(f"seed must be >= 0, got {seed}")
         self.paths = expand_urls(paths)
         self.transform = transform
+        _warn_unfused(transform, type(self).__name__)  # once, here in the main process
         self.target_transform = target_transform
         self.seed = int(seed)
         self._cache_bytes = parse_size(cache) if cache else 0

@@ -3,15 +3,22 @@
 Fusable pipelines (members all turboloader transforms, in this order)::
 
     [RandomResizedCrop | Resize [CenterCrop | RandomCrop] | CenterCrop | RandomCrop]
-    (RandomHorizontalFlip | ColorJitter)*            # any order, any number (<= 2 jitters)
-    ToTensor | ToImage | PILToTensor [ToDtype(torch.float32, scale=...)]
+    (RandomHorizontalFlip | ColorJitter                  # any order, any number, also
+     | RandomApply | RandomChoice | RandomOrder of them)* # nested (<= 2 jitters in all)
+    ToTensor | ToImage | PILToTensor
+        [ToDtype(torch.float32, scale=...) | ConvertImageDtype(torch.float32)]
     [Normalize]
+    # Identity and ToPureTensor anywhere (dropped)
 
 ``RandomCrop`` only without padding (``padding=None, pad_if_needed=False``); resizing only
 with ``antialias=True`` and bilinear, bicubic or nearest-exact interpolation (torchvision's
-``"nearest"`` on tensors is a different rule). Anything else, including a pipeline without a
-final tensor conversion (torchvision returns a PIL image there), is not fusable: ``plan``
-returns None and the dataset runs the transforms one by one.
+``"nearest"`` on tensors is a different rule). The pipeline may be a turboloader or
+torchvision ``Compose`` (nested ones are flattened) or an object whose ``__call__`` is exactly
+``return self.<attr>(img)`` with such a pipeline in ``<attr>`` (torchvision's classification
+presets). Anything else, including a pipeline without a final tensor conversion (torchvision
+returns a PIL image there), is not fusable: ``plan`` returns None, :func:`explain` says why
+(naming the first member that does not fit) and the dataset runs the transforms one by one,
+after one ``UnfusedWarning`` with that text.
 
 Semantics of the fused call, per sample:
 
@@ -25,6 +32,8 @@ Semantics of the fused call, per sample:
   (Pillow's ``resize(box=...)``).
 * ``RandomHorizontalFlip`` flips the output; ``ColorJitter`` runs on the resized uint8 image
   in its drawn order, i.e. after the geometry (flip commutes with the colour ops).
+  ``RandomApply`` / ``RandomChoice`` / ``RandomOrder`` draw their decision, then their
+  members' parameters, in call order, as when they are called.
 * ``ToTensor`` / ``ToDtype(float32, scale=True)`` divide by 255, ``Normalize`` is folded
   into the same per-channel multiply-add.
 * A crop larger than its (resized) image is the generic path: ``CenterCrop`` zero-pads as
@@ -48,7 +57,7 @@ RandomResizedCrop(224), 12 hires       0.57         1.4                 4     7 
 Resize(256)+CenterCrop, 12 hires       0.62         0.9                 4     6       27
 =====================================  ===========  ==================  ====  ======  ===
 
-"synthetic": ``turboloader.synthetic.synthetic_jpegs`` (photograph-like, 250-700 px,
+"synthetic": ``turboloader.tools.synthetic.synthetic_jpegs`` (photograph-like, 250-700 px,
 quality 75-95, 4:2:0), where a 224 output rarely allows any reduction; "hires":
 ``benchmarks/datasets.py --hires`` photographs, 1600-4000 px, reduced 1/4 or 1/8.
 ``tests/transforms/test_plan.py`` asserts mean <= 2, per-image mean <= 5, p99 <= 12,
@@ -62,21 +71,40 @@ import warnings
 import numpy as np
 import torch
 
-from turboloader.errors import DecodeWarning
-from turboloader.fused import decode_window
-from turboloader.jpeg import window_scale
-from turboloader.transforms import _transforms as T
+from turboloader.decode._slot import resample_into_slot
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open, decode_jpeg
+from turboloader.transforms._colour import ColorJitter
+from turboloader.transforms._containers import (Compose, Identity, Lambda, RandomApply,
+                                                RandomChoice, RandomOrder)
+from turboloader.transforms._conversion import (ConvertImageDtype, Normalize, PILToTensor, ToDtype,
+                                                ToImage, ToPureTensor, ToTensor)
+from turboloader.transforms._geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip,
+                                              RandomResizedCrop, Resize, _fused_filter)
+from turboloader.transforms._transform import Transform
+from turboloader.transforms import _auto_augment, _colour, _containers, _conversion, _geometry, _mixing
 from turboloader.transforms._random import current_rng, using_rng
 
-__all__ = ["Plan", "plan"]
+__all__ = ["Plan", "explain", "plan"]
+
+_PACKAGE = __name__.rpartition(".")[0]  # turboloader.transforms (not imported: it imports us)
+_CLASS_MODULES = (_geometry, _colour, _auto_augment, _mixing, _containers, _conversion)
+
+# the native kernel's MAX_OPS: colour operations one fused call can run
+_MAX_OPS = 8
 
 
 def _flatten(transform):
-    if isinstance(transform, T.Compose) or _is_torchvision_compose(transform):
+    """The member list: Compose (ours or torchvision's) and wrappers unrolled, no-ops dropped."""
+    if isinstance(transform, Compose) or _is_torchvision_compose(transform):
         out = []
         for t in transform.transforms:
             out.extend(_flatten(t))
         return out
+    inner = _wrapped(transform)
+    if inner is not None:
+        return _flatten(inner)
+    if type(transform) in (Identity, ToPureTensor):
+        return []  # no-ops on what a fused plan (or the dataset's decoder) produces
     return [transform]
 
 
@@ -85,18 +113,83 @@ def _is_torchvision_compose(t):
     return cls.__name__ == "Compose" and cls.__module__.startswith("torchvision.transforms")
 
 
+def _is_pipeline(t):
+    return isinstance(t, Compose) or _is_torchvision_compose(t) or _wrapped(t) is not None
+
+
+def _wrapped(obj):
+    """The pipeline ``obj`` hands its input to unchanged, or None.
+
+    That is an object whose class's ``__call__`` is exactly ``return self.<attr>(img)`` with
+    ``self.<attr>`` a Compose (or such a wrapper again), as torchvision's classification
+    presets (``ClassificationPresetTrain/Eval``) are. Anything else in ``__call__`` could
+    change the result, so it is not unwrapped.
+    """
+    if isinstance(obj, (Transform, Compose)) or _is_torchvision_compose(obj):
+        return None
+    attr = _delegated_attribute(getattr(type(obj), "__call__", None))
+    if attr is None:
+        return None
+    inner = getattr(obj, attr, None)
+    if inner is None or inner is obj or not _is_pipeline(inner):
+        return None
+    return inner
+
+
+def _delegated_attribute(func):
+    """``attr`` when ``func`` is ``def f(self, x): return self.attr(x)``, else None (read
+    from the bytecode, which differs between Python versions only in the opcodes skipped)."""
+    import dis
+    import types
+
+    if not isinstance(func, types.FunctionType):
+        return None
+    code = func.__code__
+    if (code.co_argcount != 2 or code.co_kwonlyargcount or code.co_flags & 0x0C
+            or func.__closure__):
+        return None  # not (self, x) exactly: *args / **kwargs / keyword-only / a closure
+    self_name, arg_name = code.co_varnames[:2]
+    trace = []
+    for ins in dis.get_instructions(func):
+        op = ins.opname
+        if op in ("RESUME", "NOP", "CACHE", "PRECALL", "PUSH_NULL", "KW_NAMES",
+                  "EXTENDED_ARG", "NOT_TAKEN"):
+            continue
+        if op.startswith("LOAD_FAST"):
+            names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+            trace += [("load", name) for name in names]
+        elif op in ("LOAD_ATTR", "LOAD_METHOD"):
+            trace.append(("attr", ins.argval))
+        elif op in ("CALL", "CALL_FUNCTION", "CALL_METHOD"):
+            trace.append(("call", ins.arg))
+        elif op == "RETURN_VALUE":
+            trace.append(("return",))
+        else:
+            return None
+    if (len(trace) == 5 and trace[0] == ("load", self_name) and trace[1][0] == "attr"
+            and trace[2:] == [("load", arg_name), ("call", 1), ("return",)]):
+        return trace[1][1]
+    return None
+
+
 def plan(transform, *, dct_scaling=True):
     """Plan ``transform`` into one fused native call, or return None if it is not fusable.
 
     Args:
         transform: a :class:`~turboloader.transforms.Compose` (or a torchvision
-            ``Compose`` whose members are all turboloader transforms), or a single transform.
+            ``Compose`` whose members are all turboloader transforms), a single transform,
+            or an object that wraps one of these (its ``__call__`` is exactly
+            ``return self.<attr>(img)``, as torchvision's classification presets).
         dct_scaling: decode at a reduced JPEG DCT scale when the output is small enough
             (several times faster; see the module docstring for the tolerance). False gives
             torchvision's result within 1 uint8 level.
 
     Returns:
-        A :class:`Plan`, or None (the pipeline must run as ordinary callables).
+        A :class:`Plan`, or None (the pipeline must run as ordinary callables;
+        :func:`explain` says why).
+
+    Raises:
+        TypeError: ``transform`` is not callable.
 
     Example:
         >>> p = plan(Compose([RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor()]))
@@ -106,66 +199,225 @@ def plan(transform, *, dct_scaling=True):
         raise TypeError(f"transform must be callable, got {type(transform).__name__}")
     members = _flatten(transform)
     steps = _parse(members)
-    if steps is None:
+    if isinstance(steps, str):
         return None
     return Plan(members, *steps, dct_scaling=bool(dct_scaling))
 
 
+def explain(transform):
+    """Why ``transform`` does not fuse into the decoder, or None when :func:`plan` fuses it.
+
+    The text names the first member that prevents fusion and what would fuse instead; the
+    datasets issue it once as an :class:`~turboloader.errors.UnfusedWarning`.
+
+    Args:
+        transform: anything :func:`plan` accepts.
+
+    Returns:
+        A one-paragraph ``str``, or None.
+
+    Raises:
+        TypeError: ``transform`` is not callable.
+
+    Example:
+        >>> explain(Compose([RandomResizedCrop(224), RandAugment(), ToTensor()]))  # doctest: +SKIP
+        'member 1, RandAugment(...) has no fused kernel, so the whole pipeline runs unfused; ...'
+    """
+    if not callable(transform):
+        raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+    steps = _parse(_flatten(transform))
+    return steps if isinstance(steps, str) else None
+
+
+def _warn_unfused(transform, owner, stacklevel=3):
+    """Warn once (an UnfusedWarning) that ``owner``'s ``transform`` runs unfused, and why."""
+    if transform is None:
+        return
+    try:
+        reason = explain(transform)
+    except TypeError:
+        return  # not callable: the dataset reports that when it calls it
+    if reason is not None:
+        from turboloader.errors import UnfusedWarning
+
+        warnings.warn(f"{owner}: the transform is not fused into the decoder, so every sample "
+                      f"is decoded to a PIL image and transformed step by step (correct, but "
+                      f"slower): {reason}", UnfusedWarning, stacklevel=stacklevel)
+
+
+_GRAMMAR = ("fused pipelines are [RandomResizedCrop | Resize [+ CenterCrop | RandomCrop] | "
+            "CenterCrop | RandomCrop], then any RandomHorizontalFlip / ColorJitter (also inside "
+            "RandomApply / RandomChoice / RandomOrder), then ToTensor | ToImage | PILToTensor "
+            "[+ ToDtype(torch.float32) | ConvertImageDtype(torch.float32)] [+ Normalize]; "
+            "Identity and ToPureTensor may appear anywhere")
+
+
+def _short(t, limit=80):
+    text = repr(t).replace("\n", " ")
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 5] + "...)"
+
+
+def _is_turboloader(t):
+    return type(t).__module__.startswith(_PACKAGE)
+
+
+def _why_not(i, t):
+    """The reason member ``i`` (``t``) stops the grammar where it stands."""
+    where = f"member {i}, {_short(t)}"
+    if not _is_turboloader(t):
+        name = type(t).__name__
+        if _is_pipeline(getattr(t, "transforms", None)):
+            return (f"{where} holds a pipeline in .transforms, but its __call__ is not exactly "
+                    "'return self.transforms(img)', so turboloader cannot tell that calling it "
+                    "means calling that pipeline; pass the .transforms Compose itself")
+        if type(t).__module__.startswith("torchvision") and any(hasattr(m, name) for m in _CLASS_MODULES):
+            return (f"{where} is torchvision's own class; turboloader.transforms.{name} is "
+                    "the same transform and fuses")
+        return f"{where} is not a turboloader transform (an opaque callable); {_GRAMMAR}"
+    if isinstance(t, Lambda):
+        return f"{where} is an arbitrary function; {_GRAMMAR}"
+    if isinstance(t, RandomCrop) and not _fusable_crop(t):
+        return f"{where} pads (padding or pad_if_needed), which the fused path does not"
+    if isinstance(t, (Resize, RandomResizedCrop)) and _fused_filter(
+            t.interpolation, t.antialias) is None:
+        return (f"{where}: only antialias=True with bilinear, bicubic or nearest-exact "
+                "interpolation fuses (torchvision's tensor 'nearest' is a different rule)")
+    if isinstance(t, (RandomApply, RandomChoice, RandomOrder)):
+        return (f"{where}: containers fuse only after the geometry and around "
+                f"RandomHorizontalFlip / ColorJitter (at most {_MAX_OPS // 4} ColorJitters in "
+                f"all); {_GRAMMAR}")
+    if isinstance(t, ColorJitter):
+        return (f"{where}: at most {_MAX_OPS // 4} ColorJitters fuse, after the geometry; "
+                f"{_GRAMMAR}")
+    fusable = (RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip,
+               ToTensor, ToImage, PILToTensor, ToDtype, ConvertImageDtype, Normalize)
+    if isinstance(t, fusable):
+        return f"{where} cannot come at this place; {_GRAMMAR}"
+    return (f"{where} has no fused kernel, so the whole pipeline runs unfused; {_GRAMMAR}")
+
+
 def _fusable_crop(t):
-    return isinstance(t, T.CenterCrop) or (
-        isinstance(t, T.RandomCrop) and t.padding is None and not t.pad_if_needed)
+    return isinstance(t, CenterCrop) or (
+        isinstance(t, RandomCrop) and t.padding is None and not t.pad_if_needed)
+
+
+def _post_ops(t):
+    """The most colour operations post-geometry member ``t`` can emit, or None when it is
+    not one (flips and ColorJitters, Identity, and containers of them)."""
+    cls = type(t)
+    if cls in (RandomHorizontalFlip, Identity):
+        return 0
+    if cls is ColorJitter:
+        return 4
+    if cls in (RandomApply, RandomChoice, RandomOrder, Compose):
+        counts = [_post_ops(m) for m in t.transforms]
+        if None in counts:
+            return None
+        return max(counts) if cls is RandomChoice else sum(counts)
+    return None
+
+
+def _draw_post(t, size, rng, ops):
+    """Draw post-geometry member ``t``'s parameters in call order, append its colour
+    operations to ``ops``; True when it flips (flips commute with the colour operations)."""
+    cls = type(t)
+    if cls is RandomHorizontalFlip:
+        return t.make_params(size, rng=rng)["flip"]
+    if cls is ColorJitter:
+        ops.extend(ColorJitter.ops(t.make_params(size, rng=rng)))
+        return False
+    if cls is RandomApply:
+        members = t.transforms if t.make_params(rng=rng)["apply"] else ()
+    elif cls is RandomChoice:
+        members = (t.transforms[t.make_params(rng=rng)["index"]],)
+    elif cls is RandomOrder:
+        members = [t.transforms[k] for k in t.make_params(rng=rng)["order"]]
+    elif cls is Compose:
+        members = t.transforms
+    else:  # Identity
+        members = ()
+    flip = False
+    for m in members:
+        flip ^= _draw_post(m, size, rng, ops)
+    return flip
+
+
+def _dtype_scale(t):
+    """(float32, scale) when dtype conversion ``t`` makes float32 of a uint8 image tensor."""
+    if type(t) is ConvertImageDtype:
+        return (torch.float32, 1.0 / 255.0) if t.dtype is torch.float32 else None
+    if type(t) is ToDtype:
+        try:
+            dtype = t._dtype_for(torch.empty(0, dtype=torch.uint8))
+        except ValueError:
+            return None
+        if dtype is torch.float32:
+            return torch.float32, (1.0 / 255.0 if t.scale else 1.0)
+    return None
 
 
 def _parse(members):
-    """(resize, crop_or_rrc, post, affine, out_dtype) if the members fit the grammar."""
+    """(resize, crop_or_rrc, filter, post, affine, out_dtype) if the members fit the grammar,
+    else the reason (a str) naming the first member that does not."""
     i, n = 0, len(members)
     resize = crop = None
     filt = 1
-    if i < n and type(members[i]) is T.RandomResizedCrop:
+    if i < n and type(members[i]) is RandomResizedCrop:
         crop = members[i]
-        filt = T._fused_filter(crop.interpolation, crop.antialias)
+        filt = _fused_filter(crop.interpolation, crop.antialias)
         i += 1
-    elif i < n and type(members[i]) is T.Resize:
+    elif i < n and type(members[i]) is Resize:
         resize = members[i]
-        filt = T._fused_filter(resize.interpolation, resize.antialias)
+        filt = _fused_filter(resize.interpolation, resize.antialias)
         i += 1
-        if i < n and type(members[i]) in (T.CenterCrop, T.RandomCrop) and _fusable_crop(members[i]):
+        if i < n and type(members[i]) in (CenterCrop, RandomCrop) and _fusable_crop(members[i]):
             crop = members[i]
             i += 1
-    elif i < n and type(members[i]) in (T.CenterCrop, T.RandomCrop) and _fusable_crop(members[i]):
+    elif i < n and type(members[i]) in (CenterCrop, RandomCrop) and _fusable_crop(members[i]):
         crop = members[i]
         i += 1
     if filt is None:
-        return None
-    post = []
-    while i < n and type(members[i]) in (T.RandomHorizontalFlip, T.ColorJitter):
+        return _why_not(i - 1, members[i - 1])
+    post, n_ops = [], 0
+    while i < n and _post_ops(members[i]) is not None:
+        n_ops += _post_ops(members[i])
+        if n_ops > _MAX_OPS:
+            return (f"member {i}, {_short(members[i])}: more than {_MAX_OPS} colour operations "
+                    f"(at most {_MAX_OPS // 4} ColorJitters) in one fused call")
         post.append(members[i])
         i += 1
-    if sum(isinstance(t, T.ColorJitter) for t in post) > 2:
-        return None
-    if i < n and type(members[i]) is T.ToTensor:
+    if i < n and type(members[i]) is ToTensor:
         out_dtype, scale = torch.float32, 1.0 / 255.0
         i += 1
-    elif i < n and type(members[i]) in (T.ToImage, T.PILToTensor):
+    elif i < n and type(members[i]) in (ToImage, PILToTensor):
         out_dtype, scale = torch.uint8, None
         i += 1
-        if i < n and type(members[i]) is T.ToDtype and members[i].dtype is torch.float32:
-            out_dtype, scale = torch.float32, (1.0 / 255.0 if members[i].scale else 1.0)
+        if i < n and _dtype_scale(members[i]) is not None:
+            out_dtype, scale = _dtype_scale(members[i])
             i += 1
+    elif i < n:
+        return _why_not(i, members[i])
     else:
-        return None
+        return ("the pipeline ends without a tensor conversion (ToTensor, ToImage or "
+                "PILToTensor), so it returns a PIL image, which the fused path does not make")
     mean, std = (0.0,) * 3, (1.0,) * 3
-    if i < n and type(members[i]) is T.Normalize and out_dtype is torch.float32:
+    if i < n and type(members[i]) is Normalize and out_dtype is torch.float32:
         norm = members[i]
         if len(norm.mean) not in (1, 3) or len(norm.std) not in (1, 3):
-            return None
+            return f"member {i}, {_short(norm)}: the fused path normalizes 1 or 3 channels"
         mean = tuple(float(v) for v in norm.mean) * (3 if len(norm.mean) == 1 else 1)
         std = tuple(float(v) for v in norm.std) * (3 if len(norm.std) == 1 else 1)
         if any(not math.isfinite(v) or v == 0 for v in std) or not all(map(math.isfinite, mean)):
-            return None  # the generic path raises as torchvision does
+            # the generic path raises as torchvision does
+            return f"member {i}, {_short(norm)}: a zero or non-finite std or mean"
         i += 1
     if i != n:
-        return None
+        t = members[i]
+        if type(t) is Normalize:
+            return (f"member {i}, {_short(t)}: Normalize fuses once, after a float32 "
+                    "conversion (ToTensor, or ToImage + ToDtype(torch.float32))")
+        return _why_not(i, t)
     if out_dtype is torch.float32:
         affine = (tuple(scale / s for s in std), tuple(-m / s for m, s in zip(mean, std)))
     else:
@@ -197,7 +449,7 @@ class Plan:
         self._affine = affine
         self.output_dtype = out_dtype
         self.dct_scaling = dct_scaling
-        if isinstance(crop, (T.RandomResizedCrop, T.CenterCrop, T.RandomCrop)):
+        if isinstance(crop, (RandomResizedCrop, CenterCrop, RandomCrop)):
             self.output_shape = (3, *crop.size)
         elif resize is not None and resize.size is not None and len(resize.size) == 2:
             self.output_shape = (3, *resize.size)
@@ -226,7 +478,7 @@ class Plan:
         at the image edges.
         """
         crop, resize = self._crop, self._resize
-        if isinstance(crop, T.RandomResizedCrop):
+        if isinstance(crop, RandomResizedCrop):
             p = crop.make_params((H, W), rng=rng)
             box = (p["left"], p["top"], p["left"] + p["width"], p["top"] + p["height"])
             clip, out = True, crop.size
@@ -249,11 +501,7 @@ class Plan:
         flip = False
         ops = []
         for t in self._post:
-            params = t.make_params((H, W), rng=rng)
-            if isinstance(t, T.RandomHorizontalFlip):
-                flip ^= params["flip"]
-            else:
-                ops.extend(T.ColorJitter.ops(params))
+            flip ^= _draw_post(t, (H, W), rng, ops)
         return box, clip, out, flip, ops
 
     # -- output --------------------------------------------------------------------------
@@ -293,18 +541,22 @@ class Plan:
 
     # -- entry points --------------------------------------------------------------------
 
-    def from_jpeg(self, data, /, *, out=None, rng=None, strict=False, max_pixels=None):
+    def from_jpeg(self, data, /, *, out=None, rng=None, strict=False,
+                  max_pixels=DEFAULT_MAX_PIXELS):
         """Decode JPEG bytes and run the whole pipeline in one native call.
 
         Args:
             data: the JPEG file: bytes, memoryview (e.g. a slice of an mmap), numpy array.
             out: optional ``(3, H, W)`` CPU tensor or ndarray slot of ``output_dtype``,
                 C-contiguous (e.g. ``batch[i]``); written and returned.
-            rng: the generator to draw from (``random.Random`` or
-                :class:`~turboloader.transforms._random.TorchRandom`); default
-                ``current_rng()``.
+            rng: the generator to draw from (a ``random.Random`` such as
+                :func:`~turboloader.transforms.sample_rng`'s); default
+                :func:`~turboloader.transforms.current_rng`.
             strict: make libjpeg's warnings about recoverable corruption errors.
-            max_pixels: refuse larger images; default ``turboloader.jpeg.DEFAULT_MAX_PIXELS``.
+            max_pixels: refuse larger images (default
+                :data:`turboloader.decode.DEFAULT_MAX_PIXELS`); ``None``: no limit, as
+                everywhere in turboloader. (Before 0.2, ``None`` here meant the default
+                limit: passing it explicitly warns for one release.)
 
         Returns:
             A ``torch.Tensor`` (3, H, W) of ``output_dtype`` (``out`` itself when given).
@@ -315,47 +567,25 @@ class Plan:
 
         Warns:
             DecodeWarning: libjpeg recovered from corrupt data (when not ``strict``).
+            FutureWarning: ``max_pixels=None``, whose meaning changed (now: no limit).
         """
-        from turboloader._native import _fused, _jpeg
-        from turboloader.errors import DecodeError
-        from turboloader.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _read_header, decode_jpeg
-
-        buf = _as_buffer(data)
         if max_pixels is None:
-            max_pixels = DEFAULT_MAX_PIXELS
-        max_pixels = operator.index(max_pixels)
-        if max_pixels <= 0:
-            raise ValueError(f"max_pixels must be positive, got {max_pixels}")
+            warnings.warn("Plan.from_jpeg(max_pixels=None) now means no pixel limit, as it "
+                          "does in decode_jpeg and the datasets (it meant the default limit "
+                          "before); pass max_pixels=turboloader.decode.DEFAULT_MAX_PIXELS for "
+                          "the limit", FutureWarning, stacklevel=2)
+        buf, header, limit = _open(data, max_pixels)
         rng = current_rng() if rng is None else rng
-        header = _read_header(buf)
         W, H = header.width, header.height
-        if W * H > max_pixels:
-            raise DecodeError(f"Image size {W} x {H} exceeds the limit of {max_pixels} pixels "
-                              "(max_pixels)")
         drawn = self._draw(H, W, rng)
         if drawn is None:
             img = decode_jpeg(buf, strict=strict, max_pixels=max_pixels)
             return self._generic(img, rng, out)
         box, clip, (oh, ow), flip, ops = drawn
-        if not self.dct_scaling:
-            k = 8
-        elif clip:
-            k = window_scale(box[2] - box[0], box[3] - box[1], ow, oh)
-        else:  # resize-then-crop: the whole image must stay at least the resized size
-            k = window_scale(W, H, *self._resize.output_size((H, W))[::-1])
-        dw, dh = (W * k + 7) // 8, (H * k + 7) // 8
-        wx, wy, ww, wh, inner = decode_window(box, clip, (oh, ow), dw, dh, (k / 8, k / 8),
-                                            self._filter)
         view, ret = self._slot(out, (3, oh, ow))
-        scale, bias = self._affine or (None, None)
-        n_warnings, message = _fused.decode_resample_into(
-            buf, view, scale_num=k, full=(ww == dw and wh == dh), win_x=wx, win_y=wy,
-            win_w=ww, win_h=wh, box=inner, filter=self._filter, flip=flip, ops=ops,
-            mean_scale=scale, bias=bias, flags=_jpeg.STRICT if strict else 0,
-            max_pixels=max_pixels)
-        if n_warnings:
-            more = f" (and {n_warnings - 1} more warnings)" if n_warnings > 1 else ""
-            warnings.warn(f"{message}{more}", DecodeWarning, stacklevel=2)
+        resample_into_slot((buf, header), view, box=box, clip=clip, filt=self._filter, flip=flip,
+                      ops=ops, affine=self._affine, dct_scaling=self.dct_scaling,
+                      strict=strict, max_pixels=limit, stacklevel=2)
         return ret
 
     def from_array(self, img, /, *, out=None, rng=None, source_size=None):
@@ -377,8 +607,6 @@ class Plan:
         Raises:
             TypeError / ValueError: a bad ``img``, ``source_size`` or ``out``.
         """
-        from turboloader._native import _fused
-
         if not isinstance(img, np.ndarray) or img.dtype != np.uint8:
             raise TypeError("img must be a uint8 numpy.ndarray")
         if img.ndim != 3 or img.shape[2] != 3 or img.shape[0] == 0 or img.shape[1] == 0:
@@ -397,11 +625,7 @@ class Plan:
         if drawn is None:
             return self._generic(img, rng, out)
         box, clip, (oh, ow), flip, ops = drawn
-        wx, wy, ww, wh, inner = decode_window(box, clip, (oh, ow), dw, dh, (dw / W, dh / H),
-                                            self._filter)
         view, ret = self._slot(out, (3, oh, ow))
-        scale, bias = self._affine or (None, None)
-        _fused.resample_array_into(img, view, win_x=wx, win_y=wy, win_w=ww, win_h=wh,
-                                   box=inner, filter=self._filter, flip=flip, ops=ops,
-                                   mean_scale=scale, bias=bias)
+        resample_into_slot(img, view, box=box, clip=clip, filt=self._filter, source_size=(H, W),
+                      flip=flip, ops=ops, affine=self._affine)
         return ret

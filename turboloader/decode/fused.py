@@ -7,15 +7,14 @@ large as the output, and the result is flipped and normalized into the caller's 
 Everything between the bytes and the output runs without the GIL.
 """
 
-import math
 import operator
 import warnings
 
 import numpy as np
 
-from turboloader._native import _fused, _jpeg
-from turboloader.errors import DecodeError, DecodeWarning
-from turboloader.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _read_header, window_scale
+from turboloader.decode._filters import _interpolation
+from turboloader.decode._slot import _window, resample_into_slot
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open
 
 __all__ = ["decode_resized_crop", "decode_window"]
 
@@ -30,43 +29,46 @@ def _size(size):
     return h, w
 
 
-# Half-width of each filter's kernel at scale 1 (nearest, bilinear, bicubic).
-_SUPPORT = {0: 0.5, 1: 1.0, 2: 2.0}
-
-
-def decode_window(box, clip, out_size, dw, dh, scale, filt):
+def decode_window(box, clip, out_size, decoded_size, scale, filt, *old):
     """Where to decode and what to resample, for a source box of the full-resolution image.
 
     Args:
-        box: ``(x0, y0, x1, y1)`` in full-resolution pixels (floats allowed).
+        box: ``(x0, y0, x1, y1)`` in full-resolution pixels (floats allowed): a sub-pixel
+            region, as Pillow's ``Image.resize(box=...)`` and :func:`~turboloader.transforms.
+            functional.resize` take it.
         clip: True for crop-then-resize (torchvision's ``resized_crop``: the filter stops
             at the box's edges); False for resize-then-crop (``Resize`` then a crop: the
             filter sees the pixels around the box, as a full resize would).
         out_size: output ``(height, width)``.
-        dw, dh: size of the decoded image.
-        scale: ``(fx, fy)``: source x maps to decoded ``x * fx``. For a JPEG decoded at
+        decoded_size: ``(height, width)`` of the decoded image.
+        scale: ``(sy, sx)``: source y maps to decoded ``y * sy``. For a JPEG decoded at
             DCT scale k/8 that is exactly k/8 (libjpeg maps each 8 x 8 block onto k x k
-            pixels; ``dw / W`` would shift the window, as dw is rounded up).
+            pixels; ``dh / H`` would shift the window, as dh is rounded up).
         filt: the native filter code, for its support.
 
     Returns:
-        ``(wx, wy, ww, wh, inner)``: the decoded-pixel window to decode and the box
-        ``(x0, y0, x1, y1)`` inside it to resample from.
+        ``(wx, wy, ww, wh, inner)``: the decoded-pixel window to decode (left, top, width,
+        height: the native decoder's order) and the box ``(x0, y0, x1, y1)`` inside it to
+        resample from.
+
+    Deprecated:
+        ``decode_window(box, clip, out_size, dw, dh, (fx, fy), filt)`` (width first) still
+        works with a DeprecationWarning until the next release.
+
+    Example:
+        >>> decode_window((10, 20, 310, 320), True, (224, 224), (480, 640), (0.5, 0.5), 1)
+        (5, 10, 150, 150, (0.0, 0.0, 150.0, 150.0))
     """
-    fx, fy = scale
-    x0, y0 = box[0] * fx, box[1] * fy
-    x1, y1 = min(box[2] * fx, dw), min(box[3] * fy, dh)
-    if clip:
-        ix0, iy0 = math.floor(x0), math.floor(y0)
-        ix1, iy1 = min(math.ceil(x1), dw), min(math.ceil(y1), dh)
-    else:  # widen by the filter's reach (+2 for rounding), clamped to the image
-        support = _SUPPORT.get(filt, 2.0)
-        mx = support * max((x1 - x0) / out_size[1], 1.0) + 2
-        my = support * max((y1 - y0) / out_size[0], 1.0) + 2
-        ix0, iy0 = max(0, math.floor(x0 - mx)), max(0, math.floor(y0 - my))
-        ix1, iy1 = min(dw, math.ceil(x1 + mx)), min(dh, math.ceil(y1 + my))
-    ww, wh = ix1 - ix0, iy1 - iy0
-    return ix0, iy0, ww, wh, (x0 - ix0, y0 - iy0, min(x1 - ix0, ww), min(y1 - iy0, wh))
+    if old:  # decode_window(box, clip, out_size, dw, dh, (fx, fy), filt)
+        if len(old) != 1:
+            raise TypeError(f"decode_window takes 6 arguments, got {6 + len(old)}")
+        warnings.warn("decode_window(box, clip, out_size, dw, dh, (fx, fy), filt) is "
+                      "deprecated: pass decode_window(box, clip, out_size, (dh, dw), (fy, fx), "
+                      "filt) (torchvision's (height, width) order); the old form is removed "
+                      "in the next release", DeprecationWarning, stacklevel=2)
+        dw, dh, (fx, fy), filt = decoded_size, scale, filt, old[0]
+        return _window(box, clip, out_size, (dh, dw), (fy, fx), filt)
+    return _window(box, clip, out_size, tuple(decoded_size), tuple(scale), filt)
 
 
 def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, mean=None,
@@ -118,19 +120,11 @@ def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, 
         ...                     mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
         ...                     out=batch[0])
     """
-    buf = _as_buffer(data)
     out_h, out_w = _size(size)
     if out_h <= 0 or out_w <= 0:
         raise ValueError(f"size must be positive, got {(out_h, out_w)}")
     top, left, height, width = (operator.index(v) for v in (top, left, height, width))
-    # imported here: turboloader.transforms imports this module (decode_window)
-    from turboloader.transforms.functional import _interpolation
-
     filt = int(_interpolation(interpolation))
-    if max_pixels is not None:
-        max_pixels = operator.index(max_pixels)
-        if max_pixels <= 0:
-            raise ValueError(f"max_pixels must be positive or None, got {max_pixels}")
 
     if out is None:
         dtype = np.dtype(dtype)
@@ -148,35 +142,20 @@ def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, 
         s = (1.0, 1.0, 1.0) if std is None else tuple(float(v) for v in std)
         if len(m) != 3 or len(s) != 3 or any(v <= 0 for v in s):
             raise ValueError(f"mean and std need 3 values each, std positive; got {m}, {s}")
-        mean_scale = tuple(1.0 / (255.0 * v) for v in s)
-        bias = tuple(-a / b for a, b in zip(m, s))
+        affine = (tuple(1.0 / (255.0 * v) for v in s), tuple(-a / b for a, b in zip(m, s)))
     elif out.dtype == np.uint8:
         if mean is not None or std is not None:
             raise ValueError("mean/std normalize float32 output; uint8 output is raw pixels")
-        mean_scale = bias = None
+        affine = None
     else:
         raise TypeError(f"out must be float32 or uint8, got {out.dtype}")
 
-    header = _read_header(buf)
+    buf, header, limit = _open(data, max_pixels)
     W, H = header.width, header.height
-    if max_pixels is not None and W * H > max_pixels:
-        raise DecodeError(f"Image size {W} x {H} exceeds the limit of {max_pixels} pixels "
-                          "(max_pixels)")
     if height <= 0 or width <= 0 or top < 0 or left < 0 or top + height > H or left + width > W:
         raise ValueError(f"crop (top={top}, left={left}, height={height}, width={width}) is "
                          f"not a non-empty window inside the {W} x {H} image")
-
-    k = window_scale(width, height, out_w, out_h) if dct_scaling else 8
-    sw, sh = (W * k + 7) // 8, (H * k + 7) // 8
-    box = (left, top, left + width, top + height)
-    ix0, iy0, win_w, win_h, box = decode_window(box, True, (out_h, out_w), sw, sh, (k / 8, k / 8), filt)
-
-    flags = _jpeg.STRICT if strict else 0
-    n_warnings, message = _fused.decode_resample_into(
-        buf, out, scale_num=k, full=(win_w == sw and win_h == sh), win_x=ix0, win_y=iy0,
-        win_w=win_w, win_h=win_h, box=box, filter=filt, flip=bool(flip),
-        mean_scale=mean_scale, bias=bias, flags=flags, max_pixels=max_pixels or 0)
-    if n_warnings:
-        more = f" (and {n_warnings - 1} more warnings)" if n_warnings > 1 else ""
-        warnings.warn(f"{message}{more}", DecodeWarning, stacklevel=2)
-    return out
+    return resample_into_slot((buf, header), out, box=(left, top, left + width, top + height),
+                         clip=True, filt=filt, flip=bool(flip), affine=affine,
+                         dct_scaling=dct_scaling, strict=strict, max_pixels=limit,
+                         stacklevel=2)

@@ -14,22 +14,29 @@ loader, so the pixels, the sharding and the randomness are the core's.
 * **Cached map-style dataset** -- :class:`HighPerformanceDataset`, :func:`create_dataloader`
   and ``PrefetchLoader`` (re-exported from :mod:`turboloader.prefetch`).
 
-**Two families of transform classes.** The classes here take sizes as ``(width, height)``
-(``Resize(224, 224)``) and work on HWC NumPy arrays through ``.apply(img)``; they are what
-``turboloader.Compose``, ``turboloader.Resize`` etc. name at the top level. The classes of
-:mod:`turboloader.transforms` are torchvision's, exactly (``Resize(size)`` with
-``size=(h, w)`` or a short side, PIL/tensor/array in, same kind out, ``ToTensor`` scales to
-[0, 1]); use them with the datasets, where they fuse into one native call per sample. Each
-class here holds the torchvision-shaped transform it delegates to (``.transform``), so the
-arithmetic is the same code. The differences a user of these classes should know:
+**Two families of transform classes.** The classes here are the seed documents': sizes as
+``(width, height)`` (``Resize(224, 224)``), HWC NumPy arrays through ``.apply(img)``; they are
+what ``turboloader.Compose``, ``turboloader.Resize``, ``turboloader.ToTensor`` etc. name at
+the top level. The classes of :mod:`turboloader.transforms` are torchvision v2's, exactly
+(``Resize(size)`` with ``size=(h, w)`` or a short side, PIL/tensor/array in, same kind out,
+``ToTensor`` scales to [0, 1]); use those with the datasets, where they fuse into one native
+call per sample. So that no call means one thing here and another in torchvision:
 
-* ``ToTensor(fmt)`` only changes the layout (HWC -> CHW for ``PYTORCH_CHW``) and keeps the
-  dtype: ``ToTensor().apply(uint8_hwc)`` is a uint8 CHW array (torchvision's would be float
-  in [0, 1]); the documented pattern is ``torch.from_numpy(img).float() / 255.0``.
-* ``ImageNetNormalize()`` takes HWC uint8 (or float in [0, 1]) and returns float32
-  ``(x / 255 - mean) / std``, still HWC.
-* ``RandomCrop`` / ``CenterCrop`` larger than the image zero-pad (torchvision's
-  ``RandomCrop`` would raise without ``pad_if_needed=True``).
+* ``.apply(img)`` (a name torchvision does not have) is the seed contract: an HWC array (a
+  PIL image is converted) in, an HWC array out, ``ToTensor().apply`` a CHW array of the same
+  dtype (no scaling; the documented pattern is ``torch.from_numpy(img).float() / 255.0``),
+  crops larger than the image zero-padded.
+* Calling an object (``t(img)``) means what torchvision's class of that name means, on a PIL
+  image, a tensor or an HWC array: ``turboloader.ToTensor()(img)`` is a float tensor in
+  [0, 1], ``turboloader.Resize(w, h)(img)`` is ``turboloader.transforms.Resize((h, w))(img)``,
+  ``turboloader.RandomCrop(224)(img)`` raises for a smaller image as torchvision's does.
+* Constructor calls that torchvision reads differently raise a TypeError naming the
+  :mod:`turboloader.transforms` class: ``Resize(224)`` (torchvision: shorter side 224; here
+  it would be a 224 x 224 square), ``Resize((h, w))``, ``CenterCrop((h, w))``,
+  ``RandomCrop((h, w))`` (torchvision's order is (h, w), the seed's (w, h)).
+* One seed form is also a valid torchvision call with another meaning: ``RandomCrop(w, h)``
+  (torchvision: ``RandomCrop(size=w, padding=h)``). The seed examples use it, so it keeps the
+  seed meaning for ``.apply``; calling such an object raises a TypeError instead of guessing.
 * Random parameters come from torch's global RNG (``torch.manual_seed`` applies), as with
   torchvision; inside a turboloader dataset from the sample's seeded generator.
 """
@@ -46,10 +53,19 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from turboloader import loader as _core
+from turboloader.transforms.presets import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    imagenet_train_transform,
+    imagenet_val_transform,
+)
+
 __all__ = [
     "CenterCrop",
     "ColorJitter",
     "Compose",
+    "DataLoader",
     "HighPerformanceDataset",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -71,8 +87,6 @@ __all__ = [
     "seed001_loader",
 ]
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _T():
@@ -90,11 +104,41 @@ def _as_list(samples):
     return list(samples)
 
 
+def _is_path(x) -> bool:
+    if isinstance(x, (str, bytes, os.PathLike)):
+        return True
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(
+        isinstance(p, (str, os.PathLike)) for p in x)
+
+
+class DataLoader(_core.DataLoader):
+    """``turboloader.DataLoader``: the core loader, which also takes seed 001's path-first form.
+
+    ``DataLoader(dataset, ...)`` with a ``torch.utils.data.Dataset`` is exactly
+    :class:`turboloader.loader.DataLoader` (this class adds nothing else; its arguments,
+    backends and epochs are documented there), and the result is an instance of this class.
+
+    ``DataLoader(path, batch_size=32, num_workers=4, shuffle=False, ...)`` with a path (a
+    ``str``, ``os.PathLike`` or a list of them: TAR shards) is seed 001's API: it returns
+    :func:`seed001_loader`'s :class:`SampleBatchLoader`, a different class, whose batches are
+    lists of ``{"image": HWC uint8, "label": int}`` dicts.
+
+    Example:
+        >>> loader = turboloader.DataLoader(dataset, batch_size=256, num_workers=8)  # doctest: +SKIP
+        >>> batches = turboloader.DataLoader("train.tar", batch_size=32)             # doctest: +SKIP
+        >>> type(batches).__name__                                                   # doctest: +SKIP
+        'SampleBatchLoader'
+    """
+
+    def __new__(cls, dataset=None, *args, **kwargs):
+        if _is_path(dataset):
+            return seed001_loader(dataset, *args, **kwargs)
+        return super().__new__(cls)
+
+
 def _core_loader(dataset, *, batch_size, num_workers, collate_fn=None, shuffle=False,
                  sampler=None, pin_memory=False, drop_last=False, backend=None):
     """turboloader's DataLoader over ``dataset`` (the thread backend unless ``backend``)."""
-    from turboloader.loader import DataLoader
-
     kwargs = {"batch_size": batch_size, "shuffle": shuffle, "num_workers": int(num_workers),
               "pin_memory": bool(pin_memory) and torch.cuda.is_available(),
               "drop_last": drop_last}
@@ -508,22 +552,48 @@ def _hwc(img):
 
 
 class _Apply:
-    """Base: ``apply(img)`` on an HWC array; ``__call__`` is the same, so an instance also
-    works wherever a transform callable is expected."""
+    """Base: ``apply(img)`` is the seed contract (an HWC array in and out); calling the object
+    is torchvision's meaning of the class name: :meth:`torchvision_transform` applied to a PIL
+    image, a tensor or an HWC array (see the module docstring)."""
 
-    transform = None
+    transform = None  # the turboloader.transforms class that .apply delegates to
 
     def apply(self, img):
         return self.transform(_hwc(img))
 
+    def torchvision_transform(self):
+        """The :mod:`turboloader.transforms` transform that calling this object runs."""
+        return self.transform
+
     def __call__(self, img):
-        return self.apply(img)
+        return self.torchvision_transform()(img)
 
     def __repr__(self):
         return f"{type(self).__name__}({self.transform!r})"
 
 
-def _wh(width, height):
+def _is_int(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _wh(name, width, height, *, square_ok):
+    """``(width, height)`` of a seed transform, refusing the calls torchvision reads
+    differently (a TypeError naming the torchvision-exact class)."""
+    exact = f"turboloader.transforms.{name}"
+    if isinstance(width, (tuple, list)):
+        raise TypeError(
+            f"turboloader.{name}({tuple(width)}): the seed API's {name} takes (width, height) "
+            f"as two ints; a size sequence is torchvision's (height, width) order, which is "
+            f"{exact}({tuple(width)})")
+    if height is None and not square_ok:
+        raise TypeError(
+            f"turboloader.{name}({width!r}) is ambiguous: the seed API's {name}(width, height) "
+            f"needs both sides (turboloader.{name}({width!r}, {width!r}) for a square), while "
+            f"torchvision's {name}({width!r}) resizes the shorter side to {width!r}: that is "
+            f"{exact}({width!r})")
+    if not _is_int(width) or not (height is None or _is_int(height)):
+        raise TypeError(f"turboloader.{name}(width, height) takes ints, got {width!r}, "
+                        f"{height!r} (torchvision's arguments go to {exact})")
     width = int(width)
     height = width if height is None else int(height)
     if width < 1 or height < 1:
@@ -532,8 +602,12 @@ def _wh(width, height):
 
 
 class Resize(_Apply):
-    """Resize to exactly ``width`` x ``height`` (``height`` defaults to ``width``); the
-    aspect ratio is not kept. ``turboloader.transforms.Resize((height, width))``.
+    """Resize to exactly ``width`` x ``height``; the aspect ratio is not kept. Equivalent to
+    ``turboloader.transforms.Resize((height, width))``, which calling the object runs.
+
+    ``Resize(224)`` (one side) raises TypeError: torchvision's ``Resize(224)`` would resize the
+    shorter side, so use ``turboloader.transforms.Resize(224)`` for that, or
+    ``Resize(224, 224)`` for the square.
 
     Example:
         >>> Resize(224, 224).apply(np.zeros((300, 400, 3), np.uint8)).shape
@@ -541,14 +615,16 @@ class Resize(_Apply):
     """
 
     def __init__(self, width, height=None, method=ResizeMethod.BILINEAR):
-        self.width, self.height = _wh(width, height)
+        self.width, self.height = _wh("Resize", width, height, square_ok=False)
         method = method.value if isinstance(method, ResizeMethod) else method
         self.transform = _T().Resize((self.height, self.width), interpolation=method,
                                      antialias=True)
 
 
 class CenterCrop(_Apply):
-    """Central ``width`` x ``height`` window (zero-padded when larger than the image).
+    """Central ``width`` x ``height`` window (zero-padded when larger than the image), i.e.
+    ``turboloader.transforms.CenterCrop((height, width))``; ``CenterCrop(224)`` is the
+    square, as in torchvision.
 
     Example:
         >>> CenterCrop(224, 224).apply(np.zeros((256, 256, 3), np.uint8)).shape
@@ -556,13 +632,18 @@ class CenterCrop(_Apply):
     """
 
     def __init__(self, width, height=None):
-        self.width, self.height = _wh(width, height)
+        self.width, self.height = _wh("CenterCrop", width, height, square_ok=True)
         self.transform = _T().CenterCrop((self.height, self.width))
 
 
 class RandomCrop(_Apply):
-    """A random ``width`` x ``height`` window (an image smaller than that is zero-padded
-    first, i.e. torchvision's ``pad_if_needed=True``).
+    """A random ``width`` x ``height`` window; for ``.apply`` an image smaller than that is
+    zero-padded first (torchvision's ``pad_if_needed=True``).
+
+    Calling the object is torchvision's ``RandomCrop(size, padding=...)`` (no
+    ``pad_if_needed``) when only ``width`` is given; ``RandomCrop(w, h)`` objects refuse to be
+    called (torchvision reads that as ``RandomCrop(size=w, padding=h)``): use ``.apply``, or
+    ``turboloader.transforms.RandomCrop((h, w))``.
 
     Example:
         >>> RandomCrop(224, 224).apply(np.zeros((256, 256, 3), np.uint8)).shape
@@ -570,13 +651,25 @@ class RandomCrop(_Apply):
     """
 
     def __init__(self, width, height=None, padding=None):
-        self.width, self.height = _wh(width, height)
+        self._square = height is None
+        self.width, self.height = _wh("RandomCrop", width, height, square_ok=True)
+        self.padding = padding
         self.transform = _T().RandomCrop((self.height, self.width), padding=padding,
                                          pad_if_needed=True)
 
+    def torchvision_transform(self):
+        if not self._square:
+            raise TypeError(
+                f"turboloader.RandomCrop({self.width}, {self.height}) is the seed API's "
+                f"(width, height) crop: use .apply(img). Called like torchvision's "
+                f"RandomCrop({self.width}, {self.height}) it would mean padding={self.height}; "
+                f"torchvision's crop of that size is "
+                f"turboloader.transforms.RandomCrop(({self.height}, {self.width}))")
+        return _T().RandomCrop(self.width, padding=self.padding)
+
 
 class RandomHorizontalFlip(_Apply):
-    """Mirror left-right with probability ``p``."""
+    """Mirror left-right with probability ``p`` (torchvision's ``RandomHorizontalFlip``)."""
 
     def __init__(self, p=0.5):
         self.p = float(p)
@@ -615,6 +708,9 @@ class ImageNetNormalize(_Apply):
         self.std = tuple(float(s) for s in std)
         self.transform = None
 
+    def __call__(self, img):  # no torchvision class of this name: the seed meaning
+        return self.apply(img)
+
     def apply(self, img):
         from turboloader.transforms import functional as F
 
@@ -635,9 +731,13 @@ class ImageNetNormalize(_Apply):
 
 
 class ToTensor(_Apply):
-    """Change the layout: HWC -> CHW for ``PYTORCH_CHW`` (default), unchanged for
+    """``.apply`` changes the layout: HWC -> CHW for ``PYTORCH_CHW`` (default), unchanged for
     ``TENSORFLOW_HWC``. The dtype is kept (no scaling; see the module docstring) and the
     result is a C-contiguous NumPy array, ready for ``torch.from_numpy``.
+
+    Calling ``ToTensor()`` (or ``ToTensor(PYTORCH_CHW)``) is torchvision's ``ToTensor``: a
+    float32 CHW tensor in [0, 1]. ``ToTensor(TENSORFLOW_HWC)``, which torchvision has no
+    counterpart of, does the same as ``.apply`` when called.
 
     Example:
         >>> ToTensor(TensorFormat.PYTORCH_CHW).apply(np.zeros((4, 6, 3), np.uint8)).shape
@@ -646,6 +746,14 @@ class ToTensor(_Apply):
 
     def __init__(self, format=TensorFormat.PYTORCH_CHW):
         self.format = TensorFormat(format)
+
+    def torchvision_transform(self):
+        return _T().ToTensor()
+
+    def __call__(self, img):
+        if self.format is TensorFormat.TENSORFLOW_HWC:
+            return self.apply(img)
+        return self.torchvision_transform()(img)
 
     def apply(self, img):
         img = _hwc(img)
@@ -663,7 +771,9 @@ class Compose(_Apply):
     """Apply ``transforms`` in order: ``Compose([...]).apply(img)``.
 
     Members may be the classes of this module (their ``apply`` is called) or any callable,
-    e.g. a :mod:`turboloader.transforms` class (called on the array as is).
+    e.g. a :mod:`turboloader.transforms` class (called on the array as is). Calling the
+    object is torchvision's ``Compose``: each member is called in turn (for the classes of
+    this module, their torchvision meaning; see the module docstring).
 
     Example:
         >>> t = Compose([Resize(32, 32), ImageNetNormalize(), ToTensor()])
@@ -684,6 +794,11 @@ class Compose(_Apply):
             img = apply(img) if callable(apply) else t(img)
         return img
 
+    def __call__(self, img):
+        for t in self.transforms:
+            img = t(img)
+        return img
+
     def __repr__(self):
         inner = ", ".join(repr(t) for t in self.transforms)
         return f"Compose([{inner}])"
@@ -692,20 +807,6 @@ class Compose(_Apply):
 # ---------------------------------------------------------------------------------------
 # HighPerformanceDataset / create_dataloader / PrefetchLoader
 # ---------------------------------------------------------------------------------------
-
-def imagenet_train_transform(image_size=224):
-    """RandomResizedCrop + horizontal flip + ToTensor + ImageNet Normalize (fusable)."""
-    T = _T()
-    return T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(),
-                      T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-
-
-def imagenet_val_transform(image_size=224):
-    """Resize(image_size * 256 / 224) + CenterCrop + ToTensor + ImageNet Normalize (fusable)."""
-    T = _T()
-    return T.Compose([T.Resize(int(image_size * 256 / 224)), T.CenterCrop(image_size),
-                      T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-
 
 def _count_lru(capacity):
     """The decode cache bounded in images rather than bytes (the seed's ``cache_size``):
@@ -846,7 +947,7 @@ def __getattr__(name):
         from turboloader.prefetch import PrefetchLoader
 
         return PrefetchLoader
-    raise AttributeError(f"module 'turboloader.seeds' has no attribute {name!r}")
+    raise AttributeError(f"module 'turboloader.compat.seeds' has no attribute {name!r}")
 
 
 def create_dataloader(data_paths, labels, batch_size=32, num_workers=4, img_size=224,

@@ -48,9 +48,18 @@ import urllib.parse
 import urllib.request
 
 from turboloader.errors import RemoteShardError, RemoteShardNotFoundError
+from turboloader.io.sizes import parse_size
 
-__all__ = ["REMOTE_SCHEMES", "RemoteShardError", "RemoteShardNotFoundError", "ShardCache",
-           "is_remote", "open_remote", "redact"]
+__all__ = [
+    "REMOTE_SCHEMES",
+    "RemoteShardError",
+    "RemoteShardNotFoundError",
+    "ShardCache",
+    "is_remote",
+    "open_remote",
+    "redact",
+    "url_path",
+]
 
 #: URL schemes read remotely.
 REMOTE_SCHEMES = ("s3", "http", "https")
@@ -321,12 +330,6 @@ def open_remote(url: str, /, *, retries=5, backoff=0.25, timeout=60.0):
 
 # -- node-local cache -------------------------------------------------------------------------
 
-def _parse_size(size):
-    from turboloader.data.cache import parse_size
-
-    return parse_size(size)
-
-
 @contextlib.contextmanager
 def _flock(path):
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -378,7 +381,7 @@ class ShardCache:
     def __init__(self, root, max_bytes="10GB", *, prefetch=2, retries=5, backoff=0.25,
                  timeout=60.0):
         self.root = os.path.abspath(os.fspath(root))
-        self.max_bytes = _parse_size(max_bytes)
+        self.max_bytes = parse_size(max_bytes)
         if self.max_bytes <= 0:
             raise ValueError(f"max_bytes must be > 0, got {max_bytes!r}")
         if int(prefetch) < 0:

@@ -20,14 +20,13 @@ import time
 
 import numpy as np
 
-__all__ = ["run_demo"]
+__all__ = ["cpu_model", "run_demo"]
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
-SIZE = 224
+_SIZE = 224
 
 
-def _cpu_model():
+def cpu_model():
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -66,7 +65,7 @@ def _epoch(loader, label_of=None):
     labels = []
     t0 = time.perf_counter()
     for images, target in loader:
-        assert images.shape[1:] == (3, SIZE, SIZE), images.shape
+        assert images.shape[1:] == (3, _SIZE, _SIZE), images.shape
         labels += target.tolist() if label_of is None else [label_of[t] for t in target.tolist()]
     return len(labels) / (time.perf_counter() - t0), labels
 
@@ -82,28 +81,33 @@ def run_demo(num_images=512, seed=0, workers=None, batch_size=64, epochs=2, prin
     from torchvision.transforms import v2
     from torchvision.transforms.v2 import functional as F
 
-    import turboloader
     from turboloader import transforms as T
-    from turboloader.synthetic import synthetic_jpegs
-    from turboloader.transforms._random import sample_rng
+    from turboloader._version import __version__
+    from turboloader.data import TarDataset
+    from turboloader.decode import decode_jpeg_header
+    from turboloader.loader import DataLoader, format_stats
+    from turboloader.tools.synthetic import synthetic_jpegs
+    from turboloader.transforms import sample_rng
+    from turboloader.transforms.presets import IMAGENET_MEAN as MEAN
+    from turboloader.transforms.presets import IMAGENET_STD as STD
 
     workers = workers or min(os.cpu_count() or 1, 8)
     t0 = time.perf_counter()
     samples = synthetic_jpegs(num_images, seed=seed)
-    headers = [turboloader.decode_jpeg_header(b) for b, _ in samples]
-    print(f"turboloader {turboloader.__version__} demo: {num_images} photograph-like JPEGs "
+    headers = [decode_jpeg_header(b) for b, _ in samples]
+    print(f"turboloader {__version__} demo: {num_images} photograph-like JPEGs "
           f"(mean {sum(h.width for h in headers) / num_images:.0f}x"
           f"{sum(h.height for h in headers) / num_images:.0f}, "
           f"{sum(len(b) for b, _ in samples) / num_images / 1024:.0f} KB), "
           f"generated in {time.perf_counter() - t0:.1f} s")
-    print(f"machine: {_cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
           f"Pillow {PIL.__version__}, torch {torch.__version__}, torchvision {torchvision.__version__}")
-    print(f"pipeline: RandomResizedCrop({SIZE}) + RandomHorizontalFlip + ToTensor + Normalize, "
+    print(f"pipeline: RandomResizedCrop({_SIZE}) + RandomHorizontalFlip + ToTensor + Normalize, "
           f"batch {batch_size}, {workers} workers, labels\n")
 
-    ours = T.Compose([T.RandomResizedCrop(SIZE), T.RandomHorizontalFlip(), T.ToTensor(),
+    ours = T.Compose([T.RandomResizedCrop(_SIZE), T.RandomHorizontalFlip(), T.ToTensor(),
                       T.Normalize(MEAN, STD)])
-    theirs = v2.Compose([v2.RandomResizedCrop(SIZE), v2.RandomHorizontalFlip(), v2.ToImage(),
+    theirs = v2.Compose([v2.RandomResizedCrop(_SIZE), v2.RandomHorizontalFlip(), v2.ToImage(),
                          v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
 
     # Agreement first: a fast wrong answer is not a result. Same crop parameters on both
@@ -119,7 +123,7 @@ def run_demo(num_images=512, seed=0, workers=None, batch_size=64, epochs=2, prin
         p = ours.transforms[0].make_params((headers[i].height, headers[i].width), rng=rng)
         flip = ours.transforms[1].make_params(rng=rng)["flip"]
         img = F.pil_to_tensor(Image.open(io.BytesIO(data)).convert("RGB"))
-        ref = F.resized_crop(img, p["top"], p["left"], p["height"], p["width"], [SIZE, SIZE],
+        ref = F.resized_crop(img, p["top"], p["left"], p["height"], p["width"], [_SIZE, _SIZE],
                              antialias=True)
         ref = F.horizontal_flip(ref) if flip else ref
         ref = F.normalize(F.to_dtype(ref, torch.float32, scale=True), MEAN, STD).numpy()
@@ -151,20 +155,18 @@ def run_demo(num_images=512, seed=0, workers=None, batch_size=64, epochs=2, prin
         timed("torchvision ImageFolder + v2, torch DataLoader", base, epochs,
               label_of=[int(c.split("_")[1]) for c in folder_ds.classes])
 
-        ds = turboloader.TarDataset(shards, ours, seed=seed)
-        procs = turboloader.DataLoader(ds, batch_size=batch_size, num_workers=workers,
-                                       backend="processes", persistent_workers=True)
+        ds = TarDataset(shards, ours, seed=seed)
+        procs = DataLoader(ds, batch_size=batch_size, num_workers=workers,
+                           backend="processes", persistent_workers=True)
         timed("turboloader TarDataset, worker processes", procs, epochs, ds.set_epoch)
 
-        ds = turboloader.TarDataset(shards, ours, seed=seed)
-        threads = turboloader.DataLoader(ds, batch_size=batch_size, num_workers=workers,
-                                         backend="threads")
+        ds = TarDataset(shards, ours, seed=seed)
+        threads = DataLoader(ds, batch_size=batch_size, num_workers=workers, backend="threads")
         timed("turboloader TarDataset, thread backend", threads, epochs, threads.set_epoch)
-        stage_table = turboloader.loader.format_stats(threads.stats())
+        stage_table = format_stats(threads.stats())
 
-        cached = turboloader.TarDataset(shards, ours, seed=seed, cache="1GB")
-        cl = turboloader.DataLoader(cached, batch_size=batch_size, num_workers=workers,
-                                    backend="threads")
+        cached = TarDataset(shards, ours, seed=seed, cache="1GB")
+        cl = DataLoader(cached, batch_size=batch_size, num_workers=workers, backend="threads")
         timed("turboloader, thread backend, epoch 2 from the cache", cl, 2, cl.set_epoch)
         counters = cached.stats(epoch=1)
 

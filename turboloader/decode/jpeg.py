@@ -157,27 +157,52 @@ def _positive_int(value, name):
     return value
 
 
-def scaled_size(width, height, scale):
+def _pair(value, name):
+    """``(height, width)`` from a pair of positive ints."""
+    try:
+        h, w = value
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a (height, width) pair, got {value!r}") from None
+    return _positive_int(h, name), _positive_int(w, name)
+
+
+def _old_form(func, old, new):
+    warnings.warn(f"{func}({old}) is deprecated: pass {func}({new}) (torchvision's (height, "
+                  "width) order); the old form is removed in the next release",
+                  DeprecationWarning, stacklevel=3)
+
+
+def scaled_size(size, scale, *old):
     """Size of an image decoded with DCT scaling, as libjpeg computes it: ceil(dim * k / 8).
 
     Args:
-        width, height: full-resolution size.
+        size: full-resolution ``(height, width)``.
         scale: k/8 with k in 1..8, as an int (1), float or :class:`fractions.Fraction`.
 
     Returns:
-        ``(scaled_width, scaled_height)``.
+        ``(scaled_height, scaled_width)``.
 
     Raises:
         ValueError: ``scale`` is not k/8 with k in 1..8, or a size is not positive.
 
+    Deprecated:
+        ``scaled_size(width, height, scale)``, returning ``(scaled_width, scaled_height)``,
+        still works with a DeprecationWarning until the next release.
+
     Example:
-        >>> scaled_size(1001, 750, Fraction(3, 8))
-        (376, 282)
+        >>> scaled_size((750, 1001), Fraction(3, 8))
+        (282, 376)
     """
+    if old:  # scaled_size(width, height, scale) -> (width, height)
+        if len(old) != 1:
+            raise TypeError(f"scaled_size takes 2 arguments, got {2 + len(old)}")
+        _old_form("scaled_size", "width, height, scale", "(height, width), scale")
+        width, height, scale = size, scale, old[0]
+        sh, sw = scaled_size((height, width), scale)
+        return sw, sh
+    height, width = _pair(size, "size")
     k = _scale_num(scale)
-    width = _positive_int(width, "width")
-    height = _positive_int(height, "height")
-    return (width * k + 7) // 8, (height * k + 7) // 8
+    return (height * k + 7) // 8, (width * k + 7) // 8
 
 
 #: DCT scales with a SIMD IDCT in libjpeg-turbo (8x8, 4x4, 2x2, 1x1 blocks). The other
@@ -186,16 +211,16 @@ def scaled_size(width, height, scale):
 FAST_SCALES = (Fraction(1, 8), Fraction(1, 4), Fraction(1, 2), Fraction(1))
 
 
-def pick_scale(width, height, min_height, min_width, *, fast_only=True) -> Fraction:
+def pick_scale(size, min_size, *old, fast_only=True) -> Fraction:
     """The smallest DCT scale at which the decoded image is still at least the minimum size.
 
     Decoding at a smaller scale is much faster; use this to decode no more pixels than a
-    later resize to ``(min_height, min_width)`` needs. When even full size is smaller than
-    the minimum, returns ``Fraction(1)`` (decoders never upscale).
+    later resize to ``min_size`` needs. When even full size is smaller than the minimum,
+    returns ``Fraction(1)`` (decoders never upscale).
 
     Args:
-        width, height: full-resolution size.
-        min_height, min_width: the smallest acceptable decoded size.
+        size: full-resolution ``(height, width)``.
+        min_size: the smallest acceptable decoded ``(height, width)``.
         fast_only: consider only 1/8, 1/4, 1/2 and 1 (:data:`FAST_SCALES`, like Pillow's
             ``draft``), which libjpeg-turbo decodes with SIMD; ``False`` considers every k/8.
 
@@ -205,16 +230,26 @@ def pick_scale(width, height, min_height, min_width, *, fast_only=True) -> Fract
     Raises:
         ValueError: a size is not positive.
 
+    Deprecated:
+        ``pick_scale(width, height, min_height, min_width)`` still works with a
+        DeprecationWarning until the next release.
+
     Example:
-        >>> pick_scale(1024, 768, 224, 224)
+        >>> pick_scale((768, 1024), (224, 224))
         Fraction(1, 2)
-        >>> pick_scale(1024, 768, 224, 224, fast_only=False)
+        >>> pick_scale((768, 1024), (224, 224), fast_only=False)
         Fraction(3, 8)
     """
-    width = _positive_int(width, "width")
-    height = _positive_int(height, "height")
-    min_height = _positive_int(min_height, "min_height")
-    min_width = _positive_int(min_width, "min_width")
+    if old:  # pick_scale(width, height, min_height, min_width)
+        if len(old) != 2:
+            raise TypeError(f"pick_scale takes 2 positional arguments, got {2 + len(old)}")
+        _old_form("pick_scale", "width, height, min_height, min_width",
+                  "(height, width), (min_height, min_width)")
+        width, height, min_height, min_width = (_positive_int(v, n) for v, n in zip(
+            (size, min_size, *old), ("width", "height", "min_height", "min_width")))
+    else:
+        height, width = _pair(size, "size")
+        min_height, min_width = _pair(min_size, "min_size")
     candidates = FAST_SCALES if fast_only else [Fraction(k, 8) for k in range(1, 9)]
     for s in candidates:
         k = s.numerator * 8 // s.denominator
@@ -223,18 +258,41 @@ def pick_scale(width, height, min_height, min_width, *, fast_only=True) -> Fract
     return Fraction(1)
 
 
-def window_scale(crop_w, crop_h, out_w, out_h) -> int:
-    """The k of the smallest fast DCT scale k/8 (1, 2, 4 or 8) at which a ``crop_w x crop_h``
-    window of the full-resolution image is still at least ``out_w x out_h``.
+def window_scale(window_size, out_size, *old) -> int:
+    """The k of the smallest fast DCT scale k/8 (1, 2, 4 or 8) at which a window of
+    ``window_size`` full-resolution pixels is still at least ``out_size``.
 
     libjpeg maps each 8 x 8 block onto k x k pixels, so the window's decoded size is its
     full-resolution size times k/8. Returns 8 (no reduction) when the window is smaller
     than the output.
 
+    Args:
+        window_size: ``(height, width)`` of the window in full-resolution pixels (floats
+            allowed: a sub-pixel source box).
+        out_size: ``(height, width)`` it is resampled to.
+
+    Returns:
+        k in (1, 2, 4, 8).
+
+    Deprecated:
+        ``window_scale(crop_w, crop_h, out_w, out_h)`` still works with a
+        DeprecationWarning until the next release.
+
     Example:
-        >>> window_scale(900, 700, 224, 224)
+        >>> window_scale((700, 900), (224, 224))
         2
     """
+    if old:  # window_scale(crop_w, crop_h, out_w, out_h)
+        if len(old) != 2:
+            raise TypeError(f"window_scale takes 2 positional arguments, got {2 + len(old)}")
+        _old_form("window_scale", "crop_w, crop_h, out_w, out_h",
+                  "(crop_h, crop_w), (out_h, out_w)")
+        return _window_k(window_size, out_size, old[0], old[1])
+    (crop_h, crop_w), (out_h, out_w) = window_size, out_size
+    return _window_k(crop_w, crop_h, out_w, out_h)
+
+
+def _window_k(crop_w, crop_h, out_w, out_h):
     for k in (1, 2, 4):
         if crop_w * k >= out_w * 8 and crop_h * k >= out_h * 8:
             return k
@@ -257,18 +315,77 @@ def _check_out(out, h, w):
         )
 
 
+def _max_pixels(max_pixels):
+    """``max_pixels`` as an int, 0 for no limit: one meaning everywhere (None: no limit)."""
+    if max_pixels is None:
+        return 0
+    max_pixels = operator.index(max_pixels)
+    if max_pixels <= 0:
+        raise ValueError(f"max_pixels must be positive or None, got {max_pixels}")
+    return max_pixels
+
+
+def _open(data, max_pixels):
+    """``(buffer, header, limit)`` of a JPEG: its bytes as a 1-D view, its header, and
+    ``max_pixels`` as an int (0: no limit) already checked against the header.
+
+    Raises:
+        DecodeError: not a JPEG, or over ``max_pixels``.
+    """
+    buf = _as_buffer(data)
+    limit = _max_pixels(max_pixels)
+    header = _read_header(buf)
+    if limit and header.width * header.height > limit:
+        raise DecodeError(f"Image size {header.width} x {header.height} exceeds the limit of "
+                          f"{limit} pixels (max_pixels)")
+    return buf, header, limit
+
+
+def _warn(n_warnings, message, stacklevel):
+    """Issue libjpeg's recovered-corruption warnings as one DecodeWarning."""
+    if n_warnings:
+        more = f" (and {n_warnings - 1} more warnings)" if n_warnings > 1 else ""
+        warnings.warn(f"{message}{more}", DecodeWarning, stacklevel=stacklevel + 1)
+
+
+def _window(window, crop):
+    """``(top, left, height, width)`` from ``window``, or from the deprecated ``crop``."""
+    if crop is not None:
+        if window is not None:
+            raise ValueError("pass window=(top, left, height, width), not crop as well")
+        warnings.warn("decode_jpeg(crop=(x, y, width, height)) is deprecated: pass "
+                      "window=(top, left, height, width) (torchvision's order); crop is "
+                      "removed in the next release", DeprecationWarning, stacklevel=3)
+        try:
+            values = tuple(crop)
+        except TypeError:
+            raise TypeError("crop must be a sequence (x, y, width, height)") from None
+        if len(values) != 4:
+            raise ValueError(f"crop must have 4 items (x, y, width, height), got {len(values)}")
+        x, y, w, h = values
+        return y, x, h, w
+    try:
+        values = tuple(window)
+    except TypeError:
+        raise TypeError("window must be a sequence (top, left, height, width)") from None
+    if len(values) != 4:
+        raise ValueError(f"window must have 4 items (top, left, height, width), got {len(values)}")
+    return values
+
+
 def decode_jpeg(
     data,
     /,
     *,
     scale=1,
     min_size=None,
-    crop=None,
+    window=None,
     out=None,
     strict=False,
     max_pixels=DEFAULT_MAX_PIXELS,
     fast_dct=False,
     fancy_upsampling=True,
+    crop=None,
 ) -> np.ndarray:
     """Decode a JPEG to an RGB uint8 array, optionally DCT-scaled and cropped.
 
@@ -285,21 +402,23 @@ def decode_jpeg(
         min_size: ``(height, width)``: instead of ``scale``, use the smallest of the fast
             scales 1/8, 1/4, 1/2, 1 whose whole decoded image is at least this size (see
             :func:`pick_scale`).
-        crop: ``(x, y, width, height)`` window of the decoded (scaled) image to return. Only
-            the rows down to the window's bottom and the columns around it are decoded; the
-            result equals the same window of a full decode. A truncated file (one
-            that does not end in an EOI marker) is an error wherever the window lies;
-            corruption confined to the rows below the window of an otherwise intact
-            file is not detected.
+        window: ``(top, left, height, width)`` of the decoded (scaled) image to return
+            (torchvision's ``crop`` order). Only the rows down to the window's bottom and
+            the columns around it are decoded; the result equals the same window of a full
+            decode. A truncated file (one that does not end in an EOI marker) is an error
+            wherever the window lies; corruption confined to the rows below the window of
+            an otherwise intact file is not detected.
         out: a uint8 array of shape exactly ``(h, w, 3)`` to decode into, with contiguous
             pixels and channels (its rows may be a slice of a larger buffer). Returned.
         strict: turn every libjpeg warning (recoverable corruption) into a DecodeError.
             Otherwise the warning is issued as a :class:`DecodeWarning`.
         max_pixels: refuse files whose full-resolution width * height exceeds this, before
-            allocating anything; ``None`` for no limit.
+            allocating anything; ``None`` for no limit (the meaning it has everywhere).
         fast_dct: use the faster, slightly less accurate integer IDCT (JDCT_IFAST).
         fancy_upsampling: interpolate chroma (libjpeg's default, matches Pillow); False
             replicates it, which is faster.
+        crop: deprecated: ``(x, y, width, height)``, the same window in the old order
+            (DeprecationWarning; removed in the next release).
 
     Returns:
         ``(h, w, 3)`` uint8 RGB array (``out`` when given).
@@ -307,28 +426,18 @@ def decode_jpeg(
     Raises:
         DecodeError: the data is empty, corrupt, truncated, not a JPEG, over ``max_pixels``,
             or (with ``strict``) libjpeg warned about it. The message is libjpeg-turbo's.
-        ValueError: invalid ``scale``, ``min_size``, ``crop`` or ``out``.
+        ValueError: invalid ``scale``, ``min_size``, ``window`` or ``out``.
         TypeError: wrongly typed arguments.
 
     Warns:
         DecodeWarning: libjpeg recovered from corrupt data (only when not ``strict``).
 
     Example:
-        >>> img = decode_jpeg(jpeg_bytes, scale=0.5, crop=(10, 20, 224, 224))  # doctest: +SKIP
-        >>> img.shape                                                          # doctest: +SKIP
+        >>> img = decode_jpeg(jpeg_bytes, scale=0.5, window=(20, 10, 224, 224))  # doctest: +SKIP
+        >>> img.shape                                                            # doctest: +SKIP
         (224, 224, 3)
     """
-    buf = _as_buffer(data)
-    if max_pixels is not None:
-        max_pixels = operator.index(max_pixels)
-        if max_pixels <= 0:
-            raise ValueError(f"max_pixels must be positive or None, got {max_pixels}")
-    header = _read_header(buf)
-    if max_pixels is not None and header.width * header.height > max_pixels:
-        raise DecodeError(
-            f"Image size {header.width} x {header.height} exceeds the limit of "
-            f"{max_pixels} pixels (max_pixels)"
-        )
+    buf, header, limit = _open(data, max_pixels)
 
     if min_size is not None:
         if not (isinstance(scale, numbers.Real) and not isinstance(scale, bool) and scale == 1):
@@ -337,27 +446,21 @@ def decode_jpeg(
             min_h, min_w = min_size
         except (TypeError, ValueError):
             raise TypeError("min_size must be a (height, width) pair") from None
-        k = int(pick_scale(header.width, header.height, min_h, min_w) * 8)
+        k = int(pick_scale((header.height, header.width), (min_h, min_w)) * 8)
     else:
         k = _scale_num(scale)
     dec_w, dec_h = (header.width * k + 7) // 8, (header.height * k + 7) // 8
 
-    if crop is None:
+    if window is None and crop is None:
         x = y = cw = ch = 0
         h, w = dec_h, dec_w
     else:
-        try:
-            values = tuple(crop)
-        except TypeError:
-            raise TypeError("crop must be a sequence (x, y, width, height)") from None
-        if len(values) != 4:
-            raise ValueError(f"crop must have 4 items (x, y, width, height), got {len(values)}")
-        x, y, cw, ch = (_int(v, "crop") for v in values)
+        y, x, ch, cw = (_int(v, "window") for v in _window(window, crop))
         if cw <= 0 or ch <= 0 or x < 0 or y < 0 or x + cw > dec_w or y + ch > dec_h:
-            raise ValueError(
-                f"crop {(x, y, cw, ch)} is not a non-empty window inside the decoded "
-                f"{dec_w} x {dec_h} image (scale {k}/8)"
-            )
+            given = (f"crop {(x, y, cw, ch)}" if crop is not None else
+                     f"window (top={y}, left={x}, height={ch}, width={cw})")
+            raise ValueError(f"{given} is not a non-empty window inside the decoded "
+                             f"{dec_w} x {dec_h} image (scale {k}/8)")
         h, w = ch, cw
 
     if out is None:
@@ -374,9 +477,7 @@ def decode_jpeg(
         flags |= _jpeg.NO_FANCY_UPSAMPLING
     n_warnings, message = _jpeg.decode_into(
         buf, out, scale_num=k, crop_x=x, crop_y=y, crop_w=cw, crop_h=ch, flags=flags,
-        max_pixels=max_pixels or 0,
+        max_pixels=limit,
     )
-    if n_warnings:
-        more = f" (and {n_warnings - 1} more warnings)" if n_warnings > 1 else ""
-        warnings.warn(f"{message}{more}", DecodeWarning, stacklevel=2)
+    _warn(n_warnings, message, stacklevel=2)
     return out

@@ -13,8 +13,8 @@ Two readers:
   Reading sample ``j`` after sample ``k > j`` re-opens the stream, so stream shards are
   always visited in stream order. Counting a stream shard's samples decompresses it once.
 
-Remote shards (``s3://``, ``http(s)://``, see :mod:`turboloader.data.remote`): without a
-:class:`~turboloader.data.remote.ShardCache` they are streamed (a :class:`StreamShard`
+Remote shards (``s3://``, ``http(s)://``, see :mod:`turboloader.io.remote`): without a
+:class:`~turboloader.io.remote.ShardCache` they are streamed (a :class:`StreamShard`
 over a retrying remote stream, read in stream order, nothing downloaded ahead); with one,
 the shard is fetched into the node-local cache and read as a local file (``.tar``: a
 random-access :class:`TarShard` over the cached copy). Errors name the URL.
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from turboloader.data.remote import is_remote, open_remote, url_path
+from turboloader.io.remote import is_remote, open_remote, url_path
 from turboloader.errors import SampleError, TarFormatError, TurboLoaderError
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "open_shard",
     "parse_label",
     "random_access",
+    "read_classes",
     "split_key",
 ]
 
@@ -243,7 +244,7 @@ class TarShard:
     random_access = True
 
     def __init__(self, url: str, /, *, path=None, strict=False):
-        from turboloader.tar import TarIndex
+        from turboloader.io.tar import TarIndex
 
         self.url = url  # what errors name; ``path`` (default: the url) is what is read
         # strict: no end-of-archive block is a TarFormatError (else a warning)
@@ -403,7 +404,7 @@ class StreamShard:
 def open_shard(url: str, /, *, cache=None, strict=False):
     """A :class:`TarShard` for ``.tar`` files, a :class:`StreamShard` for ``.tar.gz``/``.tgz``.
 
-    Remote URLs: with ``cache`` (a :class:`~turboloader.data.remote.ShardCache`) the shard
+    Remote URLs: with ``cache`` (a :class:`~turboloader.io.remote.ShardCache`) the shard
     is fetched into it and read locally; without, it is streamed (a :class:`StreamShard`).
     """
     if is_remote(url):

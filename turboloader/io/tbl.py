@@ -34,10 +34,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from turboloader.errors import FormatError
+from turboloader.io.codec import Codec, detect_codec
+from turboloader.io.codec import as_codec as _codec
+from turboloader.io.codec import image_size as _image_size
 
 __all__ = [
     "Codec",
     "Compression",
+    "ENTRY_DTYPE",
+    "FOOTER_MAGIC",
+    "FOOTER_SIZE",
+    "HAS_LABEL",
+    "HEADER_SIZE",
+    "MAGIC",
     "TBLFile",
     "TBLRecord",
     "TBLWriter",
@@ -82,16 +91,6 @@ _MAX_RECORD = (1 << 32) - 1
 _MAX_KEY = (1 << 16) - 1
 
 
-class Codec(enum.IntEnum):
-    """What a record's (decompressed) bytes are."""
-
-    BYTES = 0   #: opaque bytes; width and height are 0
-    JPEG = 1
-    PNG = 2
-    WEBP = 3
-    RAW = 4     #: RGB pixels, uint8, row-major ``(height, width, 3)``
-
-
 class Compression(enum.IntEnum):
     """How a record is stored."""
 
@@ -99,57 +98,7 @@ class Compression(enum.IntEnum):
     LZ4 = 1     #: one LZ4 block (``lz4.block``, no size prefix; the index has the size)
 
 
-_CODEC_NAMES = {c: c.name.lower() for c in Codec}
 _COMPRESSION_NAMES = {c: c.name.lower() for c in Compression}
-
-
-def detect_codec(data, /) -> Codec:
-    """The image codec of ``data`` from its first bytes: JPEG, PNG, WebP or BYTES.
-
-    Example:
-        >>> detect_codec(b"\\xff\\xd8\\xff\\xe0...")
-        <Codec.JPEG: 1>
-    """
-    head = bytes(memoryview(data)[:12])
-    if head[:3] == b"\xff\xd8\xff":
-        return Codec.JPEG
-    if head[:8] == b"\x89PNG\r\n\x1a\n":
-        return Codec.PNG
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return Codec.WEBP
-    return Codec.BYTES
-
-
-def _codec(value) -> Codec:
-    if isinstance(value, str):
-        try:
-            return Codec[value.upper()]
-        except KeyError:
-            raise ValueError(f"unknown codec {value!r}; expected one of "
-                             f"{', '.join(_CODEC_NAMES.values())}") from None
-    return Codec(value)
-
-
-def _image_size(data, codec):
-    """(width, height) read from the image header; raises DecodeError/SampleError if unreadable."""
-    if codec == Codec.JPEG:
-        from turboloader.jpeg import decode_jpeg_header
-
-        hdr = decode_jpeg_header(data)
-        return hdr.width, hdr.height
-    if codec in (Codec.PNG, Codec.WEBP):
-        import io
-
-        from PIL import Image, UnidentifiedImageError
-
-        from turboloader.errors import DecodeError
-
-        try:
-            with Image.open(io.BytesIO(data)) as im:
-                return im.size
-        except (UnidentifiedImageError, OSError, ValueError) as exc:
-            raise DecodeError(f"unreadable {codec.name} header: {exc}") from None
-    return 0, 0
 
 
 class TBLWriter:

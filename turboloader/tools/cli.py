@@ -25,7 +25,7 @@ def _build_parser():
     parser = argparse.ArgumentParser(
         prog="turboloader", description="Fast image data loading for PyTorch.",
         epilog=_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from turboloader import __version__
+    from turboloader._version import __version__
     from turboloader.errors import DISTRIBUTION
 
     parser.add_argument("--version", action="version",
@@ -183,7 +183,7 @@ def _progress(args):
 
 
 def _cmd_convert(args, out):
-    from turboloader.convert import convert
+    from turboloader.tools.convert import convert
 
     report = convert(args.src, args.dst, src_format=args.src_format, dst_format=args.dst_format,
                      shard_size=args.shard_size, max_short_side=args.max_short_side,
@@ -209,7 +209,7 @@ def _quantiles(a):
 def _cmd_inspect(args, out):
     import numpy as np
 
-    from turboloader.convert import _human, inspect_dataset
+    from turboloader.tools.convert import _human, inspect_dataset
 
     info = inspect_dataset(args.path, args.src_format)
     n = info["samples"]
@@ -261,7 +261,7 @@ def _cmd_inspect(args, out):
 
 
 def _cmd_verify(args, out):
-    from turboloader.convert import verify_dataset
+    from turboloader.tools.convert import verify_dataset
 
     checked, bad = verify_dataset(args.path, args.src_format, workers=args.workers,
                                   strict=args.strict, progress=_progress(args),
@@ -272,26 +272,18 @@ def _cmd_verify(args, out):
     return EXIT_ERROR if bad else EXIT_OK
 
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
+def _standard_transform(kind, size=224):
+    """The ImageNet train or val pipeline (:mod:`turboloader.transforms.presets`)."""
+    from turboloader.transforms.presets import imagenet_train_transform, imagenet_val_transform
 
-
-def standard_transform(kind, size=224):
-    """The ImageNet train or val pipeline built from turboloader's transforms."""
-    from turboloader import transforms as T
-
-    if kind == "train":
-        head = [T.RandomResizedCrop(size), T.RandomHorizontalFlip()]
-    else:
-        head = [T.Resize(round(size * 256 / 224)), T.CenterCrop(size)]
-    return T.Compose(head + [T.ToTensor(), T.Normalize(MEAN, STD)])
+    return imagenet_train_transform(size) if kind == "train" else imagenet_val_transform(size)
 
 
 def _pick_samples(path, fmt, n, seed):
     """Up to ``n`` readable samples: a seeded random choice where the format allows it."""
     import random
 
-    from turboloader.convert import Sample, _FolderSource, _TarSource, open_source
+    from turboloader.tools.convert import Sample, _FolderSource, _TarSource, open_source
 
     source = open_source(path, fmt)
     rnd = random.Random(seed)
@@ -326,12 +318,11 @@ def _pick_samples(path, fmt, n, seed):
 
 
 def _apply(decoder, s, rng):
-    import numpy as np
-
-    from turboloader.tbl import Codec
+    from turboloader.decode import decode_image
+    from turboloader.io.codec import Codec
 
     if s.codec == Codec.RAW:
-        arr = np.frombuffer(s.data, np.uint8).reshape(s.height, s.width, 3)
+        arr = decode_image(s.data, codec=Codec.RAW, size=(s.height, s.width), max_pixels=None)
         if decoder.plan is not None:
             return decoder.plan.from_array(arr, rng=rng)
         from PIL import Image
@@ -348,11 +339,12 @@ def _cmd_preview(args, out):
 
     from turboloader.data.cache import Decoder
     from turboloader.errors import TurboLoaderError
-    from turboloader.transforms._random import sample_rng
+    from turboloader.transforms import sample_rng
+    from turboloader.transforms.presets import IMAGENET_MEAN, IMAGENET_STD
 
     if args.num < 1:
         raise ValueError("--num must be >= 1")
-    transform = standard_transform(args.transform, args.size)
+    transform = _standard_transform(args.transform, args.size)
     decoder = Decoder(transform)
     samples, classes = _pick_samples(args.path, args.src_format, 4 * args.num, args.seed)
     tiles = []
@@ -363,7 +355,8 @@ def _cmd_preview(args, out):
             out(f"skipped {s.source}: {s.key}: {type(exc).__name__}: {exc}")
             continue
         x = x.numpy() if hasattr(x, "numpy") else np.asarray(x)
-        x = x * np.array(STD, np.float32)[:, None, None] + np.array(MEAN, np.float32)[:, None, None]
+        x = x * np.array(IMAGENET_STD, np.float32)[:, None, None] + \
+            np.array(IMAGENET_MEAN, np.float32)[:, None, None]
         tile = Image.fromarray((np.clip(x, 0, 1) * 255 + 0.5).astype(np.uint8).transpose(1, 2, 0))
         name = classes[s.label] if classes and s.label is not None and 0 <= s.label < len(classes) \
             else s.label
@@ -410,7 +403,7 @@ def _loader_row(args, transform, n):
 
     import torch
 
-    from turboloader.convert import detect_format
+    from turboloader.tools.convert import detect_format
 
     fmt = args.src_format or detect_format(args.path)
     if fmt == "tbl":
@@ -424,7 +417,7 @@ def _loader_row(args, transform, n):
         ds = ImageFolder(args.path, transform, on_error="skip")
         data = torch.utils.data.Subset(ds, range(min(n, len(ds))))
     else:
-        from turboloader.convert import _TarSource
+        from turboloader.tools.convert import _TarSource
         from turboloader.data import TarDataset
 
         ds = TarDataset(_TarSource(args.path).urls, transform, shuffle=False, on_error="skip")
@@ -450,12 +443,12 @@ def _cmd_bench(args, out):
 
     import torch
 
-    from turboloader.convert import Sample, open_source
-    from turboloader.data.cache import Decoder, decode_pil
-    from turboloader.demo import _cpu_model
-    from turboloader.jpeg import decode_jpeg
-    from turboloader.tbl import Codec
-    from turboloader.transforms._random import sample_rng
+    from turboloader.tools.convert import Sample, open_source
+    from turboloader.data.cache import Decoder
+    from turboloader.decode import decode_image
+    from turboloader.io.codec import Codec
+    from turboloader.tools.demo import cpu_model
+    from turboloader.transforms import sample_rng
 
     if args.num < 1:
         raise ValueError("--num must be >= 1")
@@ -463,7 +456,7 @@ def _cmd_bench(args, out):
     workers = (os.cpu_count() or 1) if args.workers is None else max(0, args.workers)
     args.workers = workers
     torch.set_num_threads(1)
-    transform = standard_transform(args.transform, args.size)
+    transform = _standard_transform(args.transform, args.size)
     decoder = Decoder(transform)
     source = open_source(args.path, args.src_format)
 
@@ -489,10 +482,7 @@ def _cmd_bench(args, out):
 
     def decode():
         for s in samples:
-            if s.codec == Codec.JPEG:
-                decode_jpeg(s.data)
-            else:
-                decode_pil(s.data)
+            decode_image(s.data, codec=s.codec)
 
     rows.append(("decode (full size)", n / _best(decode, args.repeat)))
 
@@ -512,7 +502,7 @@ def _cmd_bench(args, out):
         rows.append((f"{name} + DataLoader, {workers} workers, batch {args.batch_size} "
                      f"(after the first batch)", seen / seconds))
 
-    out(f"machine: {os.cpu_count()} CPUs, {_cpu_model()}, {platform.system()} "
+    out(f"machine: {os.cpu_count()} CPUs, {cpu_model()}, {platform.system()} "
         f"{platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}")
     out(f"data: {args.path} ({n} samples, {sum(len(s.data) for s in samples) / n / 1000:.1f} "
         f"KB/image), transform: {args.transform} {args.size}")
@@ -538,7 +528,7 @@ def main(argv=None):
     """
     args = _build_parser().parse_args(argv)
     if args.command == "demo":
-        from turboloader.demo import run_demo
+        from turboloader.tools.demo import run_demo
 
         return run_demo(num_images=args.num_images, seed=args.seed, workers=args.workers,
                         batch_size=args.batch_size, epochs=args.epochs)

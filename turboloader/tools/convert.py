@@ -6,7 +6,7 @@ Three dataset layouts, read and written by this module:
   the index of the class directory in sorted order, the key the path without extension.
 * ``tar``: WebDataset-style TAR shards, members ``<key>.jpg`` (or ``.jpeg``/``.png``/
   ``.webp``) and ``<key>.cls`` (the label as decimal text) or ``<key>.json``.
-* ``tbl``: a :mod:`turboloader.tbl` file.
+* ``tbl``: a :mod:`turboloader.io.tbl` file.
 
 Every job streams: samples are read one at a time, checked (the image header must parse),
 optionally re-encoded (``max_short_side``/``quality``, or ``codec="raw"``), and written, in
@@ -36,15 +36,25 @@ from turboloader.errors import (
     TurboLoaderError,
     UnreadableFileError,
 )
-from turboloader.tbl import MAGIC, Codec, TBLFile, TBLWriter, _image_size, detect_codec
+from turboloader.decode import decode_image
+from turboloader.decode._slot import resample_into_slot
+from turboloader.io.codec import Codec, detect_codec, image_size
+from turboloader.io.tbl import MAGIC, TBLFile, TBLWriter
 
 __all__ = [
     "ConvertReport",
+    "FORMATS",
+    "MANIFEST",
+    "Progress",
     "Sample",
+    "Skip",
+    "check_manifest",
     "convert",
     "detect_format",
+    "find_manifest",
     "inspect_dataset",
     "iter_samples",
+    "open_source",
     "verify_dataset",
 ]
 
@@ -269,7 +279,7 @@ _NO_END = ("TarFormatError: no end-of-archive block: the archive may have been c
 
 class _TarSource:
     def __init__(self, urls):
-        from turboloader.data.shards import expand_urls
+        from turboloader.io.shards import expand_urls
 
         path = os.fspath(urls) if isinstance(urls, (str, os.PathLike)) else None
         if path is not None and os.path.isdir(path):
@@ -280,7 +290,7 @@ class _TarSource:
         for u in self.urls:
             if not os.path.exists(u):
                 raise FileNotFoundError(f"TAR shard not found: {u!r}")
-        from turboloader.data.shards import read_classes
+        from turboloader.io.shards import read_classes
 
         self.classes = read_classes(self.urls)
         self._sizes = None
@@ -288,7 +298,7 @@ class _TarSource:
 
     def __len__(self):
         if self._sizes is None:
-            from turboloader.data.shards import count_samples
+            from turboloader.io.shards import count_samples
 
             self._sizes = [count_samples(u) for u in self.urls]
         return sum(self._sizes)
@@ -298,12 +308,12 @@ class _TarSource:
         shards; compressed or remote ones keep their order)."""
         import random
 
-        from turboloader.data.remote import is_remote
-        from turboloader.data.shards import is_stream
+        from turboloader.io.remote import is_remote
+        from turboloader.io.shards import is_stream
 
         if any(is_remote(u) or is_stream(u) for u in self.urls):
             return
-        from turboloader.data.shards import count_samples
+        from turboloader.io.shards import count_samples
 
         order, sizes = [], []
         for u, url in enumerate(self.urls):
@@ -321,7 +331,7 @@ class _TarSource:
 
     def _record(self, url, rec):
         """The Sample of one shard record, or the Skip saying why it is unusable."""
-        from turboloader.data.shards import parse_label
+        from turboloader.io.shards import parse_label
 
         unsafe = _unsafe_name(rec.key)
         if unsafe:
@@ -342,7 +352,7 @@ class _TarSource:
         return Sample(rec.key, rec.image, label, codec, url, rec.offset)
 
     def _iter_shuffled(self):
-        from turboloader.data.shards import open_shard
+        from turboloader.io.shards import open_shard
 
         shards = {}
         try:
@@ -373,7 +383,7 @@ class _TarSource:
                     shard.close()
 
     def __iter__(self):
-        from turboloader.data.shards import open_shard
+        from turboloader.io.shards import open_shard
 
         if getattr(self, "_order", None) is not None:
             yield from self._iter_shuffled()
@@ -481,24 +491,13 @@ class _Processor:
 
     def _pixels(self, s):
         """Decoded RGB pixels of a sample, resized to max_short_side when larger."""
-        from turboloader.transforms import functional as F
-
         target = self.max_short_side
         w, h = s.width, s.height
-        if s.codec == Codec.RAW:
-            img = np.frombuffer(s.data, np.uint8).reshape(h, w, 3)
-        elif s.codec == Codec.JPEG:
-            from turboloader.jpeg import decode_jpeg
-
-            # Full-resolution decode: a DCT-scaled one is faster but measurably different
-            # (mean 2-5 levels on grainy images), and conversion runs once.
-            img = decode_jpeg(s.data)
-        else:
-            from turboloader.data.cache import decode_pil
-
-            img = np.asarray(decode_pil(s.data))
+        # Full-resolution decode: a DCT-scaled one is faster but measurably different
+        # (mean 2-5 levels on grainy images), and conversion runs once.
+        img = decode_image(s.data, codec=s.codec, size=(h, w))
         if target and min(w, h) > target:
-            img = F.resize(np.ascontiguousarray(img), target, "bicubic")
+            return _shrink(np.ascontiguousarray(img), target)
         return np.ascontiguousarray(img)
 
     def __call__(self, s):
@@ -511,7 +510,7 @@ class _Processor:
                     return Skip(s.source, s.key, "not a JPEG, PNG or WebP image (by content)")
                 s.codec = codec
                 if not (s.width and s.height):
-                    s.width, s.height = _image_size(s.data, codec)
+                    s.width, s.height = image_size(s.data, codec)
             big = self.max_short_side and min(s.width, s.height) > self.max_short_side
             if self.codec == "raw" and s.codec != Codec.RAW or big or \
                     (self.codec == "jpeg" and s.codec != Codec.JPEG):
@@ -525,6 +524,19 @@ class _Processor:
         except TurboLoaderError as exc:
             return Skip(s.source, s.key, f"{type(exc).__name__}: {exc}")
         return s
+
+
+def _shrink(img, short_side):
+    """``img`` (HWC uint8) bicubic-resized so that its shorter side is ``short_side``
+    (torchvision's rule for an int size), antialiased: the resample-into-slot entry into a
+    uint8 CHW slot, returned as HWC."""
+    from turboloader.decode import Interpolation
+
+    h, w = img.shape[:2]
+    size = (short_side, int(short_side * w / h)) if h <= w else (int(short_side * h / w), short_side)
+    slot = np.empty((3, *size), np.uint8)
+    resample_into_slot(img, slot, box=(0, 0, w, h), clip=True, filt=int(Interpolation.BICUBIC))
+    return np.ascontiguousarray(slot.transpose(1, 2, 0))
 
 
 def _encode_jpeg(img, quality):
@@ -659,7 +671,7 @@ def check_manifest(path, fmt=None):
         else:
             if not os.path.isfile(p):
                 raise ManifestError(f"{found!r}: shard {e['path']!r} is missing")
-            from turboloader.data.shards import count_samples
+            from turboloader.io.shards import count_samples
 
             got = {"bytes": os.path.getsize(p)}
             if got["bytes"] == e["bytes"]:
@@ -1079,7 +1091,7 @@ def inspect_dataset(path, fmt=None, *, limit=None) -> dict:
     """
     fmt = fmt or detect_format(path)
     if fmt == "tbl":
-        from turboloader.tbl import Compression
+        from turboloader.io.tbl import Compression
 
         with TBLFile(path) as f:
             t = f.index
@@ -1136,18 +1148,9 @@ def _decode_check(s, strict):
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DecodeWarning)
-            if s.codec == Codec.JPEG:
-                from turboloader.jpeg import decode_jpeg
-
-                img = decode_jpeg(s.data, strict=strict)
-            elif s.codec in (Codec.PNG, Codec.WEBP):
-                from turboloader.data.cache import decode_pil
-
-                img = np.asarray(decode_pil(s.data))
-            elif s.codec == Codec.RAW:
-                img = np.frombuffer(s.data, np.uint8).reshape(s.height, s.width, 3)
-            else:
+            if s.codec == Codec.BYTES:
                 return "not a JPEG, PNG or WebP image (by content)"
+            img = decode_image(s.data, codec=s.codec, strict=strict, size=(s.height, s.width))
         if s.width and s.height and img.shape[:2] != (s.height, s.width):
             return (f"decoded size {img.shape[1]} x {img.shape[0]} differs from the recorded "
                     f"{s.width} x {s.height}")

@@ -1,6 +1,8 @@
-"""NumPy-facing image functionals: HWC uint8 arrays in, torchvision v2 semantics out.
+"""The NumPy kernels behind :mod:`turboloader.transforms.functional`: HWC uint8 arrays in,
+torchvision v2 semantics out.
 
-Images are ``numpy.ndarray`` of dtype uint8, shape (H, W, C) with C = 3 (or 1), or (H, W),
+:mod:`turboloader.transforms.functional` sends NumPy arrays here and PIL images and tensors
+to torchvision's functionals; calling these directly skips that dispatch. Images are ``numpy.ndarray`` of dtype uint8, shape (H, W, C) with C = 3 (or 1), or (H, W),
 C-contiguous. Every function validates its arguments here and hands the pixel loop to
 the kernels in ``turboloader._native``, which run without the GIL.
 
@@ -13,13 +15,13 @@ torchvision's uint8 tensor kernels exactly, ``gaussian_blur`` within 1 level. to
 never imported at module import.
 """
 
-import enum
 import math
 import operator
 
 import numpy as np
 
 from turboloader._native import _chw, _colour, _resample, _warp
+from turboloader.decode._filters import _BY_NAME, Interpolation, _interpolation  # noqa: F401
 
 __all__ = [
     "Interpolation",
@@ -30,15 +32,19 @@ __all__ = [
     "adjust_sharpness",
     "affine",
     "autocontrast",
+    "center_crop",
     "crop",
     "equalize",
     "erase",
+    "five_crop",
     "gaussian_blur",
     "gaussian_kernel1d",
+    "grayscale_to_rgb",
     "horizontal_flip",
     "inverse_affine_matrix",
     "invert",
     "pad",
+    "permute_channels",
     "perspective",
     "perspective_coefficients",
     "posterize",
@@ -47,55 +53,11 @@ __all__ = [
     "rgb_to_grayscale",
     "rotate",
     "solarize",
+    "ten_crop",
     "to_chw_normalized",
     "to_chw_uint8",
     "vertical_flip",
 ]
-
-
-class Interpolation(enum.IntEnum):
-    """Resampling filters. Values are the native filter codes.
-
-    ``NEAREST`` is Pillow's (sample at each output pixel's centre, like torchvision's
-    ``"nearest-exact"``); ``BILINEAR`` and ``BICUBIC`` (a = -0.5) are antialiased when
-    downscaling, as Pillow and torchvision's ``antialias=True``.
-    """
-
-    NEAREST = _resample.NEAREST
-    BILINEAR = _resample.BILINEAR
-    BICUBIC = _resample.BICUBIC
-
-
-_BY_NAME = {
-    "nearest": Interpolation.NEAREST,
-    "nearest-exact": Interpolation.NEAREST,
-    "nearest_exact": Interpolation.NEAREST,
-    "bilinear": Interpolation.BILINEAR,
-    "linear": Interpolation.BILINEAR,
-    "bicubic": Interpolation.BICUBIC,
-    "cubic": Interpolation.BICUBIC,
-}
-
-
-def _interpolation(mode):
-    if isinstance(mode, Interpolation):
-        return mode
-    if isinstance(mode, str):
-        found = _BY_NAME.get(mode.lower())
-        if found is None:
-            raise ValueError(f"interpolation must be one of {sorted(_BY_NAME)}, got {mode!r}")
-        return found
-    if type(mode).__module__.startswith("torchvision"):
-        from torchvision.transforms import InterpolationMode  # lazy: torchvision is optional
-
-        if isinstance(mode, InterpolationMode):
-            found = _BY_NAME.get(mode.value)
-            if found is None:
-                raise ValueError(f"interpolation {mode} is not supported; use NEAREST, "
-                                 "NEAREST_EXACT, BILINEAR or BICUBIC")
-            return found
-    raise TypeError("interpolation must be a str, turboloader Interpolation or torchvision "
-                    f"InterpolationMode, got {type(mode).__name__}")
 
 
 def _image(img, what, *, channels=(1, 3)):
@@ -142,24 +104,49 @@ def _output(out, shape, dtype, what):
     return out
 
 
-def _output_size(size, height, width):
-    """torchvision's rule: (h, w), or an int / [int] for the shorter edge."""
-    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
-        size = [int(size)]
-    try:
-        size = [_index(s, "size") for s in size]
-    except TypeError:
-        raise TypeError(f"size must be an int or a sequence of 1 or 2 ints, got {size!r}") from None
-    if len(size) == 2:
-        out_h, out_w = size
-    elif len(size) == 1:
-        short, long = (width, height) if width <= height else (height, width)
-        new_short, new_long = size[0], int(size[0] * long / short)
-        out_w, out_h = (new_short, new_long) if width <= height else (new_long, new_short)
-    else:
-        raise ValueError(f"size must have 1 or 2 elements, got {size!r}")
+def _output_size(size, height, width, max_size=None):
+    """:func:`_resized_size`, which must be positive."""
+    out_h, out_w = _resized_size(size, height, width, max_size)
     if out_h <= 0 or out_w <= 0:
         raise ValueError(f"output size must be positive, got {out_h}x{out_w}")
+    return out_h, out_w
+
+
+def _resized_size(size, height, width, max_size=None):
+    """torchvision's rule (``_compute_resized_output_size``): (h, w); an int / [int] for the
+    shorter edge, the longer one ``int(size * long / short)``, capped by ``max_size``; or
+    None with ``max_size`` for the longer edge."""
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+        size = [int(size)]
+    if size is not None:
+        try:
+            size = [_index(s, "size") for s in size]
+        except TypeError:
+            raise TypeError(f"size must be an int or a sequence of 1 or 2 ints, got {size!r}") from None
+        if len(size) not in (1, 2):
+            raise ValueError(f"size must have 1 or 2 elements, got {size!r}")
+    elif max_size is None:
+        raise ValueError("max_size must be an integer when size is None")
+    if max_size is not None:
+        max_size = _index(max_size, "max_size")
+        if size is not None and len(size) != 1:
+            raise ValueError("max_size should only be passed if size is None or specifies the "
+                             "length of the smaller edge, i.e. size should be an int or a "
+                             "sequence of length 1")
+        if size is not None and max_size <= size[0]:
+            raise ValueError(f"max_size = {max_size} must be strictly greater than the "
+                             f"requested size for the smaller edge size = {size}")
+    short, long = (width, height) if width <= height else (height, width)
+    if size is None:
+        new_short, new_long = int(max_size * short / long), max_size
+    elif len(size) == 1:
+        new_short, new_long = size[0], int(size[0] * long / short)
+        if max_size is not None and new_long > max_size:
+            new_short, new_long = int(max_size * new_short / new_long), max_size
+    if size is not None and len(size) == 2:
+        out_h, out_w = size
+    else:
+        out_w, out_h = (new_short, new_long) if width <= height else (new_long, new_short)
     return out_h, out_w
 
 
@@ -169,13 +156,14 @@ def _hwc_out(out, out_h, out_w, channels, flat, what):
     return res, (res[:, :, None] if flat else res)
 
 
-def resize(img, size, interpolation="bilinear", *, box=None, out=None):
+def resize(img, size, interpolation="bilinear", *, max_size=None, box=None, out=None):
     """Resize an HWC uint8 image, antialiased like Pillow and torchvision (``antialias=True``).
 
     Args:
         img: (H, W, C) or (H, W) uint8, C-contiguous.
         size: output ``(height, width)``, or an int (or ``[int]``) for the shorter edge with the
-            aspect ratio kept (torchvision's rule).
+            aspect ratio kept (torchvision's rule); None with ``max_size``.
+        max_size: cap on the longer edge when ``size`` is an int (torchvision's ``max_size``).
         interpolation: ``"nearest"``, ``"bilinear"``, ``"bicubic"``, an :class:`Interpolation`
             or a torchvision ``InterpolationMode``.
         box: optional float ``(x0, y0, x1, y1)`` source region, as Pillow's
@@ -210,7 +198,7 @@ def resize(img, size, interpolation="bilinear", *, box=None, out=None):
         ref_h, ref_w = max(1, round(y1 - y0)), max(1, round(x1 - x0))
     else:
         ref_h, ref_w = hwc.shape[:2]
-    out_h, out_w = _output_size(size, ref_h, ref_w)
+    out_h, out_w = _output_size(size, ref_h, ref_w, max_size)
     res, dst = _hwc_out(out, out_h, out_w, hwc.shape[2], flat, "resize")
     _resample.resample_into(hwc, dst, box=box, filter=int(mode))
     return res
@@ -491,7 +479,9 @@ def pad(img, padding, fill=0, padding_mode="constant"):
         C = hwc.shape[2]
         vals = np.broadcast_to(np.asarray(0 if fill is None else fill, np.float64).reshape(-1), (C,))
         out = np.empty((hwc.shape[0] + top + bottom, hwc.shape[1] + left + right, C), np.uint8)
-        out[...] = np.clip(np.round(vals), 0, 255).astype(np.uint8)
+        # torch converts a float fill to uint8 by truncation (7.6 -> 7); values outside
+        # [0, 255] are clipped here (torch raises for a scalar one)
+        out[...] = np.clip(vals, 0, 255).astype(np.uint8)
         out[top:top + hwc.shape[0], left:left + hwc.shape[1]] = hwc
     else:
         if padding_mode == "reflect" and (max(top, bottom) >= hwc.shape[0]
@@ -910,3 +900,123 @@ def adjust_sharpness(img, sharpness_factor):
     res, dst = _hwc_out(None, hwc.shape[0], hwc.shape[1], hwc.shape[2], flat, "adjust_sharpness")
     _colour.sharpness_into(hwc, dst, float(sharpness_factor))
     return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Centre and multi crops, channel permutation
+# ---------------------------------------------------------------------------------------------
+
+def _crop_size(output_size, what):
+    if isinstance(output_size, (int, np.integer)) and not isinstance(output_size, bool):
+        output_size = [int(output_size)]
+    try:
+        size = [_index(s, "output_size") for s in output_size]
+    except TypeError:
+        raise TypeError(f"{what}: size must be an int or a sequence of 1 or 2 ints, got "
+                        f"{output_size!r}") from None
+    if len(size) == 1:
+        size = size * 2
+    if len(size) != 2:
+        raise ValueError(f"{what}: size must have 1 or 2 elements, got {output_size!r}")
+    if size[0] <= 0 or size[1] <= 0:
+        raise ValueError(f"{what}: size must be positive, got {tuple(size)}")
+    return size[0], size[1]
+
+
+def _center_padding(image_size, output_size):
+    """torchvision's ``center_crop`` padding: ``[left, top, right, bottom]`` zeros added first
+    when the crop ``(h, w)`` is larger than the image ``(H, W)`` (all 0 otherwise)."""
+    (h, w), (ch, cw) = image_size, output_size
+    return [(cw - w) // 2 if cw > w else 0, (ch - h) // 2 if ch > h else 0,
+            (cw - w + 1) // 2 if cw > w else 0, (ch - h + 1) // 2 if ch > h else 0]
+
+
+def center_crop(img, output_size):
+    """Crop the centre, as torchvision's ``center_crop``: offsets
+    ``int(round((H - h) / 2.0))``; an image smaller than the crop is zero-padded first.
+
+    Args:
+        img: (H, W[, C]) uint8.
+        output_size: ``(h, w)``, or an int (or ``[int]``) for a square.
+
+    Returns:
+        A new (h, w[, C]) uint8 array (``img`` itself when it already has that size).
+
+    Example:
+        >>> middle = center_crop(img, 224)
+    """
+    hwc, _ = _image(img, "center_crop", channels=(1, 2, 3, 4))
+    ch, cw = _crop_size(output_size, "center_crop")
+    padding = _center_padding(hwc.shape[:2], (ch, cw))
+    if any(padding):
+        img = pad(img, padding)
+    H, W = img.shape[:2]
+    if (H, W) == (ch, cw):
+        return img
+    return crop(img, int(round((H - ch) / 2.0)), int(round((W - cw) / 2.0)), ch, cw)
+
+
+def five_crop(img, size):
+    """The four corners and the centre, as torchvision's ``five_crop``: a tuple
+    ``(top_left, top_right, bottom_left, bottom_right, center)`` of new arrays.
+
+    Raises:
+        ValueError: the crop is larger than the image (as torchvision).
+
+    Example:
+        >>> tl, tr, bl, br, c = five_crop(img, 32)
+    """
+    hwc, _ = _image(img, "five_crop", channels=(1, 2, 3, 4))
+    ch, cw = _crop_size(size, "five_crop")
+    H, W = hwc.shape[:2]
+    if ch > H or cw > W:
+        raise ValueError(f"Requested crop size {(ch, cw)} is bigger than input size {(H, W)}")
+    return (crop(img, 0, 0, ch, cw), crop(img, 0, W - cw, ch, cw), crop(img, H - ch, 0, ch, cw),
+            crop(img, H - ch, W - cw, ch, cw), center_crop(img, (ch, cw)))
+
+
+_vertical_flip = vertical_flip  # ten_crop's argument of that name hides the function
+
+
+def ten_crop(img, size, vertical_flip=False):
+    """:func:`five_crop` of the image, then of its horizontally (or vertically) flipped copy,
+    as torchvision's ``ten_crop``: a tuple of 10 arrays.
+
+    Example:
+        >>> crops = ten_crop(img, 32, vertical_flip=True)
+    """
+    flipped = _vertical_flip(img) if vertical_flip else horizontal_flip(img)
+    return five_crop(img, size) + five_crop(flipped, size)
+
+
+def permute_channels(img, permutation):
+    """Reorder the channels: output channel ``i`` is input channel ``permutation[i]``, as
+    torchvision's ``permute_channels`` (a new array).
+
+    Raises:
+        ValueError: ``len(permutation)`` is not the number of channels.
+
+    Example:
+        >>> bgr = permute_channels(img, [2, 1, 0])
+    """
+    hwc, flat = _image(img, "permute_channels", channels=(1, 2, 3, 4))
+    permutation = [_index(p, "permutation") for p in permutation]
+    if len(permutation) != hwc.shape[2]:
+        raise ValueError(f"Length of permutation does not match number of channels: "
+                         f"{len(permutation)} != {hwc.shape[2]}")
+    out = np.ascontiguousarray(hwc[:, :, permutation])
+    return out[:, :, 0] if flat else out
+
+
+def grayscale_to_rgb(img):
+    """A 1-channel image as 3 equal channels (a new (H, W, 3) array); an image with 3 or more
+    channels unchanged, as torchvision's ``grayscale_to_rgb``.
+
+    Example:
+        >>> grayscale_to_rgb(np.zeros((4, 5), np.uint8)).shape
+        (4, 5, 3)
+    """
+    hwc, _ = _image(img, "grayscale_to_rgb", channels=(1, 2, 3, 4))
+    if hwc.shape[2] >= 3:
+        return img
+    return np.ascontiguousarray(np.repeat(hwc[:, :, :1], 3, axis=2))

@@ -1,0 +1,89 @@
+"""The one resample-into-slot entry: a source (JPEG bytes or a decoded HWC array) -> the
+window of it that is needed -> antialiased resample -> colour ops -> (flip) -> a CHW slot.
+
+Everything that writes a sample into a batch slot goes through :func:`resample_into_slot`:
+``decode_resized_crop``, ``Plan.from_jpeg`` / ``Plan.from_array`` (and so the datasets and
+their cache) and the converter. Callers decide the geometry (the source box) and validate
+the slot; this module decides the DCT scale and the decoded window, makes the one native
+call (no GIL) and reports libjpeg's warnings.
+"""
+
+import math
+
+import numpy as np
+
+from turboloader._native import _fused, _jpeg
+from turboloader.decode.jpeg import _window_k, _warn
+
+# Half-width of each filter's kernel at scale 1 (nearest, bilinear, bicubic).
+_SUPPORT = {0: 0.5, 1: 1.0, 2: 2.0}
+
+
+def _window(box, clip, out_size, decoded_size, scale, filt):
+    """``(wx, wy, ww, wh, inner)``; see :func:`turboloader.decode.decode_window`."""
+    (dh, dw), (fy, fx) = decoded_size, scale
+    x0, y0 = box[0] * fx, box[1] * fy
+    x1, y1 = min(box[2] * fx, dw), min(box[3] * fy, dh)
+    if clip:
+        ix0, iy0 = math.floor(x0), math.floor(y0)
+        ix1, iy1 = min(math.ceil(x1), dw), min(math.ceil(y1), dh)
+    else:  # widen by the filter's reach (+2 for rounding), clamped to the image
+        support = _SUPPORT.get(filt, 2.0)
+        mx = support * max((x1 - x0) / out_size[1], 1.0) + 2
+        my = support * max((y1 - y0) / out_size[0], 1.0) + 2
+        ix0, iy0 = max(0, math.floor(x0 - mx)), max(0, math.floor(y0 - my))
+        ix1, iy1 = min(dw, math.ceil(x1 + mx)), min(dh, math.ceil(y1 + my))
+    ww, wh = ix1 - ix0, iy1 - iy0
+    return ix0, iy0, ww, wh, (x0 - ix0, y0 - iy0, min(x1 - ix0, ww), min(y1 - iy0, wh))
+
+
+def resample_into_slot(src, out, *, box, clip, filt, source_size=None, flip=False, ops=(),
+                  affine=None, dct_scaling=True, strict=False, max_pixels=0,
+                  stacklevel=1):
+    """Write the source region ``box`` of ``src``, resampled to ``out``'s size, into ``out``.
+
+    Args:
+        src: ``(buffer, header)`` of a JPEG (from ``jpeg._open``: a 1-D byte view and its
+            :class:`JpegHeader`), or an ``(h, w, 3)`` C-contiguous uint8 array.
+        out: the validated slot, a C-contiguous ``(3, H, W)`` float32 or uint8 ndarray.
+        box: ``(x0, y0, x1, y1)``, the float source region in the coordinates of the
+            full-resolution image (``source_size``) that maps onto ``out``.
+        clip: True: the filter stops at the box's edges (crop-then-resize, torchvision's
+            ``resized_crop``); False: it reads the pixels around the box (a full resize
+            followed by a crop).
+        filt: native filter code (:class:`Interpolation`).
+        source_size: ``(height, width)`` that ``box`` refers to: a JPEG's full size (its
+            header's, the default) or, for an array that is a downscaled copy, the
+            original's (default: the array's own).
+        flip, ops: horizontal flip; colour ops ``(kind, factor)`` run on the resized image.
+        affine: ``(scale, bias)`` per channel for float32 output (``pixel * scale + bias``).
+        dct_scaling: JPEG only: decode at the smallest fast DCT scale (1/8, 1/4, 1/2) that
+            leaves the box at least ``out``'s size.
+        strict, max_pixels: JPEG only: libjpeg warnings as errors; the pixel limit (0: none)
+            the native decoder re-checks.
+        stacklevel: of the DecodeWarning, counted from the caller of this function.
+
+    Raises:
+        DecodeError: the JPEG does not decode. ValueError: a bad window or slot.
+    """
+    oh, ow = out.shape[1], out.shape[2]
+    scale, bias = affine or (None, None)
+    if isinstance(src, np.ndarray):
+        dh, dw = src.shape[:2]
+        H, W = (dh, dw) if source_size is None else source_size
+        wx, wy, ww, wh, inner = _window(box, clip, (oh, ow), (dh, dw), (dh / H, dw / W), filt)
+        _fused.resample_array_into(src, out, win_x=wx, win_y=wy, win_w=ww, win_h=wh,
+                                   box=inner, filter=filt, flip=flip, ops=ops,
+                                   mean_scale=scale, bias=bias)
+        return out
+    buf, header = src
+    W, H = header.width, header.height
+    k = _window_k(box[2] - box[0], box[3] - box[1], ow, oh) if dct_scaling else 8
+    dw, dh = (W * k + 7) // 8, (H * k + 7) // 8
+    wx, wy, ww, wh, inner = _window(box, clip, (oh, ow), (dh, dw), (k / 8, k / 8), filt)
+    n_warnings, message = _fused.decode_resample_into(
+        buf, out, scale_num=k, full=(ww == dw and wh == dh), win_x=wx, win_y=wy, win_w=ww,
+        win_h=wh, box=inner, filter=filt, flip=flip, ops=ops, mean_scale=scale, bias=bias,
+        flags=_jpeg.STRICT if strict else 0, max_pixels=max_pixels)
+    _warn(n_warnings, message, stacklevel + 1)
+    return out

@@ -1,0 +1,115 @@
+"""Any image's bytes to RGB pixels: the codec dispatch (JPEG / Pillow / raw), written once."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _max_pixels, decode_jpeg
+from turboloader.errors import DecodeError
+from turboloader.io.codec import Codec, as_codec, detect_codec
+
+__all__ = ["decode_image", "decode_pil", "is_jpeg"]
+
+
+def is_jpeg(data, /) -> bool:
+    """True when ``data`` starts with a JPEG's SOI marker (the cheap per-sample test).
+
+    Example:
+        >>> is_jpeg(b"\\xff\\xd8\\xff\\xe0..."), is_jpeg(b"\\x89PNG")
+        (True, False)
+    """
+    return bytes(data[:3]) == b"\xff\xd8\xff"
+
+
+def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS):
+    """Decode any Pillow-readable image (PNG, WebP, ...) to an RGB ``PIL.Image``.
+
+    Args:
+        data: the file's bytes.
+        max_pixels: applies as it does to JPEGs: the header's width x height is checked
+            before any pixel is decoded (a 33 KB PNG can claim 3000 x 3000). None: no limit
+            (Pillow's own decompression-bomb limit still applies).
+
+    Returns:
+        An RGB ``PIL.Image.Image``.
+
+    Raises:
+        DecodeError: the data does not decode, or the image is larger than ``max_pixels``.
+
+    Example:
+        >>> decode_pil(png_bytes).mode  # doctest: +SKIP
+        'RGB'
+    """
+    from PIL import Image
+
+    limit = _max_pixels(max_pixels)
+    too_large = None
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            w, h = img.size
+            if limit and w * h > limit:
+                too_large = (f"Image size {w} x {h} ({img.format}) exceeds the limit of "
+                             f"{limit} pixels (max_pixels)")
+            else:
+                return img.convert("RGB")
+    except (OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError,
+            Image.DecompressionBombError) as exc:
+        # Pillow signals bad data with all of these; ours are never raised from here
+        raise DecodeError(f"Pillow cannot decode the image: {type(exc).__name__}: {exc}") from exc
+    raise DecodeError(too_large)
+
+
+def decode_image(data, /, *, codec=None, strict=False, max_pixels=DEFAULT_MAX_PIXELS,
+                 size=None) -> np.ndarray:
+    """Decode an image's bytes to an ``(H, W, 3)`` uint8 RGB array, whatever the codec.
+
+    JPEG goes to libjpeg-turbo (:func:`~turboloader.decode.decode_jpeg`), raw pixels are
+    viewed in place, anything else to Pillow (PNG, WebP, GIF, BMP, ...).
+
+    Args:
+        data: the encoded bytes (bytes, memoryview, numpy array).
+        codec: a :class:`~turboloader.io.Codec`, its name (``"jpeg"``, ``"png"``, ``"webp"``,
+            ``"raw"``, ``"bytes"``) or None to detect it from the first bytes. ``"raw"``
+            (row-major RGB, uint8) needs ``size``; ``"bytes"`` means "let Pillow identify it".
+        strict: make libjpeg's warnings about recoverable corruption errors (JPEG only;
+            Pillow has no such warnings).
+        max_pixels: refuse images whose width * height exceeds this, checked on the header
+            before any pixel is decoded; None: no limit. The same meaning everywhere in
+            turboloader (datasets, :class:`~turboloader.transforms.Plan`, the decoders).
+        size: ``(height, width)`` of raw pixels.
+
+    Returns:
+        ``(H, W, 3)`` uint8 RGB array (for raw pixels, a read-only view of ``data``).
+
+    Raises:
+        DecodeError: the data does not decode, or is over ``max_pixels``.
+        ValueError: raw pixels without ``size`` or of the wrong length; an unknown codec.
+
+    Warns:
+        DecodeWarning: libjpeg recovered from corrupt data (JPEG, when not ``strict``).
+
+    Example:
+        >>> img = decode_image(open("cat.png", "rb").read())  # doctest: +SKIP
+        >>> img.shape, img.dtype                               # doctest: +SKIP
+        ((480, 640, 3), dtype('uint8'))
+    """
+    codec = detect_codec(data) if codec is None else as_codec(codec)
+    if codec == Codec.JPEG:
+        return decode_jpeg(data, strict=strict, max_pixels=max_pixels)
+    if codec == Codec.RAW:
+        if size is None:
+            raise ValueError("raw pixels need size=(height, width)")
+        h, w = (int(v) for v in size)
+        limit = _max_pixels(max_pixels)
+        if limit and w * h > limit:
+            raise DecodeError(f"Image size {w} x {h} (raw) exceeds the limit of {limit} "
+                              "pixels (max_pixels)")
+        pixels = np.frombuffer(data, np.uint8)
+        if pixels.size != h * w * 3:
+            raise ValueError(f"raw pixels of {h} x {w} x 3 need {h * w * 3} bytes, got "
+                             f"{pixels.size}")
+        return pixels.reshape(h, w, 3)
+    return np.asarray(decode_pil(data, max_pixels))

@@ -1,0 +1,53 @@
+"""Bytes in: where an image's encoded bytes come from, before anything is decoded.
+
+The first stage of the sample path (shard -> bytes -> decode -> transform -> batch -> device):
+
+* :mod:`~turboloader.io.tar`: :class:`TarIndex`, a native index of a TAR file's members,
+  read zero-copy through ``mmap``.
+* :mod:`~turboloader.io.shards`: shard lists (brace expansion, globs), local and remote shard
+  readers, webdataset's grouping of members into samples, label parsing.
+* :mod:`~turboloader.io.remote`: ``s3://`` and ``http(s)://`` shards, streamed with retries
+  or fetched into a node-local :class:`ShardCache`.
+* :mod:`~turboloader.io.tbl`: the TBL single-file format, writer and ``pread`` reader.
+* :mod:`~turboloader.io.codec`: what the bytes are (:func:`detect_codec`) and their image size
+  from the header, without decoding.
+* :mod:`~turboloader.io.sizes`: byte sizes such as ``"2GiB"``.
+
+Nothing here imports decoders, transforms, torch or the datasets: data flows downward.
+Names are imported on first use.
+"""
+
+import importlib
+
+_LAZY = {
+    "Codec": "turboloader.io.codec",
+    "Compression": "turboloader.io.tbl",
+    "ShardCache": "turboloader.io.remote",
+    "TBLFile": "turboloader.io.tbl",
+    "TBLRecord": "turboloader.io.tbl",
+    "TBLWriter": "turboloader.io.tbl",
+    "TarIndex": "turboloader.io.tar",
+    "braceexpand": "turboloader.io.shards",
+    "detect_codec": "turboloader.io.codec",
+    "expand_urls": "turboloader.io.shards",
+    "image_size": "turboloader.io.codec",
+    "open_remote": "turboloader.io.remote",
+    "open_shard": "turboloader.io.shards",
+    "parse_size": "turboloader.io.sizes",
+    "write_tbl": "turboloader.io.tbl",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'turboloader.io' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

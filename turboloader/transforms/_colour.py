@@ -1,0 +1,423 @@
+"""Colour transforms with torchvision v2's names, arguments, defaults and semantics:
+``ColorJitter``, ``RandomPhotometricDistort``, grayscale, the point operations (posterize,
+solarize, invert, equalize, autocontrast, sharpness) and ``GaussianBlur``.
+
+PIL images and tensors go through torchvision's functionals with the parameters drawn here,
+HWC uint8 arrays through turboloader's native kernels, which equal torchvision's uint8 tensor
+kernels bit for bit (``GaussianBlur``, separable here and a 2-D convolution in torch, differs
+by 1 level on about 2 values in 100,000). ``ColorJitter`` fuses with the decoder after the
+geometry (see :func:`turboloader.transforms.plan`).
+"""
+
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+from turboloader.transforms import functional as F
+from turboloader.transforms._transform import (
+    Transform,
+    _channels,
+    _contiguous,
+    _RandomApplyTransform,
+    _rng,
+    _setup_size,
+    _uniform,
+)
+
+__all__ = [
+    "ColorJitter",
+    "GaussianBlur",
+    "Grayscale",
+    "RandomAdjustSharpness",
+    "RGB",
+    "RandomAutocontrast",
+    "RandomChannelPermutation",
+    "RandomEqualize",
+    "RandomGrayscale",
+    "RandomInvert",
+    "RandomPhotometricDistort",
+    "RandomPosterize",
+    "RandomSolarize",
+]
+
+
+
+class ColorJitter(Transform):
+    """Randomly change brightness, contrast, saturation and hue, like
+    ``torchvision.transforms.v2.ColorJitter``: the order of the four adjustments is a random
+    permutation (``fn_idx``), drawn first, then each factor uniformly from its range.
+
+    In a fused pipeline the adjustments run on the resized uint8 image, i.e. after the
+    geometry, which is where the standard ImageNet recipe puts ColorJitter (a ColorJitter
+    before the geometry makes the pipeline non-fusable). Results are within 1 uint8 level of
+    torchvision's uint8 tensor kernels (PIL images go through Pillow, as in torchvision).
+
+    Args:
+        brightness, contrast, saturation: a number ``x >= 0`` (factor in
+            ``[max(0, 1 - x), 1 + x]``) or a ``(min, max)`` pair; None for no change.
+        hue: a number in [0, 0.5] (factor in ``[-x, x]``) or a pair inside [-0.5, 0.5].
+
+    Raises:
+        ValueError: out-of-range values. TypeError: neither a number nor a pair.
+
+    Example:
+        >>> ColorJitter(0.4, 0.4, 0.4, 0.1)(img)  # doctest: +SKIP
+    """
+
+    def __init__(self, brightness=None, contrast=None, saturation=None, hue=None):
+        self.brightness = self._check_input(brightness, "brightness")
+        self.contrast = self._check_input(contrast, "contrast")
+        self.saturation = self._check_input(saturation, "saturation")
+        self.hue = self._check_input(hue, "hue", center=0, bound=(-0.5, 0.5),
+                                     clip_first_on_zero=False)
+
+    @staticmethod
+    def _check_input(value, name, center=1.0, bound=(0, float("inf")), clip_first_on_zero=True):
+        if value is None:
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value < 0:
+                raise ValueError(f"If {name} is a single number, it must be non negative.")
+            value = [center - value, center + value]
+            if clip_first_on_zero:
+                value[0] = max(value[0], 0.0)
+        elif isinstance(value, Sequence) and len(value) == 2:
+            value = [float(v) for v in value]
+        else:
+            raise TypeError(f"{name}={value} should be a single number or a sequence with length 2.")
+        if not bound[0] <= value[0] <= value[1] <= bound[1]:
+            raise ValueError(f"{name} values should be between {bound} and increasing, but got {value}.")
+        return None if value[0] == value[1] == center else (float(value[0]), float(value[1]))
+
+    def make_params(self, size=None, *, rng=None):
+        """``{"fn_idx": [permutation of 0..3], "brightness_factor", "contrast_factor",
+        "saturation_factor", "hue_factor"}`` (None for an unset adjustment)."""
+        rng = _rng(rng)
+        fn_idx = [0, 1, 2, 3]
+        rng.shuffle(fn_idx)
+        factors = [None if r is None else float(rng.uniform(r[0], r[1]))
+                   for r in (self.brightness, self.contrast, self.saturation, self.hue)]
+        return {"fn_idx": fn_idx, "brightness_factor": factors[0],
+                "contrast_factor": factors[1], "saturation_factor": factors[2],
+                "hue_factor": factors[3]}
+
+    @staticmethod
+    def ops(params):
+        """The adjustments to run, in order: a list of ``(fn_id, factor)``."""
+        factors = (params["brightness_factor"], params["contrast_factor"],
+                   params["saturation_factor"], params["hue_factor"])
+        return [(int(i), factors[int(i)]) for i in params["fn_idx"] if factors[int(i)] is not None]
+
+    def transform(self, img, params):
+        # arrays: the first adjustment copies, the others work on that copy in place (2% of
+        # a 224x224 jitter is the copies)
+        in_place = False
+        for i, factor in self.ops(params):
+            img = _ADJUST[i](img, factor, inplace=in_place)
+            in_place = isinstance(img, np.ndarray)
+        return img
+
+    def _extra_repr(self):
+        return (f"brightness={self.brightness}, contrast={self.contrast}, "
+                f"saturation={self.saturation}, hue={self.hue}")
+
+
+# ColorJitter's fn_idx order
+_ADJUST = (F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue)
+
+
+class Grayscale(Transform):
+    """Convert to grayscale with torchvision's luma (``0.2989 R + 0.587 G + 0.114 B``, truncated
+    on uint8), like ``torchvision.transforms.v2.Grayscale``.
+
+    Args:
+        num_output_channels: 1 or 3 (3 repeats the luma).
+
+    Example:
+        >>> Grayscale(3)(img)  # doctest: +SKIP
+    """
+
+    def __init__(self, num_output_channels=1):
+        if num_output_channels not in (1, 3):
+            raise ValueError(f"num_output_channels must be 1 or 3, got {num_output_channels}.")
+        self.num_output_channels = num_output_channels
+
+    def transform(self, img, params):
+        return F.rgb_to_grayscale(img, self.num_output_channels)
+
+    def _extra_repr(self):
+        return f"num_output_channels={self.num_output_channels}"
+
+
+class RandomGrayscale(_RandomApplyTransform):
+    """Convert to grayscale with probability ``p`` (default 0.1), keeping the channel count,
+    like ``torchvision.transforms.v2.RandomGrayscale``.
+
+    Example:
+        >>> RandomGrayscale(p=0.2)(img)  # doctest: +SKIP
+    """
+
+    def __init__(self, p=0.1):
+        super().__init__(p)
+
+    def _apply(self, img, params):
+        return F.rgb_to_grayscale(img, _channels(img))
+
+
+class RandomPosterize(_RandomApplyTransform):
+    """Keep the top ``bits`` bits of each value with probability ``p``, like
+    ``torchvision.transforms.v2.RandomPosterize`` (uint8 images).
+
+    Example:
+        >>> RandomPosterize(bits=4, p=1.0)(img)  # doctest: +SKIP
+    """
+
+    def __init__(self, bits, p=0.5):
+        super().__init__(p)
+        self.bits = bits
+
+    def _apply(self, img, params):
+        return F.posterize(img, self.bits)
+
+    def _extra_repr(self):
+        return f"bits={self.bits}, p={self.p}"
+
+
+class RandomSolarize(_RandomApplyTransform):
+    """Invert values ``>= threshold`` with probability ``p``, like
+    ``torchvision.transforms.v2.RandomSolarize``.
+
+    Example:
+        >>> RandomSolarize(threshold=192.0, p=1.0)(img)  # doctest: +SKIP
+    """
+
+    def __init__(self, threshold, p=0.5):
+        super().__init__(p)
+        self.threshold = threshold
+
+    def _apply(self, img, params):
+        return F.solarize(img, self.threshold)
+
+    def _extra_repr(self):
+        return f"threshold={self.threshold}, p={self.p}"
+
+
+class RandomInvert(_RandomApplyTransform):
+    """Invert the colours with probability ``p``, like ``torchvision.transforms.v2.RandomInvert``.
+
+    Example:
+        >>> RandomInvert(p=1.0)(img)  # doctest: +SKIP
+    """
+
+    def _apply(self, img, params):
+        return F.invert(img)
+
+
+class RandomEqualize(_RandomApplyTransform):
+    """Equalize the histogram with probability ``p``, like
+    ``torchvision.transforms.v2.RandomEqualize``.
+
+    Example:
+        >>> RandomEqualize(p=1.0)(img)  # doctest: +SKIP
+    """
+
+    def _apply(self, img, params):
+        return F.equalize(img)
+
+
+class RandomAutocontrast(_RandomApplyTransform):
+    """Stretch each channel to the full range with probability ``p``, like
+    ``torchvision.transforms.v2.RandomAutocontrast``.
+
+    Example:
+        >>> RandomAutocontrast(p=1.0)(img)  # doctest: +SKIP
+    """
+
+    def _apply(self, img, params):
+        return F.autocontrast(img)
+
+
+class RandomAdjustSharpness(_RandomApplyTransform):
+    """Adjust sharpness by ``sharpness_factor`` with probability ``p``, like
+    ``torchvision.transforms.v2.RandomAdjustSharpness``.
+
+    Example:
+        >>> RandomAdjustSharpness(2.0, p=1.0)(img)  # doctest: +SKIP
+    """
+
+    def __init__(self, sharpness_factor, p=0.5):
+        super().__init__(p)
+        if sharpness_factor < 0:
+            raise ValueError("sharpness_factor should be non-negative")
+        self.sharpness_factor = float(sharpness_factor)
+
+    def _apply(self, img, params):
+        return F.adjust_sharpness(img, self.sharpness_factor)
+
+    def _extra_repr(self):
+        return f"sharpness_factor={self.sharpness_factor}, p={self.p}"
+
+
+class GaussianBlur(Transform):
+    """Gaussian blur with ``sigma`` drawn uniformly from a range, like
+    ``torchvision.transforms.v2.GaussianBlur`` (reflect padding; uint8 rounding).
+
+    Args:
+        kernel_size: odd positive int or ``(kx, ky)``.
+        sigma: a positive number (fixed) or a ``(min, max)`` range (default ``(0.1, 2.0)``).
+
+    Raises:
+        ValueError: even/non-positive kernel sizes, non-positive or decreasing sigma.
+
+    Example:
+        >>> GaussianBlur(9, sigma=(0.1, 2.0))(img)  # doctest: +SKIP
+    """
+
+    def __init__(self, kernel_size, sigma=(0.1, 2.0)):
+        self.kernel_size = _setup_size(kernel_size, "Kernel size should be a tuple/list of two integers")
+        for ks in self.kernel_size:
+            if ks <= 0 or ks % 2 == 0:
+                raise ValueError("Kernel size value should be an odd and positive number.")
+        if isinstance(sigma, numbers.Real) and not isinstance(sigma, bool):
+            if sigma <= 0:
+                raise ValueError("If sigma is a single number, it must be positive.")
+            sigma = (float(sigma), float(sigma))
+        elif isinstance(sigma, Sequence) and len(sigma) == 2:
+            if not 0.0 < sigma[0] <= sigma[1]:
+                raise ValueError("sigma values should be positive and of the form (min, max).")
+        else:
+            raise TypeError("sigma should be a single int or float or a list/tuple with length 2 floats.")
+        self.sigma = [float(s) for s in sigma]
+
+    def make_params(self, size=None, *, rng=None):
+        """``{"sigma": [s, s]}`` with ``s`` uniform in the sigma range."""
+        s = _uniform(_rng(rng), self.sigma[0], self.sigma[1])
+        return {"sigma": [s, s]}
+
+    def transform(self, img, params):
+        return F.gaussian_blur(img, list(self.kernel_size), params["sigma"])
+
+    def _extra_repr(self):
+        return f"kernel_size={self.kernel_size}, sigma={self.sigma}"
+
+
+def _uniform_f32(rng, a, b):
+    """A uniform draw in [a, b] rounded as torch's float32 ``uniform_`` rounds it (float32
+    bounds and width, double multiply-add, float32 result), so that under torch's RNG it is
+    torchvision's ``torch.empty(1).uniform_(a, b)`` bit for bit."""
+    a32 = np.float32(a)
+    width = float(np.float32(np.float32(b) - a32))
+    return float(np.float32(rng.random() * width + float(a32)))
+
+
+def _pair(value, name):
+    if not isinstance(value, Sequence) or len(value) != 2 or not all(
+            isinstance(v, numbers.Real) for v in value):
+        raise TypeError(f"{name} should be a (min, max) pair of numbers, got {value!r}")
+    return float(value[0]), float(value[1])
+
+
+class RandomPhotometricDistort(Transform):
+    """SSD's photometric distortion, like ``torchvision.transforms.v2.RandomPhotometricDistort``:
+    brightness, contrast, saturation and hue each applied with probability ``p`` (factor
+    uniform in its range), contrast before or after saturation and hue (a fair coin), then the
+    channels randomly permuted with probability ``p``. Draws in torchvision's order.
+
+    Args:
+        brightness, contrast, saturation: ``(min, max)`` factor ranges (non-negative).
+        hue: ``(min, max)`` inside [-0.5, 0.5].
+        p: the probability of each of the five distortions.
+
+    Raises:
+        TypeError: a range that is not a pair of numbers.
+
+    Example:
+        >>> RandomPhotometricDistort(p=0.5)(img)  # doctest: +SKIP
+    """
+
+    def __init__(self, brightness=(0.875, 1.125), contrast=(0.5, 1.5), saturation=(0.5, 1.5),
+                 hue=(-0.05, 0.05), p=0.5):
+        self.brightness = _pair(brightness, "brightness")
+        self.contrast = _pair(contrast, "contrast")
+        self.saturation = _pair(saturation, "saturation")
+        self.hue = _pair(hue, "hue")
+        self.p = p
+
+    def make_params(self, size=None, *, rng=None, channels=3):
+        """``{"brightness_factor", "contrast_factor", "saturation_factor", "hue_factor"}``
+        (None when not applied), ``"contrast_before"`` and ``"channel_permutation"`` (a
+        permutation of ``range(channels)``, or None)."""
+        rng = _rng(rng)
+        params = {}
+        for key, (lo, hi) in (("brightness_factor", self.brightness),
+                              ("contrast_factor", self.contrast),
+                              ("saturation_factor", self.saturation), ("hue_factor", self.hue)):
+            params[key] = _uniform_f32(rng, lo, hi) if rng.random() < self.p else None
+        params["contrast_before"] = rng.random() < 0.5
+        permutation = None
+        if rng.random() < self.p:
+            permutation = list(range(channels))
+            rng.shuffle(permutation)  # torch.randperm(channels) under torch's RNG
+        params["channel_permutation"] = permutation
+        return params
+
+    def __call__(self, img):
+        img = _contiguous(img)
+        return self.transform(img, self.make_params(channels=_channels(img)))
+
+    def transform(self, img, params):
+        contrast = params["contrast_factor"]
+        if params["brightness_factor"] is not None:
+            img = F.adjust_brightness(img, params["brightness_factor"])
+        if contrast is not None and params["contrast_before"]:
+            img = F.adjust_contrast(img, contrast)
+        if params["saturation_factor"] is not None:
+            img = F.adjust_saturation(img, params["saturation_factor"])
+        if params["hue_factor"] is not None:
+            img = F.adjust_hue(img, params["hue_factor"])
+        if contrast is not None and not params["contrast_before"]:
+            img = F.adjust_contrast(img, contrast)
+        if params["channel_permutation"] is not None:
+            img = F.permute_channels(img, params["channel_permutation"])
+        return img
+
+    def _extra_repr(self):
+        return (f"brightness={self.brightness}, contrast={self.contrast}, "
+                f"saturation={self.saturation}, hue={self.hue}, p={self.p}")
+
+
+class RandomChannelPermutation(Transform):
+    """Permute the channels at random, like
+    ``torchvision.transforms.v2.RandomChannelPermutation`` (``torch.randperm`` under torch's
+    RNG).
+
+    Example:
+        >>> RandomChannelPermutation()(img)  # doctest: +SKIP
+    """
+
+    def make_params(self, size=None, *, rng=None, channels=3):
+        """``{"permutation": [...]}``, a permutation of ``range(channels)``."""
+        permutation = list(range(channels))
+        _rng(rng).shuffle(permutation)
+        return {"permutation": permutation}
+
+    def __call__(self, img):
+        img = _contiguous(img)
+        return self.transform(img, self.make_params(channels=_channels(img)))
+
+    def transform(self, img, params):
+        return F.permute_channels(img, params["permutation"])
+
+
+class RGB(Transform):
+    """Convert a grayscale image to RGB (3 equal channels); RGB images are unchanged, like
+    ``torchvision.transforms.v2.RGB`` (PIL images: ``convert("RGB")``).
+
+    Example:
+        >>> RGB()(np.zeros((4, 5), np.uint8)).shape
+        (4, 5, 3)
+    """
+
+    def transform(self, img, params):
+        return F.grayscale_to_rgb(img)
