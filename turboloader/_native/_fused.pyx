@@ -19,7 +19,7 @@ cimport cython
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_SIMPLE, PyBUF_STRIDES, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy, memset
 from posix.stdlib cimport posix_memalign
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
@@ -714,7 +714,10 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
     cdef uint8_t[::1] failed_v = failed
     cdef _Sources held = _Sources(n)
     cdef Py_ssize_t* which = <Py_ssize_t*>malloc((n if n > 0 else 1) * sizeof(Py_ssize_t))
-    if which == NULL:
+    cdef uint8_t* taken = <uint8_t*>calloc(N if N > 0 else 1, 1)
+    if which == NULL or taken == NULL:
+        free(which)
+        free(taken)
         raise MemoryError()
     if runner._pid != getpid():
         # a forked child: the parent's lock may have been held by a thread that does not
@@ -722,6 +725,14 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
         runner._lock = threading.Lock()
         runner._pid = getpid()
     try:
+        for i in range(n):   # every row of out is written by one sample at most
+            if not todo[i]:
+                continue
+            if rows[i] < 0 or rows[i] >= N:
+                raise ValueError(f"row {rows[i]} of sample {i} is outside out (N={N})")
+            if taken[rows[i]]:
+                raise ValueError(f"two samples would write row {rows[i]} of out")
+            taken[rows[i]] = 1
         with runner._lock:
             runner._check_pool()
             runner._reserve(n)
@@ -787,6 +798,7 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
                     warnings[which[j]] = _warning(s)
     finally:
         free(which)
+        free(taken)
         held.release()
     return failed, errors, warnings, t1 - t0
 
