@@ -10,6 +10,9 @@ from other processes hits them all alike), median of ``--repeat`` timed passes a
 * ``decode limit, N threads``: ``turboloader.decode_jpeg`` of every image at full size on N
   Python threads (a thread pool over contiguous chunks), the issue's reference ceiling.
 
+CPU ms / image is the process's CPU time (all threads) per image: unlike images/s it does
+not depend on how much of the machine other processes leave free.
+
 Then the Python (GIL-held) time per sample on the batch path and its breakdown: keys,
 ``prepare_batch`` (of which the native header pass, which runs without the GIL), and the
 GIL-held part of ``run_batch`` (its wall time minus ``BatchResult.nogil_seconds``).
@@ -148,21 +151,23 @@ def run(name, bench, threads, repeat, log):
         systems.append((f"decode limit `decode_jpeg`, {t} thread{'s' * (t > 1)}",
                         lambda t=t: bench.decode(t)))
     times = {label: [] for label, _ in systems}
+    cpu = {label: [] for label, _ in systems}
     for f in (f for _, f in systems):   # warm-up: scratch memory, caches, pools
         f()
     for r in range(repeat):
         for label, f in systems:
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             f()
             times[label].append(time.perf_counter() - t0)
+            cpu[label].append(time.process_time() - c0)
         bench.batched(threads[0], record=True)   # untimed pass for the Python breakdown
         log(f"  {name}: pass {r + 1}/{repeat}")
     n = len(bench.data)
     rate = {label: n / statistics.median(ts) for label, ts in times.items()}
     base = rate[systems[0][0]]
     lines = [f"### {name}", "",
-             "| system | images/s | × per-sample | × decode limit (same threads) |",
-             "|---|---:|---:|---:|"]
+             "| system | images/s | × per-sample | × decode limit (same threads) | CPU ms / image |",
+             "|---|---:|---:|---:|---:|"]
     for label, _ in systems:
         t = 1
         for cand in threads:
@@ -170,7 +175,8 @@ def run(name, bench, threads, repeat, log):
                 t = cand
         limit = rate[f"decode limit `decode_jpeg`, {t} thread{'s' * (t > 1)}"]
         lines.append(f"| {label} | {rate[label]:.0f} | {rate[label] / base:.2f}× | "
-                     f"{rate[label] / limit:.2f}× |")
+                     f"{rate[label] / limit:.2f}× | "
+                     f"{statistics.median(cpu[label]) / n * 1e3:.3f} |")
     rows = np.array([r[:4] for r in bench.python]) / np.array([[r[4]] for r in bench.python])
     med = np.median(rows, axis=0) * 1e6
     total = med[0] + (med[1] - med[2]) + med[3]

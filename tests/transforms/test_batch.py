@@ -397,3 +397,41 @@ def test_huge_images_never_size_scratch_memory(jpegs):
                         max_pixels=10_000_000)
     assert small.status.tolist() == [OK, FAILED, FAILED, OK]
     assert "exceeds the limit of 10000000" in str(small.errors[2])
+
+
+@pytest.mark.parametrize("kind", ["420", "444", "422", "gray", "cmyk", "progressive"])
+def test_crop_windows_are_the_full_decodes_pixels(kind):
+    # A crop without resampling writes the decoded window itself: the fused decode (libjpeg
+    # writing rows straight into the wider scratch rows) must equal the same window of a
+    # full decode, wherever the window starts (iMCU-aligned or not).
+    from turboloader import decode_jpeg
+
+    rng = np.random.default_rng(1)
+    yy, xx = np.mgrid[0:173, 0:251]
+    img = np.stack([xx, yy, (xx * yy) % 256], axis=-1).astype(np.uint8)
+    img = np.clip(img + rng.normal(0, 20, img.shape), 0, 255).astype(np.uint8)
+    pil = Image.fromarray(img)
+    kw = {"quality": 90}
+    if kind == "gray":
+        pil = pil.convert("L")
+    elif kind == "cmyk":
+        pil = pil.convert("CMYK")
+    elif kind == "progressive":
+        kw["progressive"] = True
+    else:
+        kw["subsampling"] = {"420": 2, "422": 1, "444": 0}[kind]
+    buf = io.BytesIO()
+    pil.save(buf, "JPEG", **kw)
+    data = buf.getvalue()
+    full = decode_jpeg(data)
+    p = T.plan(T.Compose([T.RandomCrop((37, 61)), T.ToImage()]), dct_scaling=False)
+    n = 24
+    keys = sample_keys(0, 0, np.arange(n))
+    out = torch.empty((n, 3, 37, 61), dtype=torch.uint8)
+    result = p.run_batch([data] * n, p.prepare_batch([data] * n, keys), out)
+    assert (result.status == OK).all()
+    for i in range(n):
+        prm = T.RandomCrop((37, 61)).make_params(full.shape[:2], rng=SampleRandom(int(keys[i])))
+        window = full[prm["top"]:prm["top"] + 37, prm["left"]:prm["left"] + 61]
+        np.testing.assert_array_equal(out[i].permute(1, 2, 0).numpy(), window)
+        assert torch.equal(out[i], p.from_jpeg(data, rng=SampleRandom(int(keys[i]))))

@@ -19,7 +19,7 @@ cimport cython
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_SIMPLE, PyBUF_STRIDES, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy, memset
 from posix.stdlib cimport posix_memalign
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
@@ -37,7 +37,8 @@ from turboloader._native._resample cimport (
     ResamplePlan, resample_plan_init_in, resample_plan_size, resample_run,
 )
 from turboloader._native.jpeg_shim cimport (
-    TL_ERR_ARG, TL_MSG_LEN, TL_OK, tl_jpeg_decode, tl_jpeg_info, tl_jpeg_read_header,
+    TL_ERR_ARG, TL_MSG_LEN, TL_OK, TL_WIDE_MARGIN, tl_jpeg_decode_wide, tl_jpeg_info,
+    tl_jpeg_read_header,
 )
 
 import threading
@@ -132,6 +133,11 @@ cdef inline bint _identity(const _Sample* s, const _Common* c) noexcept nogil:
             and s.bx1 == s.ww and s.by1 == s.wh)
 
 
+cdef inline size_t _window_bytes(const _Sample* s) noexcept nogil:
+    # JPEG window rows are TL_WIDE_MARGIN pixels wider: libjpeg decodes straight into them
+    return (<size_t>s.ww + TL_WIDE_MARGIN) * s.wh * 3
+
+
 cdef void _needs(const _Sample* s, const _Common* c, size_t* window, size_t* resized,
                  size_t* plan) noexcept nogil:
     # Scratch bytes `_sample` needs for s (0 where it needs none, or where the arguments are
@@ -141,7 +147,7 @@ cdef void _needs(const _Sample* s, const _Common* c, size_t* window, size_t* res
     if s.ww <= 0 or s.wh <= 0 or c.oh <= 0 or c.ow <= 0:
         return
     if s.arr == NULL:
-        window[0] = <size_t>s.ww * s.wh * 3
+        window[0] = _window_bytes(s)
     if (not identity) or (s.n_ops > 0 and s.arr != NULL):
         resized[0] = <size_t>c.oh * c.ow * 3
     if not identity:
@@ -170,7 +176,7 @@ cdef void _sample(_Sample* s, const _Common* c, _Scratch* sc) noexcept nogil:
     cdef const uint8_t* wpix
     cdef const uint8_t* pixels
     cdef Py_ssize_t wstride, stride, y
-    cdef int i
+    cdef int i, col = 0
     cdef bint identity = _identity(s, c)
     cdef bint need_resized = (not identity) or (s.n_ops > 0 and s.arr != NULL)
     s.status = TL_OK
@@ -187,7 +193,7 @@ cdef void _sample(_Sample* s, const _Common* c, _Scratch* sc) noexcept nogil:
                 or s.wy + <Py_ssize_t>s.wh > s.arr_h):
             s.kstatus = IMGPROC_EBOUNDS
             return
-    elif sc.window == NULL or sc.window_cap < <size_t>s.ww * s.wh * 3:
+    elif sc.window == NULL or sc.window_cap < _window_bytes(s):
         s.kstatus = IMGPROC_EPLAN
         return
     if need_resized and (sc.resized == NULL or sc.resized_cap < <size_t>c.oh * c.ow * 3):
@@ -199,14 +205,18 @@ cdef void _sample(_Sample* s, const _Common* c, _Scratch* sc) noexcept nogil:
         if s.kstatus != IMGPROC_OK:
             return
     if s.arr == NULL:
-        s.status = tl_jpeg_decode(s.src, s.size, s.scale_num,
-                                  0 if s.full else s.wx, 0 if s.full else s.wy,
-                                  0 if s.full else s.ww, 0 if s.full else s.wh,
-                                  sc.window, s.ww * 3, <size_t>s.ww * s.wh * 3, c.flags,
-                                  c.max_pixels, s.errmsg, &s.n_warnings, s.warnmsg)
+        wstride = (<Py_ssize_t>s.ww + TL_WIDE_MARGIN) * 3
+        s.status = tl_jpeg_decode_wide(s.src, s.size, s.scale_num,
+                                       0 if s.full else s.wx, 0 if s.full else s.wy,
+                                       0 if s.full else s.ww, 0 if s.full else s.wh,
+                                       sc.window, wstride, _window_bytes(s), c.flags,
+                                       c.max_pixels, s.errmsg, &s.n_warnings, s.warnmsg, &col)
         if s.status != TL_OK:
             return
-        wpix, wstride = sc.window, s.ww * 3
+        if col < 0 or col > TL_WIDE_MARGIN:
+            s.kstatus = IMGPROC_EBOUNDS
+            return
+        wpix = sc.window + <Py_ssize_t>col * 3
     else:
         wpix, wstride = s.arr + s.wy * s.arr_stride + <Py_ssize_t>s.wx * 3, s.arr_stride
     pixels, stride = wpix, wstride
@@ -704,7 +714,10 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
     cdef uint8_t[::1] failed_v = failed
     cdef _Sources held = _Sources(n)
     cdef Py_ssize_t* which = <Py_ssize_t*>malloc((n if n > 0 else 1) * sizeof(Py_ssize_t))
-    if which == NULL:
+    cdef uint8_t* taken = <uint8_t*>calloc(N if N > 0 else 1, 1)
+    if which == NULL or taken == NULL:
+        free(which)
+        free(taken)
         raise MemoryError()
     if runner._pid != getpid():
         # a forked child: the parent's lock may have been held by a thread that does not
@@ -712,6 +725,14 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
         runner._lock = threading.Lock()
         runner._pid = getpid()
     try:
+        for i in range(n):   # every row of out is written by one sample at most
+            if not todo[i]:
+                continue
+            if rows[i] < 0 or rows[i] >= N:
+                raise ValueError(f"row {rows[i]} of sample {i} is outside out (N={N})")
+            if taken[rows[i]]:
+                raise ValueError(f"two samples would write row {rows[i]} of out")
+            taken[rows[i]] = 1
         with runner._lock:
             runner._check_pool()
             runner._reserve(n)
@@ -777,6 +798,7 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
                     warnings[which[j]] = _warning(s)
     finally:
         free(which)
+        free(taken)
         held.release()
     return failed, errors, warnings, t1 - t0
 

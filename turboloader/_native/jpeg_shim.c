@@ -211,7 +211,7 @@ static int tl_ends_with_eoi(const unsigned char *data, size_t size)
 static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int scale_num,
                           int crop_x, int crop_y, int crop_w, int crop_h,
                           unsigned char *out, ptrdiff_t out_stride, size_t out_size,
-                          int flags, long long max_pixels)
+                          int flags, long long max_pixels, int *col_offset)
 {
     j_decompress_ptr cinfo = &c->cinfo;
     char *errmsg = c->err.errmsg;
@@ -298,11 +298,18 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
     }
     if (out == NULL)
         return tl_arg_error(errmsg, "out is NULL");
-    if (out_stride < (ptrdiff_t)3 * (ptrdiff_t)w)
-        return tl_arg_error(errmsg, "out_stride is smaller than 3 * width");
-    if ((unsigned long long)(h - 1) * (unsigned long long)out_stride + 3ULL * w >
-        (unsigned long long)out_size)
-        return tl_arg_error(errmsg, "out_size is too small for the output window");
+    {
+        /* wide mode (col_offset != NULL): rows may hold TL_WIDE_MARGIN more pixels */
+        unsigned long long row_px = (unsigned long long)w + (col_offset ? TL_WIDE_MARGIN : 0);
+        if ((unsigned long long)out_stride < 3ULL * row_px)
+            return tl_arg_error(errmsg, col_offset ? "out_stride is smaller than 3 * (width "
+                                "+ TL_WIDE_MARGIN)" : "out_stride is smaller than 3 * width");
+        if ((unsigned long long)(h - 1) * (unsigned long long)out_stride + 3ULL * row_px >
+            (unsigned long long)out_size)
+            return tl_arg_error(errmsg, "out_size is too small for the output window");
+    }
+    if (col_offset != NULL)
+        *col_offset = 0;
 
     jpeg_start_decompress(cinfo);
     comps = cinfo->output_components;
@@ -340,8 +347,12 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
     }
 
     row = 0;
-    if (comps == 3 && col0 == 0 && dec_w == w) {
-        /* Decoded rows are exactly the window's: let libjpeg write into `out`. */
+    if (comps == 3 && ((col0 == 0 && dec_w == w) ||
+                       (col_offset != NULL && dec_w <= w + TL_WIDE_MARGIN))) {
+        /* Decoded rows are exactly the window's, or (wide mode) fit the caller's wider
+         * rows: let libjpeg write into `out`, no copy; the window starts at column col0. */
+        if (col_offset != NULL)
+            *col_offset = (int)col0;
         while (row < h) {
             JSAMPROW rows[TL_ROW_BATCH];
             JDIMENSION n = h - row < TL_ROW_BATCH ? h - row : TL_ROW_BATCH, i, got;
@@ -404,11 +415,11 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
     return TL_OK;
 }
 
-int tl_jpeg_decode(const unsigned char *data, size_t size, int scale_num,
-                   int crop_x, int crop_y, int crop_w, int crop_h,
-                   unsigned char *out, ptrdiff_t out_stride, size_t out_size,
-                   int flags, long long max_pixels,
-                   char *errmsg, int *n_warnings, char *warnmsg)
+static int tl_decode(const unsigned char *data, size_t size, int scale_num,
+                     int crop_x, int crop_y, int crop_w, int crop_h,
+                     unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                     int flags, long long max_pixels,
+                     char *errmsg, int *n_warnings, char *warnmsg, int *col_offset)
 {
     tl_ctx c;
     char localmsg[TL_MSG_LEN];
@@ -437,9 +448,31 @@ int tl_jpeg_decode(const unsigned char *data, size_t size, int scale_num,
     jpeg_create_decompress(&c.cinfo);
     c.cinfo.progress = &c.progress;
     status = tl_decode_body(&c, data, size, scale_num, crop_x, crop_y, crop_w, crop_h,
-                            out, out_stride, out_size, flags, max_pixels);
+                            out, out_stride, out_size, flags, max_pixels, col_offset);
     jpeg_destroy_decompress(&c.cinfo);
     if (n_warnings != NULL)
         *n_warnings = c.err.n_warnings;
     return status;
+}
+
+int tl_jpeg_decode(const unsigned char *data, size_t size, int scale_num,
+                   int crop_x, int crop_y, int crop_w, int crop_h,
+                   unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                   int flags, long long max_pixels,
+                   char *errmsg, int *n_warnings, char *warnmsg)
+{
+    return tl_decode(data, size, scale_num, crop_x, crop_y, crop_w, crop_h, out, out_stride,
+                     out_size, flags, max_pixels, errmsg, n_warnings, warnmsg, NULL);
+}
+
+int tl_jpeg_decode_wide(const unsigned char *data, size_t size, int scale_num,
+                        int crop_x, int crop_y, int crop_w, int crop_h,
+                        unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                        int flags, long long max_pixels,
+                        char *errmsg, int *n_warnings, char *warnmsg, int *col_offset)
+{
+    int local = 0;
+    return tl_decode(data, size, scale_num, crop_x, crop_y, crop_w, crop_h, out, out_stride,
+                     out_size, flags, max_pixels, errmsg, n_warnings, warnmsg,
+                     col_offset != NULL ? col_offset : &local);
 }

@@ -125,6 +125,22 @@ int tl_jpeg_decode(const unsigned char *data, size_t size, int scale_num,
                    int flags, long long max_pixels,
                    char *errmsg, int *n_warnings, char *warnmsg);
 
+/*
+ * tl_jpeg_decode without the copy a crop window otherwise costs: libjpeg writes its decoded
+ * rows straight into `out`, which must therefore be TL_WIDE_MARGIN pixels wider than the
+ * window (out_stride >= 3 * (crop_w + TL_WIDE_MARGIN), out_size accordingly). The window's
+ * first pixel is at column *col_offset of each row (0 <= *col_offset < TL_WIDE_MARGIN); the
+ * columns around it hold decoded neighbours. The window's pixels equal tl_jpeg_decode's.
+ * Used by the fused path, which resamples from the window in place.
+ */
+#define TL_WIDE_MARGIN 128
+
+int tl_jpeg_decode_wide(const unsigned char *data, size_t size, int scale_num,
+                        int crop_x, int crop_y, int crop_w, int crop_h,
+                        unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                        int flags, long long max_pixels,
+                        char *errmsg, int *n_warnings, char *warnmsg, int *col_offset);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,6 +29,7 @@ cdef extern from "jpeg_shim.h" nogil:
         TL_STRICT
         TL_FAST_DCT
         TL_NO_FANCY_UPSAMPLING
+        TL_WIDE_MARGIN
 
     ctypedef struct tl_jpeg_info:
         int width
@@ -50,3 +51,9 @@ cdef extern from "jpeg_shim.h" nogil:
                        unsigned char *out, ptrdiff_t out_stride, size_t out_size,
                        int flags, long long max_pixels,
                        char *errmsg, int *n_warnings, char *warnmsg)
+
+    int tl_jpeg_decode_wide(const unsigned char *data, size_t size, int scale_num,
+                            int crop_x, int crop_y, int crop_w, int crop_h,
+                            unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                            int flags, long long max_pixels,
+                            char *errmsg, int *n_warnings, char *warnmsg, int *col_offset)

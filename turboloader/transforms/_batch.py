@@ -631,41 +631,39 @@ def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=F
         if n > N:
             raise ValueError(f"out has {N} rows for {n} samples")
         rows = np.arange(n, dtype=np.int64)
-    else:
+    else:   # range and distinctness: checked by the native call (ValueError)
         rows = np.asarray(rows)
         if rows.shape != (n,) or rows.dtype.kind not in "iu":
             raise ValueError(f"rows must be an integer array of shape ({n},)")
         rows = rows.astype(np.int64, copy=False)
-        if n and (rows.min() < 0 or rows.max() >= N):
-            raise ValueError(f"rows must be in [0, {N})")
     status = params.status.copy()
     errors = list(params.errors)
     todo = status == OK
-    shape_ok = (params.out_size[:, 0] == view.shape[2]) & (params.out_size[:, 1] == view.shape[3])
-    for i in np.flatnonzero(todo & ~shape_ok).tolist():
-        status[i] = FAILED
-        errors[i] = ValueError(f"out must have shape {(3, *params.out_size[i].tolist())}, got "
-                               f"{tuple(view.shape[1:])}")
-    todo &= shape_ok
-    # before any scratch memory is sized for them (the decoder would refuse them anyway)
-    big = todo & (params.kind == JPEG) & (params.source_size[:, 0] * params.source_size[:, 1]
-                                          > (max_pixels or np.iinfo(np.int64).max))
-    for i in np.flatnonzero(big).tolist():
-        status[i] = FAILED
-        errors[i] = _too_large(params.source_size[i], max_pixels)
-    todo &= ~big
-    if np.unique(rows[todo]).size != int(todo.sum()):
-        raise ValueError("two samples would write the same row of out")
+    if plan.output_shape is None:   # only then can a row's size differ from out's
+        bad = todo & (params.out_size != view.shape[2:]).any(axis=1)
+        for i in np.flatnonzero(bad).tolist():
+            status[i] = FAILED
+            errors[i] = ValueError(f"out must have shape {(3, *params.out_size[i].tolist())}, "
+                                   f"got {tuple(view.shape[1:])}")
+        todo &= ~bad
+    if max_pixels:   # before any scratch memory is sized for them (the decoder refuses them)
+        big = todo & (params.source_size[:, 0] * params.source_size[:, 1] > max_pixels)
+        big &= params.kind == JPEG
+        for i in np.flatnonzero(big).tolist():
+            status[i] = FAILED
+            errors[i] = _too_large(params.source_size[i], max_pixels)
+        todo &= ~big
     if view.dtype == np.float32:
         scale, bias = plan._affine
     else:
         scale = bias = None
     srcs = list(sources)
-    for i in np.flatnonzero(todo & (params.kind == ARRAY)).tolist():
-        a = srcs[i]
-        if (isinstance(a, np.ndarray) and a.ndim == 3
-                and (a.strides[2] != 1 or a.strides[1] != 3 or a.strides[0] < 3 * a.shape[1])):
-            srcs[i] = np.ascontiguousarray(a)   # as prepare_batch did
+    if params.kind.any():
+        for i in np.flatnonzero(todo & (params.kind == ARRAY)).tolist():
+            a = srcs[i]
+            if (isinstance(a, np.ndarray) and a.ndim == 3 and (a.strides[2] != 1
+                    or a.strides[1] != 3 or a.strides[0] < 3 * a.shape[1])):
+                srcs[i] = np.ascontiguousarray(a)   # as prepare_batch did
     failed, run_errors, warnings, nogil = _fused.run_batch(
         runner, srcs, view,
         todo=todo.view(np.uint8), kind=params.kind, rows=rows, window=params.window,
