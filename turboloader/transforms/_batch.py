@@ -250,7 +250,9 @@ def _rrc(t, HW, d):
     l0, l1 = t._log_ratio
     H, W = HW[:, :1], HW[:, 1:]
     area = (H * W).astype(np.float64)
-    u = _u01(_mix_np(d.keys[:, None] + _OFFSETS[None, :20]))
+    # draws 0..21 of every row: the 20 the attempts use, and the randints of attempt 9
+    X = _mix_np(d.keys[:, None] + _OFFSETS[:22])
+    u = _u01(X[:, :20])
     # uniform(a, b) = a + (b - a) * random()
     target = area * (s0 + (s1 - s0) * u[:, 0::2])
     # math.exp, as make_params: NumPy's exp may differ from it in the last bit
@@ -259,14 +261,15 @@ def _rrc(t, HW, d):
     h = np.rint(np.sqrt(target / ratio))
     w = np.rint(np.sqrt(target * ratio))
     ok = (h > 0) & (h <= H) & (w > 0) & (w <= W)
-    j = ok.argmax(axis=1)[:, None]   # the first success (0 where none: replaced below)
-    hw = np.concatenate([np.take_along_axis(h, j, 1), np.take_along_axis(w, j, 1)], axis=1)
-    hw = hw.astype(np.int64)
+    j = ok.argmax(axis=1)   # the first success (0 where none: replaced below)
+    rows = np.arange(n)
+    hw = np.empty((n, 2), np.int64)
+    hw[:, 0], hw[:, 1] = h[rows, j], w[rows, j]
     c = 2 * j
-    x = _mix_np(d.keys[:, None] + _OFFSETS[c + _RANDINTS])
+    x = X[rows[:, None], c[:, None] + _RANDINTS]
     yx = _below_ok(x, HW - hw + 1)   # randint(0, H - h), (0, W - w)
-    d.ctr[:] = c[:, 0] + 4
-    miss = ~ok[np.arange(n), j[:, 0]]
+    d.ctr[:] = c + 4
+    miss = ~ok[rows, j]
     if miss.any():
         # torchvision's fallback after 10 failed attempts (20 draws): a centre crop
         todo = np.flatnonzero(miss)
@@ -399,7 +402,7 @@ def _draw(plan, HW, keys):
     if r.flip is None:
         r.flip = np.zeros(n, bool)
     r.n_ops = np.full(n, n_ops, np.int32)
-    r.counter = d.ctr.astype(np.int64)
+    r.counter = d.ctr.view(np.int64)   # < 2**63 draws
     return r
 
 
@@ -577,18 +580,21 @@ def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None)
     p.source_size = HW
     p.out_size = np.ascontiguousarray(out, np.int32)
     p.scale_num = k.astype(np.int32)
-    p.full = (is_jpeg & (window[:, 2:] == dims).all(axis=1)).view(np.uint8)
+    full = (window[:, 2:] == dims).all(axis=1)
+    p.full = (full & is_jpeg if any_array else full).view(np.uint8)
     p.window = window.astype(np.int32)
     p.box = inner
     p.flip = r.flip.view(np.uint8)
     p.n_ops, p.ops, p.factors, p.counter = r.n_ops, r.ops, r.factors, r.counter
     # the argument checks of the native entry points, as a row status
     size = window[:, 2:]
-    bad = ((size <= 0) | (window[:, :2] < 0)).any(axis=1)
-    bad |= ~((0 <= inner[:, :2]) & (inner[:, :2] < inner[:, 2:]) & (inner[:, 2:] <= size)).all(1)
+    good = ((size > 0) & (window[:, :2] >= 0) & (inner[:, :2] >= 0) & (inner[:, :2] < inner[:, 2:])
+            & (inner[:, 2:] <= size)).all(axis=1)
     if any_array:
-        bad |= ~is_jpeg & (window[:, :2] + size > dims).any(axis=1)
-    for i in np.flatnonzero(bad & (status == OK)).tolist():
+        good &= is_jpeg | (window[:, :2] + size <= dims).all(axis=1)
+    if good.all():
+        return p
+    for i in np.flatnonzero(~good & (status == OK)).tolist():
         win = tuple(int(v) for v in window[i])
         if win[2] <= 0 or win[3] <= 0 or win[0] < 0 or win[1] < 0:
             p.fail(i, ValueError(f"empty or negative window {win}"))
