@@ -204,12 +204,14 @@ class StreamReader:
         native = 0.0
         if fused:
             t = time.perf_counter()
-            srcs = [sources[i] for i in fused]
+            if len(fused) == n:   # every row (the usual case): no per-row selection
+                srcs, rows = sources, np.arange(row0, row0 + n, dtype=np.int64)
+            else:
+                srcs, rows = [sources[i] for i in fused], np.asarray(fused, np.int64) + row0
             params = plan.prepare_batch(srcs, self._keys(chunk, fused),
                                         source_sizes=_source_sizes(sizes, fused),
                                         max_pixels=self.max_pixels)
-            result = plan.run_batch(srcs, params, out, rows=np.asarray(fused, np.int64) + row0,
-                                    max_pixels=self.max_pixels)
+            result = plan.run_batch(srcs, params, out, rows=rows, max_pixels=self.max_pixels)
             native = result.nogil_seconds
             status = result.status
             if status.any():
@@ -259,6 +261,8 @@ class StreamReader:
         epoch word (always, except automatic epochs of map-style datasets)."""
         epochs, slots = chunk.epochs, chunk.slots
         e0 = epochs[rows[0]]
+        if len(rows) == len(slots) and epochs.count(e0) == len(epochs):
+            return sample_keys(self.seed, e0, slots)
         if all(epochs[i] == e0 for i in rows):
             return sample_keys(self.seed, e0, [slots[i] for i in rows])
         return np.array([sample_key(self.seed, epochs[i], slots[i]) for i in rows], np.uint64)
@@ -291,7 +295,7 @@ class StreamReader:
 def _source_sizes(sizes, rows):
     """``prepare_batch``'s ``source_sizes`` for ``rows``: the original ``(h, w)`` of array
     rows from the cache, 0 (their own size) elsewhere; None when no row has one."""
-    if all(sizes[i] is None for i in rows):
+    if sizes.count(None) == len(sizes) or all(sizes[i] is None for i in rows):
         return None
     out = np.zeros((len(rows), 2), np.int64)
     for j, i in enumerate(rows):

@@ -206,8 +206,17 @@ class _Cursor:
                 items = list(zip(self.samples[p0:p1], self.slots[p0:p1]))
                 chunk = ds._gather_chunk(st, items, self.epoch, counters, timing)
                 errors, objs = st.decode(chunk, out, row, counters=counters, timing=timing)
+                m = len(items)
+                if not defer and errors.count(None) == m:
+                    # every row read (the usual case): the walk below, for all rows at once
+                    self.pos = p1
+                    self.good.extend(self.samples[p0:p1])
+                    images.extend(objs)
+                    labels.extend(chunk.labels)
+                    row += m
+                    continue
                 good_rows = []
-                for i in range(len(items)):
+                for i in range(m):
                     self.pos = p0 + i + 1
                     exc = errors[i]
                     if exc is not None:
@@ -504,25 +513,28 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
         pending = []  # (row, shard, member j, size): image bytes still to read
         read = False
         require_label = self.missing_label is None
-        opened = {}  # shard number -> (url, shard, its length, labels, label errors)
+        # shard number -> (url, shard, its length, labels, label errors, its first index)
+        opened = {}
+        add = chunk.add
         for r, (g, slot) in enumerate(items):
             if cache is not None:
                 label = st.decoder.cached_extra(g, _MISSING)
                 if label is not _MISSING:  # cached with its label: no shard access at all
-                    chunk.add(None, label, ("cache", g), slot, epoch, cache_key=g)
+                    add(None, label, ("cache", g), slot, epoch, cache_key=g)
                     continue
             read = True
             s = shard_of[r]
-            j = g - int(offsets[s])
-            where = ("tar", self.urls[s], j, None)
+            entry = opened.get(s)
+            j = g - (entry[5] if entry is not None else int(offsets[s]))
             try:
-                entry = opened.get(s)
                 if entry is None:
+                    where = ("tar", self.urls[s], j, None)
                     url = self.urls[s]
                     shard = st.shard(url)
-                    entry = opened[s] = ((url, shard, len(shard), *st.label_table(url, shard))
-                                         if shard.random_access else (url, shard, -1, None, None))
-                url, shard, n, values, label_errors = entry
+                    entry = opened[s] = ((url, shard, len(shard), *st.label_table(url, shard),
+                                          int(offsets[s])) if shard.random_access
+                                         else (url, shard, -1, None, None, int(offsets[s])))
+                url, shard, n, values, label_errors, _ = entry
                 where = ("tar", url, j, shard if n >= 0 else None)
                 if n < 0:  # a stream shard: records as they come
                     record = shard.sample(j)
@@ -530,8 +542,8 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                     _check_record(record, require_label=require_label)
                     label = (self.missing_label if record.label is None
                              else parse_label(record.label, record.label_ext, self.label_key))
-                    chunk.add(record.image, label, where, slot, epoch,
-                              cache_key=None if cache is None else g)
+                    add(record.image, label, where, slot, epoch,
+                        cache_key=None if cache is None else g)
                     chunk.nbytes += record.nbytes
                     continue
                 size = shard.image_size(j) if j < n else -1
@@ -549,7 +561,7 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
             except TurboLoaderError as exc:
                 chunk.fail(exc, where, slot, epoch)
                 continue
-            chunk.add(None, label, where, slot, epoch, cache_key=None if cache is None else g)
+            add(None, label, where, slot, epoch, cache_key=None if cache is None else g)
             pending.append((r, shard, j, size))
         if pending:
             buf = st.gather_buffer(sum(p[3] for p in pending)).data

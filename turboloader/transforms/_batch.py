@@ -192,6 +192,7 @@ class _Draws:
 
 # k * gamma mod 2**64 for the draw numbers RandomResizedCrop's attempts use (exact offsets)
 _OFFSETS = np.array([(k * _GAMMA) & _MASK64 for k in range(24)], np.uint64)
+_RANDINTS = np.array([[2, 3]], np.int64)
 
 
 def _u01(x):
@@ -204,6 +205,11 @@ def _below(x, n):
     n = np.asarray(n, np.int64)
     if n.size and (n.min() < 1 or n.max() >= 1 << 32):
         raise AssertionError("n out of the vectorized range")
+    return _below_ok(x, n)
+
+
+def _below_ok(x, n):
+    # _below for an int64 n known to be in range (wider values of rows never used wrap)
     n = n.astype(np.uint64)
     return (((x >> _S32) * n + (((x & _M32) * n) >> _S32)) >> _S32).astype(np.int64)
 
@@ -234,57 +240,53 @@ def _vectorizable(plan):
 
 
 def _rrc(t, HW, d):
-    # RandomResizedCrop.make_params for every row: (n, 4) int64 (top, left, height, width).
-    # Attempt a uses draws 2a (area) and 2a + 1 (log ratio); on success draws 2a + 2 and
-    # 2a + 3 are the randints. Attempt 0 runs for every row, then attempts 1..9 at once
-    # for the rows left (computing attempts past a row's first success changes nothing).
+    # RandomResizedCrop.make_params for every row: (n, 4) float64 source box (x0, y0, x1,
+    # y1). Attempt a uses draws 2a (area) and 2a + 1 (log ratio); on success draws 2a + 2
+    # and 2a + 3 are the randints. All 10 attempts are computed for every row at once
+    # (attempts past a row's first success change nothing): a few more math.exp calls,
+    # far fewer NumPy calls than drawing the rows left over attempt by attempt.
     n = len(HW)
     s0, s1 = t.scale
     l0, l1 = t._log_ratio
-    area = (HW[:, 0] * HW[:, 1]).astype(np.float64)
-    got = np.zeros((n, 4), np.int64)
-    todo = np.arange(n)
-    keys = d.keys
-    for first, span in ((0, 1), (1, 9)):
-        k = keys[todo]
-        offsets = _OFFSETS[2 * first:2 * (first + span)].reshape(1, span, 2)
-        u = _u01(_mix_np(k[:, None, None] + offsets))
-        # uniform(a, b) = a + (b - a) * random()
-        target = area[todo][:, None] * (s0 + (s1 - s0) * u[..., 0])
-        # math.exp, as make_params: NumPy's exp may differ from it in the last bit
-        logr = (l0 + (l1 - l0) * u[..., 1]).ravel().tolist()
-        ratio = np.fromiter(map(math.exp, logr), np.float64, len(logr)).reshape(target.shape)
-        h = np.rint(np.sqrt(target / ratio))
-        w = np.rint(np.sqrt(target * ratio))
-        lim = HW[todo]
-        ok = (h > 0) & (h <= lim[:, :1]) & (w > 0) & (w <= lim[:, 1:])
-        hit = ok.any(axis=1)
-        if hit.any():
-            j = ok[hit].argmax(axis=1)
-            rows = np.flatnonzero(hit)
-            hw = np.stack([h[rows, j], w[rows, j]], axis=1).astype(np.int64)
-            c = 2 * (first + j)
-            x = _mix_np(k[hit][:, None] + _OFFSETS[np.stack([c + 2, c + 3], axis=1)])
-            sel = todo[hit]
-            got[sel, :2] = _below(x, lim[hit] - hw + 1)   # randint(0, H - h), (0, W - w)
-            got[sel, 2:] = hw
-            d.ctr[sel] = c + 4
-            todo = todo[~hit]
-        if not todo.size:
-            return got
-    # torchvision's fallback after 10 failed attempts (20 draws): a centre crop
-    d.ctr[todo] = 20
-    H, W = HW[todo, 0], HW[todo, 1]
-    Hf, Wf = H.astype(np.float64), W.astype(np.float64)
-    in_ratio = Wf / Hf
-    rmin, rmax = min(t.ratio), max(t.ratio)
-    fh, fw = H.copy(), W.copy()
-    narrow = in_ratio < rmin
-    wide = ~narrow & (in_ratio > rmax)
-    fh[narrow] = np.rint(Wf[narrow] / rmin).astype(np.int64)
-    fw[wide] = np.rint(Hf[wide] * rmax).astype(np.int64)
-    got[todo] = np.stack([(H - fh) // 2, (W - fw) // 2, fh, fw], axis=1)
-    return got
+    H, W = HW[:, :1], HW[:, 1:]
+    area = (H * W).astype(np.float64)
+    # draws 0..21 of every row: the 20 the attempts use, and the randints of attempt 9
+    X = _mix_np(d.keys[:, None] + _OFFSETS[:22])
+    u = _u01(X[:, :20])
+    # uniform(a, b) = a + (b - a) * random()
+    target = area * (s0 + (s1 - s0) * u[:, 0::2])
+    # math.exp, as make_params: NumPy's exp may differ from it in the last bit
+    logr = (l0 + (l1 - l0) * u[:, 1::2]).ravel().tolist()
+    ratio = np.fromiter(map(math.exp, logr), np.float64, len(logr)).reshape(target.shape)
+    h = np.rint(np.sqrt(target / ratio))
+    w = np.rint(np.sqrt(target * ratio))
+    ok = (h > 0) & (h <= H) & (w > 0) & (w <= W)
+    j = ok.argmax(axis=1)   # the first success (0 where none: replaced below)
+    rows = np.arange(n)
+    hw = np.empty((n, 2), np.int64)
+    hw[:, 0], hw[:, 1] = h[rows, j], w[rows, j]
+    c = 2 * j
+    x = X[rows[:, None], c[:, None] + _RANDINTS]
+    yx = _below_ok(x, HW - hw + 1)   # randint(0, H - h), (0, W - w)
+    d.ctr[:] = c + 4
+    miss = ~ok[rows, j]
+    if miss.any():
+        # torchvision's fallback after 10 failed attempts (20 draws): a centre crop
+        todo = np.flatnonzero(miss)
+        d.ctr[todo] = 20
+        Hm, Wm = HW[todo, 0], HW[todo, 1]
+        Hf, Wf = Hm.astype(np.float64), Wm.astype(np.float64)
+        in_ratio = Wf / Hf
+        rmin, rmax = min(t.ratio), max(t.ratio)
+        fh, fw = Hm.copy(), Wm.copy()
+        narrow = in_ratio < rmin
+        wide = ~narrow & (in_ratio > rmax)
+        fh[narrow] = np.rint(Wf[narrow] / rmin).astype(np.int64)
+        fw[wide] = np.rint(Hf[wide] * rmax).astype(np.int64)
+        yx[todo] = np.stack([(Hm - fh) // 2, (Wm - fw) // 2], axis=1)
+        hw[todo] = np.stack([fh, fw], axis=1)
+    tl = yx[:, ::-1]
+    return np.concatenate([tl, tl + hw[:, ::-1]], axis=1).astype(np.float64)
 
 
 def _jitter(t, d, n):
@@ -347,14 +349,13 @@ def _draw(plan, HW, keys):
     r = _Drawn()
     d = _Draws(keys)
     crop, resize = plan._crop, plan._resize
-    r.generic = np.zeros(n, bool)
+    r.generic = None   # no row needs the generic path
     r.resized = HW
     if isinstance(crop, RandomResizedCrop):
-        got = _rrc(crop, HW, d)
-        r.box = np.concatenate([got[:, 1::-1], got[:, 1::-1] + got[:, :1:-1]], axis=1)
-        r.box = r.box.astype(np.float64)
+        r.box = _rrc(crop, HW, d)
         r.clip = True
-        r.out = np.broadcast_to(np.array(crop.size, np.int64), (n, 2))
+        r.out = np.empty((n, 2), np.int64)
+        r.out[:] = crop.size
     else:
         if resize is not None:
             r.resized = _output_size(resize, HW)
@@ -384,21 +385,24 @@ def _draw(plan, HW, keys):
             r.clip = (rh == HW[:, 0]) & (rw == HW[:, 1])
             scale = np.tile(HW[:, ::-1] / r.resized[:, ::-1], 2)
             r.box = np.where(r.clip[:, None], box.astype(np.float64), box * scale)
-    r.flip = np.zeros(n, bool)
+    r.flip = None
     r.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
     r.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
     n_ops = 0
     for t in plan._post:
         if isinstance(t, RandomHorizontalFlip):
-            r.flip ^= _u01(d.next()) < t.p
+            flip = _u01(d.next()) < t.p
+            r.flip = flip if r.flip is None else r.flip ^ flip
         else:
             ids, f = _jitter(t, d, n)
             k = ids.shape[1]
             r.ops[:, n_ops:n_ops + k] = ids
             r.factors[:, n_ops:n_ops + k] = f
             n_ops += k
+    if r.flip is None:
+        r.flip = np.zeros(n, bool)
     r.n_ops = np.full(n, n_ops, np.int32)
-    r.counter = d.ctr.astype(np.int64)
+    r.counter = d.ctr.view(np.int64)   # < 2**63 draws
     return r
 
 
@@ -467,9 +471,12 @@ def _classify(sources):
     kind = np.zeros(n, np.uint8)
     srcs = list(sources)
     shapes = np.zeros((n, 2), np.int64)
+    any_array = False
     for i, src in enumerate(srcs):
-        if type(src) is bytes:
-            continue
+        t = type(src)
+        if t is bytes or (t is memoryview and src.ndim == 1 and src.format == "B"
+                          and src.c_contiguous):
+            continue   # already what _as_buffer makes
         if isinstance(src, np.ndarray) and src.ndim == 3:
             if src.dtype != np.uint8:
                 raise TypeError(f"source {i}: a decoded image must be a uint8 array, got "
@@ -481,12 +488,13 @@ def _classify(sources):
                 srcs[i] = np.ascontiguousarray(src)
             kind[i] = ARRAY
             shapes[i] = src.shape[:2]
+            any_array = True
         else:
             try:
                 srcs[i] = _as_buffer(src)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"source {i}: {e}") from None
-    return kind, srcs, shapes
+    return kind, srcs, shapes, any_array
 
 
 def _too_large(hw, max_pixels):
@@ -509,37 +517,48 @@ def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None)
         max_pixels = operator.index(max_pixels)
         if max_pixels <= 0:
             raise ValueError(f"max_pixels must be positive or None, got {max_pixels}")
-    kind, srcs, shapes = _classify(sources)
+    kind, srcs, shapes, any_array = _classify(sources)
     status = np.zeros(n, np.int32)
     errors = [None] * n
     is_jpeg = kind == JPEG
-    any_array = not is_jpeg.all()
-    HW = shapes.copy()
-    if any_array and source_sizes is not None:
-        sizes = np.asarray(source_sizes)
-        if sizes.shape != (n, 2) or sizes.dtype.kind not in "iu":
+    if any_array:
+        HW = shapes.copy()
+        if source_sizes is not None:
+            sizes = np.asarray(source_sizes)
+            if sizes.shape != (n, 2) or sizes.dtype.kind not in "iu":
+                raise ValueError(f"source_sizes must be an integer array of shape ({n}, 2)")
+            use = ~is_jpeg & (sizes > 0).all(axis=1)
+            HW[use] = sizes[use]
+    else:
+        HW = shapes   # every row is a JPEG: filled from the headers below
+        if source_sizes is not None and np.shape(source_sizes) != (n, 2):
             raise ValueError(f"source_sizes must be an integer array of shape ({n}, 2)")
-        use = ~is_jpeg & (sizes > 0).all(axis=1)
-        HW[use] = sizes[use]
-    elif source_sizes is not None and np.shape(source_sizes) != (n, 2):
-        raise ValueError(f"source_sizes must be an integer array of shape ({n}, 2)")
-    if n and is_jpeg.any():
+    if n and (not any_array or is_jpeg.any()):
         hh, ww, header_errors = _fused.read_headers(srcs, is_jpeg.view(np.uint8))
-        HW[is_jpeg, 0], HW[is_jpeg, 1] = hh[is_jpeg], ww[is_jpeg]
-        unread = np.array([e is not None for e in header_errors], bool)
-        failed = unread
+        if any_array:
+            HW[is_jpeg, 0], HW[is_jpeg, 1] = hh[is_jpeg], ww[is_jpeg]
+        else:
+            HW[:, 0], HW[:, 1] = hh, ww
+        failed = None
+        if header_errors.count(None) != n:
+            failed = np.array([e is not None for e in header_errors], bool)
         if max_pixels is not None:
-            failed = unread | (is_jpeg & (HW[:, 0] * HW[:, 1] > max_pixels))
-        for i in np.flatnonzero(failed).tolist():
-            status[i] = FAILED
-            errors[i] = header_errors[i] or _too_large(HW[i], max_pixels)
-        HW[status != OK] = 1   # placeholders: nothing drawn for these rows is used
+            big = HW[:, 0] * HW[:, 1] > max_pixels
+            if any_array:
+                big &= is_jpeg
+            failed = big if failed is None else failed | big
+        if failed is not None and failed.any():
+            for i in np.flatnonzero(failed).tolist():
+                status[i] = FAILED
+                errors[i] = header_errors[i] or _too_large(HW[i], max_pixels)
+            HW[failed] = 1   # placeholders: nothing drawn for these rows is used
 
     if _vectorizable(plan):
         r = _draw(plan, HW, keys)
     else:
         r = _draw_rows(plan, HW, keys, np.flatnonzero(status == OK).tolist())
-    status[r.generic & (status == OK)] = GENERIC
+    if r.generic is not None:
+        status[r.generic & (status == OK)] = GENERIC
 
     # the decode scale and window, as Plan.from_jpeg / Plan.from_array
     box, out = r.box, r.out
@@ -561,18 +580,21 @@ def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None)
     p.source_size = HW
     p.out_size = np.ascontiguousarray(out, np.int32)
     p.scale_num = k.astype(np.int32)
-    p.full = (is_jpeg & (window[:, 2:] == dims).all(axis=1)).view(np.uint8)
+    full = (window[:, 2:] == dims).all(axis=1)
+    p.full = (full & is_jpeg if any_array else full).view(np.uint8)
     p.window = window.astype(np.int32)
     p.box = inner
     p.flip = r.flip.view(np.uint8)
     p.n_ops, p.ops, p.factors, p.counter = r.n_ops, r.ops, r.factors, r.counter
     # the argument checks of the native entry points, as a row status
     size = window[:, 2:]
-    bad = ((size <= 0) | (window[:, :2] < 0)).any(axis=1)
-    bad |= ~((0 <= inner[:, :2]) & (inner[:, :2] < inner[:, 2:]) & (inner[:, 2:] <= size)).all(1)
+    good = ((size > 0) & (window[:, :2] >= 0) & (inner[:, :2] >= 0) & (inner[:, :2] < inner[:, 2:])
+            & (inner[:, 2:] <= size)).all(axis=1)
     if any_array:
-        bad |= ~is_jpeg & (window[:, :2] + size > dims).any(axis=1)
-    for i in np.flatnonzero(bad & (status == OK)).tolist():
+        good &= is_jpeg | (window[:, :2] + size <= dims).all(axis=1)
+    if good.all():
+        return p
+    for i in np.flatnonzero(~good & (status == OK)).tolist():
         win = tuple(int(v) for v in window[i])
         if win[2] <= 0 or win[3] <= 0 or win[0] < 0 or win[1] < 0:
             p.fail(i, ValueError(f"empty or negative window {win}"))
