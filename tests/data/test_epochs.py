@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import sweep
 import torch
 import torchvision
 from torch.utils.data import DataLoader
@@ -80,7 +81,7 @@ def _readme_block(containing):
     return blocks[0]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", sweep([2, 0]))
 def test_readme_migration_gives_new_augmentations_every_epoch(folder, workers):
     source = _readme_block("turboloader.ImageFolder(")
     source = source.replace('"imagenet/train"', repr(str(folder)))
@@ -147,7 +148,7 @@ def test_image_folder_set_epoch_is_deterministic(folder):
 
 # ------------------------------------------------------------------ TarDataset
 
-@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+@pytest.mark.parametrize("workers,persistent", sweep([(0, False), (2, True), (2, False)], fast=2, names=2))
 def test_tar_dataset_new_order_and_augmentations(shards, workers, persistent):
     ds = turboloader.TarDataset(shards, TF)
 

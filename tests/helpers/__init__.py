@@ -21,3 +21,13 @@ def subprocess_env(**extra):
     if os.environ.get("PYTHONPATH"):
         path.append(os.environ["PYTHONPATH"])
     return {**os.environ, "PYTHONPATH": os.pathsep.join(path), **extra}
+
+
+def sweep(values, fast=1, *, names=1):
+    """``values`` for ``pytest.mark.parametrize`` over ``names`` argument names, all but the
+    first ``fast`` marked ``slow``: the edit loop runs representative cases, CI the sweep."""
+    import pytest
+
+    values = list(values)
+    return values[:fast] + [pytest.param(*(v if names > 1 else (v,)), marks=pytest.mark.slow)
+                            for v in values[fast:]]

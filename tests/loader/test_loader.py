@@ -4,6 +4,7 @@ import sys
 import threading
 
 import pytest
+from helpers import sweep
 import torch
 
 from turboloader import transforms as T
@@ -241,8 +242,8 @@ def test_progress_bar(shards, capsys):
         assert "7/7" in err
 
 
-@pytest.mark.parametrize("workers,batch", [(0, 4), (1, 4), (2, 4), (3, 4), (4, 3), (3, 5),
-                                           (5, 4)])
+@pytest.mark.parametrize("workers,batch", sweep([(0, 4), (2, 4), (3, 5), (1, 4), (3, 4),
+                                                 (4, 3), (5, 4)], fast=3, names=2))
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_len_is_the_batches_a_pass_yields(shards, workers, batch, drop_last):
     # 26 samples: 3 workers of 4 -> shares 8, 9, 9 -> 3 + 3 + 3 = 9 batches (torch says 7)

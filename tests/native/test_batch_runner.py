@@ -66,13 +66,14 @@ def test_runner_threads_start_and_are_joined():
     assert _threads() == before
 
 
+@pytest.mark.slow
 def test_dropped_runners_leak_no_threads(jpegs):
     p = _plan()
     keys = sample_keys(0, 0, np.arange(8))
     params = p.prepare_batch(jpegs[:8], keys)
     gc.collect()
     before = _threads()
-    for _ in range(30):
+    for _ in range(10):
         runner = BatchRunner(threads=3)
         out = torch.empty((8, 3, 128, 128))
         assert (p.run_batch(jpegs[:8], params, out, runner=runner).status == OK).all()

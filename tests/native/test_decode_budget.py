@@ -67,6 +67,7 @@ def with_size(data: bytes, width, height):
         i += 2 + n
 
 
+@pytest.mark.slow
 def test_many_scans_hit_the_work_budget_in_bounded_time_and_memory(tmp_path):
     path = tmp_path / "scans.jpg"
     path.write_bytes(many_scans(4096, 400))

@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from helpers import sweep
 import torch
 from PIL import Image
 from torchvision.transforms import v2
@@ -89,7 +90,7 @@ FULL_SCALE = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(FULL_SCALE))
+@pytest.mark.parametrize("name", sweep(sorted(FULL_SCALE), fast=2))
 def test_full_scale_matches_torchvision(jpegs, name):
     members = FULL_SCALE[name]
     p = T.plan(T.Compose(members), dct_scaling=False)

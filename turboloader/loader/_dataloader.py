@@ -482,6 +482,13 @@ class DataLoader:
                 yield batch
         finally:
             run.end = time.perf_counter()
+            # shut the workers down now: an exception's traceback keeps torch's iterator
+            # alive, and when the garbage collector ends it instead, its queues are already
+            # closed and each worker exits only at its 5 s status check
+            if not self.torch_loader.persistent_workers:
+                shutdown = getattr(it, "_shutdown_workers", None)
+                if shutdown is not None:
+                    shutdown()
             del it
 
     def _iter_threads(self, epoch):
