@@ -84,14 +84,20 @@ def check_batches(got, want, epoch):
             assert torch.equal(img, oracle(g, slot, epoch))
 
 
-@pytest.fixture(params=[64, 3], ids=["chunk64", "chunk3"])
+@pytest.fixture(params=[64, 3, "bytes"], ids=["chunk64", "chunk3", "chunk-by-bytes"])
 def chunk(request, monkeypatch):
-    """Batches gathered whole, or in parts of 3 (a skip then moves rows across parts)."""
+    """Batches gathered whole, in parts of 3 (a skip then moves rows across parts), or in
+    parts sized by the encoded bytes seen (2 first, then about 4 KB: they vary)."""
     from turboloader.data import reader
 
-    monkeypatch.setattr(reader, "BATCH_CHUNK", request.param)
-    monkeypatch.setattr(reader, "SAMPLE_CHUNK", min(16, request.param))
-    return request.param
+    size = request.param
+    if size == "bytes":
+        size = 64
+        monkeypatch.setattr(reader, "MIN_CHUNK", 2)
+        monkeypatch.setattr(reader, "GATHER_BYTES", 4096)
+    monkeypatch.setattr(reader, "BATCH_CHUNK", size)
+    monkeypatch.setattr(reader, "SAMPLE_CHUNK", min(16, size))
+    return size
 
 
 @pytest.mark.parametrize("backend", ["threads", "processes"])
@@ -105,6 +111,38 @@ def test_skip_inside_batches_keeps_the_per_sample_order(bad_shards, backend, W, 
     skipped = ds.stats(1)["skipped"]
     assert sorted(int(s["key"]) for s in skipped) == sorted(BAD)
     assert all(s["offset"] is not None and s["shard"] in bad_shards for s in skipped)
+
+
+def test_parts_follow_the_gather_byte_budget(bad_shards, monkeypatch):
+    """A batch is gathered in parts of MIN_CHUNK first, then of about GATHER_BYTES at the
+    mean size of the last part (never more than BATCH_CHUNK); the batches stay exact."""
+    from turboloader.data import reader
+
+    monkeypatch.setattr(reader, "BATCH_CHUNK", 16)
+    monkeypatch.setattr(reader, "MIN_CHUNK", 2)
+    monkeypatch.setattr(reader, "GATHER_BYTES", 4 * len(jpeg(0)))
+    parts = []
+    saw = reader.StreamReader.saw
+
+    def spy(self, chunk, n):
+        parts.append((n, chunk.nbytes))
+        saw(self, chunk, n)
+
+    monkeypatch.setattr(reader.StreamReader, "saw", spy)
+    ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+    ds.set_epoch(0)
+    got = list(DataLoader(ds, batch_size=40, num_workers=1, backend="threads"))
+    check_batches(got, batched_oracle(ds, 0, 1, 40), 0)
+    sizes = [n for n, _ in parts]
+    assert sizes[0] == 2 and len(set(sizes)) > 2
+    # each later part: about 4 JPEGs' worth at the previous part's mean size, fewer only
+    # where a batch or the pass ends
+    full = 0
+    for (n, _), (m, prev) in zip(parts[1:], parts):
+        want = min(16, max(2, int(4 * len(jpeg(0)) // (prev / m))))
+        assert n <= want
+        full += n == want
+    assert full >= len(parts) - 1 - 2 * len(got)
 
 
 def test_sample_mode_is_the_same_stream(bad_shards, chunk):

@@ -48,17 +48,27 @@ from turboloader.errors import DecodeWarning, FailureBudgetExceeded, TurboLoader
 from turboloader.transforms._batch import GENERIC, OK
 from turboloader.transforms._random import sample_key, sample_keys, sample_rng
 
-__all__ = ["BATCH_CHUNK", "Chunk", "MapDataset", "ReaderMixin", "SAMPLE_CHUNK", "StreamReader",
-           "collate_labels", "compact", "fill_row", "reading_as", "stream_name"]
+__all__ = ["BATCH_CHUNK", "Chunk", "GATHER_BYTES", "MIN_CHUNK", "MapDataset", "ReaderMixin",
+           "SAMPLE_CHUNK", "StreamReader", "collate_labels", "compact", "fill_row", "reading_as",
+           "stream_name"]
 
 #: Samples per batch call when a dataset yields single samples (``__iter__`` under a
 #: DataLoader that batches them): large enough to amortise the per-call work, small enough
 #: that a chunk's buffer (this many output images) stays a few MB.
 SAMPLE_CHUNK = 16
 
-#: Most samples gathered for one batch call: a whole batch of 256 is gathered and decoded in
-#: parts of this many, so a stream's gather buffer (their encoded bytes) stays a few MB.
-BATCH_CHUNK = 64
+#: Most samples gathered for one batch call (see :meth:`StreamReader.chunk_size`). Larger
+#: calls amortise the per-call Python (drawing a chunk's parameters has a fixed cost of
+#: ~0.7 ms): parts of 64 ImageNet-sized samples cost ~20 us of Python per sample in
+#: ``benchmarks/bench_hotpath.py``, parts of 256 ~12 us, the ~150 of an 8 MB budget ~14 us.
+BATCH_CHUNK = 256
+
+#: ...but a chunk holds about this many encoded bytes at most (at the mean size of the
+#: stream's last chunk), so a stream's gather buffer stays this size for large photographs;
+#: a stream's first chunk (no sizes seen yet), map-style datasets' chunks (their reads are
+#: not counted) and any chunk hold ``MIN_CHUNK`` samples at least.
+GATHER_BYTES = 8 << 20
+MIN_CHUNK = 64
 
 _local = threading.local()
 _LOCK = threading.Lock()  # guards every dataset's _states (module level: picklable datasets)
@@ -146,6 +156,21 @@ class StreamReader:
         self.logs = {}
         self.buffers = BufferPool(capacity=4)
         self._gather = np.empty(0, np.uint8)
+        self._sample_bytes = 0.0  # mean encoded size in the last chunk read (0: none yet)
+
+    def chunk_size(self, want) -> int:
+        """Samples for the next batch call of ``want`` still to fill: ``BATCH_CHUNK`` at
+        most, about ``GATHER_BYTES`` of encoded bytes, at least ``MIN_CHUNK`` (both capped by
+        ``BATCH_CHUNK``)."""
+        n = min(MIN_CHUNK, BATCH_CHUNK)
+        if self._sample_bytes > 0:
+            n = max(n, min(BATCH_CHUNK, int(GATHER_BYTES // self._sample_bytes)))
+        return min(want, n)
+
+    def saw(self, chunk, n):
+        """Record the encoded bytes a chunk of ``n`` samples read (for :meth:`chunk_size`)."""
+        if n > 0 and chunk.nbytes > 0:
+            self._sample_bytes = chunk.nbytes / n
 
     @property
     def out_shape(self):
@@ -507,13 +532,14 @@ class MapDataset(ReaderMixin):
         if out is None and st.plan is not None:
             out = st.rows(len(idx))
         samples = []
-        step = BATCH_CHUNK
-        for a in range(0, len(idx), step):
-            part = idx[a:a + step]
+        a = 0
+        while a < len(idx):
+            part = idx[a:a + st.chunk_size(len(idx) - a)]
             t0 = time.perf_counter()
             chunk = Chunk()
             for i in part:
                 self._gather(st, chunk, i, i, self._sample_epoch(), counters)
+            st.saw(chunk, len(part))
             if timing is not None:
                 timing("read", time.perf_counter() - t0)
             errors, objs = st.decode(chunk, out, a, counters=counters, timing=timing)
@@ -526,6 +552,7 @@ class MapDataset(ReaderMixin):
                 if self.target_transform is not None:
                     label = self.target_transform(label)
                 samples.append((img, label))
+            a += len(part)
         counters["samples"] += len(samples)
         st.recorder.sample_done(len(samples))
         return samples

@@ -199,12 +199,13 @@ class _Cursor:
         images, labels, events = [], [], []
         row, exc_out = r0, None
         while row < r1 and exc_out is None:
-            need = min(r1 - row, _reader.BATCH_CHUNK)
+            need = st.chunk_size(r1 - row)
             if self.pos < self.size:
                 p0 = self.pos
                 p1 = min(self.size, p0 + need)
                 items = list(zip(self.samples[p0:p1], self.slots[p0:p1]))
                 chunk = ds._gather_chunk(st, items, self.epoch, counters, timing)
+                st.saw(chunk, len(items))
                 errors, objs = st.decode(chunk, out, row, counters=counters, timing=timing)
                 m = len(items)
                 if not defer and errors.count(None) == m:
