@@ -138,9 +138,10 @@ def test_tbl_truncated_while_open(tmp_path):
                                              ("processes", 1)])
 def test_shard_truncated_mid_epoch_while_open(tmp_path, backend, workers):
     """The shard is open (its first batch read) when it shrinks: the old mapping crashed the
-    process with SIGBUS here."""
+    process with SIGBUS here. 400 samples: more than a stream reads ahead (a batch call of
+    SAMPLE_CHUNK samples, a batch prefetched), so reading goes on after the truncation."""
     out = run(f"""
-        path = write_tar("s.tar", labelled_members(range(40)))
+        path = write_tar("s.tar", labelled_members(range(400)))
         ds = turboloader.TarDataset([path], T.Compose([T.Resize(8), T.ToTensor()]),
                                     shuffle=False)
         loader = turboloader.DataLoader(ds, 4, num_workers={workers}, backend={backend!r},
