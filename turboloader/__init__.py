@@ -3,9 +3,8 @@
 Importing the package is cheap: public names are resolved from their modules on first use.
 """
 
-import importlib
-
 from turboloader import _deprecated
+from turboloader._lazy import lazy_names
 from turboloader.errors import (
     DecodeError,
     DecodeWarning,
@@ -76,15 +75,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'turboloader' has no attribute {name!r}")
-    imported = importlib.import_module(module)
-    value = imported if module == f"turboloader.{name}" else getattr(imported, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -9,7 +9,7 @@ Code written against those APIs runs unchanged: ``turboloader.DataLoader("train.
 Names are imported on first use.
 """
 
-import importlib
+from turboloader._lazy import lazy_names
 
 _SEEDS = "turboloader.compat.seeds"
 _LAZY = {
@@ -40,14 +40,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'turboloader.compat' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

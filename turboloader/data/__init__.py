@@ -13,7 +13,7 @@ Names are imported on first use, so tools that need only the shard readers do no
 importing torch and torchvision.
 """
 
-import importlib
+from turboloader._lazy import lazy_names
 
 _LAZY = {
     "ByteLRU": "turboloader.data.cache",
@@ -34,14 +34,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'turboloader.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

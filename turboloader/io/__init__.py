@@ -17,7 +17,7 @@ Nothing here imports decoders, transforms, torch or the datasets: data flows dow
 Names are imported on first use.
 """
 
-import importlib
+from turboloader._lazy import lazy_names
 
 _LAZY = {
     "Codec": "turboloader.io.codec",
@@ -40,14 +40,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'turboloader.io' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
