@@ -64,24 +64,11 @@ TL_INLINE float tl_rne(float v)
     return t - magic;
 }
 
-#define TL_FN(name) name##_baseline
-#define TL_TGT
-#include "colour_impl.h"
-#undef TL_FN
-#undef TL_TGT
+#define TL_IMPL "colour_impl.h"
+#include "isa_variants.h"
+#undef TL_IMPL
 
 #if TL_X86
-#define TL_FN(name) name##_sse41
-#define TL_TGT TL_TARGET_SSE41
-#include "colour_impl.h"
-#undef TL_FN
-#undef TL_TGT
-
-#define TL_FN(name) name##_avx2
-#define TL_TGT TL_TARGET_AVX2
-#include "colour_impl.h"
-#undef TL_FN
-#undef TL_TGT
 #define TL_DISPATCH(fn, args)              \
     do {                                   \
         if (isa >= TL_ISA_AVX2) {          \

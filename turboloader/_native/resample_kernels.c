@@ -12,25 +12,9 @@ TL_INLINE uint8_t tl_clip8(int32_t s)
     return (uint8_t)(s < 0 ? 0 : (s > 255 ? 255 : s));
 }
 
-#define TL_FN(name) name##_baseline
-#define TL_TGT
-#include "resample_impl.h"
-#undef TL_FN
-#undef TL_TGT
-
-#if TL_X86
-#define TL_FN(name) name##_sse41
-#define TL_TGT TL_TARGET_SSE41
-#include "resample_impl.h"
-#undef TL_FN
-#undef TL_TGT
-
-#define TL_FN(name) name##_avx2
-#define TL_TGT TL_TARGET_AVX2
-#include "resample_impl.h"
-#undef TL_FN
-#undef TL_TGT
-#endif
+#define TL_IMPL "resample_impl.h"
+#include "isa_variants.h"
+#undef TL_IMPL
 
 #if TL_X86
 #include <immintrin.h>

@@ -55,25 +55,9 @@ TL_INLINE ptrdiff_t tl_reflect(ptrdiff_t i, ptrdiff_t n)
     return i;
 }
 
-#define TL_FN(name) name##_baseline
-#define TL_TGT
-#include "warp_impl.h"
-#undef TL_FN
-#undef TL_TGT
-
-#if TL_X86
-#define TL_FN(name) name##_sse41
-#define TL_TGT TL_TARGET_SSE41
-#include "warp_impl.h"
-#undef TL_FN
-#undef TL_TGT
-
-#define TL_FN(name) name##_avx2
-#define TL_TGT TL_TARGET_AVX2
-#include "warp_impl.h"
-#undef TL_FN
-#undef TL_TGT
-#endif
+#define TL_IMPL "warp_impl.h"
+#include "isa_variants.h"
+#undef TL_IMPL
 
 void tl_warp_u8(const uint8_t *src, ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t sstride, int C,
                 uint8_t *dst, ptrdiff_t dh, ptrdiff_t dw, ptrdiff_t dstride, int grid,
