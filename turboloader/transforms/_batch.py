@@ -64,6 +64,7 @@ __all__ = [
     "BatchResult",
     "BatchRunner",
     "default_runner",
+    "out_view",
     "prepare_batch",
     "run_batch",
 ]
@@ -608,13 +609,22 @@ def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None)
     return p
 
 
-def _out_array(plan, out):
-    np_dtype = np.float32 if plan.output_dtype is torch.float32 else np.uint8
+def out_view(out, dtype):
+    """The NumPy view of an output buffer ``out`` (a CPU ``torch.Tensor`` or a NumPy array)
+    of ``dtype`` (``torch.float32`` or ``torch.uint8``), checked to be C-contiguous and
+    writeable; its shape is the caller's to check.
+
+    Raises:
+        TypeError: ``out`` is neither, or has another dtype.
+        ValueError: a tensor not on the CPU, or a view that is not C-contiguous and
+            writeable.
+    """
+    np_dtype = np.float32 if dtype is torch.float32 else np.uint8
     if isinstance(out, torch.Tensor):
         if out.device.type != "cpu":
             raise ValueError(f"out must be a CPU tensor, got device {out.device}")
-        if out.dtype is not plan.output_dtype:
-            raise TypeError(f"out must have dtype {plan.output_dtype}, got {out.dtype}")
+        if out.dtype is not dtype:
+            raise TypeError(f"out must have dtype {dtype}, got {out.dtype}")
         view = out.numpy()
     elif isinstance(out, np.ndarray):
         if out.dtype != np_dtype:
@@ -622,13 +632,18 @@ def _out_array(plan, out):
         view = out
     else:
         raise TypeError(f"out must be a torch.Tensor or numpy.ndarray, got {type(out).__name__}")
+    if not view.flags.c_contiguous or not view.flags.writeable:
+        raise ValueError("out must be C-contiguous and writeable (a batch[i] slot is)")
+    return view
+
+
+def _out_array(plan, out):
+    view = out_view(out, plan.output_dtype)
     if view.ndim != 4 or view.shape[1] != 3 or 0 in view.shape[2:]:
         raise ValueError(f"out must have shape (N, 3, H, W), got {tuple(view.shape)}")
     if plan.output_shape is not None and view.shape[1:] != tuple(plan.output_shape):
         raise ValueError(f"out must have shape (N, {', '.join(map(str, plan.output_shape))}), "
                          f"got {tuple(view.shape)}")
-    if not view.flags.c_contiguous or not view.flags.writeable:
-        raise ValueError("out must be C-contiguous and writeable")
     return view
 
 

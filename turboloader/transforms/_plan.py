@@ -73,6 +73,7 @@ import torch
 
 from turboloader.decode._slot import resample_into_slot
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open, decode_jpeg
+from turboloader.transforms._batch import out_view
 from turboloader.transforms._colour import ColorJitter
 from turboloader.transforms._containers import (Compose, Identity, Lambda, RandomApply,
                                                 RandomChoice, RandomOrder)
@@ -508,26 +509,12 @@ class Plan:
 
     def _slot(self, out, shape):
         """(numpy view to write, object to return) for ``out`` (None: allocate)."""
-        np_dtype = np.float32 if self.output_dtype is torch.float32 else np.uint8
         if out is None:
-            arr = np.empty(shape, np_dtype)
+            arr = np.empty(shape, np.float32 if self.output_dtype is torch.float32 else np.uint8)
             return arr, torch.from_numpy(arr)
-        if isinstance(out, torch.Tensor):
-            if out.device.type != "cpu":
-                raise ValueError(f"out must be a CPU tensor, got device {out.device}")
-            if out.dtype is not self.output_dtype:
-                raise TypeError(f"out must have dtype {self.output_dtype}, got {out.dtype}")
-            view = out.numpy()
-        elif isinstance(out, np.ndarray):
-            if out.dtype != np_dtype:
-                raise TypeError(f"out must have dtype {np.dtype(np_dtype)}, got {out.dtype}")
-            view = out
-        else:
-            raise TypeError(f"out must be a torch.Tensor or numpy.ndarray, got {type(out).__name__}")
+        view = out_view(out, self.output_dtype)
         if view.shape != tuple(shape):
             raise ValueError(f"out must have shape {tuple(shape)}, got {tuple(view.shape)}")
-        if not view.flags.c_contiguous or not view.flags.writeable:
-            raise ValueError("out must be C-contiguous and writeable (a batch[i] slot is)")
         return view, out
 
     def _generic(self, img, rng, out):
