@@ -189,21 +189,10 @@ class TarIndex:
                 and the file's size now.
             ValueError: the index is closed.
         """
-        i = operator.index(i)
-        n = len(self._offsets)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"member index {i} out of range for {n} members")
-        if self._fd is None:
-            raise ValueError(f"TarIndex of {self._path!r} is closed")
-        start, size = int(self._offsets[i]), int(self._sizes[i])
+        i, start, size = self._extent(i)
         data = os.pread(self._fd, size, start) if size else b""
         if len(data) != size:
-            now = os.fstat(self._fd).st_size
-            raise TarFormatError(
-                f"{self._path!r}: member {self.names[i]!r} needs bytes {start}..{start + size} "
-                f"but the file is now {now} bytes: it was truncated or replaced while open")
+            raise self._truncated(i, start, size)
         return memoryview(data)
 
     def read_into(self, i, out, /) -> int:
@@ -215,6 +204,18 @@ class TarIndex:
             IndexError, TarFormatError, ValueError: as :meth:`member`; ValueError also when
                 ``out`` is too small.
         """
+        i, start, size = self._extent(i)
+        view = memoryview(out).cast("B")
+        if len(view) < size:
+            raise ValueError(f"out holds {len(view)} bytes, member {i} needs {size}")
+        got = os.preadv(self._fd, [view[:size]], start) if size else 0
+        if got != size:
+            raise self._truncated(i, start, size)
+        return size
+
+    def _extent(self, i):
+        """``(i, start, size)`` of member ``i`` (negative counts from the end) in an open
+        index; IndexError / ValueError (closed) as :meth:`member`."""
         i = operator.index(i)
         n = len(self._offsets)
         if i < 0:
@@ -223,17 +224,13 @@ class TarIndex:
             raise IndexError(f"member index {i} out of range for {n} members")
         if self._fd is None:
             raise ValueError(f"TarIndex of {self._path!r} is closed")
-        start, size = int(self._offsets[i]), int(self._sizes[i])
-        view = memoryview(out).cast("B")
-        if len(view) < size:
-            raise ValueError(f"out holds {len(view)} bytes, member {i} needs {size}")
-        got = os.preadv(self._fd, [view[:size]], start) if size else 0
-        if got != size:
-            now = os.fstat(self._fd).st_size
-            raise TarFormatError(
-                f"{self._path!r}: member {self.names[i]!r} needs bytes {start}..{start + size} "
-                f"but the file is now {now} bytes: it was truncated or replaced while open")
-        return size
+        return i, int(self._offsets[i]), int(self._sizes[i])
+
+    def _truncated(self, i, start, size) -> TarFormatError:
+        now = os.fstat(self._fd).st_size
+        return TarFormatError(
+            f"{self._path!r}: member {self.names[i]!r} needs bytes {start}..{start + size} "
+            f"but the file is now {now} bytes: it was truncated or replaced while open")
 
     def __getitem__(self, key) -> memoryview:
         """``index[i]`` or ``index[name]``: zero-copy view of a member's data.
