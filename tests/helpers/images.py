@@ -28,3 +28,15 @@ def png_bytes(height, width, *, seed=0):
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, "PNG")
     return buf.getvalue(), img
+
+
+def as_kind(kind, arr):
+    """The (H, W, 3) uint8 array ``arr`` as the input kind a transform test runs on:
+    ``"pil"`` (a PIL image), ``"tensor"`` (a contiguous CHW uint8 tensor) or ``"ndarray"``."""
+    if kind == "pil":
+        return Image.fromarray(arr)
+    if kind == "tensor":
+        import torch
+
+        return torch.from_numpy(arr).permute(2, 0, 1).contiguous()
+    return arr

@@ -4,6 +4,7 @@ import random
 
 import numpy as np
 import pytest
+from helpers.images import as_kind
 import torch
 from PIL import Image
 from torchvision.transforms import v2
@@ -20,14 +21,6 @@ STD = (0.229, 0.224, 0.225)
 @pytest.fixture(scope="module")
 def arr():
     return synthetic_image(np.random.default_rng(3), 157, 211)
-
-
-def _as(kind, arr):
-    if kind == "pil":
-        return Image.fromarray(arr)
-    if kind == "tensor":
-        return torch.from_numpy(arr).permute(2, 0, 1).contiguous()
-    return arr
 
 
 def _ref_kind(kind):
@@ -59,12 +52,12 @@ KINDS = ["pil", "tensor", "ndarray"]
 @pytest.mark.parametrize("kind", KINDS)
 def test_random_resized_crop_matches_torchvision(arr, kind):
     t = T.RandomResizedCrop((96, 80), scale=(0.2, 0.9))
-    img = _as(kind, arr)
+    img = as_kind(kind, arr)
     for i in range(6):
         with using_rng(sample_rng(0, 0, i)):
             out = t(img)
         params = t.make_params((157, 211), rng=sample_rng(0, 0, i))
-        ref = F.resized_crop(_as(_ref_kind(kind), arr), **params,
+        ref = F.resized_crop(as_kind(_ref_kind(kind), arr), **params,
                              size=[96, 80], antialias=True)
         _same_kind(kind, out)
         assert _chw(out).shape == (3, 96, 80)
@@ -106,8 +99,8 @@ def test_random_resized_crop_torch_rng_matches_torchvision_draws():
 @pytest.mark.parametrize("size,max_size", [(64, None), ([70], None), ((50, 90), None),
                                            (64, 80), (None, 100)])
 def test_resize_matches_torchvision(arr, kind, size, max_size):
-    ours = T.Resize(size, max_size=max_size)(_as(kind, arr))
-    ref = v2.Resize(size, max_size=max_size)(_as(_ref_kind(kind), arr))
+    ours = T.Resize(size, max_size=max_size)(as_kind(kind, arr))
+    ref = v2.Resize(size, max_size=max_size)(as_kind(_ref_kind(kind), arr))
     _same_kind(kind, ours)
     assert _chw(ours).shape == _chw(ref).shape
     assert _diff(ours, ref) <= 1
@@ -126,8 +119,8 @@ def test_resize_output_size_rounds_like_torchvision():
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("size", [100, (57, 200), (156, 210), (200, 250), (1, 1)])
 def test_center_crop_matches_torchvision(arr, kind, size):
-    ours = T.CenterCrop(size)(_as(kind, arr))
-    ref = v2.CenterCrop(size)(_as(_ref_kind(kind), arr))
+    ours = T.CenterCrop(size)(as_kind(kind, arr))
+    ref = v2.CenterCrop(size)(as_kind(_ref_kind(kind), arr))
     _same_kind(kind, ours)
     assert _chw(ours).shape == _chw(ref).shape
     assert _diff(ours, ref) == 0
@@ -145,9 +138,9 @@ def test_random_crop_matches_torchvision(arr, kind, kwargs):
     tv = v2.RandomCrop(size, **kwargs)
     for i in range(3):
         with using_rng(sample_rng(1, 0, i)):
-            out = t(_as(kind, arr))
+            out = t(as_kind(kind, arr))
         params = t.make_params((157, 211), rng=sample_rng(1, 0, i))
-        ref = tv.transform(_as(_ref_kind(kind), arr), params)
+        ref = tv.transform(as_kind(_ref_kind(kind), arr), params)
         _same_kind(kind, out)
         assert _chw(out).shape == (3, *size)
         assert _diff(out, ref) == 0
@@ -164,9 +157,9 @@ def test_random_crop_draws_differ_and_too_small_raises(arr):
 @pytest.mark.parametrize("kind", KINDS)
 def test_horizontal_flip_matches_torchvision(arr, kind):
     t = T.RandomHorizontalFlip(p=1.0)
-    assert _diff(t(_as(kind, arr)), F.horizontal_flip(_as("tensor", arr))) == 0
-    same = T.RandomHorizontalFlip(p=0.0)(_as(kind, arr))
-    assert _diff(same, _as("tensor", arr)) == 0
+    assert _diff(t(as_kind(kind, arr)), F.horizontal_flip(as_kind("tensor", arr))) == 0
+    same = T.RandomHorizontalFlip(p=0.0)(as_kind(kind, arr))
+    assert _diff(same, as_kind("tensor", arr)) == 0
 
 
 def test_flip_draw_is_random_below_p():
@@ -182,10 +175,10 @@ def test_color_jitter_matches_torchvision(arr, kind):
     tv = v2.ColorJitter(0.4, 0.4, 0.4, 0.1)
     for i in range(5):
         with using_rng(sample_rng(2, 0, i)):
-            out = t(_as(kind, arr))
+            out = t(as_kind(kind, arr))
         params = t.make_params(rng=sample_rng(2, 0, i))
         assert sorted(params["fn_idx"]) == [0, 1, 2, 3]
-        ref = tv.transform(_as(_ref_kind(kind), arr),
+        ref = tv.transform(as_kind(_ref_kind(kind), arr),
                            dict(params, fn_idx=torch.tensor(params["fn_idx"])))
         _same_kind(kind, out)
         assert _diff(out, ref) <= 1

@@ -15,6 +15,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from helpers.images import as_kind
 import torch
 from PIL import Image
 from torchvision import tv_tensors
@@ -34,16 +35,8 @@ def arr():
     return synthetic_image(np.random.default_rng(11), 75, 103)
 
 
-def _as(kind, arr):
-    if kind == "pil":
-        return Image.fromarray(arr)
-    if kind == "tensor":
-        return torch.from_numpy(arr).permute(2, 0, 1).contiguous()
-    return arr
-
-
 def _tv_input(kind, arr):
-    return _as("tensor" if kind == "ndarray" else kind, arr)
+    return as_kind("tensor" if kind == "ndarray" else kind, arr)
 
 
 def _chw(img):
@@ -71,7 +64,7 @@ def _under_torch_seed(ours, theirs, kind, arr, seeds=range(8)):
     worst = 0.0
     for s in seeds:
         torch.manual_seed(s)
-        a = ours(_as(kind, arr))
+        a = ours(as_kind(kind, arr))
         torch.manual_seed(s)
         b = theirs(_tv_input(kind, arr))
         _same_kind(kind, a)
@@ -112,7 +105,7 @@ def test_random_apply_decision_is_one_draw_below_p(arr):
     assert T.RandomApply([lambda a, b: (b, a)], p=1.0)(1, 2) == (2, 1)
     assert T.RandomApply([lambda a, b: (b, a)], p=0.0)(1, 2) == (1, 2)
     assert T.RandomApply(torch.nn.ModuleList([v2.RandomHorizontalFlip(1.0)]), p=1.0)(
-        _as("tensor", arr)).shape == (3, 75, 103)
+        as_kind("tensor", arr)).shape == (3, 75, 103)
 
 
 def test_random_choice_frequencies_follow_p():
@@ -151,7 +144,7 @@ def test_container_arguments_are_checked(make, exc):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_lambda_and_identity_as_torchvision(arr, kind):
-    img = _as(kind, arr)
+    img = as_kind(kind, arr)
     f = lambda x: ("seen", x)  # noqa: E731
     ours, ref = T.Lambda(f)(img), v2.Lambda(f)(img)
     assert ours[0] == "seen" and ours[1] is img and ref[0] == "seen"
@@ -167,7 +160,7 @@ def test_lambda_and_identity_as_torchvision(arr, kind):
 
 @pytest.mark.parametrize("mode", [None, "RGB"])
 def test_to_pil_image_matches_torchvision(arr, mode):
-    for x in (_as("tensor", arr), arr, _as("tensor", arr).float() / 255, arr[:, :, :1]):
+    for x in (as_kind("tensor", arr), arr, as_kind("tensor", arr).float() / 255, arr[:, :, :1]):
         ours, ref = T.ToPILImage(mode if x.shape[-1] != 1 else None)(x), v2.ToPILImage(
             mode if x.shape[-1] != 1 else None)(x)
         assert isinstance(ours, Image.Image) and ours.mode == ref.mode
@@ -178,7 +171,7 @@ def test_to_pil_image_matches_torchvision(arr, mode):
 
 
 def test_convert_image_dtype_matches_torchvision(arr):
-    u8 = _as("tensor", arr)
+    u8 = as_kind("tensor", arr)
     for dtype in (torch.float32, torch.float64, torch.float16):
         assert torch.equal(T.ConvertImageDtype(dtype)(u8), v2.ConvertImageDtype(dtype)(u8))
     f = u8.float() / 255
@@ -190,7 +183,7 @@ def test_convert_image_dtype_matches_torchvision(arr):
 
 
 def test_to_dtype_dict_form_matches_torchvision(arr):
-    u8 = _as("tensor", arr)
+    u8 = as_kind("tensor", arr)
     for dtype in ({torch.Tensor: torch.float32}, {"others": torch.float64},
                   {torch.Tensor: torch.float32, "others": None}):
         for scale in (False, True):
@@ -218,10 +211,10 @@ def test_to_dtype_dict_form_matches_torchvision(arr):
 
 
 def test_to_pure_tensor(arr):
-    img = tv_tensors.Image(_as("tensor", arr))
+    img = tv_tensors.Image(as_kind("tensor", arr))
     out = T.ToPureTensor()(img)
     assert type(out) is torch.Tensor and torch.equal(out, v2.ToPureTensor()(img))
-    plain = _as("tensor", arr)
+    plain = as_kind("tensor", arr)
     assert T.ToPureTensor()(plain) is plain and T.ToPureTensor()(arr) is arr
 
 
@@ -233,13 +226,13 @@ def test_five_and_ten_crop_match_torchvision(arr, kind, size):
     for ours, theirs in ((T.FiveCrop(size), v2.FiveCrop(size)),
                          (T.TenCrop(size), v2.TenCrop(size)),
                          (T.TenCrop(size, vertical_flip=True), v2.TenCrop(size, vertical_flip=True))):
-        a, b = ours(_as(kind, arr)), theirs(_tv_input(kind, arr))
+        a, b = ours(as_kind(kind, arr)), theirs(_tv_input(kind, arr))
         assert isinstance(a, tuple) and len(a) == len(b)
         for x, y in zip(a, b):
             _same_kind(kind, x)
             assert _maxdiff(x, y) == 0
     with pytest.raises(ValueError):
-        T.FiveCrop(80)(_as(kind, arr))
+        T.FiveCrop(80)(as_kind(kind, arr))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -260,7 +253,7 @@ def test_scale_jitter_and_random_shortest_size_match_torchvision(arr, kind):
             torch.manual_seed(s)
             p = ours.make_params((75, 103))
             torch.manual_seed(s)
-            assert p == theirs.make_params([_as("tensor", arr)]), (ours, s)
+            assert p == theirs.make_params([as_kind("tensor", arr)]), (ours, s)
 
 
 def test_random_shortest_size_per_sample_draws():
@@ -283,7 +276,7 @@ def test_photometric_distort_matches_torchvision(arr, kind):
         assert sorted(p["channel_permutation"]) == [0, 1, 2]
         ref = tv.transform(_tv_input(kind, arr),
                            dict(p, channel_permutation=torch.tensor(p["channel_permutation"])))
-        assert _maxdiff(t.transform(_as(kind, arr), p), ref) == 0
+        assert _maxdiff(t.transform(as_kind(kind, arr), p), ref) == 0
 
 
 def test_photometric_distort_single_channel(arr):
@@ -315,7 +308,7 @@ def test_augmix_equals_torchvision_under_torch_rng(arr, kind, kw):
 
 
 def test_augmix_float_tensor_and_per_sample_rng(arr):
-    x = _as("tensor", arr).float() / 255
+    x = as_kind("tensor", arr).float() / 255
     torch.manual_seed(0)
     a = T.AugMix()(x)
     torch.manual_seed(0)
@@ -350,7 +343,7 @@ def test_new_functionals_have_torchvision_signatures():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_functionals_dispatch_by_kind(arr, kind):
-    img, ref_in = _as(kind, arr), _tv_input(kind, arr)
+    img, ref_in = as_kind(kind, arr), _tv_input(kind, arr)
     cases = [
         (F.hflip(img), TVF.hflip(ref_in)),
         (F.vflip(img), TVF.vflip(ref_in)),
@@ -374,7 +367,7 @@ def test_functionals_dispatch_by_kind(arr, kind):
 
 
 def test_normalize_and_to_dtype_are_torchvision_on_tensors_and_refuse_the_rest(arr):
-    u8 = _as("tensor", arr)
+    u8 = as_kind("tensor", arr)
     x = TVF.to_dtype(u8, torch.float32, scale=True)
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
     assert torch.equal(F.to_dtype(u8, torch.float32, scale=True), x)
@@ -394,9 +387,9 @@ def test_normalize_and_to_dtype_are_torchvision_on_tensors_and_refuse_the_rest(a
 
 def test_array_only_options_are_refused_for_other_kinds(arr):
     with pytest.raises(TypeError, match="numpy arrays only"):
-        F.resize(_as("tensor", arr), 20, out=np.empty((20, 27, 3), np.uint8))
+        F.resize(as_kind("tensor", arr), 20, out=np.empty((20, 27, 3), np.uint8))
     with pytest.raises(TypeError, match="numpy arrays only"):
-        F.adjust_brightness(_as("pil", arr), 1.2, inplace=True)
+        F.adjust_brightness(as_kind("pil", arr), 1.2, inplace=True)
     with pytest.raises(TypeError, match="numpy.ndarray"):
         F.hflip([[1, 2]])
     # arrays keep the kernels' strictness
@@ -407,7 +400,7 @@ def test_array_only_options_are_refused_for_other_kinds(arr):
 def test_erase_accepts_torchvision_values_on_arrays(arr):
     v = torch.randn(3, 5, 6)
     ours = F.erase(arr, 2, 3, 5, 6, v)
-    ref = TVF.erase(_as("tensor", arr), 2, 3, 5, 6, v)
+    ref = TVF.erase(as_kind("tensor", arr), 2, 3, 5, 6, v)
     assert _maxdiff(ours, ref) == 0
     ours = F.erase(arr, 2, 3, 5, 6, torch.tensor([1.0, 2.0, 3.0])[:, None, None])
     assert ours[2, 3].tolist() == [1, 2, 3] and ours[0, 0].tolist() == arr[0, 0].tolist()
@@ -441,12 +434,12 @@ def test_channel_permutation_random_resize_and_rgb_match_torchvision(arr, kind):
         torch.manual_seed(s)
         p = T.RandomResize(40, 90).make_params()
         torch.manual_seed(s)
-        assert p == v2.RandomResize(40, 90).make_params([_as("tensor", arr)])
+        assert p == v2.RandomResize(40, 90).make_params([as_kind("tensor", arr)])
     gray = np.ascontiguousarray(arr[:, :, 1])
     img = {"pil": Image.fromarray(gray), "ndarray": gray,
            "tensor": torch.from_numpy(gray)[None]}[kind]
     ours, ref = T.RGB()(img), v2.RGB()(img if kind != "ndarray" else torch.from_numpy(gray)[None])
     _same_kind(kind, ours)
     assert _maxdiff(ours, ref) == 0 and _chw(ours).shape[0] == 3
-    rgb = _as(kind, arr)
+    rgb = as_kind(kind, arr)
     assert _maxdiff(T.RGB()(rgb), rgb) == 0
