@@ -279,7 +279,7 @@ def test_batched_equals_torch_batching(bad_shards, W, B, drop_last):
     assert len(got) == len(want) == len(ds.batched(B, drop_last=drop_last, num_workers=W))
     for (a, la), (b, lb) in zip(got, want):
         assert torch.equal(la, lb) and torch.equal(a, b)
-    assert all(x.is_shared() for x, _ in got)
+    assert all(type(x) is torch.Tensor for x, _ in got)  # the worker's wrapper stays there
 
 
 def test_shared_batches_cross_processes_by_handle():
@@ -290,6 +290,78 @@ def test_shared_batches_cross_processes_by_handle():
     t = new_shared((64, 3, 64, 64), torch.float32)
     assert t.is_shared() and t.shape == (64, 3, 64, 64)
     assert len(ForkingPickler.dumps(t)) < 10_000 < t.numel() * 4
+
+
+def send(pool, tensor):
+    """What a worker's result queue does to a batch: pickle, then unpickle in the receiver."""
+    import torch.multiprocessing  # noqa: F401  (registers the tensor reductions)
+    from multiprocessing.reduction import ForkingPickler
+
+    return ForkingPickler.loads(ForkingPickler.dumps(pool.send(tensor)))
+
+
+def test_shared_pool_reuses_a_buffer_once_the_receiver_drops_it():
+    pool = BufferPool(2, shared=True)
+    a = pool.get((4, 3, 8, 8))
+    ptr = a.data_ptr()
+    a.copy_(torch.arange(a.numel()).view(a.shape))
+    got = send(pool, a)
+    assert type(got) is torch.Tensor and torch.equal(got, a)
+    del a
+    assert pool.get((4, 3, 8, 8)).data_ptr() != ptr  # the receiver still holds it
+    view = got[1:]
+    del got
+    assert pool.get((4, 3, 8, 8)).data_ptr() != ptr  # ... through a view
+    del view
+    b = pool.get((4, 3, 8, 8))
+    assert b.data_ptr() == ptr  # released: recycled
+    part = send(pool, b[:2])  # a partial batch raises the same buffer's flag
+    del b
+    assert pool.get((4, 3, 8, 8)).data_ptr() != ptr
+    arr = part.numpy()
+    del part
+    assert pool.get((4, 3, 8, 8)).data_ptr() != ptr  # a NumPy array of it
+    del arr
+    assert pool.get((4, 3, 8, 8)).data_ptr() == ptr
+
+
+def test_shared_pool_never_reuses_what_the_worker_still_holds_or_never_got_back():
+    pool = BufferPool(1, shared=True)
+    a = pool.get((2, 5))
+    ptr = a.data_ptr()
+    assert pool.get((2, 5)).data_ptr() != ptr  # held here, not yet sent
+    pickle.dumps(pool.send(a))  # pickled elsewhere than a worker queue: no release comes
+    del a
+    held = [pool.get((2, 5)) for _ in range(3)]  # over capacity: new memory every time
+    assert ptr not in {h.data_ptr() for h in held} and len({h.data_ptr() for h in held}) == 3
+    assert pool.send(held[0]) is held[0]  # not one of the pool's buffers: sent as it is
+
+
+def test_a_received_batch_moved_to_shared_memory_releases_the_buffer():
+    pool = BufferPool(1, shared=True)
+    a = pool.get((3, 4))
+    ptr = a.data_ptr()
+    a.fill_(7)
+    got = send(pool, a)
+    del a
+    got.share_memory_()  # copies into new shared memory; the pool's copy is free again
+    assert pool.get((3, 4)).data_ptr() == ptr
+    assert torch.equal(got, torch.full((3, 4), 7.0))
+
+
+@pytest.mark.parametrize("W", [1, 2])
+def test_batched_consumer_that_keeps_every_batch_gets_intact_batches(bad_shards, W):
+    ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+    dl = torch.utils.data.DataLoader(ds.batched(4), batch_size=None, num_workers=W,
+                                     persistent_workers=True)
+    for e in (0, 1):
+        ds.set_epoch(e)
+        copies = [(x.clone(), y.clone()) for x, y in dl]  # dropped at once: recycled
+        ds.set_epoch(e)
+        kept = list(dl)  # every batch kept: none may be overwritten
+        assert len(kept) == len(copies) == 10
+        for (a, la), (b, lb) in zip(kept, copies):
+            assert torch.equal(la, lb) and torch.equal(a, b)
 
 
 # -- recycled memory ------------------------------------------------------------------------
@@ -510,7 +582,8 @@ def test_uint8_batches_normalised_by_prefetch_equal_the_float_pipeline(bad_shard
 @pytest.mark.parametrize("workers", [0, 2])
 def test_map_style_whole_batches(image_folder, workers):
     """ds[list of indices] is a whole batch (torch's BatchSampler + batch_size=None recipe),
-    in shared memory from the workers, equal to torch's own batching of the samples."""
+    in recycled shared memory from the workers, equal to torch's own batching of the samples
+    (every batch kept: a recycled buffer must not overwrite one the consumer holds)."""
     ds = ImageFolder(image_folder, FLOAT, seed=2, on_error="skip", max_failures=10)
     ds.set_epoch(0)
     sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(ds), 6, False)
@@ -520,5 +593,3 @@ def test_map_style_whole_batches(image_folder, workers):
     assert len(got) == len(want)
     for (a, la), (b, lb) in zip(got, want):
         assert torch.equal(la, lb) and torch.equal(a, b)
-        if workers:
-            assert a.is_shared()

@@ -14,16 +14,33 @@ storage), so every tensor, view, NumPy array (``.numpy()`` holds the tensor) or 
 capsule derived from a handed-out batch keeps the count up. Memory that was moved to shared
 memory (``share_memory_()``, or pickled to another process, which does that) is dropped from
 the pool for good: another process may still read it and its references are not counted here.
+
+Shared batches (:func:`shared_pool`, inside DataLoader worker processes) are recycled too,
+with a return channel, because the reader is another process: each buffer is shared memory
+with a release flag after the data. The worker sets the flag when its batch is pickled to
+the main process (:class:`_Recycled`'s reduction), and the main process clears it when the
+last reference to its copy of the tensor dies (the tensor it gets is ``torch.from_numpy`` of
+the mapped memory, so its storage's deleter is an ordinary Python object that a finalizer
+watches; views, NumPy arrays, ``pin_memory`` or ``share_memory_()`` copies all keep or end it
+correctly). A buffer is written again only when both the worker and the main process have
+let go of it; a batch that went anywhere else (a third process, ``torch.save``) never clears
+the flag, and its buffer is simply not reused.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
 import time
+import weakref
 
+import numpy as np
 import torch
 
-__all__ = ["BufferPool", "new_shared"]
+__all__ = ["BufferPool", "new_shared", "shared_pool"]
+
+_FLAG_BYTES = 64  # after the data of a shared buffer: byte 0 is 1 while the main process holds it
 
 try:
     _use_count = torch._C._storage_Use_Count
@@ -59,7 +76,10 @@ class BufferPool:
             host allocator already recycles pinned blocks, and it also waits for
             asynchronous copies still reading a block before reusing it, which a reference
             count cannot see.
-        shared: allocate in shared memory (see :func:`new_shared`); never pooled.
+        shared: allocate in shared memory (see :func:`new_shared`), for batches a worker
+            process sends to the main process: reused once neither the worker nor the main
+            process references them (see the module docstring). Hand a batch out through
+            :meth:`send` so that the main process reports its release.
 
     Thread-safe.
     """
@@ -69,6 +89,7 @@ class BufferPool:
         self.pin = bool(pin)
         self.shared = bool(shared)
         self._kinds = {}
+        self._flags = {}  # shared: storage data_ptr -> (flag array, its byte offset)
         self._lock = threading.Lock()
         self.allocated = self.reused = self.waited = 0
 
@@ -86,9 +107,6 @@ class BufferPool:
                 once.
         """
         shape = tuple(int(v) for v in shape)
-        if self.shared:
-            self.allocated += 1
-            return new_shared(shape, dtype)
         if self.pin:
             self.allocated += 1
             return torch.empty(shape, dtype=dtype, pin_memory=True)
@@ -100,7 +118,7 @@ class BufferPool:
             bases = self._kinds[key]
             if len(bases) < self.capacity:
                 self.allocated += 1
-                base = torch.empty(shape, dtype=dtype)
+                base = self._new(shape, dtype)
                 bases.append(base)
                 return base[:]
         if wait is not None:
@@ -114,26 +132,101 @@ class BufferPool:
                     self.waited += 1
                     return got
         self.allocated += 1
-        return torch.empty(shape, dtype=dtype)
+        return new_shared(shape, dtype) if self.shared else torch.empty(shape, dtype=dtype)
+
+    def _new(self, shape, dtype):
+        if not self.shared:
+            return torch.empty(shape, dtype=dtype)
+        numel = 1
+        for v in shape:
+            numel *= v
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        storage = torch.UntypedStorage._new_shared(nbytes + _FLAG_BYTES)
+        base = torch.empty((0,), dtype=dtype).set_(storage, 0, shape)
+        # a view by address, not a tensor: it must not count as a reference to the storage
+        # (the pool keeps `base`, so the address stays valid as long as the entry)
+        flag = np.ctypeslib.as_array((ctypes.c_uint8 * 1).from_address(storage.data_ptr() + nbytes))
+        flag[0] = 0
+        self._flags[storage.data_ptr()] = (flag, nbytes)
+        return base
 
     def _reuse(self, key):
         bases = self._kinds.setdefault(key, [])
         for base in list(bases):
             storage = base.untyped_storage()
-            if storage.is_shared():  # another process may map it: never reuse
+            if self.shared:
+                # this process's references first, then the flag: a batch is released
+                # here only after it was pickled, which raised the flag
+                if _unreferenced(storage) and not self._flags[storage.data_ptr()][0][0]:
+                    self.reused += 1
+                    return base[:]
+            elif storage.is_shared():  # another process may map it: never reuse
                 bases.remove(base)
             elif _unreferenced(storage):
                 self.reused += 1
                 return base[:]
         return None
 
+    def send(self, tensor):
+        """``tensor`` ready to cross to the main process: when it lies in one of this
+        pool's shared buffers, the same memory as a tensor whose pickling raises the
+        buffer's flag and makes the receiver clear it on release; otherwise ``tensor``."""
+        flag = self._flags.get(tensor.untyped_storage().data_ptr()) if self.shared else None
+        if flag is None or tensor.dtype not in _NUMPY_DTYPES:  # the receiver maps it via NumPy
+            return tensor
+        out = tensor.as_subclass(_Recycled)
+        out._tl_flag = flag
+        return out
+
     def clear(self) -> None:
         """Forget every pooled buffer (memory still referenced elsewhere lives on there)."""
         with self._lock:
             self._kinds.clear()
+            self._flags.clear()
 
     def nbytes(self) -> int:
         """Bytes of the buffers the pool keeps."""
         with self._lock:
             return sum(b.untyped_storage().nbytes() for bases in self._kinds.values()
                        for b in bases)
+
+
+class _Recycled(torch.Tensor):
+    """A batch in a pooled shared buffer on its way to the main process (see
+    :meth:`BufferPool.send`). Operations on it give plain tensors."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def __reduce_ex__(self, protocol):
+        flag, offset = self._tl_flag
+        flag[0] = 1  # before anyone else can see the batch: cleared by the receiver
+        return _received, (self.as_subclass(torch.Tensor), offset)
+
+
+def _received(tensor, offset):
+    """The receiving side of :class:`_Recycled`: the same memory, as a tensor whose storage
+    going away clears the buffer's flag."""
+    flag = torch.empty((0,), dtype=torch.uint8).set_(tensor.untyped_storage(), offset, (1,))
+    array = tensor.numpy()
+    weakref.finalize(array, _release, flag, os.getpid()).atexit = False
+    return torch.from_numpy(array)
+
+
+def _release(flag, pid):
+    if os.getpid() == pid:  # not in a process forked from the receiver, which may still hold it
+        flag.zero_()
+
+
+_NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.uint8, torch.int8,
+                 torch.int16, torch.int32, torch.int64, torch.bool}
+_shared = (None, None)
+
+
+def shared_pool() -> BufferPool:
+    """This process's pool of shared batch buffers (each worker process has its own)."""
+    global _shared
+    pid, pool = _shared
+    if pid != os.getpid():
+        pool = BufferPool(4, shared=True)
+        _shared = (os.getpid(), pool)
+    return pool

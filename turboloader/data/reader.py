@@ -39,7 +39,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from turboloader.data._buffers import BufferPool, new_shared
+from turboloader.data._buffers import BufferPool, shared_pool
 from turboloader.data.cache import Decoder, is_jpeg, parse_size
 from turboloader.data.epochs import EpochMixin, SharedEpoch
 from turboloader.data.failures import FailureLog, FailurePolicy
@@ -488,10 +488,11 @@ class MapDataset(ReaderMixin):
         st = self._reader()
         n = len(indices)
         out = None
+        # in a worker the batch crosses to the main process by handle
+        pool = shared_pool() if torch.utils.data.get_worker_info() is not None else st.buffers
         if st.plan is not None and n:
             shape, dtype = st.out_shape
-            out = (new_shared if torch.utils.data.get_worker_info() is not None
-                   else st.buffers.get)((n, *shape), dtype)
+            out = pool.get((n, *shape), dtype)
         samples = self.__getitems__(indices, out=out)
         images = [img for img, _ in samples]
         if out is not None:
@@ -502,6 +503,8 @@ class MapDataset(ReaderMixin):
             from torch.utils.data._utils.collate import default_collate
 
             out = default_collate(images) if images else torch.empty(0)
+        if pool.shared:
+            out = pool.send(out)
         return [out, collate_labels([label for _, label in samples])]
 
     def __getitems__(self, indices, *, out=None, timing=None) -> list:

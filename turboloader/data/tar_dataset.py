@@ -10,7 +10,7 @@ import numpy as np
 import torch.utils.data
 
 from turboloader.data import sharding
-from turboloader.data._buffers import new_shared
+from turboloader.data._buffers import shared_pool
 from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
 from turboloader.data.failures import FailureLog
 from turboloader.data import reader as _reader
@@ -1114,15 +1114,18 @@ class TarBatches(torch.utils.data.IterableDataset):
         rank, _ = _topology(ds.rank, ds.world_size)
         if info is None:
             worker, W, name = 0, 1, f"rank{rank}-main"
-            alloc = None
+            pool = None
         else:
             worker, W = ds._rotated(info, epoch), info.num_workers
             name = f"rank{rank}-worker{info.id}"
-            alloc = new_shared  # the batch crosses to the main process by handle
+            pool = shared_pool()  # the batch crosses to the main process by handle
         B = self.batch_size
-        for batch in ds._open(worker, W, name, epoch, batch_size=B, out=alloc):
+        for batch in ds._open(worker, W, name, epoch, batch_size=B,
+                              out=pool and pool.get):
             if self.drop_last and len(batch[1]) < B:
                 return
+            if pool is not None:
+                batch[0] = pool.send(batch[0])
             yield batch
 
     def __repr__(self):
