@@ -364,6 +364,50 @@ def test_batched_consumer_that_keeps_every_batch_gets_intact_batches(bad_shards,
             assert torch.equal(la, lb) and torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dataset", ["tar", "folder"])
+def test_samples_collate_into_recycled_shared_batches_intact(bad_shards, tmp_path, dataset):
+    """Per-sample datasets under torch's DataLoader: default_collate stacks the workers' rows
+    into recycled shared buffers; batches kept by the consumer are never overwritten and
+    equal the main process's own batches (num_workers=0)."""
+    if dataset == "tar":
+        ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+        ref_loader = lambda: torch.utils.data.DataLoader(ds, batch_size=4)  # noqa: E731
+    else:
+        for i in range(30):
+            d = tmp_path / "f" / f"c{i % 3}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{i:03d}.jpg").write_bytes(jpeg(i))
+        ds = ImageFolder(tmp_path / "f", FLOAT, seed=5)
+        ref_loader = lambda: torch.utils.data.DataLoader(ds, batch_size=4)  # noqa: E731
+    ds.set_epoch(0)
+    dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1, persistent_workers=True)
+    ref = list(ref_loader())  # one worker: the same stream and order as in-process
+    for _ in range(2):
+        copies = [(x.clone(), y.clone()) for x, y in dl]  # dropped at once: recycled
+        kept = list(dl)
+        assert len(kept) == len(copies) == len(ref)
+        for (a, la), (b, lb), (c, lc) in zip(kept, copies, ref):
+            assert type(a) is torch.Tensor
+            assert torch.equal(la, lc) and torch.equal(lb, lc)
+            assert torch.equal(a, c) and torch.equal(b, c)
+
+
+def test_rows_are_plain_tensors_to_a_custom_collate_and_outside_workers(bad_shards):
+    ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+    ds.set_epoch(0)
+    ref = [img for img, _ in ds]
+    got = [img for batch in torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1,
+                                                        collate_fn=lambda b: b)
+           for img, _ in batch]
+    assert all(type(x) is torch.Tensor for x in got) and len(got) == len(ref)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    from torch.utils.data import default_collate
+
+    from turboloader.data._buffers import as_row
+    rows = [as_row(x) for x in ref[:4]]  # outside a worker: torch's own collate
+    assert torch.equal(default_collate(rows), torch.stack(ref[:4]))
+
+
 # -- recycled memory ------------------------------------------------------------------------
 
 

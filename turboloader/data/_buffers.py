@@ -25,6 +25,12 @@ watches; views, NumPy arrays, ``pin_memory`` or ``share_memory_()`` copies all k
 correctly). A buffer is written again only when both the worker and the main process have
 let go of it; a batch that went anywhere else (a third process, ``torch.save``) never clears
 the flag, and its buffer is simply not reused.
+
+Samples (``DataLoader(dataset, batch_size=B)``) reach the same shared buffers through torch's
+collate: in a worker, the images a dataset yields from its recycled chunk buffers are
+:class:`_Row` tensors, for which ``torch.utils.data.default_collate`` (through
+``default_collate_fn_map``, torch's documented way to extend it) stacks the batch into a
+recycled shared buffer instead of fresh shared memory.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import weakref
 import numpy as np
 import torch
 
-__all__ = ["BufferPool", "new_shared", "shared_pool"]
+__all__ = ["BufferPool", "as_row", "new_shared", "shared_pool"]
 
 _FLAG_BYTES = 64  # after the data of a shared buffer: byte 0 is 1 while the main process holds it
 
@@ -230,3 +236,47 @@ def shared_pool() -> BufferPool:
         pool = BufferPool(4, shared=True)
         _shared = (os.getpid(), pool)
     return pool
+
+
+# -- samples through torch's default_collate ---------------------------------------------------
+
+
+class _Row(torch.Tensor):
+    """A sample's image inside a DataLoader worker, a row of a recycled buffer (see
+    :func:`as_row`). Operations on it give plain tensors; pickled, it is a plain tensor."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def __reduce_ex__(self, protocol):
+        return _same, (self.as_subclass(torch.Tensor),)
+
+
+def _same(x):
+    return x
+
+
+def as_row(image: torch.Tensor) -> torch.Tensor:
+    """``image`` (a row of a dataset's recycled buffer, in a DataLoader worker) as a tensor
+    that ``default_collate`` stacks into a recycled shared batch."""
+    return image.as_subclass(_Row)
+
+
+def _collate_rows(batch, *, collate_fn_map=None):
+    """``default_collate``'s tensor case for :class:`_Row` samples: the same stacked batch,
+    in one of the worker's recycled shared buffers."""
+    elem = batch[0]
+    if torch.utils.data.get_worker_info() is None:
+        return _torch_collate(batch, collate_fn_map=collate_fn_map)
+    pool = shared_pool()
+    out = pool.get((len(batch), *elem.shape), elem.dtype)
+    torch.stack(batch, 0, out=out)
+    return pool.send(out)
+
+
+try:
+    from torch.utils.data._utils.collate import collate_tensor_fn as _torch_collate
+    from torch.utils.data._utils.collate import default_collate_fn_map
+except ImportError:  # another torch: rows collate as plain tensors (fresh shared memory)
+    pass
+else:
+    default_collate_fn_map.setdefault(_Row, _collate_rows)

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from turboloader.data._buffers import BufferPool, shared_pool
+from turboloader.data._buffers import BufferPool, as_row, shared_pool
 from turboloader.data.cache import Decoder, is_jpeg, parse_size
 from turboloader.data.epochs import EpochMixin, SharedEpoch
 from turboloader.data.failures import FailureLog, FailurePolicy
@@ -535,8 +535,11 @@ class MapDataset(ReaderMixin):
         epoch = self.epoch
         st = self._reader()
         counters = st.recorder.counters(epoch)
+        row = None
         if out is None and st.plan is not None:
             out = st.rows(len(idx))
+            if torch.utils.data.get_worker_info() is not None:  # torch's collate stacks
+                row = as_row                                       # rows into shared memory
         samples = []
         a = 0
         while a < len(idx):
@@ -553,7 +556,9 @@ class MapDataset(ReaderMixin):
                 if errors[r] is not None:
                     img, label = self._replace(st, chunk, r, errors[r], out, a, counters)
                 else:
-                    img = objs[r] if objs[r] is not None else out[a + r]
+                    img = objs[r]
+                    if img is None:
+                        img = out[a + r] if row is None else row(out[a + r])
                     label = chunk.labels[r]
                 if self.target_transform is not None:
                     label = self.target_transform(label)

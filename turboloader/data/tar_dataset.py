@@ -10,7 +10,7 @@ import numpy as np
 import torch.utils.data
 
 from turboloader.data import sharding
-from turboloader.data._buffers import shared_pool
+from turboloader.data._buffers import as_row, shared_pool
 from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
 from turboloader.data.failures import FailureLog
 from turboloader.data import reader as _reader
@@ -730,6 +730,8 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
         buffer (yielded images are views of it; it is reused once none is referenced)."""
         st, counters = cur.st, cur.counters
         tt = self.target_transform
+        # in a DataLoader worker, torch's collate stacks rows into recycled shared memory
+        row = as_row if torch.utils.data.get_worker_info() is not None else None
         try:
             while True:
                 out = st.rows(_reader.SAMPLE_CHUNK) if st.plan is not None else None
@@ -740,8 +742,10 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                     counters["samples"] += 1
                     st.recorder.sample_done()
                     img = images[r]
+                    if img is None:
+                        img = out[r] if row is None else row(out[r])
                     label = labels[r]
-                    yield (out[r] if img is None else img), (label if tt is None else tt(label))
+                    yield img, (label if tt is None else tt(label))
                 if exc is not None:
                     raise exc
                 if n < _reader.SAMPLE_CHUNK:
