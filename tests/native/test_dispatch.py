@@ -188,6 +188,23 @@ def test_resample_every_level_equals_baseline(level, channels, filt):
             np.testing.assert_array_equal(out, ref, err_msg=f"{img.shape} -> {out.shape} {b}")
 
 
+@pytest.mark.parametrize("filt", [_resample.BILINEAR, _resample.BICUBIC])
+@pytest.mark.parametrize("shape,out", [((300, 2100, 3), (3, 40)),     # 100+ taps a pixel
+                                       ((1100, 40, 3), (2, 37)),      # 1000+ taps a row
+                                       ((257, 263, 3), (224, 224)),   # a RandomResizedCrop's
+                                       ((97, 45, 4), (31, 33))])
+def test_resample_long_filters_every_level_equal_baseline(level, filt, shape, out):
+    # the wide passes split coefficients into 16-bit halves and keep tables of tap pairs on
+    # the stack: long filters span several table chunks or fall back to the plain loops
+    img = noise(*shape, seed=sum(shape))
+    got = np.empty((*out, shape[2]), np.uint8)
+    _resample.resample_into(img, got, filter=filt)
+    with at_level("baseline"):
+        ref = np.empty_like(got)
+        _resample.resample_into(img, ref, filter=filt)
+    np.testing.assert_array_equal(got, ref)
+
+
 @pytest.mark.parametrize("filt", [Image.BILINEAR, Image.BICUBIC])
 def test_resample_every_level_matches_pillow(level, filt):
     # one horizontal pass (the part with hand-written SIMD), odd sizes, taps that reach the

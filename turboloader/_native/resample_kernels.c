@@ -83,49 +83,88 @@ TL_TARGET_SSE41 static void hpass3_sse41(const uint8_t *src, ptrdiff_t src_strid
     }
 }
 
-/* AVX2, two output pixels per vector: lane 0 holds pixel xx's (R, G, B, spare) sums, lane 1
- * pixel xx + 1's. Both read the same source pixels, the union of their tap ranges, so one
- * 4-byte load (widened to both lanes) serves both; each lane's coefficients are zero outside
- * its own range. The coefficient vectors are built once per chunk of pairs and reused for
- * every row, which removes the per-pixel coefficient loads and half the stores.
- * Integer sums with zero terms added: equal to the scalar loop bit for bit. */
-enum { TL_PAIR_TABLE = 512 };   /* 32-byte coefficient vectors on the stack: 16 KiB */
-
-TL_TARGET_AVX2 static void hpass3_avx2_pairs(const uint8_t *src, ptrdiff_t src_stride,
-                                             ptrdiff_t nrows, uint8_t *dst,
-                                             ptrdiff_t dst_stride, ptrdiff_t out_w,
-                                             ptrdiff_t in_w, const int32_t *kk,
-                                             const int32_t *bounds, ptrdiff_t ksize)
+/* AVX2 kernels with 16-bit multiply-adds on an exact split of Pillow's coefficients. Each
+ * 22-bit coefficient k is kh * 2^11 + kl with kh = k >> 11 (arithmetic) and kl = k & 0x7ff,
+ * both int16 for |k| < 2^26 (Pillow's are at most about 2^22); pmaddwd multiplies a pair of
+ * taps' pixels by their halves and adds them, and the sums recombine as (hi << 11) + lo:
+ * the scalar loop's integer (two's-complement arithmetic), so the bytes are equal bit for
+ * bit. A coefficient row outside the int16 range takes the plain loops. */
+TL_INLINE int tl_split_fits(const int32_t *k, ptrdiff_t n)
 {
-    __m256i table[TL_PAIR_TABLE];
-    int32_t pfirst[TL_PAIR_TABLE], pspan[TL_PAIR_TABLE], poff[TL_PAIR_TABLE];
+    for (ptrdiff_t i = 0; i < n; i++)
+        if (k[i] >= (1 << 26) || k[i] < -(1 << 26))
+            return 0;
+    return 1;
+}
+
+/* two taps' coefficient halves as the int16 pairs pmaddwd takes: (a's, b's) */
+TL_INLINE int32_t tl_pair_hi(int32_t a, int32_t b)
+{
+    return (int32_t)((uint32_t)(uint16_t)(int16_t)(a >> 11) |
+                     ((uint32_t)(uint16_t)(int16_t)(b >> 11) << 16));
+}
+
+TL_INLINE int32_t tl_pair_lo(int32_t a, int32_t b)
+{
+    return (int32_t)((uint32_t)(a & 0x7ff) | ((uint32_t)(b & 0x7ff) << 16));
+}
+
+/* (hi << 11) + lo, shifted to 8 bits (not yet clamped) */
+#define TL_SPLIT_SUM(h, l) _mm256_srai_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), \
+                                             TL_PRECISION_BITS)
+
+/* Horizontal pass, 3 channels: two output pixels per vector, lane 0 pixel xx and lane 1
+ * pixel xx + 1, over the union of their taps (a lane's coefficients are zero outside its
+ * own). One 8-byte load holds source pixels x and x + 1, shuffled into int16 (R_x, R_x+1,
+ * G_x, G_x+1, B_x, B_x+1, 0, 0) in both lanes. The coefficient vectors are built once per
+ * chunk of pairs and reused for every row. An 8-byte load reads up to 2 bytes past its
+ * second pixel, so a pair whose taps reach the row's last 2 pixels takes the scalar loop. */
+enum { TL_MADD_TABLE = 256 };   /* tap pairs per chunk: 2 x 8 KiB of vectors on the stack */
+
+TL_TARGET_AVX2 static void hpass3_avx2_madd(const uint8_t *src, ptrdiff_t src_stride,
+                                            ptrdiff_t nrows, uint8_t *dst,
+                                            ptrdiff_t dst_stride, ptrdiff_t out_w,
+                                            ptrdiff_t in_w, const int32_t *kk,
+                                            const int32_t *bounds, ptrdiff_t ksize)
+{
+    __m256i thi[TL_MADD_TABLE], tlo[TL_MADD_TABLE];
+    int32_t pfirst[TL_MADD_TABLE], ppairs[TL_MADD_TABLE], poff[TL_MADD_TABLE];
+    const __m256i shuf = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                          0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
     const ptrdiff_t npairs = out_w / 2;
     ptrdiff_t p0 = 0;
     while (p0 < npairs) {
         ptrdiff_t count = 0, used = 0;
-        while (p0 + count < npairs && count < TL_PAIR_TABLE) {
+        while (p0 + count < npairs && count < TL_MADD_TABLE) {
             const ptrdiff_t a = 2 * (p0 + count), b = a + 1;
             const ptrdiff_t fa = bounds[2 * a], na = bounds[2 * a + 1];
             const ptrdiff_t fb = bounds[2 * b], nb = bounds[2 * b + 1];
             const ptrdiff_t lo = fa < fb ? fa : fb;
             const ptrdiff_t hi = fa + na > fb + nb ? fa + na : fb + nb;
-            const ptrdiff_t span = hi - lo;
-            if (used + span > TL_PAIR_TABLE)
+            const ptrdiff_t np = (hi - lo + 1) / 2;
+            if (used + np > TL_MADD_TABLE || !tl_split_fits(kk + a * ksize, na) ||
+                !tl_split_fits(kk + b * ksize, nb))
                 break;
-            for (ptrdiff_t x = 0; x < span; x++) {
-                const ptrdiff_t ia = x + lo - fa, ib = x + lo - fb;
-                const int32_t ka = (ia >= 0 && ia < na) ? kk[a * ksize + ia] : 0;
-                const int32_t kb = (ib >= 0 && ib < nb) ? kk[b * ksize + ib] : 0;
-                table[used + x] = _mm256_setr_epi32(ka, ka, ka, ka, kb, kb, kb, kb);
+            for (ptrdiff_t q = 0; q < np; q++) {
+                int32_t ka[2], kb[2];
+                for (int t = 0; t < 2; t++) {
+                    const ptrdiff_t x = lo + 2 * q + t, ia = x - fa, ib = x - fb;
+                    ka[t] = (ia >= 0 && ia < na) ? kk[a * ksize + ia] : 0;
+                    kb[t] = (ib >= 0 && ib < nb) ? kk[b * ksize + ib] : 0;
+                }
+                const int32_t ha = tl_pair_hi(ka[0], ka[1]), hb = tl_pair_hi(kb[0], kb[1]);
+                const int32_t la = tl_pair_lo(ka[0], ka[1]), lb = tl_pair_lo(kb[0], kb[1]);
+                thi[used + q] = _mm256_setr_epi32(ha, ha, ha, ha, hb, hb, hb, hb);
+                tlo[used + q] = _mm256_setr_epi32(la, la, la, la, lb, lb, lb, lb);
             }
             pfirst[count] = (int32_t)lo;
-            pspan[count] = (int32_t)span;
+            ppairs[count] = (int32_t)np;
             poff[count] = (int32_t)used;
-            used += span;
+            used += np;
             count++;
         }
         if (count == 0) {
-            /* one pair's taps do not fit the table (extreme downscaling): per pixel */
+            /* one pair's taps do not fit the table or the int16 halves: per pixel */
             const ptrdiff_t a = 2 * p0;
             for (ptrdiff_t y = 0; y < nrows; y++)
                 for (ptrdiff_t xx = a; xx < a + 2; xx++)
@@ -140,26 +179,27 @@ TL_TARGET_AVX2 static void hpass3_avx2_pairs(const uint8_t *src, ptrdiff_t src_s
             uint8_t *drow = dst + y * dst_stride;
             for (ptrdiff_t c = 0; c < count; c++) {
                 const ptrdiff_t xx = 2 * (p0 + c);
-                const ptrdiff_t lo = pfirst[c], span = pspan[c];
-                const __m256i *k = table + poff[c];
+                const ptrdiff_t lo = pfirst[c], np = ppairs[c];
+                const __m256i *kh = thi + poff[c], *kl = tlo + poff[c];
                 const uint8_t *sp = srow + 3 * lo;
                 uint8_t *d = drow + 3 * xx;
-                if (lo + span >= in_w) {
-                    /* a 4-byte load at the row's last pixel would read past the row */
+                if (lo + 2 * np + 1 > in_w) {
+                    /* the last load ends at byte 3 * (lo + 2 * np) + 2 of the row */
                     hpass3_scalar_px(srow + 3 * (ptrdiff_t)bounds[2 * xx], kk + xx * ksize,
                                      bounds[2 * xx + 1], d);
                     hpass3_scalar_px(srow + 3 * (ptrdiff_t)bounds[2 * xx + 2],
                                      kk + (xx + 1) * ksize, bounds[2 * xx + 3], d + 3);
                     continue;
                 }
-                __m256i acc = _mm256_set1_epi32(TL_HALF);
-                for (ptrdiff_t x = 0; x < span; x++) {
-                    int32_t px;
-                    memcpy(&px, sp + 3 * x, 4);
-                    __m256i v = _mm256_cvtepu8_epi32(_mm_set1_epi32(px));
-                    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(v, k[x]));
+                __m256i acch = _mm256_setzero_si256(), accl = _mm256_set1_epi32(TL_HALF);
+                for (ptrdiff_t q = 0; q < np; q++) {
+                    int64_t px;
+                    memcpy(&px, sp + 6 * q, 8);
+                    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi64x(px), shuf);
+                    acch = _mm256_add_epi32(acch, _mm256_madd_epi16(v, kh[q]));
+                    accl = _mm256_add_epi32(accl, _mm256_madd_epi16(v, kl[q]));
                 }
-                __m256i v = _mm256_srai_epi32(acc, TL_PRECISION_BITS);
+                __m256i v = TL_SPLIT_SUM(acch, accl);
                 v = _mm256_packus_epi16(_mm256_packs_epi32(v, v), v);  /* clip8, per lane */
                 uint32_t ba = (uint32_t)_mm256_cvtsi256_si32(v);
                 uint32_t bb = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(v, 1));
@@ -182,6 +222,73 @@ TL_TARGET_AVX2 static void hpass3_avx2_pairs(const uint8_t *src, ptrdiff_t src_s
                              kk + xx * ksize, bounds[2 * xx + 1], dst + y * dst_stride + 3 * xx);
     }
 }
+
+/* Vertical pass: rows y and y + 1 interleaved into int16 (row y, row y + 1) pairs, so one
+ * pmaddwd adds both taps for 8 columns. 32 columns of one output row from column j: */
+TL_TARGET_AVX2 TL_INLINE void vblock32(const uint8_t *first, ptrdiff_t src_stride, ptrdiff_t n,
+                                      const __m256i *khi, const __m256i *klo, ptrdiff_t j,
+                                      uint8_t *d)
+{
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i h0 = zero, h1 = zero, h2 = zero, h3 = zero;
+    __m256i l0 = _mm256_set1_epi32(TL_HALF), l1 = l0, l2 = l0, l3 = l0;
+    for (ptrdiff_t p = 0; 2 * p < n; p++) {
+        const uint8_t *r0 = first + 2 * p * src_stride + j;
+        /* an odd last tap pairs with itself under a zero coefficient */
+        const uint8_t *r1 = 2 * p + 1 < n ? r0 + src_stride : r0;
+        const __m256i a = _mm256_loadu_si256((const __m256i *)r0);
+        const __m256i b = _mm256_loadu_si256((const __m256i *)r1);
+        const __m256i ab0 = _mm256_unpacklo_epi8(a, b), ab1 = _mm256_unpackhi_epi8(a, b);
+        const __m256i w0 = _mm256_unpacklo_epi8(ab0, zero), w1 = _mm256_unpackhi_epi8(ab0, zero);
+        const __m256i w2 = _mm256_unpacklo_epi8(ab1, zero), w3 = _mm256_unpackhi_epi8(ab1, zero);
+        h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(w0, khi[p]));
+        l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(w0, klo[p]));
+        h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(w1, khi[p]));
+        l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(w1, klo[p]));
+        h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(w2, khi[p]));
+        l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(w2, klo[p]));
+        h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(w3, khi[p]));
+        l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(w3, klo[p]));
+    }
+    /* h0 holds columns 0-3 | 16-19, h1 4-7 | 20-23, h2 8-11 | 24-27, h3 12-15 | 28-31: the
+     * two in-lane packs put them back in order (saturating packs == clip8's clamp) */
+    const __m256i out = _mm256_packus_epi16(
+        _mm256_packs_epi32(TL_SPLIT_SUM(h0, l0), TL_SPLIT_SUM(h1, l1)),
+        _mm256_packs_epi32(TL_SPLIT_SUM(h2, l2), TL_SPLIT_SUM(h3, l3)));
+    _mm256_storeu_si256((__m256i *)d, out);
+}
+
+enum { TL_VPAIRS = 128 };   /* tap pairs of one output row on the stack (256 taps) */
+
+TL_TARGET_AVX2 static void vpass_avx2_madd(const uint8_t *src, ptrdiff_t src_stride,
+                                           uint8_t *dst, ptrdiff_t dst_stride, ptrdiff_t out_h,
+                                           ptrdiff_t rowlen, const int32_t *kk,
+                                           const int32_t *bounds, ptrdiff_t ksize, int32_t *acc)
+{
+    __m256i khi[TL_VPAIRS], klo[TL_VPAIRS];
+    for (ptrdiff_t yy = 0; yy < out_h; yy++) {
+        const int32_t *k = kk + yy * ksize;
+        const ptrdiff_t n = bounds[2 * yy + 1];
+        const uint8_t *first = src + (ptrdiff_t)bounds[2 * yy] * src_stride;
+        uint8_t *drow = dst + yy * dst_stride;
+        if ((n + 1) / 2 > TL_VPAIRS || !tl_split_fits(k, n) || rowlen < 32) {
+            vpass_avx2(src, src_stride, drow, dst_stride, 1, rowlen, k, bounds + 2 * yy,
+                       ksize, acc);
+            continue;
+        }
+        for (ptrdiff_t p = 0; 2 * p < n; p++) {
+            const int32_t a = k[2 * p], b = 2 * p + 1 < n ? k[2 * p + 1] : 0;
+            khi[p] = _mm256_set1_epi32(tl_pair_hi(a, b));
+            klo[p] = _mm256_set1_epi32(tl_pair_lo(a, b));
+        }
+        ptrdiff_t j = 0;
+        for (; j + 32 <= rowlen; j += 32)
+            vblock32(first, src_stride, n, khi, klo, j, drow + j);
+        if (j < rowlen)  /* the last 32 columns again: overlapping, the same bytes */
+            vblock32(first, src_stride, n, khi, klo, rowlen - 32, drow + rowlen - 32);
+    }
+}
+#undef TL_SPLIT_SUM
 #endif
 
 void tl_resample_hpass(const uint8_t *src, ptrdiff_t src_stride, ptrdiff_t nrows, uint8_t *dst,
@@ -190,7 +297,7 @@ void tl_resample_hpass(const uint8_t *src, ptrdiff_t src_stride, ptrdiff_t nrows
 {
 #if TL_X86
     if (C == 3 && isa >= TL_ISA_AVX2) {
-        hpass3_avx2_pairs(src, src_stride, nrows, dst, dst_stride, out_w, in_w, kk, bounds, ksize);
+        hpass3_avx2_madd(src, src_stride, nrows, dst, dst_stride, out_w, in_w, kk, bounds, ksize);
         return;
     }
     if (C == 3 && isa >= TL_ISA_SSE41) {
@@ -218,7 +325,7 @@ void tl_resample_vpass(const uint8_t *src, ptrdiff_t src_stride, uint8_t *dst,
 {
 #if TL_X86
     if (isa >= TL_ISA_AVX2) {
-        vpass_avx2(src, src_stride, dst, dst_stride, out_h, rowlen, kk, bounds, ksize, acc);
+        vpass_avx2_madd(src, src_stride, dst, dst_stride, out_h, rowlen, kk, bounds, ksize, acc);
         return;
     }
     if (isa >= TL_ISA_SSE41) {
