@@ -119,6 +119,20 @@ TL_INLINE int32_t tl_pair_lo(int32_t a, int32_t b)
  * G_x, G_x+1, B_x, B_x+1, 0, 0) in both lanes. The coefficient vectors are built once per
  * chunk of pairs and reused for every row. An 8-byte load reads up to 2 bytes past its
  * second pixel, so a pair whose taps reach the row's last 2 pixels takes the scalar loop. */
+/* pixels xx and xx + 1 (3 bytes each, in the low bytes of a and b) at d; with `room` the
+ * 4-byte stores may write the byte after them (pixel xx + 2's, written later) */
+TL_INLINE void store_pair(uint8_t *d, uint32_t a, uint32_t b, int room)
+{
+    memcpy(d, &a, 4);   /* its 4th byte is pixel xx + 1's, written next */
+    if (room) {
+        memcpy(d + 3, &b, 4);
+    } else {
+        d[3] = (uint8_t)b;
+        d[4] = (uint8_t)(b >> 8);
+        d[5] = (uint8_t)(b >> 16);
+    }
+}
+
 enum { TL_MADD_TABLE = 256 };   /* tap pairs per chunk: 2 x 8 KiB of vectors on the stack */
 
 TL_TARGET_AVX2 static void hpass3_avx2_madd(const uint8_t *src, ptrdiff_t src_stride,
@@ -174,43 +188,55 @@ TL_TARGET_AVX2 static void hpass3_avx2_madd(const uint8_t *src, ptrdiff_t src_st
             p0++;
             continue;
         }
-        for (ptrdiff_t y = 0; y < nrows; y++) {
-            const uint8_t *srow = src + y * src_stride;
-            uint8_t *drow = dst + y * dst_stride;
+        /* two rows at a time (they share the coefficient loads and the loop), then the odd
+         * last row alone */
+        for (ptrdiff_t y = 0; y < nrows; y += 2) {
+            const int two = y + 1 < nrows;
+            const uint8_t *s0 = src + y * src_stride, *s1 = two ? s0 + src_stride : s0;
+            uint8_t *d0 = dst + y * dst_stride, *d1 = d0 + dst_stride;
             for (ptrdiff_t c = 0; c < count; c++) {
                 const ptrdiff_t xx = 2 * (p0 + c);
                 const ptrdiff_t lo = pfirst[c], np = ppairs[c];
                 const __m256i *kh = thi + poff[c], *kl = tlo + poff[c];
-                const uint8_t *sp = srow + 3 * lo;
-                uint8_t *d = drow + 3 * xx;
                 if (lo + 2 * np + 1 > in_w) {
                     /* the last load ends at byte 3 * (lo + 2 * np) + 2 of the row */
-                    hpass3_scalar_px(srow + 3 * (ptrdiff_t)bounds[2 * xx], kk + xx * ksize,
-                                     bounds[2 * xx + 1], d);
-                    hpass3_scalar_px(srow + 3 * (ptrdiff_t)bounds[2 * xx + 2],
-                                     kk + (xx + 1) * ksize, bounds[2 * xx + 3], d + 3);
+                    for (int r = 0; r <= two; r++) {
+                        const uint8_t *srow = r ? s1 : s0;
+                        uint8_t *d = (r ? d1 : d0) + 3 * xx;
+                        hpass3_scalar_px(srow + 3 * (ptrdiff_t)bounds[2 * xx], kk + xx * ksize,
+                                         bounds[2 * xx + 1], d);
+                        hpass3_scalar_px(srow + 3 * (ptrdiff_t)bounds[2 * xx + 2],
+                                         kk + (xx + 1) * ksize, bounds[2 * xx + 3], d + 3);
+                    }
                     continue;
                 }
-                __m256i acch = _mm256_setzero_si256(), accl = _mm256_set1_epi32(TL_HALF);
+                const uint8_t *p0s = s0 + 3 * lo, *p1s = s1 + 3 * lo;
+                __m256i h0 = _mm256_setzero_si256(), l0 = _mm256_set1_epi32(TL_HALF);
+                __m256i h1 = h0, l1 = l0;
                 for (ptrdiff_t q = 0; q < np; q++) {
-                    int64_t px;
-                    memcpy(&px, sp + 6 * q, 8);
-                    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi64x(px), shuf);
-                    acch = _mm256_add_epi32(acch, _mm256_madd_epi16(v, kh[q]));
-                    accl = _mm256_add_epi32(accl, _mm256_madd_epi16(v, kl[q]));
+                    int64_t x0, x1;
+                    memcpy(&x0, p0s + 6 * q, 8);
+                    memcpy(&x1, p1s + 6 * q, 8);
+                    const __m256i v0 = _mm256_shuffle_epi8(_mm256_set1_epi64x(x0), shuf);
+                    const __m256i v1 = _mm256_shuffle_epi8(_mm256_set1_epi64x(x1), shuf);
+                    const __m256i ch = _mm256_load_si256(kh + q), cl = _mm256_load_si256(kl + q);
+                    h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(v0, ch));
+                    l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(v0, cl));
+                    h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(v1, ch));
+                    l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(v1, cl));
                 }
-                __m256i v = TL_SPLIT_SUM(acch, accl);
-                v = _mm256_packus_epi16(_mm256_packs_epi32(v, v), v);  /* clip8, per lane */
-                uint32_t ba = (uint32_t)_mm256_cvtsi256_si32(v);
-                uint32_t bb = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(v, 1));
-                memcpy(d, &ba, 4);   /* its 4th byte is pixel xx + 1's, written next */
-                if (xx + 2 < out_w) {
-                    memcpy(d + 3, &bb, 4);
-                } else {
-                    d[3] = (uint8_t)bb;
-                    d[4] = (uint8_t)(bb >> 8);
-                    d[5] = (uint8_t)(bb >> 16);
-                }
+                /* int16 lanes: row 0's pixel xx, row 1's xx | row 0's xx + 1, row 1's xx + 1;
+                 * bytes after the unsigned pack (clip8): the same, 4 bytes each */
+                const __m256i w = _mm256_packs_epi32(TL_SPLIT_SUM(h0, l0), TL_SPLIT_SUM(h1, l1));
+                const __m256i v = _mm256_packus_epi16(w, w);
+                const __m128i lane0 = _mm256_castsi256_si128(v);
+                const __m128i lane1 = _mm256_extracti128_si256(v, 1);
+                const int room = xx + 2 < out_w;  /* a 4th byte may be written after xx + 1 */
+                store_pair(d0 + 3 * xx, (uint32_t)_mm_cvtsi128_si32(lane0),
+                           (uint32_t)_mm_cvtsi128_si32(lane1), room);
+                if (two)
+                    store_pair(d1 + 3 * xx, (uint32_t)_mm_extract_epi32(lane0, 1),
+                               (uint32_t)_mm_extract_epi32(lane1, 1), room);
             }
         }
         p0 += count;
