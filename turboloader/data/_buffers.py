@@ -233,7 +233,7 @@ def shared_pool() -> BufferPool:
     global _shared
     pid, pool = _shared
     if pid != os.getpid():
-        pool = BufferPool(4, shared=True)
+        pool = BufferPool(3, shared=True)  # a batch being written, one queued, one held
         _shared = (os.getpid(), pool)
     return pool
 
