@@ -472,8 +472,8 @@ class MapDataset(ReaderMixin):
 
         With a sequence of indices (a list, tuple, 1-D array or tensor), the whole batch:
         ``[images, targets]`` as ``default_collate`` makes them, the images decoded straight
-        into one tensor, in shared memory inside a DataLoader worker so that handing it to
-        the main process copies nothing. That is torch's way to load batches from a
+        into one tensor, in recycled shared memory inside a DataLoader worker so that
+        handing it to the main process copies nothing. That is torch's way to load batches from a
         map-style dataset::
 
             sampler = torch.utils.data.BatchSampler(RandomSampler(ds), 256, drop_last=False)

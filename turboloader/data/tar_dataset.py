@@ -795,9 +795,10 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
         """This dataset yielding whole batches: use with ``DataLoader(batch_size=None)``.
 
         Each DataLoader worker decodes ``batch_size`` samples of its stream at a time
-        straight into a batch tensor allocated in shared memory, so handing the batch to
-        the main process copies nothing (torch's collate would copy every sample into a
-        new shared-memory batch). The batches are exactly those of
+        straight into a recycled shared-memory batch tensor, so handing the batch to the
+        main process copies nothing (torch's collate copies every sample into a batch;
+        see ``turboloader.data._buffers`` for how shared buffers are recycled). The
+        batches are exactly those of
         ``DataLoader(dataset, batch_size=batch_size, num_workers=W, drop_last=drop_last)``
         (each worker batches its own stream; torch takes them round-robin), labels
         collated the same way.
