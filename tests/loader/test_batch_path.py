@@ -392,6 +392,34 @@ def test_samples_collate_into_recycled_shared_batches_intact(bad_shards, tmp_pat
             assert torch.equal(a, c) and torch.equal(b, c)
 
 
+def test_a_batch_of_a_buffers_leading_rows_is_sent_without_a_copy():
+    from turboloader.data._buffers import _leading_rows, as_row
+
+    pool = BufferPool(2, shared=True)
+    buf = pool.get((6, 3, 4, 4))
+    rows = [as_row(buf[i]) for i in range(6)]
+    whole = _leading_rows(pool, rows[:4])
+    assert whole.shape == (4, 3, 4, 4) and whole.data_ptr() == buf.data_ptr()
+    for bad in (rows[1:5], [rows[0], rows[2], rows[1]], [rows[0], buf[1]],  # not rows 0..n-1
+                [as_row(x) for x in torch.zeros(3, 3, 4, 4)]):               # not the pool's
+        assert _leading_rows(pool, bad) is None
+
+
+def test_a_row_of_a_shared_buffer_sent_alone_is_never_rewritten():
+    """A custom collate_fn may send a row itself: the main process then holds the buffer's
+    memory through torch's own sharing, which reports no release, so it is never reused."""
+    from turboloader.data import _buffers
+
+    pool = _buffers.shared_pool()
+    buf = pool.get((2, 3))
+    ptr = buf.data_ptr()
+    got = send(BufferPool(1), _buffers.as_row(buf[1]))
+    assert type(got) is torch.Tensor and torch.equal(got, buf[1])
+    del buf, got
+    assert all(pool.get((2, 3)).data_ptr() != ptr for _ in range(4))
+    pool.clear()
+
+
 def test_rows_are_plain_tensors_to_a_custom_collate_and_outside_workers(bad_shards):
     ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
     ds.set_epoch(0)

@@ -44,7 +44,7 @@ import weakref
 import numpy as np
 import torch
 
-__all__ = ["BufferPool", "as_row", "new_shared", "shared_pool"]
+__all__ = ["BufferPool", "as_row", "collated_batch_size", "new_shared", "shared_pool"]
 
 _FLAG_BYTES = 64  # after the data of a shared buffer: byte 0 is 1 while the main process holds it
 
@@ -248,7 +248,12 @@ class _Row(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     def __reduce_ex__(self, protocol):
-        return _same, (self.as_subclass(torch.Tensor),)
+        plain = self.as_subclass(torch.Tensor)
+        pool = _shared[1] if _shared[0] == os.getpid() else None
+        flag = pool._flags.get(plain.untyped_storage().data_ptr()) if pool else None
+        if flag is not None:  # a row of a shared buffer leaves alone (a custom collate_fn):
+            flag[0][0] = 1    # the main process may hold it for good, never write it again
+        return _same, (plain,)
 
 
 def _same(x):
@@ -261,16 +266,48 @@ def as_row(image: torch.Tensor) -> torch.Tensor:
     return image.as_subclass(_Row)
 
 
+_collated = [0]  # the batch size default_collate last stacked rows into, in this process
+
+
+def collated_batch_size() -> int:
+    """The size of the last batch of rows ``default_collate`` made in this process (0:
+    none yet): a worker's dataset writes its next samples into a shared buffer of that many
+    rows, starting at a batch boundary, so that collating them copies nothing."""
+    return _collated[0]
+
+
 def _collate_rows(batch, *, collate_fn_map=None):
     """``default_collate``'s tensor case for :class:`_Row` samples: the same stacked batch,
-    in one of the worker's recycled shared buffers."""
+    in one of the worker's recycled shared buffers: the rows' own buffer when the batch is
+    exactly its first rows in order (nothing copied), else a copy into a new one."""
     elem = batch[0]
     if torch.utils.data.get_worker_info() is None:
         return _torch_collate(batch, collate_fn_map=collate_fn_map)
+    _collated[0] = len(batch)
     pool = shared_pool()
+    whole = _leading_rows(pool, batch)
+    if whole is not None:
+        return pool.send(whole)
     out = pool.get((len(batch), *elem.shape), elem.dtype)
     torch.stack(batch, 0, out=out)
     return pool.send(out)
+
+
+def _leading_rows(pool, batch):
+    """Rows ``0..n-1`` of one of ``pool``'s buffers as an ``(n, ...)`` tensor when ``batch``
+    is exactly those rows, in order; else None."""
+    elem = batch[0]
+    storage = elem.untyped_storage()
+    ptr = storage.data_ptr()
+    if ptr not in pool._flags or elem.storage_offset() != 0 or not elem.is_contiguous():
+        return None
+    step = elem.numel()
+    for i, x in enumerate(batch):
+        if (type(x) is not _Row or x.untyped_storage().data_ptr() != ptr or x.shape != elem.shape
+                or x.dtype != elem.dtype or x.storage_offset() != i * step
+                or not x.is_contiguous()):
+            return None
+    return torch.empty((0,), dtype=elem.dtype).set_(storage, 0, (len(batch), *elem.shape))
 
 
 try:

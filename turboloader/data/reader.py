@@ -537,9 +537,14 @@ class MapDataset(ReaderMixin):
         counters = st.recorder.counters(epoch)
         row = None
         if out is None and st.plan is not None:
-            out = st.rows(len(idx))
-            if torch.utils.data.get_worker_info() is not None:  # torch's collate stacks
-                row = as_row                                       # rows into shared memory
+            if torch.utils.data.get_worker_info() is not None:
+                # a worker: rows of a recycled shared buffer, which torch's collate hands to
+                # the main process as the batch without a copy
+                shape, dtype = st.out_shape
+                out = shared_pool().get((len(idx), *shape), dtype)
+                row = as_row
+            else:
+                out = st.rows(len(idx))
         samples = []
         a = 0
         while a < len(idx):

@@ -10,7 +10,7 @@ import numpy as np
 import torch.utils.data
 
 from turboloader.data import sharding
-from turboloader.data._buffers import as_row, shared_pool
+from turboloader.data._buffers import as_row, collated_batch_size, shared_pool
 from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
 from turboloader.data.failures import FailureLog
 from turboloader.data import reader as _reader
@@ -727,31 +727,51 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
 
     def _samples(self, cur, timing=None):
         """``(image, label)`` one at a time, decoded a chunk at a time into a recycled
-        buffer (yielded images are views of it; it is reused once none is referenced)."""
+        buffer (yielded images are views of it; it is reused once none is referenced).
+
+        In a DataLoader worker whose ``default_collate`` has stacked a batch of ``B`` rows
+        (see :func:`~turboloader.data._buffers.collated_batch_size`), the buffer is a
+        recycled shared one of ``B`` rows starting at a batch boundary of the stream: the
+        next batch is then exactly its rows, which collate hands on without a copy."""
         st, counters = cur.st, cur.counters
         tt = self.target_transform
+        worker = torch.utils.data.get_worker_info() is not None
         # in a DataLoader worker, torch's collate stacks rows into recycled shared memory
-        row = as_row if torch.utils.data.get_worker_info() is not None else None
+        row = as_row if worker else None
+        chunk = _reader.SAMPLE_CHUNK
+        pos = 0  # samples yielded
         try:
             while True:
-                out = st.rows(_reader.SAMPLE_CHUNK) if st.plan is not None else None
-                n, images, labels, events, exc = cur.fill(out, 0, _reader.SAMPLE_CHUNK, timing,
-                                                          defer=True)
-                for r in range(n):
-                    cur.deliver(events[r])
-                    counters["samples"] += 1
-                    st.recorder.sample_done()
-                    img = images[r]
-                    if img is None:
-                        img = out[r] if row is None else row(out[r])
-                    label = labels[r]
-                    yield img, (label if tt is None else tt(label))
-                if exc is not None:
-                    raise exc
-                if n < _reader.SAMPLE_CHUNK:
-                    return
-                # let go of this chunk's buffer before asking for the next one, so that it
-                # is reused when the consumer has dropped its samples
+                B = collated_batch_size() if worker and st.plan is not None else 0
+                if B:  # up to the next batch boundary
+                    size = B - pos % B
+                    shape, dtype = st.out_shape
+                    out = shared_pool().get((size, *shape), dtype)
+                else:
+                    size = chunk
+                    out = st.rows(size) if st.plan is not None else None
+                r0 = 0
+                while r0 < size:
+                    want = min(size - r0, chunk)
+                    n, images, labels, events, exc = cur.fill(out, r0, r0 + want, timing,
+                                                              defer=True)
+                    for r in range(n):
+                        cur.deliver(events[r])
+                        counters["samples"] += 1
+                        st.recorder.sample_done()
+                        img = images[r]
+                        if img is None:
+                            img = out[r0 + r] if row is None else row(out[r0 + r])
+                        label = labels[r]
+                        yield img, (label if tt is None else tt(label))
+                    pos += n
+                    if exc is not None:
+                        raise exc
+                    if n < want:
+                        return
+                    r0 += n
+                # let go of this buffer before asking for the next one, so that it is
+                # reused when the consumer has dropped its samples
                 out = images = img = None
         finally:
             st.recorder.flush()
