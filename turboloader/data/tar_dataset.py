@@ -744,6 +744,7 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
             while True:
                 B = collated_batch_size() if worker and st.plan is not None else 0
                 if B:  # up to the next batch boundary
+                    st.buffers.clear()  # the chunk buffers of the first batch: not needed now
                     size = B - pos % B
                     shape, dtype = st.out_shape
                     out = shared_pool().get((size, *shape), dtype)
