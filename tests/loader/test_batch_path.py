@@ -46,6 +46,17 @@ def bad_shards(tmp_path):
             write_tar(tmp_path / "b-1.tar", members[40:])]
 
 
+def tar_or_folder(kind, bad_shards, tmp_path):
+    """The bad shards as a TarDataset (skipping), or 30 good JPEGs as an ImageFolder."""
+    if kind == "tar":
+        return TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
+    for i in range(30):
+        d = tmp_path / "f" / f"c{i % 3}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{i:03d}.jpg").write_bytes(jpeg(i))
+    return ImageFolder(tmp_path / "f", FLOAT, seed=5)
+
+
 def expected_stream(ds, epoch, worker, W):
     """(sample id, random-parameter slot) in the order the per-sample policy delivers them."""
     slots, samples = sharding.worker_items(
@@ -369,19 +380,11 @@ def test_samples_collate_into_recycled_shared_batches_intact(bad_shards, tmp_pat
     """Per-sample datasets under torch's DataLoader: default_collate stacks the workers' rows
     into recycled shared buffers; batches kept by the consumer are never overwritten and
     equal the main process's own batches (num_workers=0)."""
-    if dataset == "tar":
-        ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
-        ref_loader = lambda: torch.utils.data.DataLoader(ds, batch_size=4)  # noqa: E731
-    else:
-        for i in range(30):
-            d = tmp_path / "f" / f"c{i % 3}"
-            d.mkdir(parents=True, exist_ok=True)
-            (d / f"{i:03d}.jpg").write_bytes(jpeg(i))
-        ds = ImageFolder(tmp_path / "f", FLOAT, seed=5)
-        ref_loader = lambda: torch.utils.data.DataLoader(ds, batch_size=4)  # noqa: E731
+    ds = tar_or_folder(dataset, bad_shards, tmp_path)
     ds.set_epoch(0)
     dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1, persistent_workers=True)
-    ref = list(ref_loader())  # one worker: the same stream and order as in-process
+    # one worker: the same stream and order as in-process
+    ref = list(torch.utils.data.DataLoader(ds, batch_size=4))
     for _ in range(2):
         copies = [(x.clone(), y.clone()) for x, y in dl]  # dropped at once: recycled
         kept = list(dl)
@@ -464,14 +467,7 @@ def test_pool_reuses_only_what_nobody_references():
 @pytest.mark.parametrize("dataset", ["tar", "folder"])
 def test_a_consumer_that_keeps_every_batch_gets_distinct_correct_batches(bad_shards, tmp_path,
                                                                           dataset):
-    if dataset == "tar":
-        ds = TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5)
-    else:
-        for i in range(30):
-            d = tmp_path / "f" / f"c{i % 3}"
-            d.mkdir(parents=True, exist_ok=True)
-            (d / f"{i:03d}.jpg").write_bytes(jpeg(i))
-        ds = ImageFolder(tmp_path / "f", FLOAT, seed=5)
+    ds = tar_or_folder(dataset, bad_shards, tmp_path)
     dl = DataLoader(ds, batch_size=4, num_workers=2, prefetch_factor=1)
     dl.set_epoch(0)
     copies = [(x.clone(), y.clone()) for x, y in dl]  # dropped at once: memory recycled
