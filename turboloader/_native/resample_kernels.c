@@ -20,12 +20,12 @@ TL_INLINE uint8_t tl_clip8(int32_t s)
 #include <immintrin.h>
 #include <string.h>
 
-/* 3-channel horizontal pass with 32-bit vector multiply-adds: each tap's pixel is widened to
- * four int32 lanes (R, G, B and one spare lane the result ignores) and multiplied by the
- * broadcast coefficient. Integer sums are exact, so this equals the scalar loop bit for bit.
- * Loads are 4 bytes from a pixel's start: 1 byte past the taps' last pixel, so an output
- * pixel (or AVX2 pair) whose taps reach the row's last source pixel (first + taps == in_w)
- * takes the scalar loop and nothing is read past the row. */
+/* SSE4.1, 3-channel horizontal pass with 32-bit vector multiply-adds: each tap's pixel is
+ * widened to four int32 lanes (R, G, B and one spare lane the result ignores) and multiplied
+ * by the broadcast coefficient. Integer sums are exact, so this equals the scalar loop bit for
+ * bit. Loads are 4 bytes from a pixel's start: 1 byte past the taps' last pixel, so an output
+ * pixel whose taps reach the row's last source pixel (first + taps == in_w) takes the scalar
+ * loop and nothing is read past the row. */
 
 TL_INLINE void hpass3_scalar_px(const uint8_t *sp, const int32_t *k, ptrdiff_t n, uint8_t *d)
 {

@@ -60,14 +60,18 @@ def _unreferenced(storage) -> bool:
     return _use_count is not None and _use_count(storage._cdata) <= 2
 
 
+def _nbytes(shape, dtype) -> int:
+    numel = 1
+    for v in shape:
+        numel *= int(v)
+    return numel * torch.empty((), dtype=dtype).element_size()
+
+
 def new_shared(shape, dtype) -> torch.Tensor:
     """An uninitialised tensor in shared memory from the start, so that sending it to another
     process (a DataLoader worker's result queue) copies nothing: torch's pickler passes
     shared storage by handle."""
-    numel = 1
-    for v in shape:
-        numel *= int(v)
-    storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
+    storage = torch.UntypedStorage._new_shared(_nbytes(shape, dtype))
     return torch.empty((0,), dtype=dtype).set_(storage, 0, tuple(shape))
 
 
@@ -143,10 +147,7 @@ class BufferPool:
     def _new(self, shape, dtype):
         if not self.shared:
             return torch.empty(shape, dtype=dtype)
-        numel = 1
-        for v in shape:
-            numel *= v
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        nbytes = _nbytes(shape, dtype)
         storage = torch.UntypedStorage._new_shared(nbytes + _FLAG_BYTES)
         base = torch.empty((0,), dtype=dtype).set_(storage, 0, shape)
         # a view by address, not a tensor: it must not count as a reference to the storage
@@ -173,16 +174,28 @@ class BufferPool:
                 return base[:]
         return None
 
+    def _flag(self, tensor):
+        """``(flag array, its byte offset)`` of the shared buffer ``tensor`` lies in, or None
+        when it is not one of this pool's."""
+        return self._flags.get(tensor.untyped_storage().data_ptr()) if self.shared else None
+
     def send(self, tensor):
         """``tensor`` ready to cross to the main process: when it lies in one of this
         pool's shared buffers, the same memory as a tensor whose pickling raises the
         buffer's flag and makes the receiver clear it on release; otherwise ``tensor``."""
-        flag = self._flags.get(tensor.untyped_storage().data_ptr()) if self.shared else None
+        flag = self._flag(tensor)
         if flag is None or tensor.dtype not in _NUMPY_DTYPES:  # the receiver maps it via NumPy
             return tensor
         out = tensor.as_subclass(_Recycled)
         out._tl_flag = flag
         return out
+
+    def retire(self, tensor) -> None:
+        """Never write the shared buffer ``tensor`` lies in again (it leaves for a reader
+        that reports no release); a tensor outside this pool's buffers is ignored."""
+        flag = self._flag(tensor)
+        if flag is not None:
+            flag[0][0] = 1
 
     def clear(self) -> None:
         """Forget every pooled buffer (memory still referenced elsewhere lives on there)."""
@@ -225,14 +238,17 @@ def _release(flag, pid):
 
 _NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.uint8, torch.int8,
                  torch.int16, torch.int32, torch.int64, torch.bool}
-_shared = (None, None)
+_shared = (None, None)  # (pid, pool): a forked child makes its own
 
 
-def shared_pool() -> BufferPool:
-    """This process's pool of shared batch buffers (each worker process has its own)."""
+def shared_pool(*, create=True):
+    """This process's pool of shared batch buffers (each worker process has its own); with
+    ``create=False``, None when this process has none yet."""
     global _shared
     pid, pool = _shared
     if pid != os.getpid():
+        if not create:
+            return None
         pool = BufferPool(3, shared=True)  # a batch being written, one queued, one held
         _shared = (os.getpid(), pool)
     return pool
@@ -248,12 +264,12 @@ class _Row(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     def __reduce_ex__(self, protocol):
-        plain = self.as_subclass(torch.Tensor)
-        pool = _shared[1] if _shared[0] == os.getpid() else None
-        flag = pool._flags.get(plain.untyped_storage().data_ptr()) if pool else None
-        if flag is not None:  # a row of a shared buffer leaves alone (a custom collate_fn):
-            flag[0][0] = 1    # the main process may hold it for good, never write it again
-        return _same, (plain,)
+        # a row leaving alone (a custom collate_fn): the main process may hold its buffer
+        # for good through torch's own sharing, which reports no release
+        pool = shared_pool(create=False)
+        if pool is not None:
+            pool.retire(self)
+        return _same, (self.as_subclass(torch.Tensor),)
 
 
 def _same(x):
@@ -299,7 +315,7 @@ def _leading_rows(pool, batch):
     elem = batch[0]
     storage = elem.untyped_storage()
     ptr = storage.data_ptr()
-    if ptr not in pool._flags or elem.storage_offset() != 0 or not elem.is_contiguous():
+    if pool._flag(elem) is None or elem.storage_offset() != 0 or not elem.is_contiguous():
         return None
     step = elem.numel()
     for i, x in enumerate(batch):

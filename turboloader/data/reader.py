@@ -196,10 +196,13 @@ class StreamReader:
             self._gather = np.empty(nbytes + nbytes // 8, np.uint8)
         return self._gather
 
-    def rows(self, n):
-        """A recycled ``(n, *shape)`` buffer for ``n`` samples of the batch path."""
+    def rows(self, n, *, shared=False):
+        """A recycled ``(n, *shape)`` buffer for ``n`` samples of the batch path; with
+        ``shared``, one of this process's shared buffers (a DataLoader worker's, sent to
+        the main process by :meth:`BufferPool.send <turboloader.data._buffers.BufferPool.
+        send>`)."""
         shape, dtype = self.out_shape
-        return self.buffers.get((n, *shape), dtype)
+        return (shared_pool() if shared else self.buffers).get((n, *shape), dtype)
 
     # -- the batch call -------------------------------------------------------------------
 
@@ -489,10 +492,9 @@ class MapDataset(ReaderMixin):
         n = len(indices)
         out = None
         # in a worker the batch crosses to the main process by handle
-        pool = shared_pool() if torch.utils.data.get_worker_info() is not None else st.buffers
+        worker = torch.utils.data.get_worker_info() is not None
         if st.plan is not None and n:
-            shape, dtype = st.out_shape
-            out = pool.get((n, *shape), dtype)
+            out = st.rows(n, shared=worker)
         samples = self.__getitems__(indices, out=out)
         images = [img for img, _ in samples]
         if out is not None:
@@ -503,8 +505,8 @@ class MapDataset(ReaderMixin):
             from torch.utils.data._utils.collate import default_collate
 
             out = default_collate(images) if images else torch.empty(0)
-        if pool.shared:
-            out = pool.send(out)
+        if worker:
+            out = shared_pool().send(out)
         return [out, collate_labels([label for _, label in samples])]
 
     def __getitems__(self, indices, *, out=None, timing=None) -> list:
@@ -537,14 +539,11 @@ class MapDataset(ReaderMixin):
         counters = st.recorder.counters(epoch)
         row = None
         if out is None and st.plan is not None:
-            if torch.utils.data.get_worker_info() is not None:
-                # a worker: rows of a recycled shared buffer, which torch's collate hands to
-                # the main process as the batch without a copy
-                shape, dtype = st.out_shape
-                out = shared_pool().get((len(idx), *shape), dtype)
-                row = as_row
-            else:
-                out = st.rows(len(idx))
+            # in a worker: rows of a recycled shared buffer, which torch's collate hands to
+            # the main process as the batch without a copy
+            worker = torch.utils.data.get_worker_info() is not None
+            out = st.rows(len(idx), shared=worker)
+            row = as_row if worker else None
         samples = []
         a = 0
         while a < len(idx):

@@ -746,8 +746,7 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                 if B:  # up to the next batch boundary
                     st.buffers.clear()  # the chunk buffers of the first batch: not needed now
                     size = B - pos % B
-                    shape, dtype = st.out_shape
-                    out = shared_pool().get((size, *shape), dtype)
+                    out = st.rows(size, shared=True)
                 else:
                     size = chunk
                     out = st.rows(size) if st.plan is not None else None
