@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
+from turboloader.errors import FailureBudgetExceeded, SharedMemoryError, TurboLoaderError
 
 __all__ = ["FailureLog", "FailurePolicy"]
 
@@ -77,7 +77,8 @@ class FailureLog:
 
         Must be called from the ``except`` block that caught ``exc``.
         """
-        if not isinstance(exc, TurboLoaderError) or self.policy.on_error == "raise":
+        if (not isinstance(exc, TurboLoaderError) or isinstance(exc, SharedMemoryError)
+                or self.policy.on_error == "raise"):
             raise exc
         self.count += 1
         reason = f"{type(exc).__name__}: {exc}"
