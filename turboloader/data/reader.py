@@ -144,6 +144,7 @@ class StreamReader:
     def __init__(self, dataset, name, *, flush_failures=False):
         self.pid = os.getpid()
         self.name = name
+        self.leased = False  # held by one iteration (see ReaderMixin._lease)
         self.seed = dataset.seed
         self.max_pixels = dataset.max_pixels
         self.decoder = Decoder(dataset.transform, cache=dataset.cache_bytes,
@@ -417,24 +418,36 @@ class ReaderMixin(EpochMixin):
     def _new_reader(self, name) -> StreamReader:
         return StreamReader(self, name)
 
-    def _reader(self, name=None) -> StreamReader:
-        """The reader of stream ``name`` (default: the calling thread's, see
-        :func:`stream_name`) in this process, made on first use. Readers inherited from a
-        parent process (fork) are dropped, not closed. A reader is used by one thread at a
-        time (its stream's)."""
+    def _lease(self, name=None) -> StreamReader:
+        """A reader of stream ``name`` (default: the calling thread's, see
+        :func:`stream_name`) for one iteration, or one map-style call, to use alone until
+        :meth:`_release`: the stream's own, made on first use in this process and kept
+        across passes (its cache, statistics and open shards), unless another iteration
+        holds it; then a reader of its own (``"{name}#2"``, ...). So two passes over one
+        dataset at once (two loaders, an eval pass while the train iterator is paused, two
+        threads) never share a gather buffer, an open shard or a batch buffer. Readers
+        inherited from a parent process (fork) are dropped, not closed."""
         name = stream_name() if name is None else name
         pid = os.getpid()
-        st = self._states.get(name)
-        if st is not None and st.pid == pid:
-            return st
         with _LOCK:
             states = self._states
             if any(s.pid != pid for s in states.values()):
                 states = self._states = {k: s for k, s in states.items() if s.pid == pid}
-            st = states.get(name)
-            if st is None:
-                st = states[name] = self._new_reader(name)
-        return st
+            k = 1
+            while True:
+                key = name if k == 1 else f"{name}#{k}"
+                st = states.get(key)
+                if st is None:
+                    st = states[key] = self._new_reader(key)
+                if not st.leased:
+                    st.leased = True
+                    return st
+                k += 1
+
+    @staticmethod
+    def _release(st) -> None:
+        """``st`` (from :meth:`_lease`) is free for the stream's next iteration."""
+        st.leased = False
 
     def _own_readers(self) -> list:
         """The readers this process created (for flushing their statistics)."""
@@ -488,14 +501,17 @@ class MapDataset(ReaderMixin):
         return self.__getitems__([index])[0]
 
     def _batch(self, indices):
-        st = self._reader()
-        n = len(indices)
-        out = None
-        # in a worker the batch crosses to the main process by handle
-        worker = torch.utils.data.get_worker_info() is not None
-        if st.plan is not None and n:
-            out = st.rows(n, shared=worker)
-        samples = self.__getitems__(indices, out=out)
+        st = self._lease()
+        try:
+            n = len(indices)
+            out = None
+            # in a worker the batch crosses to the main process by handle
+            worker = torch.utils.data.get_worker_info() is not None
+            if st.plan is not None and n:
+                out = st.rows(n, shared=worker)
+            samples = self._read(st, indices, out, None)
+        finally:
+            self._release(st)
         images = [img for img, _ in samples]
         if out is not None:
             for r, img in enumerate(images):
@@ -527,6 +543,14 @@ class MapDataset(ReaderMixin):
                 read, under ``on_error="raise"``, with a note naming it;
                 FailureBudgetExceeded over the skip budget.
         """
+        st = self._lease()
+        try:
+            return self._read(st, indices, out, timing)
+        finally:
+            self._release(st)
+
+    def _read(self, st, indices, out, timing) -> list:
+        """``__getitems__`` with the reader ``st`` this call leased."""
         n = len(self)
         idx = []
         for index in indices:
@@ -535,7 +559,6 @@ class MapDataset(ReaderMixin):
                 raise IndexError(f"index {index} out of range for {n} samples")
             idx.append(index % n)
         epoch = self.epoch
-        st = self._reader()
         counters = st.recorder.counters(epoch)
         row = None
         if out is None and st.plan is not None:
