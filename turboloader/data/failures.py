@@ -70,6 +70,8 @@ class FailureLog:
         self.recorder = recorder
         self.failures = []  # (shard, key, reason)
         self.count = 0
+        self.bad = {}  # map-style: sample index -> its exception, for the rest of the pass
+        self.jump = {}  # map-style: a bad index -> the readable one that replaced it
 
     def record(self, exc: BaseException, *, shard, key, offset=None) -> None:
         """Raise ``exc`` under ``"raise"``; under ``"skip"`` count and list it, raising
