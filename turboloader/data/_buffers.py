@@ -90,8 +90,8 @@ def _check_shm(nbytes):
     if room is not None and room[0] < nbytes:
         mb = 1 << 20
         raise SharedMemoryError(
-            f"a DataLoader worker needs {nbytes / mb:.0f} MB of shared memory for one batch but "
-            f"/dev/shm has {room[0] / mb:.0f} MB free of {room[1] / mb:.0f} MB. In Docker, "
+            f"a DataLoader worker needs {nbytes / mb:.0f} MiB of shared memory for one batch but "
+            f"/dev/shm has {room[0] / mb:.0f} MiB free of {room[1] / mb:.0f} MiB. In Docker, "
             f"start the container with a larger --shm-size (e.g. --shm-size=8g); otherwise "
             f"lower batch_size or num_workers, or use turboloader.DataLoader(backend='threads'), "
             f"which needs no shared memory")
