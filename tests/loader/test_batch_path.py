@@ -241,11 +241,19 @@ def test_resume_mid_epoch_with_skips_threads(bad_shards):
 
 
 def test_resume_mid_epoch_processes(tmp_path):
-    # the main process cannot see where its workers skipped (TarDataset.state_dict): exact
-    # for data that reads, as before
     shards = [write_tar(tmp_path / "ok.tar", labelled_members(range(30)))]
     _resume_matches(lambda: DataLoader(TarDataset(shards, FLOAT, seed=5), batch_size=6,
                                        num_workers=2, backend="processes"), 3)
+
+
+@pytest.mark.parametrize("epoch", [1, 3])
+def test_resume_mid_epoch_with_skips_processes(bad_shards, epoch):
+    """The main process names where torch's workers stand although it did not run their
+    streams: each worker reports the items it skipped before handing out the batch that
+    skips them, so the resumed pass continues the uninterrupted sequence exactly."""
+    _resume_matches(lambda: DataLoader(
+        TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5),
+        batch_size=6, num_workers=2, backend="processes"), epoch)
 
 
 def test_resume_mid_epoch_with_skips_stateful_workers(bad_shards):

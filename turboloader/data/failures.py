@@ -73,7 +73,7 @@ class FailureLog:
         self.bad = {}  # map-style: sample index -> its exception, for the rest of the pass
         self.jump = {}  # map-style: a bad index -> the readable one that replaced it
 
-    def record(self, exc: BaseException, *, shard, key, offset=None) -> None:
+    def record(self, exc: BaseException, *, shard, key, offset=None, stream=None) -> None:
         """Raise ``exc`` under ``"raise"``; under ``"skip"`` count and list it, raising
         :class:`FailureBudgetExceeded` (caused by ``exc``) once over budget.
 
@@ -86,7 +86,7 @@ class FailureLog:
         reason = f"{type(exc).__name__}: {exc}"
         self.failures.append((shard, key, reason))
         if self.recorder is not None:
-            self.recorder.failure(self.epoch, shard, key, offset, reason)
+            self.recorder.failure(self.epoch, shard, key, offset, reason, stream)
         budget = self.policy.budget(self.n_items)
         if self.count > budget:
             if self.recorder is not None:

@@ -134,6 +134,7 @@ class _Cursor:
 
     def __init__(self, ds, st, slots, samples, epoch, *, worker, num_workers, resume):
         self.ds, self.st = ds, st
+        self.worker, self.num_workers = worker, num_workers
         self.slots, self.samples = slots, samples
         self.size = len(samples)
         self.epoch = epoch
@@ -176,13 +177,15 @@ class _Cursor:
             p["failed_pos"].extend(self.failed_pos[have:nfail])
             p["failed_slots"].extend(self.failed_slots[have:nfail])
 
-    def _failure(self, chunk, i, exc):
-        """Apply the policy to gathered row ``i``: raises (raise, over budget, or not a
-        turboloader error), else returns after counting and listing the skip."""
+    def _failure(self, chunk, i, exc, pos=-1):
+        """Apply the policy to gathered row ``i`` (item ``pos`` of the stream's list, -1 for
+        a replacement): raises (raise, over budget, or not a turboloader error), else
+        returns after counting and listing the skip."""
         note, shard, key, offset = self.ds._where(self.st, chunk.where[i])
         if isinstance(exc, TurboLoaderError):
             exc.add_note(note)
-        self.log.record(exc, shard=shard, key=key, offset=offset)
+        self.log.record(exc, shard=shard, key=key, offset=offset,
+                        stream=(self.epoch, self.num_workers, self.worker, pos))
 
     def fill(self, out, r0, r1, timing=None, *, defer=False):
         """Rows ``r0..r1`` of ``out`` (``None``: no batch path) in the per-sample order.
@@ -222,7 +225,7 @@ class _Cursor:
                     exc = errors[i]
                     if exc is not None:
                         try:
-                            self._failure(chunk, i, exc)
+                            self._failure(chunk, i, exc, p0 + i)
                         except BaseException as raised:
                             if not defer:
                                 raise
@@ -973,11 +976,20 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
         sizes = self.worker_sizes(W)
         if any(d < 0 or d > n for d, n in zip(delivered, sizes)):
             raise ValueError(f"delivered counts {delivered} do not fit the worker shares {sizes}")
+        reported = None
         workers = {}
         for w in range(W):
             p = progress.get(w)
             if p is not None and p["num_workers"] != W:
                 p = None
+            if p is None:
+                # a stream another process ran (torch's workers): the items it skipped, as
+                # it reported them before handing out the batches that skip them
+                if reported is None:
+                    reported = self._telemetry.stream_failures(epoch, W)
+                fails = reported.get(w)
+                if fails:
+                    p = {"failed_pos": fails, "pos": sizes[w], "failures": len(fails)}
             workers[str(w)] = self._entry(delivered[w], sizes[w], p)
         return {**base, "scope": "rank", "num_workers": W, "next_worker": next_worker,
                 "workers": workers, "delivered": int(sum(delivered))}
