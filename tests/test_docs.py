@@ -3,7 +3,6 @@ generated from the docstrings (a docstring that docutils cannot read fails here)
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -32,11 +31,9 @@ def test_sphinx_build_has_no_warnings(tmp_path):
             assert (html / rel).exists(), rel
 
 
-def test_every_guide_page_is_reachable_from_the_index():
-    # the guide's toctree is a glob, so a new page joins it; the pages the README links to exist
+def test_new_guide_pages_join_the_site():
+    # the guide's toctree ends with a glob, so a page another change adds under docs/guide/
+    # is part of the site without editing the index (the build fails on a page in no toctree)
     index = (DOCS / "index.md").read_text()
-    assert "guide/*" in index
-    readme = (ROOT / "README.md").read_text()
-    import re
-    for target in re.findall(r"\]\((docs/[^)#]+)", readme):
-        assert (ROOT / target).exists(), target
+    guide = index[index.index(":caption: User guide"):]
+    assert "\nguide/*\n" in guide[:guide.index("```")]
