@@ -40,14 +40,23 @@ PAGES = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").rglob("*.md")
 GLOBAL = [("num_workers=8", "num_workers=2"), ("range(90)", "range(1)")]
 DIRECTIVE = re.compile(r"<!--\s*example:\s*(.*?)\s*-->")
 OPEN = re.compile(r"^(\s*)```python\s*$")
+OTHER = re.compile(r"^\s*(`{3,})[\w-]*\s*$")
 
 
 def blocks(text):
     """``(line, source, skip_reason, replacements)`` for each ```python block of ``text``."""
     out, pending, lines, i = [], [], text.split("\n"), 0
     while i < len(lines):
-        pending += DIRECTIVE.findall(lines[i])
         m = OPEN.match(lines[i])
+        other = OTHER.match(lines[i])
+        if other and not m:  # a bash, text or output block: skip it whole, comments included
+            fence = other.group(1)
+            i += 1
+            while i < len(lines) and not re.match(rf"^\s*{fence}\s*$", lines[i]):
+                i += 1
+            i += 1
+            continue
+        pending += DIRECTIVE.findall(lines[i])
         if not m:
             i += 1
             continue
@@ -115,8 +124,11 @@ def _pages():
 
 def test_the_parser_finds_blocks_and_directives():
     text = ("<!-- example: skip (needs a GPU) -->\n```python\nx = 1\n```\n"
-            "  <!-- example: replace a => b -->\n  ```python\n  a = 2\n  ```\n```bash\nls\n```\n")
-    assert blocks(text) == [(2, "x = 1", "needs a GPU", []), (6, "a = 2", None, [("a", "b")])]
+            "  <!-- example: replace a => b -->\n  ```python\n  a = 2\n  ```\n"
+            "```text\n<!-- example: skip (inside a text block: not a directive) -->\n```\n"
+            "```python\ny = 3\n```\n")
+    assert blocks(text) == [(2, "x = 1", "needs a GPU", []), (6, "a = 2", None, [("a", "b")]),
+                            (12, "y = 3", None, [])]
     # the pages have blocks to run, and every skip says why
     found = [b for page in PAGES for b in blocks(page.read_text())]
     assert len(found) >= 15
