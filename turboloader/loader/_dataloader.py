@@ -131,8 +131,7 @@ class DataLoader:
         pin_memory: allocate batches in pinned memory (when an accelerator exists;
             otherwise a warning, as torch gives, and ordinary memory).
         drop_last: drop the last partial batch (of each worker's stream, for iterables).
-        sampler, batch_sampler, collate_fn, timeout, worker_init_fn,
-            multiprocessing_context, generator, pin_memory_device, in_order: as torch's
+        sampler, batch_sampler, collate_fn, timeout, worker_init_fn, multiprocessing_context, generator, pin_memory_device, in_order: as torch's
             DataLoader, in torch's positional order (``DataLoader(ds, 8, True)`` is batch
             size 8, shuffled). On the thread backend ``worker_init_fn(worker_id)`` runs once
             in each decode thread per pass (threads are made per pass), ``generator`` drives
