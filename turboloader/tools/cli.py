@@ -68,7 +68,8 @@ def _build_parser():
                "  turboloader convert 'shards/train-{0000..0146}.tar' train-256.tbl "
                "--max-short-side 256 --quality 90\n"
                "  turboloader convert imagenet/val 'val-shards/val-%05d.tar' --shard-size 5000\n"
-               "  turboloader convert imagenet/train shards/ --to tar --seed 1   # shuffled\n\n"
+               "  turboloader convert imagenet/train shards/ --to tar --seed 1   # shuffled\n"
+               "  turboloader convert shards/ seekable/ --to tar --seekable   # crop-friendly\n\n"
                + _EXIT_CODES)
     conv.add_argument("src", metavar="SRC", help="input dataset")
     conv.add_argument("dst", metavar="DST", help="output: *.tbl, *.tar, a %%-pattern, or a folder")
@@ -85,6 +86,13 @@ def _build_parser():
     conv.add_argument("--codec", choices=("keep", "jpeg", "raw"), default="keep",
                       help="keep the source codec (default), re-encode everything as JPEG, or "
                            "store decoded RGB pixels (TBL only)")
+    conv.add_argument("--seekable", action="store_true",
+                      help="rewrite every JPEG losslessly (same DCT coefficients) with restart "
+                           "markers, so crops decode only the blocks under them; the files "
+                           "stay ordinary JPEGs")
+    conv.add_argument("--restart-mcus", type=int, default=0, metavar="N",
+                      help="with --seekable: MCUs per restart interval (default 0: automatic, "
+                           "a divisor of the MCUs per row, about 64 pixels)")
     conv.add_argument("--compression", choices=("auto", "none", "lz4"), default="auto",
                       help="TBL record compression (default auto: LZ4 for raw pixels, where it pays)")
     conv.add_argument("-j", "--workers", type=int, default=None,
@@ -189,7 +197,8 @@ def _cmd_convert(args, out):
                      shard_size=args.shard_size, max_short_side=args.max_short_side,
                      quality=args.quality, codec=args.codec, compression=args.compression,
                      workers=args.workers, overwrite=args.overwrite, strict=args.strict,
-                     progress=_progress(args), shuffle=args.shuffle, seed=args.seed)
+                     progress=_progress(args), shuffle=args.shuffle, seed=args.seed,
+                     seekable=args.seekable, restart_mcus=args.restart_mcus)
     out(report.summary())
     if report.written == 0:
         out("error: no sample was written")

@@ -82,6 +82,7 @@ class Sample:
     height: int = 0
     reencoded: bool = False
     size_in: int = 0
+    seekable: bool = False
 
 
 @dataclass
@@ -100,6 +101,8 @@ class ConvertReport:
     Attributes:
         written: samples written. skipped: :class:`Skip` entries (source, key, reason).
         bytes_in / bytes_out: image bytes read / written. reencoded: samples re-encoded.
+        seekable: JPEGs rewritten with restart markers (``seekable=True``);
+        seekable_kept: JPEGs that could not be rewritten (corrupt data) and were copied as is.
         seconds: wall time. outputs: the files (or the directory) written.
     """
 
@@ -108,6 +111,8 @@ class ConvertReport:
     bytes_in: int = 0
     bytes_out: int = 0
     reencoded: int = 0
+    seekable: int = 0
+    seekable_kept: int = 0
     seconds: float = 0.0
     outputs: list = field(default_factory=list)
 
@@ -117,6 +122,10 @@ class ConvertReport:
         lines = [f"samples written: {self.written} ({rate:.0f} samples/s, {self.seconds:.1f} s)",
                  f"bytes: {_human(self.bytes_in)} read, {_human(self.bytes_out)} written"
                  + (f", {self.reencoded} images re-encoded" if self.reencoded else "")]
+        if self.seekable or self.seekable_kept:
+            lines.append(f"seekable: {self.seekable} JPEGs rewritten with restart markers"
+                         + (f", {self.seekable_kept} copied as is (could not be rewritten)"
+                            if self.seekable_kept else ""))
         if len(self.outputs) == 1:
             lines.append(f"output: {self.outputs[0]}")
         elif self.outputs:
@@ -474,7 +483,12 @@ def iter_samples(path, fmt=None):
 class _Processor:
     """Check a sample's header and re-encode it when asked. Thread-safe (no shared state)."""
 
-    def __init__(self, *, max_short_side=None, quality=90, codec=None):
+    def __init__(self, *, max_short_side=None, quality=90, codec=None, seekable=False,
+                 restart_mcus=0):
+        if not 0 <= int(restart_mcus) <= 65535:
+            raise ValueError(f"restart_mcus must be in 0..65535, got {restart_mcus}")
+        self.seekable = bool(seekable)
+        self.restart_mcus = int(restart_mcus)
         if max_short_side is not None and int(max_short_side) < 1:
             raise ValueError(f"max_short_side must be >= 1, got {max_short_side}")
         if not 1 <= int(quality) <= 100:
@@ -487,7 +501,7 @@ class _Processor:
 
     @property
     def reencodes(self) -> bool:
-        return bool(self.max_short_side or self.codec)
+        return bool(self.max_short_side or self.codec or self.seekable)
 
     def _pixels(self, s):
         """Decoded RGB pixels of a sample, resized to max_short_side when larger."""
@@ -521,9 +535,24 @@ class _Processor:
                 else:
                     s.data, s.codec = _encode_jpeg(img, self.quality), Codec.JPEG
                 s.reencoded = True
+            if self.seekable and s.codec == Codec.JPEG:
+                self._make_seekable(s)
         except TurboLoaderError as exc:
             return Skip(s.source, s.key, f"{type(exc).__name__}: {exc}")
         return s
+
+
+    def _make_seekable(self, s):
+        """Rewrite a JPEG sample losslessly with restart markers (same DCT coefficients,
+        optimized Huffman tables); a JPEG libjpeg reports as corrupt is left as it is."""
+        from turboloader._native import _jpeg
+        from turboloader.errors import DecodeError
+
+        try:
+            s.data, _ = _jpeg.transcode_restart(s.data, restart_mcus=self.restart_mcus)
+        except DecodeError:
+            return
+        s.seekable = True
 
 
 def _shrink(img, short_side):
@@ -948,7 +977,7 @@ def _ordered(items, fn, workers):
 def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
             max_short_side=None, quality=90, codec=None, compression="auto", workers=None,
             overwrite=False, strict=False, progress=False, shuffle=None,
-            seed=0) -> ConvertReport:
+            seed=0, seekable=False, restart_mcus=0) -> ConvertReport:
     """Convert a dataset between the folder, TAR-shard and TBL layouts.
 
     Args:
@@ -979,6 +1008,13 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
             Local ``.tar`` sources are shuffled across shards; compressed or remote
             shards keep their order.
         seed: the seed of that order (the same seed gives the same output).
+        seekable: rewrite every JPEG losslessly (the same DCT coefficients, as ``jpegtran
+            -restart N -optimize`` does) as a baseline JPEG with restart markers whose
+            intervals never wrap a row, so that a crop decodes only the intervals under it
+            (see the guide page "Seekable JPEG"). The files stay ordinary JPEGs. A JPEG that
+            libjpeg reports as corrupt is copied as it is (``ConvertReport.seekable_kept``).
+        restart_mcus: with ``seekable``, MCUs per restart interval (0: automatic, a divisor
+            of the MCUs per row about 64 pixels wide).
 
     Folder and TAR outputs get a ``manifest.json`` (written first as "complete": false,
     replaced atomically at the end with each shard's sample count, size and SHA-256;
@@ -1012,7 +1048,10 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
     shuffle_seed = int(seed) if shuffle else None
     if shuffle:
         source.shuffle(shuffle_seed)
-    proc = _Processor(max_short_side=max_short_side, quality=quality, codec=codec)
+    if codec == "raw" and seekable:
+        raise ValueError("seekable=True rewrites JPEGs; codec='raw' stores no JPEG")
+    proc = _Processor(max_short_side=max_short_side, quality=quality, codec=codec,
+                      seekable=seekable, restart_mcus=restart_mcus)
     if workers is None:
         workers = (os.cpu_count() or 1) if proc.reencodes else 1
     workers = max(1, int(workers))
@@ -1024,6 +1063,8 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
         meta = {"source": os.fspath(src) if isinstance(src, (str, os.PathLike)) else None}
         if max_short_side:
             meta.update(max_short_side=int(max_short_side), quality=int(quality))
+        if seekable:
+            meta.update(seekable=True)
         sink = _TBLSink(dst, classes=source.classes, metadata=meta, compression=compression,
                         overwrite=overwrite)
     elif dst_format == "tar":
@@ -1054,6 +1095,9 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
                 else:
                     report.written += 1
                     report.reencoded += item.reencoded
+                    if seekable and item.codec == Codec.JPEG:
+                        report.seekable += item.seekable
+                        report.seekable_kept += not item.seekable
                     continue
             if strict:
                 key = item.key if item.key is None or len(item.key) <= 80 else \

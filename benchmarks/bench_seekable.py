@@ -1,0 +1,180 @@
+"""Seekable-JPEG benchmark (issue 22): train and val pipelines on ``convert --seekable`` TAR
+shards against the original shards, and against the full-decode limit of the original JPEGs.
+
+Rows, all measured in the same run on the same images (benchmarks/datasets.py, real
+photographs at ImageNet's sizes):
+
+* conversion: ``convert(..., seekable=True)`` TAR -> TAR (lossless rewrite with restart
+  markers and optimized Huffman tables) on ``--threads`` threads, images/s and the size of
+  the output against the input;
+* decode limit: libjpeg-turbo full decode (``decode_jpeg``) of every original JPEG on one
+  thread, times ``--threads`` (the "full-decode limit" of benchmarks/run.py);
+* train (RandomResizedCrop 224 + flip + normalize) and val (Resize 256 + CenterCrop 224 +
+  normalize) through ``turboloader.DataLoader(TarDataset, backend="threads",
+  num_workers=--threads)``, on the original and on the seekable shards; the ratio columns are
+  against the limit and against the original shards.
+
+Systems are interleaved pass by pass and the best pass of each is kept, so a neighbour's load
+hits all of them alike. Only ratios within one run mean anything on a shared machine.
+
+    python benchmarks/bench_seekable.py                 # 400 ImageNet-sized images, 2 threads
+    python benchmarks/bench_seekable.py --n 800 --threads 2 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _transform(pipeline):
+    import torch
+
+    from turboloader import transforms as T
+
+    if pipeline == "train":
+        head = [T.RandomResizedCrop(224, antialias=True), T.RandomHorizontalFlip()]
+    else:
+        head = [T.Resize(256, antialias=True), T.CenterCrop(224)]
+    return T.Compose([*head, T.ToImage(), T.ToDtype(torch.float32, scale=True),
+                      T.Normalize(MEAN, STD)])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=400, help="images (default 400)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hires", action="store_true", help="1600-4000 px images")
+    p.add_argument("--data", help="an ImageFolder tree to use instead of generated images")
+    p.add_argument("--shard-size", type=int, default=100)
+    p.add_argument("--threads", type=int, default=2, help="loader threads (default 2)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--repeat", type=int, default=3, help="passes per system; the best is kept")
+    p.add_argument("--workdir", help="where to write the data (default: a temporary directory)")
+    args = p.parse_args(argv)
+
+    import numpy as np
+    import torch
+
+    import turboloader as tl
+    from datasets import make_jpegs, read_image_folder, write_shards
+    from turboloader.decode.jpeg import decode_jpeg
+    from turboloader.tools.convert import convert
+
+    torch.set_num_threads(1)
+    tmp = tempfile.TemporaryDirectory(dir=args.workdir)
+    work = Path(tmp.name)
+    t0 = time.perf_counter()
+    items = read_image_folder(args.data, limit=args.n) if args.data else \
+        make_jpegs(args.n, seed=args.seed, hires=args.hires)
+    shards = write_shards(work / "orig", items, shard_size=args.shard_size)
+    n = len(items)
+    print(f"data: {n} images, {np.mean([len(d) for d, _ in items]) / 1000:.1f} KB/image, "
+          f"{len(shards)} shards ({time.perf_counter() - t0:.1f} s to make)", file=sys.stderr)
+
+    # -- conversion ----------------------------------------------------------------------
+    rate = 0.0
+    for _ in range(args.repeat):
+        rep = convert(str(work / "orig" / "*.tar"), work / "seek", dst_format="tar",
+                      shard_size=args.shard_size, seekable=True, shuffle=False,
+                      workers=args.threads, overwrite=True)
+        assert rep.written == n and not rep.skipped, rep.summary()
+        rate = max(rate, rep.written / rep.seconds)
+    img_in, img_out = rep.bytes_in, rep.bytes_out
+    seek_shards = sorted((work / "seek").glob("*.tar"))
+
+    # -- decode limit and loaders --------------------------------------------------------
+    blobs = [d for d, _ in items]
+
+    def limit():
+        for b in blobs:
+            decode_jpeg(b)
+        return len(blobs)
+
+    def loader(root, pipeline):
+        urls = sorted(str(u) for u in Path(root).glob("*.tar"))
+
+        def go():
+            ds = tl.TarDataset(urls, _transform(pipeline), shuffle=pipeline == "train",
+                               seed=1)
+            dl = tl.DataLoader(ds, batch_size=args.batch, num_workers=args.threads,
+                               backend="threads")
+            count = 0
+            for x, _ in dl:
+                count += len(x)
+            return count
+        return go
+
+    systems = {"decode limit (full decode, 1 thread x threads)": limit}
+    for pipeline in ("train", "val"):
+        systems[f"{pipeline}: original shards"] = loader(work / "orig", pipeline)
+        systems[f"{pipeline}: seekable shards"] = loader(work / "seek", pipeline)
+    best = dict.fromkeys(systems, 0.0)
+    for _ in range(args.repeat):
+        for name, fn in systems.items():
+            t = time.perf_counter()
+            count = fn()
+            r = count / (time.perf_counter() - t)
+            if name.startswith("decode limit"):
+                r *= args.threads
+            best[name] = max(best[name], r)
+            assert count == n, (name, count)
+
+    # pixels: the val pipeline (no randomness) gives the same tensors from both shard sets
+    a = next(iter(tl.DataLoader(tl.TarDataset(sorted(map(str, shards)), _transform("val")),
+                                batch_size=args.batch, num_workers=1, backend="threads")))[0]
+    b = next(iter(tl.DataLoader(tl.TarDataset(sorted(map(str, seek_shards)),
+                                              _transform("val")),
+                                batch_size=args.batch, num_workers=1, backend="threads")))[0]
+    identical = bool(torch.equal(a, b))
+
+    print(f"machine: {os.cpu_count()} CPUs ({_cpu_model()}), {platform.system()} "
+          f"{platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}")
+    print(f"data: {n} {'hires' if args.hires else 'ImageNet-sized'} JPEGs"
+          f"{' from ' + args.data if args.data else f' (benchmarks/datasets.py, seed {args.seed})'}, "
+          f"{args.threads} threads, best of {args.repeat} interleaved passes; val tensors "
+          f"{'identical' if identical else 'DIFFERENT'} between the two shard sets\n")
+    print("| conversion | images/s | image bytes in | out | out / in |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| convert --seekable (TAR -> TAR, {args.threads} threads) | {rate:.0f} | "
+          f"{img_in / 1e6:.2f} MB | {img_out / 1e6:.2f} MB | {img_out / img_in:.3f} |\n")
+    lim = best["decode limit (full decode, 1 thread x threads)"]
+    print("| system | images/s | x decode limit | x original shards |")
+    print("|---|---:|---:|---:|")
+    for name, r in best.items():
+        if name.startswith("decode limit"):
+            print(f"| {name} | {r:.0f} | 1.00 | |")
+            continue
+        pipeline = name.split(":")[0]
+        base = best[f"{pipeline}: original shards"]
+        print(f"| {name} | {r:.0f} | {r / lim:.2f} | {r / base:.2f} |")
+    tmp.cleanup()
+    return 0 if identical else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
