@@ -93,6 +93,15 @@ def windows(H, W, k):
            (dw - ww, dh - wh, ww, wh), (dw // 3, dh // 3, ww, wh),
            (0, dh // 2, dw, max(1, dh // 4)), (dw // 2, 0, max(1, dw // 5), dh),
            (dw - 1, dh - 1, 1, 1), (dw // 2, dh // 2, 1, 1)}
+    # windows whose edges sit on, and 1..3 pixels either side of, MCU boundaries: the
+    # upsampler's context is what these exercise
+    m = 2 * k
+    for d in (-3, -2, -1, 0, 1, 2, 3):
+        x0 = min(max(0, 2 * m + d), dw - 1)
+        y0 = min(max(0, 2 * m + d), dh - 1)
+        x1 = min(max(x0 + 1, 4 * m + d), dw)
+        y1 = min(max(y0 + 1, 4 * m + d), dh)
+        out.add((x0, y0, x1 - x0, y1 - y0))
     rng = np.random.default_rng(k)
     for _ in range(4):
         w = int(rng.integers(1, dw + 1))
@@ -127,14 +136,20 @@ def test_transcode_decodes_the_same_in_torchvision(pair):
     assert torch.equal(a, b)
 
 
-def test_automatic_interval_divides_the_row():
-    for w, sub, mcu in [(317, 2, 16), (317, 0, 8), (640, 2, 16), (500, 1, 16)]:
-        orig = encode(synth(40, w), subsampling=sub)
+def test_automatic_interval_divides_the_row_within_the_size_budget():
+    for h, w, sub, mcu in [(40, 317, 2, 16), (200, 317, 0, 8), (375, 500, 2, 16),
+                           (300, 500, 1, 16), (333, 460, 2, 16)]:
+        orig = encode(synth(h, w), subsampling=sub)
         conv, r = _jpeg.transcode_restart(orig)
-        mpr = -(-w // mcu)
-        assert mpr % r == 0 and r <= 16, (w, sub, r)
-    # 31 MCUs a row: only 1 or 31 divide it; a 1-MCU interval costs too much, so a row
-    assert _jpeg.transcode_restart(encode(synth(40, 31 * 16), subsampling=2))[1] == 31
+        mpr, mrows = -(-w // mcu), -(-h // (16 if sub == 2 else 8))
+        assert mpr % r == 0, (w, sub, r)
+        # the smallest divisor whose markers (~5 bytes each) fit 3% of the input
+        smaller = [d for d in range(1, r) if mpr % d == 0]
+        assert all(5 * (mpr // d) * mrows > len(orig) * 3 // 100 for d in smaller)
+        assert len(conv) <= 1.05 * len(orig)
+    # a flat image compresses to little: markers would cost too much, so whole rows
+    flat = encode(np.full((64, 31 * 16, 3), 128, np.uint8), subsampling=2)
+    assert _jpeg.transcode_restart(flat)[1] == 31
 
 
 def test_explicit_interval_and_no_optimize():
@@ -203,14 +218,17 @@ def test_window_decode_matches_pillow(k):
 
 def test_the_sub_image_is_whole_intervals_with_context():
     orig = encode(synth(160, 320), subsampling=2)      # 20 x 10 MCUs of 16 x 16
-    conv, r = _jpeg.transcode_restart(orig)
+    conv, r = _jpeg.transcode_restart(orig, restart_mcus=4)
     assert r == 4
     # window over MCUs 5..6 x 4..5: one MCU of context, then whole 4-MCU intervals
-    sub = window(conv, 8, (5 * 16 + 3, 4 * 16 + 2, 20, 20))
-    # (MCU columns 5..6 -> 4..7 -> the interval 4..7; rows 4..5 -> 3..6)
-    assert sub == (4 * 16, 3 * 16, 4 * 16, 4 * 16)
+    sub = window(conv, 8, (5 * 16 + 3, 4 * 16 + 5, 20, 20))
+    # MCU columns 5..6 -> the interval 4..7; rows 4..5 (4 px of context stay inside them)
+    assert sub == (4 * 16, 4 * 16, 4 * 16, 2 * 16)
+    # 1 px from an MCU boundary: the upsampler's context reaches into the MCUs before
+    sub = window(conv, 8, (4 * 16 + 1, 4 * 16 + 1, 20, 20))
+    assert sub == (0, 3 * 16, 8 * 16, 3 * 16)   # columns 3..5, rows 3..5
     sub = window(conv, 8, (300, 140, 20, 20))          # bottom-right corner
-    assert sub == (16 * 16, 7 * 16, 4 * 16, 3 * 16)
+    assert sub == (16 * 16, 8 * 16, 4 * 16, 2 * 16)
     assert window(conv, 8, (0, 0, 320, 160)) is None   # nothing to skip
 
 

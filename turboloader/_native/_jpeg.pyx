@@ -135,7 +135,8 @@ def restart_window(const uint8_t[::1] data, /, *, int scale_num, int crop_x, int
 def transcode_restart(const uint8_t[::1] data, /, *, int restart_mcus=0, bint optimize=True,
                       long long max_pixels=0):
     """Losslessly rewrite a JPEG (baseline or progressive) as a baseline JPEG with a restart
-    marker every ``restart_mcus`` MCUs (0: a divisor of the MCUs per row, about 64 pixels).
+    marker every ``restart_mcus`` MCUs (0: the smallest divisor of the MCUs per row whose
+    markers add at most ~3% to the size; the whole row when none does).
     Returns ``(jpeg_bytes, restart_mcus_used)``; raises DecodeError on bad data."""
     cdef char errmsg[TL_MSG_LEN]
     cdef const unsigned char *ptr = &data[0] if data.shape[0] > 0 else NULL

@@ -194,8 +194,9 @@ int tl_jpeg_restart_window(const unsigned char *data, size_t size, int scale_num
  * interleaved baseline scan with a restart marker every `restart_mcus` MCUs. APPn and COM
  * markers are kept (JFIF/Adobe ones are rewritten by libjpeg).
  *
- * restart_mcus  > 0: that interval; 0: a divisor of the MCUs per row near 64 pixels wide,
- *               so intervals never wrap a row (the whole row when only 1 would do).
+ * restart_mcus  > 0: that interval; 0: the smallest divisor of the MCUs per row (so that
+ *               intervals never wrap a row) whose markers add at most ~3% to the input's
+ *               size (~5 bytes an interval); the whole row when none does.
  * optimize      1: optimized Huffman tables (two passes), 0: the standard tables.
  * out, out_cap  the caller's buffer; TL_ERR_OUTPUT_FULL when the result does not fit
  *               (TL_TRANSCODE_BOUND(size) is a first guess: grow it and call again).

@@ -92,7 +92,7 @@ def _build_parser():
                            "stay ordinary JPEGs")
     conv.add_argument("--restart-mcus", type=int, default=0, metavar="N",
                       help="with --seekable: MCUs per restart interval (default 0: automatic, "
-                           "a divisor of the MCUs per row, about 64 pixels)")
+                           "the smallest divisor of the MCUs per row whose markers add <= ~3%% to the size)")
     conv.add_argument("--compression", choices=("auto", "none", "lz4"), default="auto",
                       help="TBL record compression (default auto: LZ4 for raw pixels, where it pays)")
     conv.add_argument("-j", "--workers", type=int, default=None,
