@@ -254,7 +254,7 @@ static int tl_ends_with_eoi(const unsigned char *data, size_t size)
 static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int scale_num,
                           int crop_x, int crop_y, int crop_w, int crop_h,
                           unsigned char *out, ptrdiff_t out_stride, size_t out_size,
-                          int flags, long long max_pixels, int *col_offset)
+                          int flags, long long max_pixels, int *col_offset, int whole_rows)
 {
     j_decompress_ptr cinfo = &c->cinfo;
     char *errmsg = c->err.errmsg;
@@ -336,7 +336,9 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
     }
 
     col0 = x;
-    if (x > 0 || w < ow) {
+    /* whole_rows: the image is a restart-interval sub-image, hardly wider than the window;
+     * decoding its few extra columns costs less than jpeg_crop_scanline's set-up. */
+    if ((x > 0 || w < ow) && !(whole_rows && ow < w + TL_WIDE_MARGIN)) {
         /* Fancy upsampling interpolates chroma from the neighbouring column, which
          * jpeg_crop_scanline cuts off at the edges of its window (replicating the edge
          * sample instead). Widen by one iMCU either side so the requested columns see
@@ -435,7 +437,8 @@ static int tl_decode(const unsigned char *data, size_t size, int scale_num,
                      int crop_x, int crop_y, int crop_w, int crop_h,
                      unsigned char *out, ptrdiff_t out_stride, size_t out_size,
                      int flags, long long max_pixels,
-                     char *errmsg, int *n_warnings, char *warnmsg, int *col_offset)
+                     char *errmsg, int *n_warnings, char *warnmsg, int *col_offset,
+                     int whole_rows)
 {
     tl_ctx c;
     char localmsg[TL_MSG_LEN];
@@ -464,7 +467,8 @@ static int tl_decode(const unsigned char *data, size_t size, int scale_num,
     jpeg_create_decompress(&c.cinfo);
     c.cinfo.progress = &c.progress;
     status = tl_decode_body(&c, data, size, scale_num, crop_x, crop_y, crop_w, crop_h,
-                            out, out_stride, out_size, flags, max_pixels, col_offset);
+                            out, out_stride, out_size, flags, max_pixels, col_offset,
+                            whole_rows);
     jpeg_destroy_decompress(&c.cinfo);
     if (n_warnings != NULL)
         *n_warnings = c.err.n_warnings;
@@ -478,7 +482,7 @@ int tl_jpeg_decode(const unsigned char *data, size_t size, int scale_num,
                    char *errmsg, int *n_warnings, char *warnmsg)
 {
     return tl_decode(data, size, scale_num, crop_x, crop_y, crop_w, crop_h, out, out_stride,
-                     out_size, flags, max_pixels, errmsg, n_warnings, warnmsg, NULL);
+                     out_size, flags, max_pixels, errmsg, n_warnings, warnmsg, NULL, 0);
 }
 
 int tl_jpeg_decode_wide(const unsigned char *data, size_t size, int scale_num,
@@ -490,7 +494,7 @@ int tl_jpeg_decode_wide(const unsigned char *data, size_t size, int scale_num,
     int local = 0;
     return tl_decode(data, size, scale_num, crop_x, crop_y, crop_w, crop_h, out, out_stride,
                      out_size, flags, max_pixels, errmsg, n_warnings, warnmsg,
-                     col_offset != NULL ? col_offset : &local);
+                     col_offset != NULL ? col_offset : &local, 0);
 }
 
 /* ---- restart-interval window decode ---------------------------------------------------- */
@@ -781,11 +785,11 @@ static int tl_decode_any(const unsigned char *data, size_t size, int scale_num,
             return tl_decode(scratch, n, scale_num, crop_x - (int)(sub[0] * scale_num / 8),
                              crop_y - (int)(sub[1] * scale_num / 8), crop_w, crop_h, out,
                              out_stride, out_size, flags, max_pixels, errmsg, n_warnings,
-                             warnmsg, col_offset);
+                             warnmsg, col_offset, 1);
         }
     }
     return tl_decode(data, size, scale_num, crop_x, crop_y, crop_w, crop_h, out, out_stride,
-                     out_size, flags, max_pixels, errmsg, n_warnings, warnmsg, col_offset);
+                     out_size, flags, max_pixels, errmsg, n_warnings, warnmsg, col_offset, 0);
 }
 
 int tl_jpeg_decode_rst(const unsigned char *data, size_t size, int scale_num,
@@ -847,7 +851,7 @@ static void tl_dest_term(j_compress_ptr cinfo)
 #define TL_RST_COST 5
 /* Share of the input's size that markers may add (optimized Huffman tables usually save
  * more than this on files written with the standard tables). */
-#define TL_RST_BUDGET_PERCENT 3
+#define TL_RST_BUDGET_PERCENT 4
 
 /* The smallest divisor of mcus_per_row whose markers fit the size budget, so intervals never
  * wrap a row and crops are cut as finely as the budget allows; the whole row when even that
