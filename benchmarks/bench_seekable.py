@@ -9,10 +9,15 @@ photographs at ImageNet's sizes):
   the output against the input;
 * decode limit: libjpeg-turbo full decode (``decode_jpeg``) of every original JPEG on one
   thread, times ``--threads`` (the "full-decode limit" of benchmarks/run.py);
-* train (RandomResizedCrop 224 + flip + normalize) and val (Resize 256 + CenterCrop 224 +
-  normalize) through ``turboloader.DataLoader(TarDataset, backend="threads",
-  num_workers=--threads)``, on the original and on the seekable shards; the ratio columns are
-  against the limit and against the original shards.
+* kernel rows, one thread, CPU time (``time.process_time``, so that other processes on a
+  shared machine do not count): the full decode of every original JPEG (the decode limit of
+  one thread), and the fused decode -> crop/resize -> CHW step the datasets run per sample
+  (``resample_into_slot``) with torchvision's RandomResizedCrop(224) boxes (train) and
+  Resize(256) + CenterCrop(224) boxes (val), on the original and on the seekable bytes;
+* loader rows, wall time: train (RandomResizedCrop 224 + flip + normalize) and val (Resize 256
+  + CenterCrop 224 + normalize) through ``turboloader.DataLoader(TarDataset,
+  backend="threads", num_workers=--threads)`` on the original and the seekable shards, against
+  the full-decode limit (1 thread x threads, as in benchmarks/run.py).
 
 Systems are interleaved pass by pass and the best pass of each is kept, so a neighbour's load
 hits all of them alike. Only ratios within one run mean anything on a shared machine.
@@ -107,8 +112,61 @@ def main(argv=None):
     img_in, img_out = rep.bytes_in, rep.bytes_out
     seek_shards = sorted((work / "seek").glob("*.tar"))
 
-    # -- decode limit and loaders --------------------------------------------------------
+    # -- kernel rows (one thread, CPU time) ------------------------------------------------
+    import math
+
+    from turboloader._native import _jpeg
+    from turboloader.decode._slot import resample_into_slot
+    from turboloader.decode.jpeg import _open
+
     blobs = [d for d, _ in items]
+    seek = [_jpeg.transcode_restart(d)[0] for d in blobs]
+    opened = [(_open(a, None)[:2], _open(b, None)[:2]) for a, b in zip(blobs, seek)]
+    rng = np.random.default_rng(args.seed)
+
+    def rrc_box(W, H):  # torchvision's RandomResizedCrop.get_params, default scale / ratio
+        for _ in range(10):
+            area = W * H * rng.uniform(0.08, 1.0)
+            ar = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+            w, h = int(round(math.sqrt(area * ar))), int(round(math.sqrt(area / ar)))
+            if 0 < w <= W and 0 < h <= H:
+                x, y = int(rng.integers(0, W - w + 1)), int(rng.integers(0, H - h + 1))
+                return (x, y, x + w, y + h), True
+        return (0, 0, W, H), True
+
+    def val_box(W, H):  # Resize(256) then CenterCrop(224), as one source box
+        s = 256 / min(W, H)
+        cw, ch = 224 / s, 224 / s
+        return ((W - cw) / 2, (H - ch) / 2, (W + cw) / 2, (H + ch) / 2), False
+
+    boxes = {p: [f(o[0][1].width, o[0][1].height) for o in opened]
+             for p, f in (("train", rrc_box), ("val", val_box))}
+    slot = np.empty((3, 224, 224), np.uint8)
+
+    def kernel(which, pipeline):
+        def go():
+            for o, (box, clip) in zip(opened, boxes[pipeline]):
+                resample_into_slot(o[which], slot, box=box, clip=clip, filt=1)
+            return len(opened)
+        return go
+
+    def full_decode():
+        for b in blobs:
+            decode_jpeg(b)
+        return len(blobs)
+
+    ksys = {"full decode of the original JPEGs (limit)": full_decode}
+    for pipeline in ("train", "val"):
+        ksys[f"{pipeline}: fused decode+crop+resize, original"] = kernel(0, pipeline)
+        ksys[f"{pipeline}: fused decode+crop+resize, seekable"] = kernel(1, pipeline)
+    kbest = dict.fromkeys(ksys, 0.0)
+    for _ in range(args.repeat):
+        for name, fn in ksys.items():
+            c0 = time.process_time()
+            count = fn()
+            kbest[name] = max(kbest[name], count / max(time.process_time() - c0, 1e-9))
+
+    # -- decode limit and loaders --------------------------------------------------------
 
     def limit():
         for b in blobs:
@@ -162,8 +220,19 @@ def main(argv=None):
     print("|---|---:|---:|---:|---:|")
     print(f"| convert --seekable (TAR -> TAR, {args.threads} threads) | {rate:.0f} | "
           f"{img_in / 1e6:.2f} MB | {img_out / 1e6:.2f} MB | {img_out / img_in:.3f} |\n")
+    klim = kbest["full decode of the original JPEGs (limit)"]
+    print("| kernel, 1 thread, CPU time | images/s | x full decode | x original bytes |")
+    print("|---|---:|---:|---:|")
+    for name, r in kbest.items():
+        if "limit" in name:
+            print(f"| {name} | {r:.0f} | 1.00 | |")
+            continue
+        base = kbest[name.replace("seekable", "original")]
+        print(f"| {name} | {r:.0f} | {r / klim:.2f} | {r / base:.2f} |")
+    print()
     lim = best["decode limit (full decode, 1 thread x threads)"]
-    print("| system | images/s | x decode limit | x original shards |")
+    print(f"| loader, {args.threads} threads, wall time | images/s | x decode limit | "
+          f"x original shards |")
     print("|---|---:|---:|---:|")
     for name, r in best.items():
         if name.startswith("decode limit"):

@@ -849,20 +849,18 @@ static void tl_dest_term(j_compress_ptr cinfo)
 /* Bytes one restart interval adds, about: the RST marker, the padding to a byte boundary,
  * and the DC differences coded from zero again (measured ~4.7 on photographs). */
 #define TL_RST_COST 5
-/* Share of the input's size that markers may add (optimized Huffman tables usually save
- * more than this on files written with the standard tables). */
-#define TL_RST_BUDGET_PERCENT 4
+/* How much larger than the input an automatically chosen interval may make the output. */
+#define TL_RST_BUDGET_PERCENT 3
 
-/* The smallest divisor of mcus_per_row whose markers fit the size budget, so intervals never
- * wrap a row and crops are cut as finely as the budget allows; the whole row when even that
- * is over the budget. */
-static unsigned tl_pick_restart(long long mpr, long long mrows, size_t size)
+/* The smallest divisor of mcus_per_row (so intervals never wrap a row, and crops are cut as
+ * finely as possible) whose markers fit `budget` bytes; the whole row when none does. */
+static long long tl_pick_restart(long long mpr, long long mrows, long long budget)
 {
-    long long d, budget = (long long)(size / 100 * TL_RST_BUDGET_PERCENT);
+    long long d;
     for (d = 1; d < mpr && d <= 65535; d++)
         if (mpr % d == 0 && TL_RST_COST * ((mpr / d) * mrows) <= budget)
-            return (unsigned)d;
-    return mpr <= 65535 ? (unsigned)mpr : 0;
+            return d;
+    return mpr;
 }
 
 typedef struct {
@@ -872,9 +870,11 @@ typedef struct {
     int dst_created;
 } tl_tc_ctx;
 
+/* One transcode; restart_mcus 0: whole rows. *mpr and *mrows: the MCU grid. */
 static int tl_transcode_body(tl_tc_ctx *t, const unsigned char *data, size_t size,
                              int restart_mcus, int optimize, long long max_pixels,
-                             size_t *out_size, int *restart_used)
+                             size_t *out_size, int *restart_used, long long *mpr_out,
+                             long long *mrows_out)
 {
     j_decompress_ptr src = &t->c.cinfo;
     j_compress_ptr dst = &t->dst;
@@ -899,10 +899,13 @@ static int tl_transcode_body(tl_tc_ctx *t, const unsigned char *data, size_t siz
     mcu_h = src->num_components == 1 ? 8 : 8LL * src->max_v_samp_factor;
     mpr = ((long long)src->image_width + mcu_w - 1) / mcu_w;
     mrows = ((long long)src->image_height + mcu_h - 1) / mcu_h;
-    if (restart_mcus > 0)
-        dst->restart_interval = (unsigned)restart_mcus;
-    else
-        dst->restart_interval = tl_pick_restart(mpr, mrows, size);
+    *mpr_out = mpr;
+    *mrows_out = mrows;
+    if (mpr > 65535 && restart_mcus == 0) {
+        snprintf(t->c.err.errmsg, TL_MSG_LEN, "image too wide for a restart interval per row");
+        return TL_ERR_UNSUPPORTED;
+    }
+    dst->restart_interval = restart_mcus > 0 ? (unsigned)restart_mcus : (unsigned)mpr;
     if (restart_used != NULL)
         *restart_used = (int)dst->restart_interval;
     jpeg_write_coefficients(dst, coefs);
@@ -923,10 +926,10 @@ static int tl_transcode_body(tl_tc_ctx *t, const unsigned char *data, size_t siz
     return TL_OK;
 }
 
-int tl_jpeg_transcode_restart(const unsigned char *data, size_t size, int restart_mcus,
-                              int optimize, unsigned char *out, size_t out_cap,
-                              size_t *out_size, int *restart_used, long long max_pixels,
-                              char *errmsg)
+static int tl_transcode_once(const unsigned char *data, size_t size, int restart_mcus,
+                             int optimize, unsigned char *out, size_t out_cap,
+                             size_t *out_size, int *restart_used, long long max_pixels,
+                             char *errmsg, long long *mpr, long long *mrows)
 {
     tl_tc_ctx t;
     char localmsg[TL_MSG_LEN];
@@ -934,17 +937,7 @@ int tl_jpeg_transcode_restart(const unsigned char *data, size_t size, int restar
 
     if (errmsg == NULL)
         errmsg = localmsg;
-    errmsg[0] = '\0';
-    if (out_size == NULL || out == NULL || out_cap == 0)
-        return tl_arg_error(errmsg, "no output buffer");
     *out_size = 0;
-    if (restart_used != NULL)
-        *restart_used = 0;
-    if (restart_mcus < 0 || restart_mcus > 65535)
-        return tl_arg_error(errmsg, "restart_mcus must be in 0..65535");
-    if (size > ULONG_MAX)
-        return tl_arg_error(errmsg, "input larger than libjpeg can address");
-
     memset(&t, 0, sizeof(t));
     /* strict: a warning means corrupt data, which a rewrite must not bake in */
     tl_ctx_init(&t.c, errmsg, NULL, 1);
@@ -967,8 +960,48 @@ int tl_jpeg_transcode_restart(const unsigned char *data, size_t size, int restar
     t.dest.pub.term_destination = tl_dest_term;
     t.dst.dest = &t.dest.pub;
     status = tl_transcode_body(&t, data, size, restart_mcus, optimize, max_pixels, out_size,
-                               restart_used);
+                               restart_used, mpr, mrows);
     jpeg_destroy_compress(&t.dst);
     jpeg_destroy_decompress(&t.c.cinfo);
     return status;
+}
+
+int tl_jpeg_transcode_restart(const unsigned char *data, size_t size, int restart_mcus,
+                              int optimize, unsigned char *out, size_t out_cap,
+                              size_t *out_size, int *restart_used, long long max_pixels,
+                              char *errmsg)
+{
+    char localmsg[TL_MSG_LEN];
+    long long mpr = 0, mrows = 0, budget, d;
+    int status;
+
+    if (errmsg == NULL)
+        errmsg = localmsg;
+    errmsg[0] = '\0';
+    if (out_size == NULL || out == NULL || out_cap == 0)
+        return tl_arg_error(errmsg, "no output buffer");
+    *out_size = 0;
+    if (restart_used != NULL)
+        *restart_used = 0;
+    if (restart_mcus < 0 || restart_mcus > 65535)
+        return tl_arg_error(errmsg, "restart_mcus must be in 0..65535");
+    if (size > ULONG_MAX)
+        return tl_arg_error(errmsg, "input larger than libjpeg can address");
+    if (restart_mcus > 0)
+        return tl_transcode_once(data, size, restart_mcus, optimize, out, out_cap, out_size,
+                                 restart_used, max_pixels, errmsg, &mpr, &mrows);
+    /* Automatic: first whole-row intervals (almost free), which also measures what the
+     * optimized tables saved; then the finest interval whose markers the rest of the budget
+     * pays for, so the output stays within TL_RST_BUDGET_PERCENT of the input. */
+    status = tl_transcode_once(data, size, 0, optimize, out, out_cap, out_size, restart_used,
+                               max_pixels, errmsg, &mpr, &mrows);
+    if (status != TL_OK)
+        return status;
+    budget = (long long)size + (long long)size * TL_RST_BUDGET_PERCENT / 100
+             - (long long)*out_size + TL_RST_COST * mrows;   /* the rows' markers are paid */
+    d = tl_pick_restart(mpr, mrows, budget);
+    if (d >= mpr)
+        return TL_OK;
+    return tl_transcode_once(data, size, (int)d, optimize, out, out_cap, out_size,
+                             restart_used, max_pixels, errmsg, &mpr, &mrows);
 }

@@ -195,8 +195,10 @@ int tl_jpeg_restart_window(const unsigned char *data, size_t size, int scale_num
  * markers are kept (JFIF/Adobe ones are rewritten by libjpeg).
  *
  * restart_mcus  > 0: that interval; 0: the smallest divisor of the MCUs per row (so that
- *               intervals never wrap a row) whose markers add at most ~3% to the input's
- *               size (~5 bytes an interval); the whole row when none does.
+ *               intervals never wrap a row) that keeps the output within ~3% of the
+ *               input's size: a first pass with whole-row intervals measures what the
+ *               optimized tables saved, the markers (~5 bytes an interval) spend the rest
+ *               (two transcodes); the whole row when nothing finer fits.
  * optimize      1: optimized Huffman tables (two passes), 0: the standard tables.
  * out, out_cap  the caller's buffer; TL_ERR_OUTPUT_FULL when the result does not fit
  *               (TL_TRANSCODE_BOUND(size) is a first guess: grow it and call again).
