@@ -80,6 +80,12 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--repeat", type=int, default=3, help="passes per system; the best is kept")
     p.add_argument("--workdir", help="where to write the data (default: a temporary directory)")
+    p.add_argument("--short-sides", default="",
+                   help="also pre-size the images (convert --max-short-side S at --quality, "
+                        "plain and seekable) for each S of this comma list, e.g. 160,256,320, "
+                        "and add kernel rows and sizes for them")
+    p.add_argument("--quality", type=int, default=90, help="JPEG quality of pre-sized images")
+    p.add_argument("--no-loader", action="store_true", help="kernel rows only")
     args = p.parse_args(argv)
 
     import numpy as np
@@ -159,6 +165,38 @@ def main(argv=None):
     for pipeline in ("train", "val"):
         ksys[f"{pipeline}: fused decode+crop+resize, original"] = kernel(0, pipeline)
         ksys[f"{pipeline}: fused decode+crop+resize, seekable"] = kernel(1, pipeline)
+
+    # pre-sized copies (part 4 of issue 22): the same boxes, scaled to the smaller images
+    import tarfile
+
+    sized = {}
+    for side in [int(s) for s in args.short_sides.split(",") if s.strip()]:
+        for seekable in (False, True):
+            out = work / f"s{side}{'-seek' if seekable else ''}"
+            rep = convert(str(work / "orig" / "*.tar"), out, dst_format="tar",
+                          shard_size=args.shard_size, max_short_side=side,
+                          quality=args.quality, seekable=seekable, shuffle=False,
+                          workers=args.threads, overwrite=True)
+            data = []
+            for shard in sorted(out.glob("*.tar")):
+                with tarfile.open(shard) as t:
+                    data += [t.extractfile(m).read() for m in t.getmembers()
+                             if m.name.endswith(".jpg")]
+            assert len(data) == n
+            name = f"short side {side}, q{args.quality}{', seekable' if seekable else ''}"
+            sized[name] = (rep.bytes_out, rep.written / rep.seconds)
+            ops = [_open(d, None)[:2] for d in data]
+
+            def sized_kernel(pipeline, ops=ops):
+                def go():
+                    for o, so, (box, clip) in zip(ops, opened, boxes[pipeline]):
+                        f = o[1].width / so[0][1].width
+                        b = tuple(v * f for v in box)
+                        resample_into_slot(o, slot, box=b, clip=clip, filt=1)
+                    return len(ops)
+                return go
+            for pipeline in ("train", "val"):
+                ksys[f"{pipeline}: {name}"] = sized_kernel(pipeline)
     kbest = dict.fromkeys(ksys, 0.0)
     for _ in range(args.repeat):
         for name, fn in ksys.items():
@@ -167,6 +205,8 @@ def main(argv=None):
             kbest[name] = max(kbest[name], count / max(time.process_time() - c0, 1e-9))
 
     # -- decode limit and loaders --------------------------------------------------------
+    if args.no_loader:
+        systems = {}
 
     def limit():
         for b in blobs:
@@ -187,10 +227,11 @@ def main(argv=None):
             return count
         return go
 
-    systems = {"decode limit (full decode, 1 thread x threads)": limit}
-    for pipeline in ("train", "val"):
-        systems[f"{pipeline}: original shards"] = loader(work / "orig", pipeline)
-        systems[f"{pipeline}: seekable shards"] = loader(work / "seek", pipeline)
+    if not args.no_loader:
+        systems = {"decode limit (full decode, 1 thread x threads)": limit}
+        for pipeline in ("train", "val"):
+            systems[f"{pipeline}: original shards"] = loader(work / "orig", pipeline)
+            systems[f"{pipeline}: seekable shards"] = loader(work / "seek", pipeline)
     best = dict.fromkeys(systems, 0.0)
     for _ in range(args.repeat):
         for name, fn in systems.items():
@@ -227,9 +268,22 @@ def main(argv=None):
         if "limit" in name:
             print(f"| {name} | {r:.0f} | 1.00 | |")
             continue
-        base = kbest[name.replace("seekable", "original")]
+        pipeline = name.split(":")[0]
+        base = kbest[f"{pipeline}: fused decode+crop+resize, original"]
         print(f"| {name} | {r:.0f} | {r / klim:.2f} | {r / base:.2f} |")
     print()
+    if sized:
+        print("| pre-sized copy (convert --max-short-side) | convert images/s | image bytes "
+              "| x original bytes |")
+        print("|---|---:|---:|---:|")
+        for name, (nbytes, crate) in sized.items():
+            print(f"| {name} | {crate:.0f} | {nbytes / 1e6:.2f} MB | {nbytes / img_in:.3f} |")
+        print("\nPre-sized images change the pixels a crop sees (a RandomResizedCrop of a "
+              "256-px copy is not the same crop of the original): a model trained on them can "
+              "score differently. Seekable copies give the original's pixels.\n")
+    if args.no_loader:
+        tmp.cleanup()
+        return 0 if identical else 1
     lim = best["decode limit (full decode, 1 thread x threads)"]
     print(f"| loader, {args.threads} threads, wall time | images/s | x decode limit | "
           f"x original shards |")
