@@ -117,3 +117,36 @@ def test_help_names_the_option(capsys):
     with pytest.raises(SystemExit):
         main(["convert", "--help"])
     assert "--seekable" in capsys.readouterr().out
+
+
+def _tensors(urls, pipeline, **kw):
+    import torch
+
+    import turboloader as tl
+    from turboloader import transforms as T
+
+    head = ([T.RandomResizedCrop(64), T.RandomHorizontalFlip()] if pipeline == "train"
+            else [T.Resize(80), T.CenterCrop(64)])
+    tf = T.Compose([*head, T.ToImage(), T.ToDtype(torch.float32, scale=True),
+                    T.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))])
+    ds = tl.TarDataset(urls, tf, shuffle=False, seed=3)
+    if kw:
+        dl = tl.DataLoader(ds, batch_size=4, backend="threads", **kw)
+        return torch.cat([x for x, _ in dl])
+    return torch.stack([x for x, _ in ds])
+
+
+@pytest.mark.parametrize("pipeline", ["train", "val"])
+def test_datasets_give_the_same_tensors_from_seekable_shards(tmp_path, folder, pipeline):
+    import torch
+
+    root, _ = folder
+    convert(root, tmp_path / "orig.tar", shuffle=False)
+    convert(root, tmp_path / "seek.tar", seekable=True, shuffle=False)
+    a = _tensors([str(tmp_path / "orig.tar")], pipeline)
+    b = _tensors([str(tmp_path / "seek.tar")], pipeline)
+    assert a.shape == (8, 3, 64, 64) and torch.equal(a, b)
+    # the batched thread backend (the native batch runner, several threads) too
+    c = _tensors([str(tmp_path / "seek.tar")], pipeline, num_workers=2)
+    d = _tensors([str(tmp_path / "orig.tar")], pipeline, num_workers=2)
+    assert torch.equal(c, d)

@@ -384,3 +384,10 @@ def test_fused_resized_crop_is_identical_on_converted_files(kind):
                 resample_into_slot((buf, header), out, box=box, clip=clip, filt=1)
                 outs.append(out)
             np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_transcode_in_threads_gives_the_same_bytes(seekable420):
+    orig, conv = seekable420
+    with ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(lambda _: _jpeg.transcode_restart(orig)[0], range(16)))
+    assert all(o == conv for o in outs)

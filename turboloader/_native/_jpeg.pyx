@@ -100,7 +100,13 @@ def decode_into(const uint8_t[::1] data, uint8_t[:, :, :] out, /, *, int scale_n
     out_size = <size_t>((h - 1) * stride + 3 * w)
     cdef unsigned char *scratch = NULL
     cdef size_t scratch_size = 0
+    cdef int sub[4]
+    cdef int applies = 0
     if restart and crop_w > 0 and crop_h > 0:
+        with nogil:  # markers only: most files have no restart markers, and need no scratch
+            applies = tl_jpeg_restart_window(ptr, size, scale_num, crop_x, crop_y, crop_w,
+                                             crop_h, sub)
+    if applies:
         scratch_size = TL_RST_SCRATCH(size)
         scratch = <unsigned char *>malloc(scratch_size)
         if scratch == NULL:
