@@ -82,6 +82,9 @@ def _build_parser():
     conv.add_argument("--max-short-side", type=int, default=None, metavar="PX",
                       help="re-encode images whose short side is longer, resized to PX "
                            "(e.g. 256); smaller images are copied as is")
+    conv.add_argument("--max-side", type=int, default=None, metavar="PX",
+                      help="re-encode images whose long side is longer, shrunk so that it is "
+                           "PX (after --max-short-side, if both); smaller ones are copied")
     conv.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (default 90)")
     conv.add_argument("--codec", choices=("keep", "jpeg", "raw"), default="keep",
                       help="keep the source codec (default), re-encode everything as JPEG, or "
@@ -195,6 +198,7 @@ def _cmd_convert(args, out):
 
     report = convert(args.src, args.dst, src_format=args.src_format, dst_format=args.dst_format,
                      shard_size=args.shard_size, max_short_side=args.max_short_side,
+                     max_side=args.max_side,
                      quality=args.quality, codec=args.codec, compression=args.compression,
                      workers=args.workers, overwrite=args.overwrite, strict=args.strict,
                      progress=_progress(args), shuffle=args.shuffle, seed=args.seed,
