@@ -23,6 +23,7 @@ _LAZY = {
     "ShardCache": "turboloader.io.remote",
     "delivered_counts": "turboloader.data.checkpoint",
     "TarBatches": "turboloader.data.tar_dataset",
+    "TarBuckets": "turboloader.data.buckets",
     "TarDataset": "turboloader.data.tar_dataset",
     "TBLDataset": "turboloader.data.tbl_dataset",
     "braceexpand": "turboloader.io.shards",

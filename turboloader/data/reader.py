@@ -218,9 +218,11 @@ class StreamReader:
 
     # -- the batch call -------------------------------------------------------------------
 
-    def decode(self, chunk, out, row0=0, *, counters, timing=None):
+    def decode(self, chunk, out, row0=0, *, counters, timing=None, decoder=None):
         """Decode and transform every readable row of ``chunk``: row ``i`` into
-        ``out[row0 + i]`` on the batch path.
+        ``out[row0 + i]`` on the batch path. ``decoder``: another transform's
+        :class:`~turboloader.data.cache.Decoder` (no cache) instead of the stream's own (an
+        aspect-ratio bucket's).
 
         Returns:
             ``(errors, objs)``: per row, the exception that made it fail (``chunk.errors``
@@ -230,10 +232,10 @@ class StreamReader:
         n = len(chunk)
         sources, errors, sizes = chunk.sources, chunk.errors, chunk.sizes
         objs = [None] * n
-        dec = self.decoder
+        dec = self.decoder if decoder is None else decoder
         if dec.cache is not None:
             self._through_cache(chunk, counters)
-        plan = self.plan if out is not None else None
+        plan = (self.plan if decoder is None else decoder.plan) if out is not None else None
         fused, generic = [], []
         for i in range(n):
             if errors[i] is not None:

@@ -825,6 +825,32 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         finally:
             st.recorder.flush()
 
+    def bucketed(self, batch_size: int, buckets, *, transform=None, drop_last: bool = False):
+        """This dataset yielding aspect-ratio-bucketed batches: each ``[images, labels]``
+        batch holds images of one bucket resolution (see :mod:`turboloader.data.buckets`
+        for how buckets are chosen and what happens to the remainders). Use with
+        ``DataLoader(batch_size=None)``.
+
+        Args:
+            batch_size: samples per batch (a bucket's last batch of a stream may be short).
+            buckets: ``[(height, width), ...]`` bucket resolutions.
+            transform: ``transform((h, w))`` -> the pipeline of a bucket (default: cover
+                the bucket at a random position, ``ToTensor``).
+            drop_last: drop each bucket's partial batch at the end of a stream.
+
+        Returns:
+            A :class:`~turboloader.data.buckets.TarBuckets` ``IterableDataset``.
+
+        Example:
+            >>> buckets = [(512, 512), (384, 640), (640, 384)]                # doctest: +SKIP
+            >>> loader = torch.utils.data.DataLoader(ds.bucketed(16, buckets),
+            ...                                      batch_size=None, num_workers=8)
+            >>> for images, labels in loader: ...   # images: (<=16, 3, h, w) of one bucket
+        """
+        from turboloader.data.buckets import TarBuckets
+
+        return TarBuckets(self, batch_size, buckets, transform=transform, drop_last=drop_last)
+
     def batched(self, batch_size: int, *, drop_last: bool = False, num_workers=None):
         """This dataset yielding whole batches: use with ``DataLoader(batch_size=None)``.
 

@@ -1,0 +1,123 @@
+"""Aspect-ratio buckets (``TarDataset.bucketed``): one bucket per batch, each image the one
+its header says, resized as decoding it alone would, every sample exactly once per epoch,
+every batch kept intact."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+import torch.utils.data
+from helpers.shards import write_tar
+from PIL import Image
+
+import turboloader
+from turboloader import transforms as T
+from turboloader.data import TarDataset
+from turboloader.data.buckets import _default_transform, nearest_bucket
+from turboloader.errors import DecodeError
+from turboloader.transforms._random import sample_rng
+
+SIZES = [(48, 64), (64, 48), (56, 56), (40, 100), (100, 40), (60, 80), (30, 30), (90, 50)]
+BUCKETS = [(32, 32), (24, 40), (40, 24)]
+N = 60
+
+
+def photo(i):
+    h, w = SIZES[i % len(SIZES)]
+    yy, xx = np.mgrid[0:h, 0:w]
+    arr = np.stack([(xx * 5 + i * 13) % 256, (yy * 7 + i * 3) % 256, (xx + yy + i) % 256],
+                   -1).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def shards(tmp_path):
+    members = [(f"{i:05d}.{ext}", data) for i in range(N)
+               for ext, data in (("jpg", photo(i)), ("cls", str(i).encode()))]
+    half = len(members) // 2
+    return [write_tar(tmp_path / "b-0.tar", members[:half]),
+            write_tar(tmp_path / "b-1.tar", members[half:])]
+
+
+def want(i, epoch, seed=0):
+    h, w = SIZES[i % len(SIZES)]
+    b = BUCKETS[nearest_bucket(h, w, BUCKETS)]
+    return T.plan(_default_transform(b)).from_jpeg(photo(i), rng=sample_rng(seed, epoch, i))
+
+
+def test_nearest_bucket():
+    assert nearest_bucket(48, 64, BUCKETS) == 1 and nearest_bucket(64, 48, BUCKETS) == 2
+    assert nearest_bucket(56, 56, BUCKETS) == 0
+    assert nearest_bucket(10, 1000, BUCKETS) == 1
+    assert nearest_bucket(100, 100, [(32, 64), (64, 32)]) == 0  # a tie: the earlier
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_buckets_exactly_once_and_intact(shards, workers, drop_last):
+    ds = TarDataset(shards, None, seed=0)
+    buckets = ds.bucketed(4, BUCKETS, drop_last=drop_last)
+    dl = torch.utils.data.DataLoader(buckets, batch_size=None, num_workers=workers,
+                                     persistent_workers=workers > 0)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        batches = list(dl)  # every batch kept to the end of the epoch
+        seen = []
+        per_stream_partial = 0
+        for images, labels in batches:
+            assert 1 <= len(labels) <= 4 and images.shape[0] == len(labels)
+            shape = tuple(images.shape[2:])
+            assert shape in BUCKETS
+            per_stream_partial += len(labels) < 4
+            for img, i in zip(images, labels.tolist()):
+                h, w = SIZES[i % len(SIZES)]
+                assert BUCKETS[nearest_bucket(h, w, BUCKETS)] == shape
+                assert torch.equal(img, want(i, epoch))
+                seen.append(i)
+        if drop_last:
+            assert per_stream_partial == 0 and len(set(seen)) == len(seen) <= N
+            assert N - len(seen) <= max(1, workers) * len(BUCKETS) * 3  # only remainders
+        else:
+            assert sorted(seen) == list(range(N))  # the remainders come out too
+
+
+def test_buckets_with_a_bad_image_skip_or_raise(tmp_path):
+    members = [(f"{i:05d}.jpg", photo(i) if i != 7 else b"\xff\xd8garbage" * 20)
+               for i in range(20)] + [(f"{i:05d}.cls", str(i).encode()) for i in range(20)]
+    members.sort()
+    path = write_tar(tmp_path / "bad.tar", members)
+    with pytest.raises(DecodeError):
+        list(TarDataset(path, None).bucketed(4, BUCKETS))
+    ds = TarDataset(path, None, on_error="skip", max_failures=2)
+    got = [i for _, labels in ds.bucketed(4, BUCKETS) for i in labels.tolist()]
+    assert sorted(got) == [i for i in range(20) if i != 7]
+    assert ds.stats()["failures"] == 1
+
+
+def test_buckets_arguments(shards):
+    ds = TarDataset(shards, None)
+    with pytest.raises(ValueError):
+        ds.bucketed(0, BUCKETS)
+    with pytest.raises(ValueError):
+        ds.bucketed(4, [])
+    with pytest.raises(ValueError, match="cache"):
+        TarDataset(shards, None, cache="1MB").bucketed(4, BUCKETS)
+    with pytest.raises(NotImplementedError):
+        ds.bucketed(4, BUCKETS).state_dict()
+
+
+def test_buckets_under_the_process_backend(shards):
+    ds = TarDataset(shards, None, seed=0)
+    dl = turboloader.DataLoader(ds.bucketed(5, BUCKETS), batch_size=None, num_workers=2,
+                                backend="processes")
+    dl.set_epoch(3)
+    ds.set_epoch(3)
+    seen = []
+    for images, labels in dl:
+        for img, i in zip(images, labels.tolist()):
+            assert torch.equal(img, want(i, 3))
+            seen.append(i)
+    assert sorted(seen) == list(range(N))
