@@ -121,3 +121,37 @@ def test_buckets_under_the_process_backend(shards):
             assert torch.equal(img, want(i, 3))
             seen.append(i)
     assert sorted(seen) == list(range(N))
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_buckets_on_both_backends_equal_torchs_batches(shards, backend):
+    """The thread backend runs the same worker streams in threads: the same batches, in
+    the same order, as torch's DataLoader over the same workers."""
+    ds = TarDataset(shards, None, seed=0)
+    ds.set_epoch(2)
+    ref = list(torch.utils.data.DataLoader(ds.bucketed(4, BUCKETS), batch_size=None,
+                                           num_workers=2))
+    dl = turboloader.DataLoader(ds.bucketed(4, BUCKETS), batch_size=None, num_workers=2,
+                                backend=backend)
+    dl.set_epoch(2)
+    got = list(dl)  # kept
+    assert len(got) == len(ref)
+    for (a, la), (b, lb) in zip(got, ref):
+        assert torch.equal(la, lb) and torch.equal(a, b)
+    assert sorted(i for _, y in got for i in y.tolist()) == list(range(N))
+
+
+def test_batched_on_the_thread_backend(shards):
+    from turboloader import transforms as T2
+
+    ds = TarDataset(shards, T2.Compose([T2.Resize(16), T2.CenterCrop(16), T2.ToTensor()]),
+                    seed=0)
+    ds.set_epoch(1)
+    ref = list(torch.utils.data.DataLoader(ds.batched(7, drop_last=True), batch_size=None,
+                                           num_workers=2))
+    dl = turboloader.DataLoader(ds.batched(7, drop_last=True), batch_size=None, num_workers=2)
+    dl.set_epoch(1)
+    got = list(dl)
+    assert len(got) == len(ref) and all(len(y) == 7 for _, y in got)
+    for (a, la), (b, lb) in zip(got, ref):
+        assert torch.equal(la, lb) and torch.equal(a, b)

@@ -24,8 +24,10 @@ on top of the dataset's own epoch order, sharding and failure policy:
 * **Failures**: a sample that fails is skipped (``on_error="skip"``, counted in
   ``stats()``, its batch one shorter) or raised. No replacements.
 
-Not supported (yet): the cache, mid-epoch resume (``state_dict`` raises), the thread
-backend (use ``torch.utils.data.DataLoader(buckets, batch_size=None, num_workers=W)``).
+Loaders: ``torch.utils.data.DataLoader(buckets, batch_size=None, num_workers=W)``, or
+``turboloader.DataLoader(buckets, batch_size=None, ...)`` on either backend (the thread
+backend runs the same worker streams in threads). Not supported (yet): the cache, mid-epoch
+resume (``state_dict`` raises).
 """
 
 from __future__ import annotations
@@ -113,24 +115,54 @@ class TarBuckets(torch.utils.data.IterableDataset):
     def state_dict(self, *args, **kwargs):
         raise NotImplementedError("mid-epoch resume of bucketed batches is not supported yet")
 
-    def __iter__(self):
+    # the thread backend's protocol (turboloader.loader.protocol): whole batches per stream
+    yields_batches = True
+
+    def worker_sizes(self, num_workers):
+        """Samples each logical worker stream reads per epoch (the dataset's shares)."""
+        return self.dataset.worker_sizes(num_workers)
+
+    def worker_stream(self, worker, num_workers, *, batch_size=None, out=None, timing=None):
+        """The bucketed batches of logical worker ``worker`` of ``num_workers`` (what
+        ``__iter__`` yields in that DataLoader worker), written into ``out(shape, dtype)``
+        tensors when given. Call ``set_epoch`` first."""
+        from turboloader.data.reader import stream_name
+
+        ds = self.dataset
+        epoch = ds._epoch.value
+        if epoch < 0:
+            raise RuntimeError("TarBuckets.worker_stream: call set_epoch first "
+                               "(turboloader.DataLoader does)")
+        rank, slots, samples = self._items(epoch, worker, num_workers)
+        name = stream_name(default=f"rank{rank}-stream{worker}")
+        return self._stream(name, slots, samples, epoch, alloc=out)
+
+    def _items(self, epoch, worker, num_workers):
         from turboloader.data.checkpoint import topology
 
+        ds = self.dataset
+        rank, world = topology(ds.rank, ds.world_size)
+        fixed = epoch >= (1 << 62) and world > 1
+        slots, samples = sharding.worker_items(
+            ds._counts, seed=ds.seed, epoch=epoch, shuffle=ds.shuffle, rank=rank,
+            world_size=world, worker=worker, num_workers=num_workers, pad=ds.pad,
+            fixed=fixed, random_access=ds._random_access, mix_shards=ds.mix_shards)
+        return rank, slots.tolist(), samples.tolist()
+
+    def __iter__(self):
         ds = self.dataset
         info = torch.utils.data.get_worker_info()
         epoch = ds._pass_epoch()
         ds._last_pass = epoch
-        rank, world = topology(ds.rank, ds.world_size)
         worker, W = (0, 1) if info is None else (info.id, info.num_workers)
-        fixed = epoch >= (1 << 62) and world > 1
-        slots, samples = sharding.worker_items(
-            ds._counts, seed=ds.seed, epoch=epoch, shuffle=ds.shuffle, rank=rank,
-            world_size=world, worker=worker, num_workers=W, pad=ds.pad, fixed=fixed,
-            random_access=ds._random_access, mix_shards=ds.mix_shards)
+        rank, slots, samples = self._items(epoch, worker, W)
         name = f"rank{rank}-{'main' if info is None else f'worker{info.id}'}"
-        return self._stream(name, slots.tolist(), samples.tolist(), epoch, info is not None)
+        alloc = None
+        if info is not None:  # the batch crosses to the main process by handle
+            alloc = shared_pool().get
+        return self._stream(name, slots, samples, epoch, alloc=alloc, send=info is not None)
 
-    def _stream(self, name, slots, samples, epoch, worker):
+    def _stream(self, name, slots, samples, epoch, *, alloc=None, send=False):
         from turboloader.data.cache import Decoder
 
         ds = self.dataset
@@ -150,13 +182,13 @@ class TarBuckets(torch.utils.data.IterableDataset):
                 q.append((g, slot))
                 if len(q) == B:
                     queues[b] = []
-                    batch = self._batch(st, decoders[b], q, epoch, counters, log, worker)
+                    batch = self._batch(st, decoders[b], q, epoch, counters, log, alloc, send)
                     if batch is not None:
                         yield batch
                     batch = None
             for b, q in enumerate(queues):  # the remainders: every bucket's partial batch
                 if q and not self.drop_last:
-                    batch = self._batch(st, decoders[b], q, epoch, counters, log, worker)
+                    batch = self._batch(st, decoders[b], q, epoch, counters, log, alloc, send)
                     if batch is not None:
                         yield batch
                     batch = None
@@ -200,18 +232,17 @@ class TarBuckets(torch.utils.data.IterableDataset):
         except TurboLoaderError:
             return None
 
-    def _batch(self, st, decoder, items, epoch, counters, log, worker):
+    def _batch(self, st, decoder, items, epoch, counters, log, alloc, send):
         """One bucket's batch: the items decoded into one tensor; failures skipped (or
         raised) by the policy; None when every item failed."""
         ds = self.dataset
         chunk = ds._gather_chunk(st, items, epoch, counters)
         shape = (len(items), *decoder.plan.output_shape) if decoder.plan is not None and \
             decoder.plan.output_shape is not None else None
-        pool = shared_pool() if worker else None
         out = None
         if shape is not None:
             dtype = decoder.plan.output_dtype
-            out = pool.get(shape, dtype) if pool is not None else torch.empty(shape, dtype=dtype)
+            out = alloc(shape, dtype) if alloc is not None else torch.empty(shape, dtype=dtype)
         errors, objs = st.decode(chunk, out, counters=counters, decoder=decoder)
         good, images, labels = [], [], []
         for i, exc in enumerate(errors):
@@ -239,8 +270,8 @@ class TarBuckets(torch.utils.data.IterableDataset):
                     fill_row(out, r, img)
             if n < len(items):
                 out = out[:n]
-        if pool is not None:
-            out = pool.send(out)
+        if send:
+            out = shared_pool().send(out)
         return [out, collate_labels(labels)]
 
     def __repr__(self):

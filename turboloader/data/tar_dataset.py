@@ -939,6 +939,23 @@ class TarBatches(torch.utils.data.IterableDataset):
             raise AttributeError(name)
         return getattr(self.dataset, name)
 
+    # the thread backend's protocol (turboloader.loader.protocol): whole batches per stream
+    yields_batches = True
+
+    def worker_sizes(self, num_workers):
+        """Samples each logical worker stream yields per epoch (the dataset's shares)."""
+        return self.dataset.worker_sizes(num_workers)
+
+    def worker_stream(self, worker, num_workers, *, batch_size=None, out=None, timing=None):
+        """The batches of logical worker ``worker`` (see :meth:`TarDataset.worker_stream`
+        with this object's ``batch_size``), its short last one dropped with ``drop_last``."""
+        B = self.batch_size
+        for batch in self.dataset.worker_stream(worker, num_workers, batch_size=B, out=out,
+                                                timing=timing):
+            if self.drop_last and len(batch[1]) < B:
+                return
+            yield batch
+
     def __len__(self) -> int:
         """Batches per rank per epoch, for ``num_workers`` streams (one when not given)."""
         B = self.batch_size

@@ -16,7 +16,7 @@ from turboloader.data._buffers import BufferPool
 from turboloader.loader._iterable import IterablePipeline, batch_len
 from turboloader.loader._mapstyle import MapPipeline
 from turboloader.loader._pipeline import DONE, Failure
-from turboloader.loader.protocol import has_worker_streams
+from turboloader.loader.protocol import has_worker_streams, yields_batches
 from turboloader.loader.stats import RunStats, format_stats
 
 __all__ = ["DataLoader", "profile"]
@@ -274,8 +274,10 @@ class DataLoader:
         self.sampler = self.torch_loader.sampler
         self.batch_sampler = self.torch_loader.batch_sampler
         if not procs:
-            if self.batch_size is None:
-                raise ValueError("backend='threads' needs batching (batch_size or batch_sampler)")
+            if self.batch_size is None and not yields_batches(dataset):
+                raise ValueError("backend='threads' needs batching (batch_size or batch_sampler), "
+                                 "or a dataset of whole batches (TarDataset.batched(), "
+                                 ".bucketed()) with batch_size=None")
             if self._iterable and batch_sampler is not None:
                 raise ValueError("batch_sampler is for map-style datasets")
             if not in_order:

@@ -69,7 +69,11 @@ class IterablePipeline(Pipeline):
         streams = has_worker_streams(ds)
         stream = None
         try:
-            if streams and loader.collate_fn is None:
+            if B is None:  # a dataset of whole batches (yields_batches)
+                stream = ds.worker_stream(w, self.W, out=self.stream_alloc(w),
+                                          timing=self.stats.timing)
+                self._batches(stream, q, None)
+            elif streams and loader.collate_fn is None:
                 # whole batches, decoded into recycled (pinned) batch tensors
                 stream = ds.worker_stream(w, self.W, batch_size=B, out=self.stream_alloc(w),
                                           timing=self.stats.timing)
@@ -96,7 +100,7 @@ class IterablePipeline(Pipeline):
             if stop.is_set():
                 raise Stopped
             n = batch_len(batch)
-            if n < B and drop_last:  # a stream's last, partial batch
+            if B is not None and n < B and drop_last:  # a stream's last, partial batch
                 break
             busy = time.perf_counter() - t
             stats.add(busy=busy, wait_out=put(q, batch, stop), items=n)

@@ -23,6 +23,11 @@ what torch's DataLoader would do (``iter(dataset)`` in one thread, ``dataset[i]`
         with the stream's name, so per-stream state (decoder, cache, statistics, failure
         budget) can be kept per thread.
 
+    A dataset whose items already are batches (``TarDataset.batched()``,
+    ``TarDataset.bucketed()``) says so with ``yields_batches = True``: it is loaded with
+    ``batch_size=None``, and ``worker_stream(worker, num_workers, timing=...)`` yields its
+    batches.
+
     With ``num_workers > 1`` the thread backend needs ``worker_stream`` (torch shards other
     iterable datasets through ``get_worker_info()``, a per-process global threads cannot
     fake). Batches come out in torch's order: workers' batches round-robin.
@@ -73,13 +78,19 @@ from __future__ import annotations
 
 import inspect
 
-__all__ = ["accepts_out", "has_worker_streams"]
+__all__ = ["accepts_out", "has_worker_streams", "yields_batches"]
 
 
 def has_worker_streams(dataset) -> bool:
     """True when ``dataset`` implements the iterable side of the protocol."""
     return callable(getattr(dataset, "worker_stream", None)) and \
         callable(getattr(dataset, "worker_sizes", None))
+
+
+def yields_batches(dataset) -> bool:
+    """True when ``dataset``'s worker streams yield whole batches (load with
+    ``batch_size=None``)."""
+    return bool(getattr(dataset, "yields_batches", False)) and has_worker_streams(dataset)
 
 
 def accepts_out(dataset) -> bool:
