@@ -39,6 +39,8 @@ _LAZY = {
     "TarDataset": "turboloader.data",
     "ImageFolder": "turboloader.data",
     "TBLDataset": "turboloader.data",
+    "VideoDataset": "turboloader.data",
+    "VideoFolder": "turboloader.data",
     "ShardCache": "turboloader.data",
     # the core loader with seed 001's path-first form (a subclass of turboloader.loader's)
     "DataLoader": "turboloader.compat",

@@ -26,6 +26,8 @@ _LAZY = {
     "TarBuckets": "turboloader.data.buckets",
     "TarDataset": "turboloader.data.tar_dataset",
     "TBLDataset": "turboloader.data.tbl_dataset",
+    "VideoDataset": "turboloader.data.video",
+    "VideoFolder": "turboloader.data.video",
     "braceexpand": "turboloader.io.shards",
     "expand_urls": "turboloader.io.shards",
     "per_rank_count": "turboloader.data.sharding",

@@ -49,15 +49,17 @@ class _TarReader(StreamReader):
         self.labels = {}  # url -> (values, {j: (exception type, args)})
         self.label_key = dataset.label_key
         self.fields = dataset._fields
+        self.image_exts = (dataset._fields.image_exts if dataset._fields is not None
+                           else dataset._image_exts)
 
     def shard(self, url):
         reader = self.shards.get(url)
         if reader is None:
             reader = self.shards[url] = open_shard(url, cache=self.shard_cache)
-            if self.fields is not None:  # the image the fields name, and their members
-                reader.use_image_extensions(self.fields.image_exts)
-                if not reader.random_access:
-                    reader.read_members(self.fields.exts)
+            if self.image_exts:  # the image member the fields (or a subclass) name
+                reader.use_image_extensions(self.image_exts)
+            if self.fields is not None and not reader.random_access:
+                reader.read_members(self.fields.exts)
             if self.shard_cache is not None and self.upcoming:
                 # a new shard: have the node cache fetch the ones this stream reads next
                 try:
@@ -355,6 +357,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         ...     for images, labels in loader: ...
         >>> ds.stats()["workers"]
     """
+
+    _image_exts = None  # the member extensions of a sample's "image" (None: image files)
 
     def __init__(self, urls, transform=None, target_transform=None, *, shuffle=True, seed=0,
                  label_key="label", missing_label=None, rank=None, world_size=None, pad=True,

@@ -1,0 +1,188 @@
+"""Video clips (VideoDataset, VideoFolder) against decoding the same frames with PyAV
+directly, on videos the test encodes."""
+
+import io
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.utils.data
+from helpers.shards import write_tar
+
+import turboloader
+from turboloader import transforms as T
+from turboloader.decode.video import clip_indices, decode_frames, video_info
+from turboloader.errors import DecodeError
+from turboloader.transforms._random import sample_rng
+
+av = pytest.importorskip("av")
+
+FRAMES, H, W = 30, 48, 64
+
+
+def encode(n=FRAMES, seed=0, fmt="mp4"):
+    """A video whose frame ``i`` is a gradient shifted by ``i`` (so frames are distinct)."""
+    buf = io.BytesIO()
+    c = av.open(buf, "w", format=fmt)
+    s = c.add_stream("mpeg4", rate=25)
+    s.width, s.height, s.pix_fmt = W, H, "yuv420p"
+    s.codec_context.gop_size = 8  # several key frames: seeking has somewhere to land
+    yy, xx = np.mgrid[0:H, 0:W]
+    for i in range(n):
+        arr = np.stack([(xx * 3 + i * 8 + seed) % 256, (yy * 4 + i * 5) % 256,
+                        np.full_like(xx, (i * 9 + seed * 3) % 256)], -1).astype(np.uint8)
+        for p in s.encode(av.VideoFrame.from_ndarray(arr, format="rgb24")):
+            c.mux(p)
+    for p in s.encode():
+        c.mux(p)
+    c.close()
+    return buf.getvalue()
+
+
+def pyav_frames(data):
+    """Every frame, decoded front to back by PyAV (the oracle)."""
+    with av.open(io.BytesIO(data)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+
+
+def test_seeking_decode_equals_decoding_everything():
+    data = encode()
+    assert video_info(data)[0] == FRAMES
+    every = pyav_frames(data)
+    for idx in ([0, 1, 2], [10, 12, 14, 16], [27, 28, 29], [5], [9, 17, 25]):
+        got = decode_frames(data, idx)
+        for i in idx:
+            assert np.array_equal(got[i], every[i]), i
+
+
+def test_clip_indices():
+    rng = np.random.default_rng(0)
+    (c,) = clip_indices(30, 4, 3, rng=rng)
+    assert c == list(range(c[0], c[0] + 12, 3)) and 0 <= c[0] <= 30 - 10
+    assert clip_indices(10, 4, 2, sampling="uniform", clips=2) == [[0, 2, 4, 6], [3, 5, 7, 9]]
+    assert clip_indices(3, 4, 1, sampling="uniform") == [[0, 1, 2, 2]]  # last frame repeated
+
+
+def test_corrupt_and_truncated_videos_are_decode_errors():
+    data = encode()
+    with pytest.raises(DecodeError):
+        video_info(b"not a video at all" * 10)
+    with pytest.raises(DecodeError):
+        decode_frames(data[: len(data) // 3], [20, 25, 29])
+
+
+TF = T.Compose([T.RandomResizedCrop(24, scale=(0.4, 1.0)), T.RandomHorizontalFlip(),
+                T.ToTensor()])
+
+
+def expected_clip(data, seed, epoch, i, frames_per_clip=4, stride=2):
+    """The clip a dataset must give for sample ``i``: the same frames (PyAV), each through
+    the fused plan with the same draws."""
+    rng = sample_rng(seed, epoch, i)
+    (idx,) = clip_indices(FRAMES, frames_per_clip, stride, rng=rng)
+    state = rng.getstate()
+    every = pyav_frames(data)
+    plan = T.plan(TF)
+    out = []
+    for j in idx:
+        rng.setstate(state)
+        out.append(plan.from_array(every[j], rng=rng))
+    return torch.stack(out)
+
+
+@pytest.fixture
+def videos(tmp_path):
+    datas = [encode(seed=k) for k in range(12)]
+    members = []
+    for k, d in enumerate(datas):
+        members += [(f"v{k:03d}.mp4", d), (f"v{k:03d}.cls", str(k).encode())]
+    half = len(members) // 2
+    paths = [write_tar(tmp_path / "v-0.tar", members[:half]),
+             write_tar(tmp_path / "v-1.tar", members[half:])]
+    return paths, datas
+
+
+@pytest.mark.parametrize("how", ["direct", "torch2", "threads"])
+def test_video_dataset_clips_equal_pyav_frames_transformed(videos, how):
+    paths, datas = videos
+    ds = turboloader.VideoDataset(paths, TF, frames_per_clip=4, stride=2, seed=3)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        if how == "direct":
+            samples = list(ds)
+            pairs = [(c, y) for c, y in samples]
+        else:
+            if how == "torch2":
+                dl = torch.utils.data.DataLoader(ds, batch_size=3, num_workers=2)
+            else:
+                dl = turboloader.DataLoader(ds, batch_size=3, num_workers=2)
+                dl.set_epoch(epoch)
+            batches = list(dl)  # kept to the end
+            pairs = [(c, int(y)) for clips, ys in batches for c, y in zip(clips, ys)]
+        assert sorted(y for _, y in pairs) == list(range(12))
+        for clip, y in pairs:
+            assert clip.shape == (4, 3, 24, 24)
+            assert torch.equal(clip, expected_clip(datas[y], 3, epoch, y)), (epoch, y)
+
+
+def test_one_set_of_draws_for_all_frames(videos):
+    """A still video (every frame the same) gives the same crop/flip on every frame."""
+    paths, _ = videos
+    still = io.BytesIO()
+    c = av.open(still, "w", format="mp4")
+    s = c.add_stream("mpeg4", rate=25)
+    s.width, s.height, s.pix_fmt = W, H, "yuv420p"
+    s.codec_context.qmax = 2
+    arr = np.random.default_rng(1).integers(0, 255, (H, W, 3), dtype=np.uint8)
+    for _ in range(10):
+        for p in s.encode(av.VideoFrame.from_ndarray(arr, format="rgb24")):
+            c.mux(p)
+    for p in s.encode():
+        c.mux(p)
+    c.close()
+    frames = decode_frames(still.getvalue(), range(10))
+    if not all(np.array_equal(frames[0], frames[i]) for i in range(10)):
+        pytest.skip("the encoder did not reproduce identical frames")
+    path = write_tar(os.path.join(os.path.dirname(paths[0]), "still.tar"),
+                     [("s.mp4", still.getvalue()), ("s.cls", b"0")])
+    for seed in range(5):
+        (clip, _), = list(turboloader.VideoDataset(path, TF, frames_per_clip=5, seed=seed))
+        assert all(torch.equal(clip[0], clip[t]) for t in range(5))
+
+
+def test_uniform_clips_and_a_corrupt_video_skipped(tmp_path):
+    good = encode()
+    members = [("a.mp4", good), ("a.cls", b"0"), ("b.mp4", good[: len(good) // 4]),
+               ("b.cls", b"1"), ("c.mp4", b"garbage" * 50), ("c.cls", b"2")]
+    path = write_tar(tmp_path / "u.tar", members)
+    ds = turboloader.VideoDataset(path, T.Compose([T.Resize(16), T.CenterCrop(16),
+                                                   T.ToTensor()]),
+                                  frames_per_clip=3, stride=5, sampling="uniform", clips=2,
+                                  shuffle=False, on_error="skip", max_failures=2)
+    got = list(ds)
+    assert len(got) == 3  # the two bad ones replaced by the good one (the policy's replacements)
+    clip, label = got[0]
+    assert clip.shape == (2, 3, 3, 16, 16) and label == 0
+    assert ds.stats()["failures"] == 2
+    with pytest.raises(DecodeError):
+        list(turboloader.VideoDataset(path, None, shuffle=False))
+
+
+def test_video_folder(tmp_path):
+    for k in range(4):
+        d = tmp_path / "vids" / f"class{k % 2}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{k}.mp4").write_bytes(encode(seed=k))
+    ds = turboloader.VideoFolder(str(tmp_path / "vids"), TF, frames_per_clip=4, stride=2,
+                                 seed=3)
+    ds.set_epoch(0)
+    assert ds.classes == ["class0", "class1"]
+    for i in range(len(ds)):
+        clip, y = ds[i]
+        path = ds.samples[i][0]
+        assert y == ds.targets[i]
+        with open(path, "rb") as f:
+            assert torch.equal(clip, expected_clip(f.read(), 3, 0, i))
+    clips, ys = next(iter(torch.utils.data.DataLoader(ds, batch_size=2, num_workers=2)))
+    assert clips.shape == (2, 4, 3, 24, 24)

@@ -1,0 +1,192 @@
+"""Video clips as samples: ``VideoDataset`` over TAR shards (webdataset's ``.mp4`` members)
+and ``VideoFolder`` over class folders.
+
+Each sample is a clip of ``frames_per_clip`` frames, ``stride`` frames apart, drawn per epoch
+from the sample's random stream (``sampling="random"``, train), or ``clips`` evenly spaced
+clips (``sampling="uniform"``, eval). Only the clip's frames are decoded, after a seek to the
+key frame before it (:mod:`turboloader.decode.video`). The transform runs with **one** set of
+drawn parameters for all frames of a clip, as torchvision v2 transforms a video: a turboloader
+pipeline that plans runs fused on each frame with the same draws (crop, flip, jitter); any
+other transform gets the clip as a ``torchvision.tv_tensors.Video`` ``(T, C, H, W)`` uint8
+tensor. A sample is ``(clip, label)``: ``clip`` is ``(T, C, H, W)``, or ``(clips, T, C, H,
+W)`` for several uniform clips.
+
+Everything else is the underlying dataset's: sharding over ranks and workers, per-epoch
+shuffles, exactly-once epochs, resume, statistics and the failure policy (a corrupt or
+truncated video is a ``DecodeError``: raised, or a counted skip under ``on_error="skip"``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import torch
+import torchvision.datasets
+
+from turboloader.data.folder import read_file
+from turboloader.data.reader import MapDataset, StreamReader
+from turboloader.data.tar_dataset import TarDataset, _TarReader
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.decode.video import VIDEO_EXTENSIONS, clip_indices, decode_frames, video_info
+from turboloader.errors import UnreadableFileError
+from turboloader.transforms._random import using_rng
+
+__all__ = ["VideoDataset", "VideoFolder"]
+
+
+def _get_state(rng):
+    return rng.bit_generator.state if hasattr(rng, "bit_generator") else rng.getstate()
+
+
+def _set_state(rng, state):
+    if hasattr(rng, "bit_generator"):
+        rng.bit_generator.state = state
+    else:
+        rng.setstate(state)
+
+
+class _ClipDecoder:
+    """A stream's decoder for video sources: the clip's frames, then the transform with one
+    set of draws for all of them (what ``StreamReader.decode``'s generic path calls)."""
+
+    cache = None
+    plan = None
+
+    def __init__(self, transform, *, frames_per_clip, stride, sampling, clips):
+        from turboloader.data.cache import get_plan
+
+        self.transform = transform
+        self.frame_plan = get_plan(transform)
+        self.frames_per_clip, self.stride = int(frames_per_clip), int(stride)
+        self.sampling, self.clips = sampling, int(clips)
+        clip_indices(1, self.frames_per_clip, self.stride, rng=np.random.default_rng(0),
+                     sampling=sampling, clips=self.clips)  # argument checks, at once
+
+    def _generic(self, img, rng):
+        return img
+
+    def transform_source(self, source, *, rng, source_size=None, counters=None, out=None):
+        t = time.perf_counter()
+        n, _ = video_info(source)
+        clips = clip_indices(n, self.frames_per_clip, self.stride, rng=rng,
+                             sampling=self.sampling, clips=self.clips)
+        frames = decode_frames(source, [i for c in clips for i in c])
+        if counters is not None:
+            counters["decode_s"] += time.perf_counter() - t
+            t = time.perf_counter()
+        state = _get_state(rng)  # every frame (and clip) draws the same parameters
+        out = torch.stack([self._clip([frames[i] for i in c], rng, state) for c in clips])
+        if counters is not None:
+            counters["transform_s"] += time.perf_counter() - t
+        return out[0] if self.clips == 1 else out
+
+    def _clip(self, frames, rng, state):
+        if self.transform is None:
+            return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).contiguous()
+        if self.frame_plan is not None and self.frame_plan.output_shape is not None:
+            rows = []
+            for f in frames:
+                _set_state(rng, state)
+                rows.append(self.frame_plan.from_array(f, rng=rng))
+            return torch.stack(rows)
+        from torchvision import tv_tensors
+
+        _set_state(rng, state)
+        video = tv_tensors.Video(torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2))
+        with using_rng(rng):
+            return self.transform(video)
+
+
+def _clip_options(frames_per_clip, stride, sampling, clips):
+    if int(frames_per_clip) < 1 or int(stride) < 1:
+        raise ValueError(f"frames_per_clip and stride must be >= 1, got {frames_per_clip}, "
+                         f"{stride}")
+    if sampling not in ("random", "uniform"):
+        raise ValueError(f'sampling must be "random" or "uniform", got {sampling!r}')
+    if int(clips) < 1 or (sampling == "random" and int(clips) != 1):
+        raise ValueError(f"clips must be >= 1 (and 1 for random sampling), got {clips}")
+    return {"frames_per_clip": int(frames_per_clip), "stride": int(stride),
+            "sampling": sampling, "clips": int(clips)}
+
+
+class VideoDataset(TarDataset):
+    """``(clip, label)`` samples from WebDataset-style TAR shards of videos (a sample's
+    ``.mp4``/``.webm``/``.mkv``/``.avi``/``.mov`` member, its ``.cls``/``.json`` label), with
+    everything :class:`~turboloader.data.TarDataset` does (see :mod:`turboloader.data.video`).
+
+    Args:
+        urls, transform, target_transform: as ``TarDataset``; ``transform`` applies to each
+            frame with the same parameters (a turboloader pipeline), or to the whole clip as a
+            ``tv_tensors.Video`` (anything else).
+        frames_per_clip: frames in a clip (``T``).
+        stride: frames between consecutive clip frames (1: consecutive frames).
+        sampling: ``"random"`` (a clip at a start drawn per epoch) or ``"uniform"``.
+        clips: clips per video with ``"uniform"`` (then samples are ``(clips, T, C, H, W)``).
+        **kwargs: ``TarDataset``'s keyword arguments (not ``cache`` or ``fields``).
+
+    Raises:
+        MissingDependencyError: PyAV is not installed (when a clip is first decoded).
+
+    Example:
+        >>> ds = VideoDataset("clips-{0000..0009}.tar", T.Compose([T.RandomResizedCrop(112),
+        ...                   T.RandomHorizontalFlip(), T.ToTensor()]), frames_per_clip=16,
+        ...                   stride=2)                                      # doctest: +SKIP
+        >>> clip, label = next(iter(ds))  # clip: (16, 3, 112, 112)
+    """
+
+    _image_exts = VIDEO_EXTENSIONS
+
+    def __init__(self, urls, transform=None, target_transform=None, *, frames_per_clip=8,
+                 stride=1, sampling="random", clips=1, **kwargs):
+        for key in ("cache", "fields", "cache_short_side"):
+            if kwargs.get(key) is not None:
+                raise ValueError(f"VideoDataset does not take {key}=")
+        self._clip = _clip_options(frames_per_clip, stride, sampling, clips)
+        super().__init__(urls, transform, target_transform, **kwargs)
+
+    def _new_reader(self, name):
+        st = _TarReader(self, name)
+        st.decoder = _ClipDecoder(self.transform, **self._clip)
+        st.plan = None  # every row through the clip decoder
+        return st
+
+
+class VideoFolder(MapDataset, torchvision.datasets.DatasetFolder):
+    """``(clip, label)`` samples from class folders of video files, map-style like
+    ``ImageFolder`` (same arguments, ``classes``, ``class_to_idx``, ``samples``), the clip
+    options of :class:`VideoDataset`, and the map-style failure policy."""
+
+    def __init__(self, root, transform=None, target_transform=None, *, frames_per_clip=8,
+                 stride=1, sampling="random", clips=1, seed=0, on_error="raise",
+                 max_failures=0.01, stats_interval=256, extensions=VIDEO_EXTENSIONS):
+        self._clip = _clip_options(frames_per_clip, stride, sampling, clips)
+        super().__init__(root, loader=read_file, extensions=tuple(f".{e}" for e in extensions),
+                         transform=transform, target_transform=target_transform)
+        self._init_reader(transform, target_transform, seed=seed, cache=None,
+                          cache_short_side=None, on_error=on_error, max_failures=max_failures,
+                          max_pixels=DEFAULT_MAX_PIXELS, stats_interval=stats_interval)
+
+    def _new_reader(self, name):
+        st = StreamReader(self, name, flush_failures=True)
+        st.decoder = _ClipDecoder(self.transform, **self._clip)
+        st.plan = None
+        return st
+
+    def _gather(self, st, chunk, i, slot, epoch, counters):
+        path, target = self.samples[i]
+        t = time.perf_counter()
+        try:
+            data = read_file(path)
+        except UnreadableFileError as exc:
+            chunk.fail(exc, i, slot, epoch)
+            return
+        counters["read_s"] += time.perf_counter() - t
+        counters["bytes_read"] += len(data)
+        chunk.add(data, target, i, slot, epoch)
+
+    def _where(self, st, i):
+        path = self.samples[i][0]
+        return (f"VideoFolder: file {path!r} (index {i})", path,
+                os.path.relpath(path, self.root), 0)
