@@ -37,6 +37,8 @@ _LAZY = {
     "TarDataset": "turboloader.data",
     "ImageFolder": "turboloader.data",
     "TBLDataset": "turboloader.data",
+    "ManifestDataset": "turboloader.data",
+    "ParquetDataset": "turboloader.data",
     "ShardCache": "turboloader.data",
     # the core loader with seed 001's path-first form (a subclass of turboloader.loader's)
     "DataLoader": "turboloader.compat",

@@ -19,6 +19,8 @@ _LAZY = {
     "ByteLRU": "turboloader.data.cache",
     "FailurePolicy": "turboloader.data.failures",
     "ImageFolder": "turboloader.data.folder",
+    "ManifestDataset": "turboloader.data.manifest",
+    "ParquetDataset": "turboloader.data.parquet_dataset",
     "ResumableSampler": "turboloader.data.tbl_dataset",
     "ShardCache": "turboloader.io.remote",
     "delivered_counts": "turboloader.data.tar_dataset",
