@@ -2,7 +2,10 @@
 hub), against a Pillow oracle; exactly once per epoch across ranks x workers, set_epoch
 shuffling, resume, the failure policy, from_hf."""
 
+import contextlib
 import io
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -197,8 +200,39 @@ def test_bad_files_and_columns(tmp_path, files):
     assert _labels(ds) == [-1] * 12
 
 
+@contextlib.contextmanager
+def _hf_datasets():
+    """Hugging Face's ``datasets``, imported past ``benchmarks/datasets.py`` (which
+    tests/test_bench_smoke.py puts first on sys.path) and taken out of ``sys.modules``
+    afterwards, so that the benchmarks' ``from datasets import ...`` still finds theirs."""
+    def ours():
+        return {k: v for k, v in sys.modules.items()
+                if k == "datasets" or k.startswith("datasets.")}
+
+    saved_path, saved = sys.path[:], ours()
+    for k in saved:
+        del sys.modules[k]
+    sys.path[:] = [p for p in sys.path if not os.path.isfile(os.path.join(p or ".",
+                                                                          "datasets.py"))]
+    try:
+        try:
+            import datasets
+        except ImportError:
+            pytest.skip("Hugging Face datasets is not installed")
+        yield datasets
+    finally:
+        for k in ours():
+            del sys.modules[k]
+        sys.modules.update(saved)
+        sys.path[:] = saved_path
+
+
 def test_hugging_face_datasets(tmp_path):
-    datasets = pytest.importorskip("datasets")
+    with _hf_datasets() as datasets:
+        _check_hugging_face(datasets, tmp_path)
+
+
+def _check_hugging_face(datasets, tmp_path):
     feats = datasets.Features({"image": datasets.Image(),
                                "label": datasets.ClassLabel(names=["cat", "dog", "eel"])})
     hf = datasets.Dataset.from_dict(
@@ -237,3 +271,19 @@ def test_hugging_face_datasets(tmp_path):
     ).cast_column("image", datasets.Image())
     ds = ParquetDataset.from_hf(by_path, size_of, shuffle=False)
     assert _labels(ds) == [0, 1, 2] and all(x.tolist() == [64, 48] for x, _ in ds)
+
+
+def test_fsspec_filesystems(files):
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    with open(files[0], "rb") as f:
+        fs.pipe("/bucket/a-0.parquet", f.read())
+    with open(files[1], "rb") as f:
+        fs.pipe("/bucket/a-1.parquet", f.read())
+    # a URL pyarrow.fs does not know goes through fsspec; braces expand, globs do not
+    ds = ParquetDataset("memory://bucket/a-{0..1}.parquet", size_of, shuffle=False)
+    assert ds.shard_sizes == [3, 3, 1, 3, 2] and _labels(ds) == list(range(12))
+    ds = ParquetDataset("/bucket/a-1.parquet", size_of, shuffle=False, filesystem=fs)
+    assert _labels(ds) == list(range(7, 12))
+    with pytest.raises(FileNotFoundError):
+        ParquetDataset("memory://bucket/missing.parquet")
