@@ -59,7 +59,7 @@ def test_shards_are_row_groups(files):
                        f"{files[1]}#rg=0", f"{files[1]}#rg=1"]
     assert ds.shard_sizes == [3, 3, 1, 3, 2] and len(ds) == 12
     assert _labels(ds) == list(range(12))
-    assert "12 samples" in repr(ds)
+    assert "5 shards, 12 samples" in repr(ds)
 
 
 def test_outputs_match_pillow(files):

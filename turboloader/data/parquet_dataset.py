@@ -157,6 +157,6 @@ class ParquetDataset(TarDataset):
         return note.replace("TarDataset", "ParquetDataset", 1), url, key, offset
 
     def __repr__(self):
-        return (f"ParquetDataset({len(self.urls)} row groups, {self.num_samples} samples, "
+        return (f"ParquetDataset({len(self.urls)} shards, {self.num_samples} samples, "
                 f"shuffle={self.shuffle}, seed={self.seed}, pad={self.pad}, "
                 f"cache={self.cache_bytes or None}, on_error={self.policy.on_error!r})")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import numpy as np
 
@@ -255,6 +256,7 @@ class ParquetShards:
         self.filesystem = filesystem
         self.columns = [c for c in (image_column, label_column, key_column) if c is not None]
         self._table = table
+        self._local = threading.local()  # per thread: open ParquetFiles (see _file)
         self._shards = {}  # shard name -> (file or None, row group or (start, stop), rows, first row)
         self.names = []
         self.class_names = None
@@ -323,8 +325,7 @@ class ParquetShards:
                 a, b = part
                 table = _as_arrow(self._table).select(self.columns).slice(a, b - a)
             else:
-                pf = open_parquet(path, filesystem=self.filesystem)
-                table = pf.read_row_group(part, columns=self.columns)
+                table = self._file(path).read_row_group(part, columns=self.columns)
         except (pyarrow.ArrowException, OSError) as exc:
             if isinstance(exc, FileNotFoundError):
                 raise
@@ -337,6 +338,29 @@ class ParquetShards:
             raise
         except (pyarrow.ArrowException, ValueError) as exc:
             raise FormatError(f"shard {name!r}: {exc}") from None
+
+    def _file(self, path):
+        """``path``'s ParquetFile, kept open per thread (its footer is read once, not once per
+        row group: one request fewer per row group on a remote file); the 4 most recent."""
+        files = getattr(self._local, "files", None)
+        if files is None:
+            files = self._local.files = {}
+        pf = files.pop(path, None)
+        if pf is None:
+            pf = open_parquet(path, filesystem=self.filesystem)
+            while len(files) >= 4:
+                files.pop(next(iter(files)))
+        files[path] = pf  # most recent last
+        return pf
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        del state["_local"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._local = threading.local()
 
     def location(self, name) -> tuple:
         """``(file or None, row group or (start, stop))`` of shard ``name``."""
