@@ -1,10 +1,11 @@
 """Object detection: (image, boxes, labels) listed in a JSON Lines manifest, augmented together
 with turboloader's transforms and torchvision's ``tv_tensors.BoundingBoxes``.
 
-Each turboloader transform draws its parameters once per sample and applies them to the image
-(turboloader's native kernels) and to the boxes (torchvision v2's functionals: transformed and
-clamped to the new canvas); torchvision's own ``SanitizeBoundingBoxes`` then drops the boxes
-the crop cut away, with their labels. Samples are dicts, as torchvision's detection
+``turboloader.transforms.transform_jointly(pipeline, jpeg_bytes, boxes)`` draws the
+parameters once per sample: the JPEG is decoded and transformed in one fused native call and
+the boxes (``tv_tensors.BoundingBoxes``) follow the same parameters through torchvision v2's
+functionals (transformed and clamped to the new canvas); torchvision's own
+``SanitizeBoundingBoxes`` then drops the boxes the crop cut away, with their labels. Samples are dicts, as torchvision's detection
 references use them, and the loader keeps them as lists (boxes per image differ in number).
 
     python examples/detection.py                    # on generated data
@@ -63,10 +64,13 @@ class DetectionManifest(torch.utils.data.Dataset):
     """``(image, {"boxes", "labels"})`` from a manifest, transformed jointly."""
 
     def __init__(self, manifest, root, transform, *, seed=0):
+        from torchvision.transforms import v2
+
         from turboloader.io.manifest import read_manifest
 
         self.rows = read_manifest(manifest)
         self.root, self.transform, self.seed, self.epoch = root, transform, seed, 0
+        self.sanitize = v2.SanitizeBoundingBoxes(min_size=4)
 
     def set_epoch(self, epoch):
         self.epoch = epoch
@@ -77,17 +81,20 @@ class DetectionManifest(torch.utils.data.Dataset):
     def __getitem__(self, i):
         from torchvision import tv_tensors
 
-        from turboloader import decode_image, sample_rng
-        from turboloader.transforms import using_rng
+        from turboloader import sample_rng
+        from turboloader.io import Codec, image_size
+        from turboloader.transforms import transform_jointly
 
         row = self.rows[i]
         with open(os.path.join(self.root, row["path"]), "rb") as f:
-            image = decode_image(f.read())  # (H, W, 3) uint8
-        target = {"boxes": tv_tensors.BoundingBoxes(row["boxes"], format="XYXY",
-                                                    canvas_size=image.shape[:2]),
-                  "labels": torch.tensor(row["labels"])}
-        with using_rng(sample_rng(self.seed, self.epoch, i)):
-            return self.transform(image, target)
+            data = f.read()
+        w, h = image_size(data, Codec.JPEG)
+        boxes = tv_tensors.BoundingBoxes(row["boxes"], format="XYXY", canvas_size=(h, w))
+        image, boxes = transform_jointly(self.transform, data, boxes,
+                                         rng=sample_rng(self.seed, self.epoch, i))
+        out = self.sanitize({"image": image, "boxes": boxes,
+                             "labels": torch.tensor(row["labels"])})
+        return out["image"], {"boxes": out["boxes"], "labels": out["labels"]}
 
 
 def collate(batch):
@@ -117,8 +124,6 @@ def main(argv=None) -> dict:
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: all)")
     args = p.parse_args(argv)
 
-    from torchvision.transforms import v2
-
     from turboloader import transforms as T
 
     tmp = None
@@ -129,8 +134,8 @@ def main(argv=None) -> dict:
     root = args.root or os.path.dirname(os.path.abspath(manifest))
     train = T.Compose([T.RandomResizedCrop(args.size, scale=(0.4, 1.0)),
                        T.RandomHorizontalFlip(), T.ToImage(),
-                       T.ToDtype(torch.float32, scale=True),
-                       v2.SanitizeBoundingBoxes(min_size=4)])
+                       T.ToDtype(torch.float32, scale=True)])
+    print("fused image path:", T.plan(train) is not None)
     ds = DetectionManifest(manifest, root, train)
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
                                          num_workers=args.workers, collate_fn=collate)

@@ -1,11 +1,14 @@
 """Semantic segmentation: (image, mask) pairs listed in a JSON Lines manifest, augmented
 together with turboloader's transforms and torchvision's ``tv_tensors.Mask``.
 
-Each turboloader transform draws its parameters once per sample and applies them to the
-image (turboloader's native kernels, on the decoded NumPy array) and to the mask
-(torchvision v2's functionals: nearest resampling, so class ids stay class ids), as
-torchvision v2 does. The parameters of sample ``i`` in epoch ``e`` come from
-``sample_rng(seed, e, i)``: the same augmentation whichever worker reads it.
+``turboloader.transforms.transform_jointly(pipeline, jpeg_bytes, mask)`` draws the
+parameters once per sample: the JPEG is decoded and transformed in one fused native call
+(only the crop window is decoded) and the mask (a ``tv_tensors.Mask``) follows the same
+parameters through torchvision v2's functionals (nearest resampling, so class ids stay
+class ids). A pipeline that does not fuse (``--rotate`` adds a ``RandomRotation``) runs
+transform by transform on the decoded image and the mask, as torchvision v2 would. The
+parameters of sample ``i`` in epoch ``e`` come from ``sample_rng(seed, e, i)``: the same
+augmentation whichever worker reads it.
 
     python examples/segmentation.py                 # on generated data
     python examples/segmentation.py --data train.jsonl --root images/ --workers 8
@@ -74,16 +77,16 @@ class SegmentationManifest(torch.utils.data.Dataset):
         from PIL import Image
         from torchvision import tv_tensors
 
-        from turboloader import decode_image, sample_rng
-        from turboloader.transforms import using_rng
+        from turboloader import sample_rng
+        from turboloader.transforms import transform_jointly
 
         row = self.rows[i]
         with open(os.path.join(self.root, row["path"]), "rb") as f:
-            image = decode_image(f.read())  # (H, W, 3) uint8
+            data = f.read()
         mask = tv_tensors.Mask(torch.from_numpy(
             np.asarray(Image.open(os.path.join(self.root, row["mask"])))))
-        with using_rng(sample_rng(self.seed, self.epoch, i)):
-            image, mask = self.transform(image, mask)
+        image, mask = transform_jointly(self.transform, data, mask,
+                                        rng=sample_rng(self.seed, self.epoch, i))
         return image, mask.long()
 
 
@@ -104,6 +107,8 @@ def main(argv=None) -> dict:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: all)")
+    p.add_argument("--rotate", action="store_true",
+                   help="add RandomRotation(10) (the pipeline then does not fuse)")
     args = p.parse_args(argv)
 
     from turboloader import transforms as T
@@ -115,8 +120,9 @@ def main(argv=None) -> dict:
         manifest = make_data(tmp.name)
     root = args.root or os.path.dirname(os.path.abspath(manifest))
     train = T.Compose([T.RandomResizedCrop(args.size, scale=(0.3, 1.0)),
-                       T.RandomHorizontalFlip(), T.RandomRotation(10),
+                       T.RandomHorizontalFlip(), *([T.RandomRotation(10)] if args.rotate else []),
                        T.ToImage(), T.ToDtype(torch.float32, scale=True)])
+    print("fused image path:", T.plan(train) is not None)
     ds = SegmentationManifest(manifest, root, train)
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
                                          num_workers=args.workers, drop_last=True)

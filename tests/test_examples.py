@@ -27,9 +27,9 @@ def test_clip_captions(workers):
     assert all(math.isfinite(v) for v in out["losses"])
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_segmentation(workers):
-    out = _load("segmentation").main(["--workers", str(workers), "--steps", "4"])
+@pytest.mark.parametrize("workers,extra", [(0, []), (2, []), (0, ["--rotate"])])
+def test_segmentation(workers, extra):
+    out = _load("segmentation").main(["--workers", str(workers), "--steps", "4", *extra])
     assert out["steps"] == 4
     # a mask that did not follow its image's crop, flip or rotation agrees on ~half the pixels
     assert min(out["agreement"]) > 0.9

@@ -11,7 +11,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", GUIDE, re.S)
 
 
 @pytest.mark.parametrize("marker", ["ManifestDataset(\"train.csv\"", "tiny.parquet",
-                                    "tv_tensors.Mask"])
+                                    "tv_tensors.Mask(torch.zeros", "transform_jointly(train"])
 def test_guide_example_runs(marker, tmp_path, capsys):
     if marker == "tiny.parquet":
         pytest.importorskip("pyarrow")

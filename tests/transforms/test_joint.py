@@ -132,3 +132,57 @@ def test_single_inputs_unchanged_and_errors():
     # colour transforms leave annotations alone
     out_img, out_mask = T.ColorJitter(0.5)(img, mask)
     assert out_mask is mask and out_img.shape == img.shape
+
+
+def _jpeg_of(mask, palette, quality=95):
+    import io
+
+    buf = io.BytesIO()
+    Image.fromarray(palette[mask.numpy()]).save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+PALETTE = np.array([(240, 240, 240), (220, 40, 40), (40, 60, 220)], np.uint8)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_transform_jointly_fuses_the_image(index, monkeypatch):
+    from turboloader.decode import decode_image
+    from turboloader.transforms import _plan, sample_rng, transform_jointly
+
+    _, mask, boxes = _sample(index)
+    data = _jpeg_of(mask, PALETTE)
+    t = T.Compose([T.RandomResizedCrop(40, scale=(0.3, 1.0)), T.RandomHorizontalFlip(),
+                   T.ColorJitter(0.2, 0.2), T.ToTensor()])
+    calls = []
+    orig = _plan.Plan.from_jpeg
+    monkeypatch.setattr(_plan.Plan, "from_jpeg",
+                        lambda self, *a, **k: calls.append(1) or orig(self, *a, **k))
+    image, out_mask, out_boxes = transform_jointly(t, data, mask, boxes,
+                                                   rng=sample_rng(3, 1, index))
+    assert calls == [1]  # the image went through the fused plan
+    with using_rng(sample_rng(3, 1, index)):
+        ref_image, ref_mask, ref_boxes = t(decode_image(data), mask, boxes)
+    assert torch.equal(out_mask, ref_mask) and torch.equal(out_boxes, ref_boxes)
+    assert out_boxes.canvas_size == (40, 40) and image.shape == ref_image.shape == (3, 40, 40)
+    assert (image - ref_image).abs().mean() < 5 / 255  # fused with DCT scaling
+    # the mask lines up with the fused image: each pixel's colour is its class's
+    pal = torch.from_numpy(PALETTE).float() / 255
+    nearest = ((image.permute(1, 2, 0)[..., None, :] - pal) ** 2).sum(-1).argmin(-1)
+    assert (nearest == out_mask).float().mean() > 0.8  # (ColorJitter moves the colours)
+
+
+def test_transform_jointly_falls_back_and_checks_sizes():
+    from turboloader.transforms import transform_jointly
+
+    _, mask, boxes = _sample(0)
+    data = _jpeg_of(mask, PALETTE)
+    t = T.Compose([T.RandomRotation(20), T.ToTensor()])  # does not fuse
+    torch.manual_seed(5)
+    image, out_mask = transform_jointly(t, data, mask)
+    assert image.shape[-2:] == out_mask.shape == (H, W)
+    small = tv_tensors.Mask(torch.zeros(10, 10, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="size"):
+        transform_jointly(T.Compose([T.CenterCrop(8), T.ToTensor()]), data, small)
+    (image,) = transform_jointly(T.Compose([T.CenterCrop(8), T.ToTensor()]), data)
+    assert image.shape == (3, 8, 8)
