@@ -257,6 +257,12 @@ def _check_hugging_face(datasets, tmp_path):
         got = list(loader)
         assert sorted(int(y) for _, y in got) == sorted(i % 3 for i in range(9))
         assert len(got) == 9
+    # its Arrow cache files on disk, memory-mapped (no datasets import needed to read them)
+    arrow = sorted(str(p) for p in (tmp_path / "saved").glob("*.arrow"))
+    ds = ParquetDataset(arrow, size_of, rows_per_shard=4, shuffle=False)
+    assert ds.shard_sizes == [4, 4, 1] and ds.classes == ["cat", "dog", "eel"]
+    assert _labels(ds) == [i % 3 for i in range(9)]
+    assert ParquetDataset.from_hf(hf.select(range(2, 6)), size_of, shuffle=False).num_samples == 4
     with pytest.raises(ValueError, match="flatten_indices"):
         ParquetDataset.from_hf(hf.shuffle(seed=0))
     with pytest.raises(TypeError):
@@ -323,3 +329,18 @@ def test_kept_batches_stay_intact(files, how):
             assert torch.equal(la, lb) and torch.equal(a, b)
             for r, y in enumerate(la.tolist()):
                 assert torch.equal(a[r], ref[y])
+
+
+def test_arrow_ipc_files(tmp_path):
+    table = pa.table({"image": [jpeg(i) for i in range(5)], "label": list(range(5))})
+    with pa.ipc.new_file(str(tmp_path / "f.arrow"), table.schema) as w:  # the file format
+        w.write_table(table)
+    with pa.ipc.new_stream(str(tmp_path / "s.arrow"), table.schema) as w:  # the stream format
+        w.write_table(table)
+    ds = ParquetDataset([str(tmp_path / "f.arrow"), str(tmp_path / "s.arrow")], size_of,
+                        rows_per_shard=2, shuffle=False)
+    assert ds.shard_sizes == [2, 2, 1, 2, 2, 1]
+    assert _labels(ds) == list(range(5)) * 2
+    (tmp_path / "bad.arrow").write_bytes(b"nope" * 100)
+    with pytest.raises(FormatError, match="Arrow"):
+        ParquetDataset(str(tmp_path / "bad.arrow"))

@@ -14,7 +14,8 @@ __all__ = ["ParquetDataset"]
 
 class ParquetDataset(TarDataset):
     """``(image, label)`` samples from the rows of Parquet files (local, or remote through
-    ``pyarrow.fs`` / fsspec), sharded by row group over DDP ranks and DataLoader workers.
+    ``pyarrow.fs`` / fsspec), sharded by row group over DDP ranks and DataLoader workers;
+    local Arrow IPC files (``.arrow``) and Hugging Face datasets (:meth:`from_hf`) too.
 
     Each row group is a shard of a :class:`TarDataset`, so everything TarDataset documents
     holds here unchanged: every sample exactly once per epoch across ranks x workers, equal
@@ -44,6 +45,8 @@ class ParquetDataset(TarDataset):
             default the row's number in its file.
         filesystem: a ``pyarrow.fs.FileSystem`` or fsspec filesystem to read ``urls`` with
             (e.g. one with credentials); default: from each URL.
+        rows_per_shard: rows per shard of a local Arrow IPC file (``.arrow``, e.g. a Hugging
+            Face ``datasets`` cache file, memory-mapped), which has no row groups.
         shuffle, seed, missing_label, rank, world_size, pad, cache, cache_short_side,
         on_error, max_failures, max_pixels, stats_interval, mix_shards: as
             :class:`TarDataset`.
@@ -69,13 +72,13 @@ class ParquetDataset(TarDataset):
                  missing_label=None, rank=None, world_size=None, pad=True, cache=None,
                  cache_short_side=None, on_error="raise", max_failures=0.01,
                  max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16,
-                 _table=None, _table_name="table", _rows_per_shard=1000):
+                 rows_per_shard=1000, _table=None, _table_name="table"):
         if label_column is None and missing_label is None:
             missing_label = -1
         self._columns = dict(image_column=image_column, label_column=label_column,
                              key_column=key_column)
         self._source = dict(filesystem=filesystem, table=_table, table_name=_table_name,
-                            rows_per_shard=_rows_per_shard)
+                            rows_per_shard=rows_per_shard)
         super().__init__(urls, transform, target_transform, shuffle=shuffle, seed=seed,
                          label_key=None, missing_label=missing_label, rank=rank,
                          world_size=world_size, pad=pad, cache=cache,
@@ -136,8 +139,8 @@ class ParquetDataset(TarDataset):
         if label_column is not None and label_column not in dataset.column_names:
             label_column = None
         ds = cls([], transform, target_transform, image_column=image_column,
-                 label_column=label_column, _table=table, _table_name=name,
-                 _rows_per_shard=rows_per_shard, **kwargs)
+                 label_column=label_column, rows_per_shard=rows_per_shard, _table=table,
+                 _table_name=name, **kwargs)
         if ds.classes is None and label_column is not None:
             names = getattr(dataset.features.get(label_column), "names", None)
             if names:

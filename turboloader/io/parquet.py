@@ -1,5 +1,6 @@
 """Parquet files and Arrow tables as shards: one shard per Parquet row group (or per slice of
-an Arrow table), read a column at a time with ``pyarrow``; no decoding here.
+an Arrow table or Arrow IPC file, such as a Hugging Face ``datasets`` cache file), read a
+column at a time with ``pyarrow``; no decoding here.
 
 A :class:`ColumnShard` offers what a TAR shard offers the datasets (``len``,
 ``image_size(j)``, ``read_image_into(j, out)``, ``labels()``, ``key(j)``, ``where(j)``,
@@ -278,7 +279,21 @@ class ParquetShards:
                 files.extend(braceexpand(url))
             else:
                 files.extend(expand_urls(url[7:] if url.startswith("file://") else url))
+        step = max(1, int(rows_per_shard))
         for f in files:
+            if f.lower().endswith(".arrow") and "://" not in f:
+                # an Arrow IPC file (a Hugging Face datasets cache file): slices of its
+                # memory-mapped table, as for a table
+                t = _read_arrow(f)
+                self._check_columns(t.schema, f)
+                if self.class_names is None:
+                    self.class_names = hf_class_names(t.schema, label_column)
+                for a in range(0, t.num_rows, step):
+                    b = min(t.num_rows, a + step)
+                    name = f"{f}#rows={a}:{b}"
+                    self._shards[name] = (f, (a, b), b - a, a)
+                    self.names.append(name)
+                continue
             pf = open_parquet(f, filesystem=filesystem)
             self._check_columns(pf.schema_arrow, f)
             if self.class_names is None:
@@ -292,7 +307,7 @@ class ParquetShards:
                 self.names.append(name)
                 first += n
         if not self.names:
-            raise ValueError("no row groups in the Parquet files")
+            raise ValueError("no rows in the Parquet / Arrow files")
 
     def _check_columns(self, schema, where):
         missing = [c for c in self.columns if schema.get_field_index(c) < 0]
@@ -321,9 +336,10 @@ class ParquetShards:
 
         path, part, _, first = self._shards[name]
         try:
-            if path is None:
+            if path is None or isinstance(part, tuple):
                 a, b = part
-                table = _as_arrow(self._table).select(self.columns).slice(a, b - a)
+                whole = _as_arrow(self._table) if path is None else self._arrow(path)
+                table = whole.select(self.columns).slice(a, b - a)
             else:
                 table = self._file(path).read_row_group(part, columns=self.columns)
         except (pyarrow.ArrowException, OSError) as exc:
@@ -353,6 +369,20 @@ class ParquetShards:
         files[path] = pf  # most recent last
         return pf
 
+    def _arrow(self, path):
+        """The memory-mapped table of Arrow file ``path``, kept per thread (the 4 most
+        recent)."""
+        tables = getattr(self._local, "tables", None)
+        if tables is None:
+            tables = self._local.tables = {}
+        t = tables.pop(path, None)
+        if t is None:
+            t = _read_arrow(path)
+            while len(tables) >= 4:
+                tables.pop(next(iter(tables)))
+        tables[path] = t
+        return t
+
     def __getstate__(self):
         state = self.__dict__.copy()
         del state["_local"]
@@ -366,6 +396,25 @@ class ParquetShards:
         """``(file or None, row group or (start, stop))`` of shard ``name``."""
         path, part, _, _ = self._shards[name]
         return path, part
+
+
+def _read_arrow(path):
+    """The table of an Arrow IPC stream or file, memory-mapped (no copy).
+
+    Raises:
+        FormatError: not an Arrow IPC file. FileNotFoundError: no such file.
+    """
+    import pyarrow as pa
+
+    try:
+        try:
+            return pa.ipc.open_stream(pa.memory_map(path)).read_all()
+        except pa.ArrowInvalid:
+            return pa.ipc.open_file(pa.memory_map(path)).read_all()
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as exc:
+        raise FormatError(f"{path!r} is not a readable Arrow IPC file: {exc}") from None
 
 
 def _as_arrow(table):
