@@ -129,6 +129,10 @@ def test_single_inputs_unchanged_and_errors():
         T.CenterCrop(20)(img, tv_tensors.Mask(torch.zeros(10, 10, dtype=torch.uint8)))
     with pytest.raises(TypeError, match="RandomPerspective"):
         T.RandomPerspective(p=1.0)(img, mask)
+    for t in (T.AutoAugment(), T.RandAugment(), T.TrivialAugmentWide(), T.AugMix()):
+        with pytest.raises(TypeError, match=type(t).__name__):
+            t(img, mask)
+        assert t(img, 3)[1] == 3  # an image with a label is fine
     # colour transforms leave annotations alone
     out_img, out_mask = T.ColorJitter(0.5)(img, mask)
     assert out_mask is mask and out_img.shape == img.shape
