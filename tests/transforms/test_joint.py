@@ -47,6 +47,7 @@ def _cases():
         (T.RandomAffine(20, translate=(0.1, 0.1), scale=(0.8, 1.2)),
          v2.RandomAffine(20, translate=(0.1, 0.1), scale=(0.8, 1.2))),
         (T.Pad(3), v2.Pad(3)),
+        (T.RandomPerspective(0.4, p=1.0), v2.RandomPerspective(0.4, p=1.0)),
     ]
 
 
@@ -55,6 +56,8 @@ def _oracle(tv, ours, params, inputs):
     if isinstance(ours, (T.RandomHorizontalFlip, T.RandomVerticalFlip)):
         flip = params.get("flip", params.get("apply"))
         tv = type(tv)(p=1.0 if flip else 0.0)
+    if isinstance(ours, T.RandomPerspective):  # torchvision draws p in forward
+        params = {"coefficients": params["coefficients"]}
     tv.make_params = lambda flat: dict(params)
     return tv(*inputs)
 
@@ -127,8 +130,8 @@ def test_single_inputs_unchanged_and_errors():
     assert T.CenterCrop(20)(mask).shape == (20, 20)
     with pytest.raises(ValueError, match="one size"):
         T.CenterCrop(20)(img, tv_tensors.Mask(torch.zeros(10, 10, dtype=torch.uint8)))
-    with pytest.raises(TypeError, match="RandomPerspective"):
-        T.RandomPerspective(p=1.0)(img, mask)
+    with pytest.raises(TypeError, match="FiveCrop"):
+        T.FiveCrop(10)(img, mask)
     for t in (T.AutoAugment(), T.RandAugment(), T.TrivialAugmentWide(), T.AugMix()):
         with pytest.raises(TypeError, match=type(t).__name__):
             t(img, mask)

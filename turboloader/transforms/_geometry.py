@@ -668,6 +668,11 @@ class RandomPerspective(_RandomApplyTransform):
         return F.perspective(img, None, None, self.interpolation, fill=self._fill,
                              coefficients=params["coefficients"])
 
+    def _transform_other(self, inpt, params):
+        if not params["apply"]:
+            return inpt
+        return _tvf().perspective(inpt, None, None, coefficients=params["coefficients"])
+
     def _extra_repr(self):
         return (f"distortion_scale={self.distortion_scale}, p={self.p}, "
                 f"interpolation={_interp_repr(self.interpolation)!r}, fill={self.fill}")
