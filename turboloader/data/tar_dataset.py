@@ -128,6 +128,7 @@ class _Cursor:
 
     def __init__(self, ds, st, slots, samples, epoch, *, worker, num_workers, resume):
         self.ds, self.st = ds, st
+        self.worker, self.num_workers = worker, num_workers
         self.slots, self.samples = slots, samples
         self.size = len(samples)
         self.epoch = epoch
@@ -170,13 +171,15 @@ class _Cursor:
             p["failed_pos"].extend(self.failed_pos[have:nfail])
             p["failed_slots"].extend(self.failed_slots[have:nfail])
 
-    def _failure(self, chunk, i, exc):
-        """Apply the policy to gathered row ``i``: raises (raise, over budget, or not a
-        turboloader error), else returns after counting and listing the skip."""
+    def _failure(self, chunk, i, exc, pos=-1):
+        """Apply the policy to gathered row ``i`` (item ``pos`` of the stream's list, -1 for
+        a replacement): raises (raise, over budget, or not a turboloader error), else
+        returns after counting and listing the skip."""
         note, shard, key, offset = self.ds._where(self.st, chunk.where[i])
         if isinstance(exc, TurboLoaderError):
             exc.add_note(note)
-        self.log.record(exc, shard=shard, key=key, offset=offset)
+        self.log.record(exc, shard=shard, key=key, offset=offset,
+                        stream=(self.epoch, self.num_workers, self.worker, pos))
 
     def fill(self, out, r0, r1, timing=None, *, defer=False):
         """Rows ``r0..r1`` of ``out`` (``None``: no batch path) in the per-sample order.
@@ -216,7 +219,7 @@ class _Cursor:
                     exc = errors[i]
                     if exc is not None:
                         try:
-                            self._failure(chunk, i, exc)
+                            self._failure(chunk, i, exc, p0 + i)
                         except BaseException as raised:
                             if not defer:
                                 raise
@@ -700,7 +703,8 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
     def _open(self, worker, num_workers, name, epoch, *, batch_size=None, out=None,
               timing=None):
         rank, world = _topology(self.rank, self.world_size)
-        st = self._reader(name)
+        if batch_size is not None and int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         # automatic epochs cannot be agreed across ranks without communication: every rank
         # keeps its samples (fixed assignment, as with the cache) and reshuffles within them
         fixed = bool(self.cache_bytes) or (epoch >= AUTO_EPOCH and world > 1)
@@ -709,23 +713,34 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
             world_size=world, worker=worker, num_workers=num_workers, pad=self.pad,
             fixed=fixed, random_access=self._random_access,
             mix_shards=self.mix_shards)
-        slots, samples = slots.tolist(), samples.tolist()
-        if self.shard_cache is not None:
-            seen = dict.fromkeys(int(np.searchsorted(self._offsets, g, side="right")) - 1
-                                 for g in samples)
-            st.upcoming = [self.urls[s] for s in seen]
         resume = self._take_resume(epoch, worker, num_workers)
-        cursor = _Cursor(self, st, slots, samples, epoch, worker=worker,
-                         num_workers=num_workers, resume=resume)
-        if batch_size is None:
-            return self._samples(cursor, timing)
-        if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        return self._batches(cursor, int(batch_size), out, timing)
+        return self._stream(name, slots.tolist(), samples.tolist(), epoch, resume,
+                            worker=worker, num_workers=num_workers, batch_size=batch_size,
+                            out=out, timing=timing)
+
+    def _stream(self, name, slots, samples, epoch, resume, *, worker, num_workers, batch_size,
+                out, timing):
+        """One pass of one logical worker stream, with a reader of its own for as long as
+        it runs (see :meth:`~turboloader.data.reader.ReaderMixin._lease`)."""
+        st = self._lease(name)
+        try:
+            if self.shard_cache is not None:
+                seen = dict.fromkeys(int(np.searchsorted(self._offsets, g, side="right")) - 1
+                                     for g in samples)
+                st.upcoming = [self.urls[s] for s in seen]
+            cursor = _Cursor(self, st, slots, samples, epoch, worker=worker,
+                             num_workers=num_workers, resume=resume)
+            if batch_size is None:
+                yield from self._samples(cursor, timing)
+            else:
+                yield from self._batches(cursor, int(batch_size), out, timing)
+        finally:
+            self._release(st)
 
     def _samples(self, cur, timing=None):
-        """``(image, label)`` one at a time, decoded a chunk at a time into a recycled
-        buffer (yielded images are views of it; it is reused once none is referenced).
+        """``(image, label)`` one at a time, decoded a buffer at a time into a recycled
+        buffer (yielded images are views of it; it is reused once none is referenced). A
+        buffer is written whole before its first row is yielded, and never after.
 
         In a DataLoader worker whose ``default_collate`` has stacked a batch of ``B`` rows
         (see :func:`~turboloader.data._buffers.collated_batch_size`), the buffer is a
@@ -748,26 +763,32 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                 else:
                     size = chunk
                     out = st.rows(size) if st.plan is not None else None
-                r0 = 0
+                images, labels, events = [], [], []
+                r0, exc = 0, None
                 while r0 < size:
                     want = min(size - r0, chunk)
-                    n, images, labels, events, exc = cur.fill(out, r0, r0 + want, timing,
-                                                              defer=True)
-                    for r in range(n):
-                        cur.deliver(events[r])
-                        counters["samples"] += 1
-                        st.recorder.sample_done()
-                        img = images[r]
-                        if img is None:
-                            img = out[r0 + r] if row is None else row(out[r0 + r])
-                        label = labels[r]
-                        yield img, (label if tt is None else tt(label))
-                    pos += n
-                    if exc is not None:
-                        raise exc
-                    if n < want:
-                        return
+                    n, imgs, labs, evs, exc = cur.fill(out, r0, r0 + want, timing, defer=True)
+                    images += imgs
+                    labels += labs
+                    events += evs
                     r0 += n
+                    if exc is not None or n < want:
+                        break
+                for r in range(r0):
+                    cur.deliver(events[r])
+                    counters["samples"] += 1
+                    st.recorder.sample_done()
+                    img = images[r]
+                    if img is None:
+                        img = out[r] if row is None else row(out[r])
+                    label = labels[r]
+                    images[r] = None
+                    yield img, (label if tt is None else tt(label))
+                pos += r0
+                if exc is not None:
+                    raise exc
+                if r0 < size:
+                    return
                 # let go of this buffer before asking for the next one, so that it is
                 # reused when the consumer has dropped its samples
                 out = images = img = None
@@ -953,11 +974,20 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
         sizes = self.worker_sizes(W)
         if any(d < 0 or d > n for d, n in zip(delivered, sizes)):
             raise ValueError(f"delivered counts {delivered} do not fit the worker shares {sizes}")
+        reported = None
         workers = {}
         for w in range(W):
             p = progress.get(w)
             if p is not None and p["num_workers"] != W:
                 p = None
+            if p is None:
+                # a stream another process ran (torch's workers): the items it skipped, as
+                # it reported them before handing out the batches that skip them
+                if reported is None:
+                    reported = self._telemetry.stream_failures(epoch, W)
+                fails = reported.get(w)
+                if fails:
+                    p = {"failed_pos": fails, "pos": sizes[w], "failures": len(fails)}
             workers[str(w)] = self._entry(delivered[w], sizes[w], p)
         return {**base, "scope": "rank", "num_workers": W, "next_worker": next_worker,
                 "workers": workers, "delivered": int(sum(delivered))}
