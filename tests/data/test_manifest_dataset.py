@@ -131,8 +131,12 @@ def test_failure_policy(files, tmp_path):
     assert ds[1][1] == 2  # the next index that reads
     st = ds.stats()
     assert st["failures"] == 1 and st["skipped"][0]["key"] == names[1]
+    # one pass over two bad files with a budget of one
+    data4 = jpeg(4)
+    (root / names[4]).write_bytes(data4[: len(data4) // 3])
+    ds = ManifestDataset(m, root=root, transform=size_of, on_error="skip", max_failures=1)
     with pytest.raises(FailureBudgetExceeded):
-        ds[1]
+        ds.__getitems__(list(range(len(ds))))
     os.remove(root / names[2])
     with pytest.raises(FileNotFoundError):  # a missing file is not a skippable sample
         ManifestDataset(m, root=root, transform=size_of, on_error="skip")[2]
