@@ -234,8 +234,8 @@ class BufferPool:
         return self._hand_out(block)
 
     def _new(self, key, nbytes):
-        if not self.shared:
-            return _Block(key, nbytes, np.empty(max(nbytes, 1), np.uint8))
+        if not self.shared:  # torch's allocator: 64-byte aligned rows for the kernels' stores
+            return _Block(key, nbytes, torch.empty(max(nbytes, 1), dtype=torch.uint8).numpy())
         at = -(-nbytes // _ALIGN) * _ALIGN
         _check_shm(at + _ALIGN)
         storage = torch.UntypedStorage._new_shared(at + _ALIGN)

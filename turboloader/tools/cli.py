@@ -116,9 +116,10 @@ def _build_parser():
         formatter_class=fmt,
         description="Decode every image (and check every TBL record's CRC-32); print each bad "
                     "sample as SHARD: KEY: REASON. Exits 1 if any sample is bad, if a TAR shard "
-                    "has no end-of-archive block, or if a folder / TAR output has no complete "
-                    "manifest.json matching it (sample counts, sizes, SHA-256; --no-manifest "
-                    "skips that check).\n\n" + _FORMATS_HELP,
+                    "has no end-of-archive block, or if TAR shards (or a folder 'turboloader "
+                    "convert' wrote) have no complete manifest.json matching them (sample counts, "
+                    "sizes, SHA-256; --no-manifest skips that check). A folder without a "
+                    "manifest is verified by reading every image, and the output says so.\n\n" + _FORMATS_HELP,
         epilog=_EXIT_CODES)
     ver.add_argument("path", metavar="PATH")
     ver.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"))
@@ -127,7 +128,7 @@ def _build_parser():
                      help="treat libjpeg's recoverable-corruption warnings as errors while decoding")
     ver.add_argument("--no-manifest", dest="manifest", action="store_false",
                      help="do not require the manifest.json that 'turboloader convert' writes "
-                          "(for folders and TAR shards made by other tools)")
+                          "(for TAR shards made by other tools)")
     _progress_args(ver)
 
     prev = sub.add_parser(
@@ -261,14 +262,21 @@ def _cmd_inspect(args, out):
 
 
 def _cmd_verify(args, out):
-    from turboloader.tools.convert import verify_dataset
+    from turboloader.tools.convert import detect_format, find_manifest, verify_dataset
 
-    checked, bad = verify_dataset(args.path, args.src_format, workers=args.workers,
+    fmt = args.src_format or detect_format(args.path)
+    # a folder without a manifest (an ImageFolder tree from other tools) is verified by
+    # reading every image; the summary says that nothing recorded its completeness
+    unlisted = args.manifest and fmt == "folder" and find_manifest(args.path, fmt) is None
+    checked, bad = verify_dataset(args.path, fmt, workers=args.workers,
                                   strict=args.strict, progress=_progress(args),
                                   manifest=args.manifest)
     for b in bad:
         out(f"{b.source}: {b.key}: {b.reason}")
     out(f"checked {checked} samples: {checked - len(bad)} ok, {len(bad)} bad")
+    if unlisted:
+        out(f"{args.path}: no manifest.json, so the folder was verified by reading every image "
+            f"(no record says which files it should hold)")
     return EXIT_ERROR if bad else EXIT_OK
 
 

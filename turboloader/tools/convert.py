@@ -1174,15 +1174,18 @@ def verify_dataset(path, fmt=None, *, workers=None, strict=False, progress=False
 
     ``manifest=True`` (the command line's default for folders and TAR shards) first checks
     the output against the ``manifest.json`` written by :func:`convert`
-    (:func:`check_manifest`).
+    (:func:`check_manifest`). A folder without any manifest is verified by reading it: an
+    ImageFolder tree made by other tools has none, and a folder that :func:`convert` was
+    writing has one from the start (``"complete": false`` until it ends). TAR shards always
+    need theirs: a conversion killed half-way leaves shards that look complete.
 
     Raises:
         FileNotFoundError, ValueError: bad path. FormatError / TarFormatError: the file's
         header or index is damaged, so no sample can be located. ManifestError: with
-        ``manifest``, the manifest is missing, unfinished, or does not match.
+        ``manifest``, the manifest is missing (TAR shards), unfinished, or does not match.
     """
     fmt = fmt or detect_format(path)
-    if manifest and fmt in ("folder", "tar"):
+    if manifest and (fmt == "tar" or (fmt == "folder" and find_manifest(path, fmt) is not None)):
         check_manifest(path, fmt)
     source = open_source(path, fmt)
     if isinstance(source, _TarSource):
