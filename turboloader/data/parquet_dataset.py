@@ -47,9 +47,9 @@ class ParquetDataset(TarDataset):
             (e.g. one with credentials); default: from each URL.
         rows_per_shard: rows per shard of a local Arrow IPC file (``.arrow``, e.g. a Hugging
             Face ``datasets`` cache file, memory-mapped), which has no row groups.
-        shuffle, seed, missing_label, rank, world_size, pad, cache, cache_short_side,
-        on_error, max_failures, max_pixels, stats_interval, mix_shards: as
-            :class:`TarDataset`.
+        shuffle, seed, missing_label, rank, world_size, pad: as :class:`TarDataset`.
+        cache, cache_short_side, on_error, max_failures: as :class:`TarDataset`.
+        max_pixels, stats_interval, mix_shards: as :class:`TarDataset`.
 
     Raises:
         FileNotFoundError: a file or glob does not exist.
@@ -109,8 +109,8 @@ class ParquetDataset(TarDataset):
         Args:
             dataset: a ``datasets.Dataset`` with an ``Image()`` (or binary) column.
             rows_per_shard: rows per shard (the unit of sharding and shuffling windows).
-            transform, target_transform, image_column, label_column, **kwargs: as the
-                constructor.
+            transform, target_transform, image_column, label_column: as the constructor.
+            kwargs: the constructor's other keyword arguments.
 
         Raises:
             TypeError: not a ``datasets.Dataset``.
