@@ -152,3 +152,38 @@ def test_default_is_image_label(shards):
     img, label = next(iter(ds))
     assert isinstance(label, int) and img.shape == (3, 16, 16)
     assert kept.N  # the shared helpers import
+
+
+@pytest.mark.parametrize("how", ["direct", "torch2", "threads", "batch"])
+def test_tbl_fields_image_label_key(tmp_path, how):
+    from turboloader.data import TBLDataset
+    from turboloader.io.tbl import TBLWriter
+
+    path = str(tmp_path / "f.tbl")
+    with TBLWriter(path) as w:
+        for i in range(N):
+            w.write(jpeg(i), key=f"k{i:03d}", label=i * 10)
+    ds = TBLDataset(path, TF, fields=("jpg", "__key__", "cls", "__url__"))
+    ds.set_epoch(1)
+    plan = T.plan(TF)
+    if how == "direct":
+        rows = [ds[i] for i in range(N)]
+    else:
+        if how == "torch2":
+            dl = torch.utils.data.DataLoader(ds, batch_size=5, num_workers=2, shuffle=True)
+        elif how == "threads":
+            dl = turboloader.DataLoader(ds, batch_size=5, num_workers=2, shuffle=True)
+            dl.set_epoch(1)
+        else:
+            sampler = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(ds), 5, False)
+            dl = torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=2)
+        batches = list(dl)  # kept to the end
+        rows = [(b[0][k], b[1][k], int(b[2][k]), b[3][k]) for b in batches
+                for k in range(len(b[1]))]
+    assert sorted(r[1] for r in rows) == [f"k{i:03d}" for i in range(N)]
+    for img, key, label, url in rows:
+        i = int(key[1:])
+        assert label == i * 10 and url == path
+        assert torch.equal(img, plan.from_jpeg(jpeg(i), rng=sample_rng(0, 1, i)))
+    with pytest.raises(ValueError, match="txt"):
+        TBLDataset(path, TF, fields=("jpg", "txt"))
