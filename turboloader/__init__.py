@@ -41,6 +41,8 @@ _LAZY = {
     "TBLDataset": "turboloader.data",
     "VideoDataset": "turboloader.data",
     "VideoFolder": "turboloader.data",
+    "ManifestDataset": "turboloader.data",
+    "ParquetDataset": "turboloader.data",
     "ShardCache": "turboloader.data",
     # the core loader with seed 001's path-first form (a subclass of turboloader.loader's)
     "DataLoader": "turboloader.compat",

@@ -113,7 +113,9 @@ class UnreadableFileError(SampleError):
 class ManifestError(TurboLoaderError, ValueError):
     """A converted output does not match its manifest (``manifest.json``): the manifest is
     missing or marks an unfinished conversion, or a shard's sample count, size or checksum
-    differs. The message names the manifest and the shard.
+    differs. The message names the manifest and the shard. Also raised for a malformed
+    dataset manifest (:class:`turboloader.ManifestDataset`'s CSV / JSON Lines list), naming
+    the file and line or row.
     """
 
 

@@ -35,7 +35,8 @@ def oracle(epochs=(0, 1), n=N):
 
 def make_dataset(kind, root, n=N):
     """The same ``n`` images as a TarDataset (2 shards), an ImageFolder (one class per image,
-    so the class index is the image's index) or a TBLDataset."""
+    so the class index is the image's index), a TBLDataset, a ParquetDataset (3 row groups)
+    or a ManifestDataset (a CSV of files)."""
     from turboloader.data import ImageFolder, TarDataset, TBLDataset
     from turboloader.io.tbl import TBLWriter
 
@@ -59,6 +60,29 @@ def make_dataset(kind, root, n=N):
             for i in range(n):
                 w.write(jpeg(i), key=f"{i:06d}", label=i)
         return TBLDataset(path, transform(), seed=SEED)
+    if kind == "parquet":  # 3 row groups
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from turboloader.data import ParquetDataset
+
+        path = os.path.join(root, "k.parquet")
+        pq.write_table(pa.table({"image": [jpeg(i) for i in range(n)], "label": list(range(n))}),
+                       path, row_group_size=max(1, -(-n // 3)))
+        return ParquetDataset(path, transform(), seed=SEED)
+    if kind == "manifest":
+        from turboloader.data import ManifestDataset
+
+        os.makedirs(os.path.join(root, "files"), exist_ok=True)
+        lines = ["path,label"]
+        for i in range(n):
+            with open(os.path.join(root, "files", f"{i:06d}.jpg"), "wb") as f:
+                f.write(jpeg(i))
+            lines.append(f"{i:06d}.jpg,{i}")
+        with open(os.path.join(root, "files", "list.csv"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return ManifestDataset(os.path.join(root, "files", "list.csv"), transform=transform(),
+                               seed=SEED)
     raise ValueError(kind)
 
 

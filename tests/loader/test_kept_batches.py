@@ -20,7 +20,8 @@ from helpers.kept import B, N
 
 import turboloader
 
-KINDS = ["tar", "folder", "tbl"]
+KINDS = ["tar", "folder", "tbl", "parquet", "manifest"]
+ITERABLE = ("tar", "parquet")
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +124,8 @@ def test_collate_results_are_intact(want, kind, collate, how, tmp_path):
 @pytest.mark.parametrize("collate", ["list", pytest.param("default", marks=pytest.mark.slow)])
 def test_a_wrapper_returning_views_gets_intact_samples(want, kind, how, collate, tmp_path):
     ds = dataset(kind, tmp_path)
-    wrapped = kept.ViewIter(ds) if kind == "tar" else kept.ViewMap(ds)
-    if how == "threads" and kind == "tar":  # an opaque iterable: one stream, one thread
+    wrapped = kept.ViewIter(ds) if kind in ITERABLE else kept.ViewMap(ds)
+    if how == "threads" and kind in ITERABLE:  # an opaque iterable: one stream, one thread
         dl = turboloader.DataLoader(wrapped, batch_size=B, num_workers=1,
                                     collate_fn=kept.COLLATES[collate])
     else:
@@ -154,8 +155,9 @@ def test_whole_batches_from_ds_list_are_intact(want, kind, view, tmp_path):
 
 
 @pytest.mark.parametrize("how", ["torch2", pytest.param("persistent", marks=pytest.mark.slow)])
-def test_tar_batched_is_intact(want, how, tmp_path):
-    ds = dataset("tar", tmp_path)
+@pytest.mark.parametrize("kind", ITERABLE)
+def test_tar_batched_is_intact(want, kind, how, tmp_path):
+    ds = dataset(kind, tmp_path)
     dl = torch.utils.data.DataLoader(ds.batched(B), batch_size=None, num_workers=2,
                                      persistent_workers=how == "persistent")
     check(want, epochs(ds, dl))
@@ -214,7 +216,7 @@ def test_two_threads_iterating_in_process(want_many, kind, tmp_path):
         try:
             start.wait()
             results[k] = list(torch.utils.data.DataLoader(
-                ds, batch_size=B, shuffle=None if kind == "tar" else True))
+                ds, batch_size=B, shuffle=None if kind in ITERABLE else True))
         except Exception as exc:  # noqa: BLE001 (reported below)
             errors.append(exc)
 

@@ -1,6 +1,8 @@
 """Datasets: WebDataset-style TAR shards (:class:`TarDataset`), class folders
-(:class:`ImageFolder`) and TBL files (:class:`TBLDataset`), with sharding, shuffling, a
-decoded-sample cache and a failure policy.
+(:class:`ImageFolder`), TBL files (:class:`TBLDataset`), CSV / JSON Lines manifests
+(:class:`ManifestDataset`) and Parquet files or Hugging Face datasets
+(:class:`ParquetDataset`), with sharding, shuffling, a decoded-sample cache and a failure
+policy.
 
 Modules: :mod:`~turboloader.data.reader` (the sample reader the datasets share: decoder,
 cache, failure policy, statistics, per-stream state and the batch path),
@@ -19,6 +21,8 @@ _LAZY = {
     "ByteLRU": "turboloader.data.cache",
     "FailurePolicy": "turboloader.data.failures",
     "ImageFolder": "turboloader.data.folder",
+    "ManifestDataset": "turboloader.data.manifest",
+    "ParquetDataset": "turboloader.data.parquet_dataset",
     "ResumableSampler": "turboloader.data.tbl_dataset",
     "ShardCache": "turboloader.io.remote",
     "delivered_counts": "turboloader.data.checkpoint",

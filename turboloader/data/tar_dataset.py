@@ -17,14 +17,7 @@ from turboloader.data.failures import FailureLog
 from turboloader.data import reader as _reader
 from turboloader.data.reader import (Chunk, ReaderMixin, StreamReader, collate_labels,
                                      compact, fill_row, stream_name)
-from turboloader.io.shards import (
-    check_record as _check_record,
-    count_samples,
-    expand_urls,
-    open_shard,
-    parse_label,
-    random_access as _random_access,
-)
+from turboloader.io.shards import TarShards, check_record as _check_record, parse_label
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import FailureBudgetExceeded, SampleError, TarFormatError, TurboLoaderError
 from turboloader.io.remote import RemoteShardError, ShardCache
@@ -45,6 +38,7 @@ class _TarReader(StreamReader):
         self.shards = OrderedDict()
         self.max_open = dataset.mix_shards + 4  # the window, plus pads and replacements
         self.shard_cache = dataset.shard_cache
+        self.open_shard = dataset._io.open
         self.upcoming = []  # the shards of the current pass, in order of first use (prefetch)
         self.labels = {}  # url -> (values, {j: (exception type, args)})
         self.label_key = dataset.label_key
@@ -55,7 +49,7 @@ class _TarReader(StreamReader):
     def shard(self, url):
         reader = self.shards.get(url)
         if reader is None:
-            reader = self.shards[url] = open_shard(url, cache=self.shard_cache)
+            reader = self.shards[url] = self.open_shard(url)
             if self.image_exts:  # the image member the fields (or a subclass) name
                 reader.use_image_extensions(self.image_exts)
             if self.fields is not None and not reader.random_access:
@@ -397,7 +391,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         self.urls = []
         self.failed_shards = []
         counts = []
-        expanded = expand_urls(urls)
+        self._io = self._shard_io(urls, strict=bool(strict_tar))
+        expanded = self._io.names
         if shard_sizes is not None:
             shard_sizes = ([shard_sizes[u] for u in expanded] if isinstance(shard_sizes, dict)
                            else [int(c) for c in shard_sizes])
@@ -408,8 +403,7 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
             try:
                 # strict_tar: a .tar without end-of-archive blocks (cut at a member
                 # boundary) is a malformed shard, not a TruncatedArchiveWarning
-                n = shard_sizes[i] if shard_sizes is not None else count_samples(
-                    url, cache=self.shard_cache, strict=bool(strict_tar))
+                n = shard_sizes[i] if shard_sizes is not None else self._io.count(url)
             except (TarFormatError, RemoteShardError) as exc:
                 exc.add_note(f"while counting the samples of shard {url!r}")
                 if self.policy.on_error == "raise":
@@ -422,18 +416,22 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
             counts.append(n)
         # class names from the classes.json that `turboloader convert` writes next to the
         # shards (None without one), indexed like torchvision's ImageFolder
-        from turboloader.io.shards import read_classes
-
-        self.classes = read_classes(expanded)
+        self.classes = self._io.classes()
         self.class_to_idx = (None if self.classes is None
                              else {c: i for i, c in enumerate(self.classes)})
         self._counts = np.asarray(counts, dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(self._counts)]).astype(np.int64)
-        self._random_access = [_random_access(u, cache=self.shard_cache) for u in self.urls]
+        self._random_access = [self._io.random_access(u) for u in self.urls]
         self._progress = {}  # logical worker -> its pass's position (see state_dict)
         self._resume = None  # what load_state_dict asked the next pass to skip
         self._last_pass = None  # the epoch word of this process's latest pass
         self._auto_passes = 0  # automatic passes this copy started (see _pass_epoch)
+
+    def _shard_io(self, urls, *, strict):
+        """How this dataset's shards are listed, counted and opened: a
+        :class:`~turboloader.io.shards.TarShards`. The hook another shard format overrides
+        (``ParquetDataset``: Parquet row groups), keeping the rest of this class."""
+        return TarShards(urls, cache=self.shard_cache, strict=strict)
 
     # -- pickling (DataLoader workers) ----------------------------------------------------
 

@@ -12,6 +12,8 @@ The first stage of the sample path (shard -> bytes -> decode -> transform -> bat
 * :mod:`~turboloader.io.codec`: what the bytes are (:func:`detect_codec`) and their image size
   from the header, without decoding.
 * :mod:`~turboloader.io.sizes`: byte sizes such as ``"2GiB"``.
+* :mod:`~turboloader.io.parquet`: Parquet row groups and Arrow tables as shards (``pyarrow``).
+* :mod:`~turboloader.io.manifest`: CSV / TSV / JSON Lines lists of image files and labels.
 
 Nothing here imports decoders, transforms, torch or the datasets: data flows downward.
 Names are imported on first use.
@@ -33,7 +35,9 @@ _LAZY = {
     "image_size": "turboloader.io.codec",
     "open_remote": "turboloader.io.remote",
     "open_shard": "turboloader.io.shards",
+    "open_parquet": "turboloader.io.parquet",
     "parse_size": "turboloader.io.sizes",
+    "read_manifest": "turboloader.io.manifest",
     "write_tbl": "turboloader.io.tbl",
 }
 

@@ -42,6 +42,7 @@ __all__ = [
     "SampleRecord",
     "StreamShard",
     "TarShard",
+    "TarShards",
     "braceexpand",
     "check_record",
     "count_samples",
@@ -570,3 +571,33 @@ def count_samples(url: str, /, *, cache=None, strict=False) -> int:
     finally:
         shard.close()
 
+
+
+class TarShards:
+    """How :class:`turboloader.TarDataset` lists, counts and opens its shards: ``names``
+    (the expanded shard list), ``count(name)``, ``random_access(name)``, ``open(name)`` (a
+    :class:`TarShard` or :class:`StreamShard`) and ``classes()``. Other shard formats
+    provide the same (:class:`turboloader.io.parquet.ParquetShards`).
+
+    Raises:
+        FileNotFoundError, ValueError, TypeError: as :func:`expand_urls`.
+    """
+
+    def __init__(self, urls, /, *, cache=None, strict=False):
+        self.names = expand_urls(urls)
+        self.cache = cache
+        self.strict = bool(strict)
+
+    def count(self, name) -> int:
+        """Samples in shard ``name`` (see :func:`count_samples`; ``strict`` applies)."""
+        return count_samples(name, cache=self.cache, strict=self.strict)
+
+    def random_access(self, name) -> bool:
+        return random_access(name, cache=self.cache)
+
+    def open(self, name):
+        return open_shard(name, cache=self.cache)
+
+    def classes(self):
+        """Class names from ``classes.json`` next to the shards (see :func:`read_classes`)."""
+        return read_classes(self.names)

@@ -84,6 +84,7 @@ from turboloader.transforms._geometry import (
     ScaleJitter,
     TenCrop,
 )
+from turboloader.transforms._joint import transform_jointly
 from turboloader.transforms._mixing import CutMix, MixUp, RandomErasing
 from turboloader.transforms._plan import Plan, explain, plan
 from turboloader.transforms._random import current_rng, sample_rng, using_rng
@@ -147,5 +148,6 @@ __all__ = [
     "functional",
     "plan",
     "sample_rng",
+    "transform_jointly",
     "using_rng",
 ]

@@ -216,6 +216,9 @@ def _apply_op(img, op, magnitude, interpolation="nearest", fill=None):
 
 class _AutoAugmentBase(Transform):
     _uses_size = True
+    # some of the ops move pixels (shear, translate, rotate): a mask or boxes would not follow,
+    # so joint samples with them are refused (TypeError), as torchvision v2 refuses them
+    _geometric = True
 
     def __init__(self, *, interpolation="nearest", fill=None):
         self.interpolation = _check_interpolation(interpolation)

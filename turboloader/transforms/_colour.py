@@ -19,6 +19,8 @@ from turboloader.transforms._transform import (
     Transform,
     _channels,
     _contiguous,
+    _is_structured,
+    _joint_call,
     _RandomApplyTransform,
     _rng,
     _setup_size,
@@ -362,8 +364,10 @@ class RandomPhotometricDistort(Transform):
         params["channel_permutation"] = permutation
         return params
 
-    def __call__(self, img):
-        img = _contiguous(img)
+    def __call__(self, *inputs):
+        if len(inputs) > 1 or _is_structured(inputs[0]):
+            return _joint_call(self, inputs)  # RGB images: the default 3 channels
+        img = _contiguous(inputs[0])
         return self.transform(img, self.make_params(channels=_channels(img)))
 
     def transform(self, img, params):
@@ -402,8 +406,10 @@ class RandomChannelPermutation(Transform):
         _rng(rng).shuffle(permutation)
         return {"permutation": permutation}
 
-    def __call__(self, img):
-        img = _contiguous(img)
+    def __call__(self, *inputs):
+        if len(inputs) > 1 or _is_structured(inputs[0]):
+            return _joint_call(self, inputs)  # RGB images: the default 3 channels
+        img = _contiguous(inputs[0])
         return self.transform(img, self.make_params(channels=_channels(img)))
 
     def transform(self, img, params):

@@ -30,6 +30,7 @@ from turboloader.transforms._transform import (
     _setup_angle,
     _setup_fill,
     _setup_size,
+    _tvf,
     _uniform,
 )
 
@@ -127,6 +128,9 @@ class Resize(Transform):
     def transform(self, img, params):
         return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
 
+    def _transform_other(self, inpt, params):
+        return _tvf().resize(inpt, list(params["size"]))
+
     def _extra_repr(self):
         return (f"size={self.size}, interpolation={self.interpolation!r}, "
                 f"max_size={self.max_size}, antialias={self.antialias}")
@@ -163,6 +167,9 @@ class CenterCrop(Transform):
 
     def transform(self, img, params):
         return F.center_crop(img, list(self.size))
+
+    def _transform_other(self, inpt, params):
+        return _tvf().center_crop(inpt, list(self.size))
 
     def _extra_repr(self):
         return f"size={self.size}"
@@ -268,6 +275,16 @@ class RandomCrop(Transform):
             img = F.crop(img, params["top"], params["left"], params["height"], params["width"])
         return img
 
+    def _transform_other(self, inpt, params):
+        tvf = _tvf()
+        if params["needs_pad"]:
+            # torchvision pads masks with 0 whatever the image fill (its fill dict default)
+            inpt = tvf.pad(inpt, params["padding"], fill=0, padding_mode=self.padding_mode)
+        if params["needs_crop"]:
+            inpt = tvf.crop(inpt, params["top"], params["left"], params["height"],
+                            params["width"])
+        return inpt
+
     def _extra_repr(self):
         return (f"size={self.size}, padding={self.padding}, pad_if_needed={self.pad_if_needed}, "
                 f"fill={self.fill}, padding_mode={self.padding_mode!r}")
@@ -362,6 +379,10 @@ class RandomResizedCrop(Transform):
                               params["width"], list(self.size), self.interpolation,
                               self.antialias)
 
+    def _transform_other(self, inpt, params):
+        return _tvf().resized_crop(inpt, params["top"], params["left"], params["height"],
+                                   params["width"], list(self.size))
+
     def _extra_repr(self):
         return (f"size={self.size}, scale={tuple(self.scale)}, ratio={tuple(self.ratio)}, "
                 f"interpolation={self.interpolation!r}, antialias={self.antialias}")
@@ -392,6 +413,9 @@ class RandomHorizontalFlip(Transform):
     def transform(self, img, params):
         return F.horizontal_flip(img) if params["flip"] else img
 
+    def _transform_other(self, inpt, params):
+        return _tvf().horizontal_flip(inpt) if params["flip"] else inpt
+
     def _extra_repr(self):
         return f"p={self.p}"
 
@@ -412,6 +436,9 @@ class RandomVerticalFlip(_RandomApplyTransform):
 
     def _apply(self, img, params):
         return F.vertical_flip(img)
+
+    def _transform_other(self, inpt, params):
+        return _tvf().vertical_flip(inpt) if params["apply"] else inpt
 
 
 class Pad(Transform):
@@ -446,6 +473,9 @@ class Pad(Transform):
     def transform(self, img, params):
         fill = 0 if self._fill is None else self._fill
         return F.pad(img, self.padding, fill=fill, padding_mode=self.padding_mode)
+
+    def _transform_other(self, inpt, params):
+        return _tvf().pad(inpt, self.padding, fill=0, padding_mode=self.padding_mode)
 
     def _extra_repr(self):
         return f"padding={self.padding}, fill={self.fill}, padding_mode={self.padding_mode!r}"
@@ -492,6 +522,9 @@ class RandomRotation(Transform):
     def transform(self, img, params):
         return F.rotate(img, params["angle"], self.interpolation, expand=self.expand,
                         center=self.center, fill=self._fill)
+
+    def _transform_other(self, inpt, params):
+        return _tvf().rotate(inpt, params["angle"], expand=self.expand, center=self.center)
 
     def _extra_repr(self):
         return (f"degrees={self.degrees}, interpolation={_interp_repr(self.interpolation)!r}, "
@@ -571,6 +604,10 @@ class RandomAffine(Transform):
                         list(params["shear"]), self.interpolation, fill=self._fill,
                         center=self.center)
 
+    def _transform_other(self, inpt, params):
+        return _tvf().affine(inpt, params["angle"], list(params["translate"]),
+                             params["scale"], list(params["shear"]), center=self.center)
+
     def _extra_repr(self):
         return (f"degrees={self.degrees}, translate={self.translate}, scale={self.scale}, "
                 f"shear={self.shear}, interpolation={_interp_repr(self.interpolation)!r}, "
@@ -630,6 +667,11 @@ class RandomPerspective(_RandomApplyTransform):
     def _apply(self, img, params):
         return F.perspective(img, None, None, self.interpolation, fill=self._fill,
                              coefficients=params["coefficients"])
+
+    def _transform_other(self, inpt, params):
+        if not params["apply"]:
+            return inpt
+        return _tvf().perspective(inpt, None, None, coefficients=params["coefficients"])
 
     def _extra_repr(self):
         return (f"distortion_scale={self.distortion_scale}, p={self.p}, "
@@ -723,6 +765,9 @@ class ScaleJitter(Transform):
     def transform(self, img, params):
         return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
 
+    def _transform_other(self, inpt, params):
+        return _tvf().resize(inpt, list(params["size"]))
+
     def _extra_repr(self):
         return (f"target_size={self.target_size}, scale_range={self.scale_range}, "
                 f"interpolation={_interp_repr(self.interpolation)!r}, "
@@ -766,6 +811,9 @@ class RandomShortestSize(Transform):
     def transform(self, img, params):
         return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
 
+    def _transform_other(self, inpt, params):
+        return _tvf().resize(inpt, list(params["size"]))
+
     def _extra_repr(self):
         return (f"min_size={self.min_size}, max_size={self.max_size}, "
                 f"interpolation={_interp_repr(self.interpolation)!r}, "
@@ -804,7 +852,19 @@ class RandomResize(Transform):
     def transform(self, img, params):
         return F.resize(img, params["size"], self.interpolation, antialias=self.antialias)
 
+    def _transform_other(self, inpt, params):
+        return _tvf().resize(inpt, params["size"])
+
     def _extra_repr(self):
         return (f"min_size={self.min_size}, max_size={self.max_size}, "
                 f"interpolation={_interp_repr(self.interpolation)!r}, "
                 f"antialias={self.antialias}")
+
+
+# every class here moves pixels: a mask or boxes of a joint sample must follow it, so one
+# without a _transform_other refuses them (TypeError) instead of passing them through
+for _cls in (Resize, CenterCrop, RandomCrop, RandomResizedCrop, RandomHorizontalFlip,
+             RandomVerticalFlip, Pad, RandomRotation, RandomAffine, RandomPerspective, FiveCrop,
+             TenCrop, ScaleJitter, RandomShortestSize, RandomResize):
+    _cls._geometric = True
+del _cls

@@ -177,6 +177,8 @@ class Transform:
     """
 
     _uses_size = False
+    # whether this transform moves pixels (so annotations must follow it); see _transform_other
+    _geometric = False
     # the image kinds this transform changes; others pass through untouched (torchvision's
     # ``_transformed_types``); None: all three
     _kinds = None
@@ -189,18 +191,97 @@ class Transform:
         """Apply the transform with ``params`` (from :meth:`make_params`) to ``img``."""
         raise NotImplementedError
 
-    def __call__(self, img):
-        if self._kinds is not None and _kind(img) not in self._kinds:
-            return img
-        img = _contiguous(img)
-        size = image_size(img) if self._uses_size else None
-        return self.transform(img, self.make_params(size))
+    def __call__(self, *inputs):
+        if len(inputs) == 1 and not _is_structured(inputs[0]):
+            img = inputs[0]
+            if self._kinds is not None and _kind(img) not in self._kinds:
+                return img
+            img = _contiguous(img)
+            size = image_size(img) if self._uses_size else None
+            return self.transform(img, self.make_params(size))
+        return _joint_call(self, inputs)
+
+    def _transform_other(self, inpt, params):
+        """Apply the drawn ``params`` to a ``tv_tensors`` annotation (``Mask``,
+        ``BoundingBoxes``, ``KeyPoints``) of a joint sample, through torchvision v2's
+        functionals (masks nearest, boxes transformed and clamped as torchvision does).
+        Transforms that leave geometry alone pass it through; geometric ones without this
+        override raise TypeError."""
+        if self._geometric:
+            raise TypeError(f"{type(self).__name__} does not transform "
+                            f"{type(inpt).__name__} yet; use torchvision.transforms.v2."
+                            f"{type(self).__name__} for such samples")
+        return inpt
 
     def _extra_repr(self):
         return ""
 
     def __repr__(self):
         return f"{type(self).__name__}({self._extra_repr()})"
+
+
+_ANNOTATIONS = ("Mask", "BoundingBoxes", "KeyPoints")
+
+
+def _is_annotation(x) -> bool:
+    """A ``tv_tensors`` mask, boxes or keypoints (without importing torchvision)."""
+    t = type(x)
+    return t.__name__ in _ANNOTATIONS and t.__module__.startswith("torchvision")
+
+
+def _is_structured(x) -> bool:
+    """A joint sample: a tuple/list/dict of inputs, or a lone annotation."""
+    return isinstance(x, (tuple, list, dict)) or _is_annotation(x)
+
+
+def _joint_call(t, inputs):
+    """torchvision v2's ``Transform.forward`` for turboloader transforms: flatten the sample,
+    draw the parameters once from the image's size, apply them to the image(s) with
+    turboloader's own ``transform`` and to masks / boxes with torchvision v2's functionals
+    (``_transform_other``); anything else (labels, strings, other tensors) passes through.
+
+    As in torchvision: the images are PIL images, NumPy arrays, ``tv_tensors.Image`` and the
+    first plain tensor when the sample holds no other image."""
+    import PIL.Image
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+    from torchvision import tv_tensors
+
+    flat, spec = tree_flatten(inputs if len(inputs) > 1 else inputs[0])
+    plain_is_image = not any(isinstance(x, (tv_tensors.Image, tv_tensors.Video,
+                                            PIL.Image.Image, np.ndarray)) for x in flat)
+    roles = []
+    for x in flat:
+        if _is_annotation(x):
+            roles.append("other")
+        elif isinstance(x, (PIL.Image.Image, np.ndarray, tv_tensors.Image)):
+            roles.append("image")
+        elif isinstance(x, torch.Tensor) and type(x) is torch.Tensor and plain_is_image:
+            plain_is_image = False
+            roles.append("image")
+        else:
+            roles.append(None)
+    size = None
+    if t._uses_size:
+        sizes = {image_size(x) for x, r in zip(flat, roles) if r == "image"}
+        for x, r in zip(flat, roles):
+            if r == "other":
+                sizes.add(tuple(int(v) for v in (x.canvas_size if hasattr(x, "canvas_size")
+                                                 else x.shape[-2:])))
+        if len(sizes) != 1:
+            raise ValueError(f"the images, masks and boxes of one sample must have one size, "
+                             f"got {sorted(sizes)}" if sizes else
+                             "no image, mask or boxes in the sample")
+        size = sizes.pop()
+    params = t.make_params(size)
+    out = []
+    for x, r in zip(flat, roles):
+        if r == "image":
+            if t._kinds is None or _kind(x) in t._kinds:
+                x = t.transform(_contiguous(x), params)
+        elif r == "other":
+            x = t._transform_other(x, params)
+        out.append(x)
+    return tree_unflatten(out, spec)
 
 
 class _RandomApplyTransform(Transform):

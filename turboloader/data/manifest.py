@@ -1,0 +1,150 @@
+"""ManifestDataset: images listed in a CSV / TSV / JSON Lines file, map-style."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch.utils.data
+
+from turboloader.data.folder import read_file
+from turboloader.data.reader import MapDataset
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
+from turboloader.errors import ManifestError, UnreadableFileError
+from turboloader.io.manifest import read_manifest
+
+__all__ = ["ManifestDataset"]
+
+
+def _int_label(value):
+    """``value`` as an int label when it is one (an int, or a string of one), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        s = value.strip()
+        if s and (s.isdigit() or (s[0] == "-" and s[1:].isdigit())):
+            return int(s)
+    return None
+
+
+class ManifestDataset(MapDataset, torch.utils.data.Dataset):
+    """Map-style ``(image, label)`` samples from a manifest: a CSV, TSV or JSON Lines file
+    listing ``path,label[,more]`` rows, the paths relative to ``root``.
+
+    Reading is :class:`ImageFolder`'s: a file's bytes are read with a bound, JPEGs are decoded
+    by libjpeg-turbo and, with a turboloader pipeline that has a fused plan, decoded and
+    transformed in one native call (otherwise ``transform`` gets a PIL RGB image); the random
+    parameters of index ``i`` in epoch ``e`` come from ``sample_rng(seed, e, i)`` (call
+    ``set_epoch`` from the main process each epoch). Shuffling and sharding are the
+    sampler's job, as for any map-style dataset. ``cache``, ``on_error="skip"`` with its
+    ``max_failures`` budget and ``stats()`` behave as in :class:`ImageFolder`; a missing file
+    always propagates (``FileNotFoundError``), as there.
+
+    **Labels.** When every label is an int (a JSON int, or a CSV string of one) the targets
+    are those ints. Otherwise labels are class names: ``classes`` (given, or the sorted
+    distinct names) and ``class_to_idx`` map them to indices, as ``ImageFolder`` does.
+    ``label_column=None`` (or a row without one) gives ``missing_label`` (a row without a
+    label is a ManifestError while ``missing_label`` is None).
+
+    Attributes:
+        samples: ``[(absolute path, target), ...]``, like ``ImageFolder.samples``.
+        targets: the targets.
+        rows: the manifest's rows (dicts), with every other column (captions, ids...).
+        classes, class_to_idx: the class names (None for int labels).
+
+    Args:
+        manifest: the manifest file (``.csv``, ``.tsv``, ``.jsonl``/``.ndjson``/``.json``,
+            optionally ``.gz``; see :func:`turboloader.io.manifest.read_manifest`).
+        root: the directory the paths are relative to (default: the manifest's directory);
+            absolute paths are used as they are.
+        transform, target_transform: applied to the image and the target.
+        path_column, label_column: the columns naming the file and the label (also the
+            names of the first two columns of a CSV without a header).
+        classes: the class names, in index order, for string labels.
+        missing_label: the target of a row without a label (None: such a row is an error).
+        format: ``"csv"``, ``"tsv"`` or ``"jsonl"`` (default: from the extension).
+        seed, cache, cache_short_side, on_error, max_failures, max_pixels, stats_interval:
+            as in :class:`ImageFolder`.
+
+    Raises:
+        ManifestError: a malformed manifest, a row without a path or label, a class name
+            not in ``classes``.
+        FileNotFoundError: no manifest.
+
+    Example:
+        >>> from turboloader import ManifestDataset, transforms as T         # doctest: +SKIP
+        >>> ds = ManifestDataset("train.csv", root="images/",
+        ...                      transform=T.Compose([T.RandomResizedCrop(224), T.ToTensor()]))
+        >>> image, label = ds[0]
+        >>> ds.rows[0]["caption"]
+    """
+
+    def __init__(self, manifest, root=None, transform=None, target_transform=None, *,
+                 path_column="path", label_column="label", classes=None, missing_label=None,
+                 format=None, seed=0, cache=None, cache_short_side=None, on_error="raise",
+                 max_failures=0.01, max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256):
+        super().__init__()
+        self.manifest = os.fspath(manifest)
+        self.root = os.path.abspath(os.path.dirname(self.manifest) if root is None
+                                    else os.fspath(root))
+        self.path_column, self.label_column = path_column, label_column
+        self.rows = read_manifest(self.manifest, format=format, path_column=path_column,
+                                  label_column=label_column or "label")
+        raw = [None if label_column is None else row.get(label_column) for row in self.rows]
+        for k, v in enumerate(raw):
+            if (v is None or v == "") and missing_label is None:
+                raise ManifestError(f"{self.manifest!r}: row {k} has no {label_column!r} "
+                                    f"(pass missing_label=... for unlabelled rows)")
+        present = [v for v in raw if v is not None and v != ""]
+        ints = [_int_label(v) for v in present]
+        if classes is None and all(v is not None for v in ints):
+            self.classes = self.class_to_idx = None
+            lookup = _int_label
+        else:
+            self.classes = (list(classes) if classes is not None
+                            else sorted({str(v) for v in present}))
+            self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+            def lookup(v):
+                try:
+                    return self.class_to_idx[str(v)]
+                except KeyError:
+                    raise ManifestError(f"{self.manifest!r}: label {v!r} is not one of the "
+                                        f"{len(self.classes)} classes") from None
+        self.targets = [missing_label if v is None or v == "" else lookup(v) for v in raw]
+        self.samples = [(os.path.join(self.root, row[path_column]), t)
+                        for row, t in zip(self.rows, self.targets)]
+        self._init_reader(transform, target_transform, seed=seed, cache=cache,
+                          cache_short_side=cache_short_side, on_error=on_error,
+                          max_failures=max_failures, max_pixels=max_pixels,
+                          stats_interval=stats_interval)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _gather(self, st, chunk, i, slot, epoch, counters):
+        path, target = self.samples[i]
+        cache = st.decoder.cache
+        if cache is not None and i in cache:
+            chunk.add(None, target, i, slot, epoch, cache_key=i)
+            return
+        t = time.perf_counter()
+        try:
+            data = read_file(path)
+        except UnreadableFileError as exc:
+            chunk.fail(exc, i, slot, epoch)
+            return
+        counters["read_s"] += time.perf_counter() - t
+        counters["bytes_read"] += len(data)
+        chunk.add(data, target, i, slot, epoch, cache_key=None if cache is None else i)
+
+    def _where(self, st, i):
+        path = self.samples[i][0]
+        return (f"ManifestDataset: {self.manifest!r} row {i}, file {path!r}", self.manifest,
+                self.rows[i][self.path_column], 0)
+
+    def __repr__(self):
+        return (f"ManifestDataset({self.manifest!r}, {len(self)} samples, root={self.root!r}, "
+                f"on_error={self.policy.on_error!r})")
