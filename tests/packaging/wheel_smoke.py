@@ -26,6 +26,13 @@ def main():
         assert shutil.which("cc") is None and shutil.which("gcc") is None
     where = Path(turboloader.__file__).resolve()
     assert SOURCE_TREE not in where.parents, f"imported from the source tree: {where}"
+    # runtime dispatch finds the CPU's best level (a toolchain whose runtime library reports no
+    # CPU feature once left the whole wheel on the SSE2 baseline)
+    from turboloader._native import _cpu
+
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    if "avx2" in flags and "osxsave" in flags:
+        assert _cpu.isa() == "avx2", _cpu.isa()
     buf = io.BytesIO()
     rng = np.random.default_rng(0)
     Image.fromarray(rng.integers(0, 255, (64, 96, 3), np.uint8)).save(buf, "JPEG")
