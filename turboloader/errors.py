@@ -14,6 +14,7 @@ __all__ = [
     "FailureBudgetExceeded",
     "RemoteShardError",
     "RemoteShardNotFoundError",
+    "SharedMemoryError",
     "DecodeWarning",
     "UnreadableFileError",
     "ManifestError",
@@ -85,6 +86,13 @@ class RemoteShardError(TurboLoaderError, OSError):
 
 class RemoteShardNotFoundError(RemoteShardError, FileNotFoundError):
     """The remote object does not exist (HTTP 404/410, S3 NoSuchKey/NoSuchBucket)."""
+
+
+class SharedMemoryError(TurboLoaderError, RuntimeError):
+    """Shared memory (``/dev/shm``) cannot hold a batch a DataLoader worker must send. The
+    message gives the sizes and names the fixes (Docker's ``--shm-size``, a smaller batch,
+    fewer workers, or the thread backend). Never skipped by the failure policy: it is not a
+    sample's fault."""
 
 
 class DecodeWarning(UserWarning):

@@ -156,3 +156,31 @@ def test_shard_truncated_mid_epoch_while_open(tmp_path, backend, workers):
             print("TYPED", exc)
         """, tmp_path)
     assert "TYPED" in out and "s.tar" in out and "truncated or replaced while open" in out
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_a_stream_shard_cut_after_init_is_a_typed_counted_skip(tmp_path, backend):
+    """A .tar.gz truncated after the dataset counted it: the sample where the stream broke
+    and every later one are TarFormatErrors naming the shard (was an untyped IndexError),
+    counted and replaced under the skip policy."""
+    import turboloader
+    from helpers.shards import labelled_members, write_tar
+    from turboloader import transforms as T
+    from turboloader.data import TarDataset
+    from turboloader.errors import TarFormatError
+
+    path = write_tar(tmp_path / "s.tar.gz", labelled_members(range(64)))
+    tf = T.Compose([T.Resize(8), T.CenterCrop(8), T.ToTensor()])
+    skip = TarDataset([path], tf, shuffle=False, on_error="skip", max_failures=0.99)
+    strict = TarDataset([path], tf, shuffle=False)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+    dl = turboloader.DataLoader(skip, batch_size=8, num_workers=1, backend=backend)
+    labels = [y for _, ys in dl for y in ys.tolist()]
+    st = skip.stats()
+    assert len(labels) == 64 and 0 < st["failures"] < 64
+    assert len(set(labels)) == 64 - st["failures"]
+    assert all(s["reason"].startswith("TarFormatError") for s in st["skipped"])
+    with pytest.raises(TarFormatError) as info:
+        list(strict)
+    assert "s.tar.gz" in str(info.value) + " ".join(getattr(info.value, "__notes__", []))

@@ -241,11 +241,19 @@ def test_resume_mid_epoch_with_skips_threads(bad_shards):
 
 
 def test_resume_mid_epoch_processes(tmp_path):
-    # the main process cannot see where its workers skipped (TarDataset.state_dict): exact
-    # for data that reads, as before
     shards = [write_tar(tmp_path / "ok.tar", labelled_members(range(30)))]
     _resume_matches(lambda: DataLoader(TarDataset(shards, FLOAT, seed=5), batch_size=6,
                                        num_workers=2, backend="processes"), 3)
+
+
+@pytest.mark.parametrize("epoch", [1, 3])
+def test_resume_mid_epoch_with_skips_processes(bad_shards, epoch):
+    """The main process names where torch's workers stand although it did not run their
+    streams: each worker reports the items it skipped before handing out the batch that
+    skips them, so the resumed pass continues the uninterrupted sequence exactly."""
+    _resume_matches(lambda: DataLoader(
+        TarDataset(bad_shards, FLOAT, seed=5, on_error="skip", max_failures=5),
+        batch_size=6, num_workers=2, backend="processes"), epoch)
 
 
 def test_resume_mid_epoch_with_skips_stateful_workers(bad_shards):
@@ -341,11 +349,66 @@ def test_shared_pool_never_reuses_what_the_worker_still_holds_or_never_got_back(
     a = pool.get((2, 5))
     ptr = a.data_ptr()
     assert pool.get((2, 5)).data_ptr() != ptr  # held here, not yet sent
-    pickle.dumps(pool.send(a))  # pickled elsewhere than a worker queue: no release comes
+    a.fill_(3)
+    import torch.multiprocessing  # noqa: F401
+    from multiprocessing.reduction import ForkingPickler
+
+    message = ForkingPickler.dumps(pool.send(a))  # sent by handle, never received: no release
     del a
     held = [pool.get((2, 5)) for _ in range(3)]  # over capacity: new memory every time
     assert ptr not in {h.data_ptr() for h in held} and len({h.data_ptr() for h in held}) == 3
-    assert pool.send(held[0]) is held[0]  # not one of the pool's buffers: sent as it is
+    assert pool.send(held[0]) is held[0]  # not one of the pool's blocks: sent as it is
+    got = ForkingPickler.loads(message)  # received late: still the batch that was sent
+    assert torch.equal(got, torch.full((2, 5), 3.0))
+
+
+def test_a_batch_pickled_by_pickle_is_a_copy_and_frees_the_block():
+    pool = BufferPool(1, shared=True)
+    a = pool.get((2, 5))
+    ptr = a.data_ptr()
+    a.fill_(2)
+    data = pickle.dumps(pool.send(a))  # torch.save / pickle: the data itself
+    del a
+    assert pool.get((2, 5)).data_ptr() == ptr
+    assert torch.equal(pickle.loads(data), torch.full((2, 5), 2.0))
+
+
+@pytest.mark.parametrize("make", [lambda x: x.permute(1, 0), lambda x: x[1:], lambda x: x.detach(),
+                                  lambda x: torch.split(x, 1)[0]],
+                         ids=["permute", "slice", "detach", "split"])
+def test_a_view_that_leaves_by_torchs_pickler_is_a_copy_and_never_rewritten(make):
+    """Memory leaves a worker without a copy only through the pool's own send: a view
+    pickled by torch's reduction is copied out (and the block is free again here)."""
+    import torch.multiprocessing  # noqa: F401
+    from multiprocessing.reduction import ForkingPickler
+
+    pool = BufferPool(1, shared=True)
+    a = pool.get((3, 4))
+    ptr = a.data_ptr()
+    a.copy_(torch.arange(12.0).view(3, 4))
+    want = make(a).clone()
+    got = ForkingPickler.loads(ForkingPickler.dumps(make(a)))
+    del a
+    b = pool.get((3, 4))
+    assert b.data_ptr() == ptr  # the block came back: nothing else maps it
+    b.fill_(-1)
+    assert torch.equal(got, want)
+
+
+def test_a_received_batch_held_at_a_fork_is_never_released():
+    import multiprocessing as mp
+
+    pool = BufferPool(1, shared=True)
+    a = pool.get((2, 3))
+    ptr = a.data_ptr()
+    a.fill_(4)
+    got = send(pool, a)
+    del a
+    p = mp.get_context("fork").Process(target=lambda: None)
+    p.start()
+    p.join()
+    del got  # the child may still have held it: no release
+    assert all(pool.get((2, 3)).data_ptr() != ptr for _ in range(3))
 
 
 def test_a_received_batch_moved_to_shared_memory_releases_the_buffer():
@@ -408,18 +471,22 @@ def test_a_batch_of_a_buffers_leading_rows_is_sent_without_a_copy():
         assert _leading_rows(pool, bad) is None
 
 
-def test_a_row_of_a_shared_buffer_sent_alone_is_never_rewritten():
-    """A custom collate_fn may send a row itself: the main process then holds the buffer's
-    memory through torch's own sharing, which reports no release, so it is never reused."""
+def test_a_row_of_a_shared_buffer_sent_alone_is_a_copy():
+    """A custom collate_fn may send a row itself: torch's own reduction copies it out of the
+    block, so the main process's row is its own and the block is free again."""
     from turboloader.data import _buffers
 
     pool = _buffers.shared_pool()
     buf = pool.get((2, 3))
+    buf.copy_(torch.arange(6.0).view(2, 3))
     ptr = buf.data_ptr()
     got = send(BufferPool(1), _buffers.as_row(buf[1]))
     assert type(got) is torch.Tensor and torch.equal(got, buf[1])
-    del buf, got
-    assert all(pool.get((2, 3)).data_ptr() != ptr for _ in range(4))
+    del buf
+    again = pool.get((2, 3))
+    assert again.data_ptr() == ptr
+    again.fill_(0)
+    assert torch.equal(got, torch.tensor([3.0, 4.0, 5.0]))
     pool.clear()
 
 

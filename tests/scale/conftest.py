@@ -59,6 +59,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = data[start:]
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        if name in srv.drip:  # a byte at a time, each well within any socket timeout
+            import time
+
+            for i in range(len(body)):
+                try:
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(0.02)
+            return
         if name in srv.cut_first and n == 1:
             self.wfile.write(body[:len(body) // 2])  # killed mid-stream
             self.wfile.flush()
@@ -73,7 +84,7 @@ def http_server(root):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     srv.daemon_threads = True
     srv.root, srv.lock, srv.requests = root, threading.Lock(), {}
-    srv.drop_first, srv.cut_first = set(), set()
+    srv.drop_first, srv.cut_first, srv.drip = set(), set(), set()
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"

@@ -160,3 +160,20 @@ def test_cache_reclaims_downloads_of_dead_processes(http_root, tmp_path):
         fh.truncate(cache.max_bytes)  # a reservation left by a killed download
     cache.fetch(f"{http_root.url}/d-0000.tar")
     assert not os.path.exists(stale) and cache.stats()["bytes"] <= cache.max_bytes
+
+
+def test_a_server_trickling_bytes_is_given_up_on(http_root, tmp_path):
+    """One byte every 20 ms never trips a socket timeout; the read's own deadline does."""
+    import time
+
+    from turboloader.errors import RemoteShardError
+    from turboloader.io.remote import open_remote
+
+    (tmp_path / "www" / "slow.bin").write_bytes(b"x" * 100_000)
+    http_root.drip.add("slow.bin")
+    t = time.monotonic()
+    with pytest.raises(RemoteShardError, match="too slow"):
+        with open_remote(f"{http_root.url}/slow.bin", retries=1, backoff=0.01,
+                         timeout=0.3) as f:
+            f.read()
+    assert time.monotonic() - t < 10

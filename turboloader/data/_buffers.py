@@ -1,41 +1,50 @@
-"""Recycled batch memory.
+"""Recycled batch memory, safe by construction.
 
 A fresh batch tensor costs more than filling it: the kernel zeroes every page on the first
 write (a 64 x 3 x 224 x 224 float32 batch, 38.5 MB, takes ~40 ms to fault in on the project's
-2-core machine and ~2 ms to overwrite once touched). :class:`BufferPool` hands out tensors
-whose memory it reuses, but only once nothing outside the pool references that memory any
-more: a tensor the user (or a queue, or a view) still holds is never written again, and the
-pool allocates instead. Correctness never depends on anyone releasing a batch; only the
-speed does.
+2-core machine and ~2 ms to overwrite once touched). :class:`BufferPool` reuses memory, and
+the rule that makes that safe is one of ownership, not of detecting references:
 
-"Nothing references it" is read from the storage's reference count: the pool keeps one base
-tensor per buffer and only ever hands out *views* of it (new tensor objects on the same
-storage), so every tensor, view, NumPy array (``.numpy()`` holds the tensor) or DLPack
-capsule derived from a handed-out batch keeps the count up. Memory that was moved to shared
-memory (``share_memory_()``, or pickled to another process, which does that) is dropped from
-the pool for good: another process may still read it and its references are not counted here.
+* **A block is handed out as a tensor of its own storage.** The pool owns each block's
+  memory; :meth:`BufferPool.get` returns ``torch.from_numpy`` of a NumPy view of it, a new
+  torch storage whose deleter is that view. The block goes back to the pool only when that
+  storage lets go of the memory: when every tensor, view, NumPy array, DLPack capsule or
+  ``pin_memory()`` source of the hand-out is gone, or when torch moves the storage elsewhere
+  (``share_memory_()``, or pickling it to another process, which copies a storage that is not
+  torch's shared memory into new shared memory and repoints the storage there).
+* **Memory leaves the process only through the pool.** Because a hand-out is never torch's
+  shared memory, torch's own pickler always *copies* it (see above): a view, a slice, a
+  ``tv_tensors.Image``, a batch a custom ``collate_fn`` returns, a row a wrapper dataset
+  yields all reach other processes as copies, and the block is free again here. The one way
+  a block's memory crosses processes without a copy is :meth:`BufferPool.send`, in a
+  DataLoader worker: the batch pickles (through ``ForkingPickler``, the worker queue's
+  pickler) to the block's shared-memory handle and counts a *send*; the receiving process
+  maps it as a tensor of its own storage again and, when that storage lets go, counts a
+  *release* in the block's shared counter. A block is rewritten only when the worker holds
+  no hand-out of it **and** every send was released.
+* **A fork pins what the parent holds.** A process forked while it holds a received batch
+  shares that memory with its child, whose release the library cannot hear: every batch held
+  at a fork (``os.register_at_fork``) is never released, so its block is never rewritten.
 
-Shared batches (:func:`shared_pool`, inside DataLoader worker processes) are recycled too,
-with a return channel, because the reader is another process: each buffer is shared memory
-with a release flag after the data. The worker sets the flag when its batch is pickled to
-the main process (:class:`_Recycled`'s reduction), and the main process clears it when the
-last reference to its copy of the tensor dies (the tensor it gets is ``torch.from_numpy`` of
-the mapped memory, so its storage's deleter is an ordinary Python object that a finalizer
-watches; views, NumPy arrays, ``pin_memory`` or ``share_memory_()`` copies all keep or end it
-correctly). A buffer is written again only when both the worker and the main process have
-let go of it; a batch that went anywhere else (a third process, ``torch.save``) never clears
-the flag, and its buffer is simply not reused.
+So correctness never depends on anyone releasing a batch; only the speed does: memory that
+left by a route the library does not control is simply never reused.
 
-Samples (``DataLoader(dataset, batch_size=B)``) reach the same shared buffers through torch's
-collate: in a worker, the images a dataset yields from its recycled chunk buffers are
-:class:`_Row` tensors, for which ``torch.utils.data.default_collate`` (through
-``default_collate_fn_map``, torch's documented way to extend it) stacks the batch into a
-recycled shared buffer instead of fresh shared memory.
+Shared memory is bounded: each worker keeps at most ``capacity`` blocks per batch shape and
+at most :func:`shm_budget` bytes in all (``TURBOLOADER_SHM_BUDGET``; default a share of
+``/dev/shm``), past which batches are fresh shared memory freed when dropped, as torch's own
+collate makes them. A worker frees its blocks when it exits (both sharing strategies). When
+``/dev/shm`` cannot hold even one batch, :class:`~turboloader.errors.SharedMemoryError` says
+so (and names Docker's ``--shm-size``) instead of a bus error.
+
+Samples (``DataLoader(dataset, batch_size=B)``) reach the same shared blocks through torch's
+collate: in a worker, the images a dataset yields from its recycled blocks are :class:`_Row`
+tensors, for which ``torch.utils.data.default_collate`` (through ``default_collate_fn_map``,
+torch's documented way to extend it) stacks the batch into a recycled shared block, or sends
+the rows' own block when the batch is exactly its leading rows.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import time
@@ -44,20 +53,18 @@ import weakref
 import numpy as np
 import torch
 
-__all__ = ["BufferPool", "as_row", "collated_batch_size", "new_shared", "shared_pool"]
+from turboloader.errors import SharedMemoryError
+from turboloader.io.sizes import parse_size
 
-_FLAG_BYTES = 64  # after the data of a shared buffer: byte 0 is 1 while the main process holds it
+__all__ = ["BufferPool", "as_row", "collated_batch_size", "new_shared", "shared_pool",
+           "shm_budget"]
 
-try:
-    _use_count = torch._C._storage_Use_Count
-except AttributeError:  # an unknown torch: never reuse (always correct, only slower)
-    _use_count = None
+_ALIGN = 64  # a shared block's release counter sits at the first multiple of this after the data
 
-
-def _unreferenced(storage) -> bool:
-    """True when only the pool holds ``storage``: its base tensor plus the storage object
-    made to ask."""
-    return _use_count is not None and _use_count(storage._cdata) <= 2
+_NUMPY = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
+          torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16,
+          torch.int32: np.int32, torch.int64: np.int64, torch.bool: np.bool_}
+_BY_NAME = {str(d): d for d in _NUMPY}
 
 
 def _nbytes(shape, dtype) -> int:
@@ -67,190 +74,330 @@ def _nbytes(shape, dtype) -> int:
     return numel * torch.empty((), dtype=dtype).element_size()
 
 
+def _shm_free():
+    """``(free, total)`` bytes of the shared-memory file system, or None where there is none."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def _check_shm(nbytes):
+    """Raise SharedMemoryError when ``/dev/shm`` cannot hold ``nbytes`` more (torch would
+    die of a bus error on first touch instead)."""
+    room = _shm_free()
+    if room is not None and room[0] < nbytes:
+        mb = 1 << 20
+        raise SharedMemoryError(
+            f"a DataLoader worker needs {nbytes / mb:.0f} MiB of shared memory for one batch but "
+            f"/dev/shm has {room[0] / mb:.0f} MiB free of {room[1] / mb:.0f} MiB. In Docker, "
+            f"start the container with a larger --shm-size (e.g. --shm-size=8g); otherwise "
+            f"lower batch_size or num_workers, or use turboloader.DataLoader(backend='threads'), "
+            f"which needs no shared memory")
+
+
 def new_shared(shape, dtype) -> torch.Tensor:
-    """An uninitialised tensor in shared memory from the start, so that sending it to another
-    process (a DataLoader worker's result queue) copies nothing: torch's pickler passes
-    shared storage by handle."""
-    storage = torch.UntypedStorage._new_shared(_nbytes(shape, dtype))
+    """An uninitialised tensor in torch's shared memory from the start (sending it to another
+    process copies nothing; torch frees it when every process dropped it).
+
+    Raises:
+        SharedMemoryError: ``/dev/shm`` has no room for it.
+    """
+    nbytes = _nbytes(shape, dtype)
+    _check_shm(nbytes)
+    storage = torch.UntypedStorage._new_shared(nbytes)
     return torch.empty((0,), dtype=dtype).set_(storage, 0, tuple(shape))
 
 
+def shm_budget(num_workers=1) -> int:
+    """Bytes of recycled shared memory one DataLoader worker may keep.
+
+    ``TURBOLOADER_SHM_BUDGET`` (bytes or ``"2GB"``; ``0``: recycle nothing) when set; else an
+    eighth of ``/dev/shm`` shared by this node's workers (``num_workers`` x the
+    ``LOCAL_WORLD_SIZE`` that torchrun sets). Past it a worker's batches are fresh shared
+    memory, freed when dropped (torch's own behaviour).
+    """
+    env = os.environ.get("TURBOLOADER_SHM_BUDGET")
+    if env:
+        return parse_size(env)
+    room = _shm_free()
+    if room is None:
+        return 0
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return room[1] // 8 // (max(1, int(num_workers)) * local)
+
+
+class _Block:
+    """One buffer of a pool: its memory and who may still read it."""
+
+    __slots__ = ("key", "nbytes", "array", "base", "ptr", "out", "sent", "counter")
+
+    def __init__(self, key, nbytes, array, base=None, counter=None):
+        self.key, self.nbytes, self.array = key, nbytes, array
+        self.base = base  # shared: the uint8 tensor over the whole block, sent by handle
+        self.ptr = array.ctypes.data
+        self.out = 0  # live hand-outs in this process
+        self.sent = 0  # sends to other processes (shared blocks)
+        self.counter = counter  # shared: releases counted by the receivers
+
+    def free(self) -> bool:
+        return self.out == 0 and (self.counter is None or int(self.counter[0]) == self.sent)
+
+
 class BufferPool:
-    """Tensors of a few (shape, dtype) kinds, reused once unreferenced.
+    """Tensors of a few (shape, dtype) kinds whose memory is reused once it is given back
+    (see the module docstring for when that is).
 
     Args:
-        capacity: buffers kept per kind; past it, new buffers are handed out untracked
-            (freed as usual when dropped), so a consumer that keeps every batch never makes
-            the pool grow without bound.
+        capacity: blocks kept per kind; past it (or past ``budget``), new memory is handed
+            out untracked (freed as usual when dropped), so a consumer that keeps every
+            batch never makes the pool grow without bound.
         pin: allocate in pinned memory. Pinned buffers are not pooled here: torch's caching
             host allocator already recycles pinned blocks, and it also waits for
-            asynchronous copies still reading a block before reusing it, which a reference
-            count cannot see.
-        shared: allocate in shared memory (see :func:`new_shared`), for batches a worker
-            process sends to the main process: reused once neither the worker nor the main
-            process references them (see the module docstring). Hand a batch out through
-            :meth:`send` so that the main process reports its release.
+            asynchronous copies still reading a block before reusing it.
+        shared: blocks in shared memory, for batches a DataLoader worker sends to the main
+            process with :meth:`send`.
+        budget: bytes of blocks kept in all (None: no limit beyond ``capacity``).
 
     Thread-safe.
     """
 
-    def __init__(self, capacity=8, *, pin=False, shared=False):
+    def __init__(self, capacity=8, *, pin=False, shared=False, budget=None):
         self.capacity = int(capacity)
         self.pin = bool(pin)
         self.shared = bool(shared)
-        self._kinds = {}
-        self._flags = {}  # shared: storage data_ptr -> (flag array, its byte offset)
-        self._lock = threading.Lock()
+        self.budget = None if budget is None else int(budget)
+        self._blocks = {}  # (shape, dtype) -> [_Block]
+        self._by_ptr = {}  # block address -> _Block
+        self._kept = 0
+        self._lock = threading.RLock()  # a hand-out's return may run inside get() (GC)
         self.allocated = self.reused = self.waited = 0
 
     def get(self, shape, dtype=torch.float32, *, wait=None) -> torch.Tensor:
         """A tensor of ``shape`` and ``dtype`` with undefined contents that nothing else
-        references: a view of a pooled buffer no one holds any more, or new memory.
+        reads: a block given back, or new memory.
 
         Args:
-            wait: when all ``capacity`` buffers of the kind are in use, poll (every 0.5 to 5 ms)
-                for one to be released for as long as ``wait()`` is False, then allocate an
+            wait: when all ``capacity`` blocks of the kind are out, poll (every 0.5 to 5 ms)
+                for one to come back for as long as ``wait()`` is False, then allocate an
                 untracked buffer. A loader passes "the consumer is not waiting for a batch":
                 while the consumer works on a batch, the producers, already ahead, wait for
                 the one it drops next instead of growing the resident set; once it waits, a
                 consumer that keeps its batches gets new memory at once. None: allocate at
                 once.
+
+        Raises:
+            SharedMemoryError: a shared pool, and ``/dev/shm`` has no room for the batch.
         """
         shape = tuple(int(v) for v in shape)
         if self.pin:
             self.allocated += 1
             return torch.empty(shape, dtype=dtype, pin_memory=True)
         key = (shape, dtype)
-        with self._lock:
-            got = self._reuse(key)
+        if dtype in _NUMPY:
+            with self._lock:
+                got = self._take(key, fresh=True)
             if got is not None:
                 return got
-            bases = self._kinds[key]
-            if len(bases) < self.capacity:
-                self.allocated += 1
-                base = self._new(shape, dtype)
-                bases.append(base)
-                return base[:]
-        if wait is not None:
-            pause = 0.0005
-            while not wait():
-                time.sleep(pause)
-                pause = min(pause * 2, 0.005)  # a consumer busy for long costs few wake-ups
-                with self._lock:
-                    got = self._reuse(key)
-                if got is not None:
-                    self.waited += 1
-                    return got
+            if wait is not None:
+                pause = 0.0005
+                while not wait():
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.005)  # a consumer busy for long costs few wake-ups
+                    with self._lock:
+                        got = self._take(key, fresh=False)
+                    if got is not None:
+                        self.waited += 1
+                        return got
         self.allocated += 1
         return new_shared(shape, dtype) if self.shared else torch.empty(shape, dtype=dtype)
 
-    def _new(self, shape, dtype):
-        if not self.shared:
-            return torch.empty(shape, dtype=dtype)
-        nbytes = _nbytes(shape, dtype)
-        storage = torch.UntypedStorage._new_shared(nbytes + _FLAG_BYTES)
-        base = torch.empty((0,), dtype=dtype).set_(storage, 0, shape)
-        # a view by address, not a tensor: it must not count as a reference to the storage
-        # (the pool keeps `base`, so the address stays valid as long as the entry)
-        flag = np.ctypeslib.as_array((ctypes.c_uint8 * 1).from_address(storage.data_ptr() + nbytes))
-        flag[0] = 0
-        self._flags[storage.data_ptr()] = (flag, nbytes)
-        return base
-
-    def _reuse(self, key):
-        bases = self._kinds.setdefault(key, [])
-        for base in list(bases):
-            storage = base.untyped_storage()
-            if self.shared:
-                # this process's references first, then the flag: a batch is released
-                # here only after it was pickled, which raised the flag
-                if _unreferenced(storage) and not self._flags[storage.data_ptr()][0][0]:
-                    self.reused += 1
-                    return base[:]
-            elif storage.is_shared():  # another process may map it: never reuse
-                bases.remove(base)
-            elif _unreferenced(storage):
+    def _take(self, key, *, fresh):
+        """A hand-out of a free block of ``key``, or (``fresh``) of a new one when there is
+        room; else None. Holds the lock."""
+        blocks = self._blocks.setdefault(key, [])
+        for block in blocks:
+            if block.free():
                 self.reused += 1
-                return base[:]
-        return None
+                return self._hand_out(block)
+        if not fresh or len(blocks) >= self.capacity:
+            return None
+        nbytes = _nbytes(*key)
+        if self.budget is not None and self._kept + nbytes > self.budget:
+            return None
+        block = self._new(key, nbytes)
+        blocks.append(block)
+        self._by_ptr[block.ptr] = block
+        self._kept += nbytes
+        self.allocated += 1
+        return self._hand_out(block)
 
-    def _flag(self, tensor):
-        """``(flag array, its byte offset)`` of the shared buffer ``tensor`` lies in, or None
-        when it is not one of this pool's."""
-        return self._flags.get(tensor.untyped_storage().data_ptr()) if self.shared else None
+    def _new(self, key, nbytes):
+        if not self.shared:  # torch's allocator: 64-byte aligned rows for the kernels' stores
+            return _Block(key, nbytes, torch.empty(max(nbytes, 1), dtype=torch.uint8).numpy())
+        at = -(-nbytes // _ALIGN) * _ALIGN
+        _check_shm(at + _ALIGN)
+        storage = torch.UntypedStorage._new_shared(at + _ALIGN)
+        base = torch.empty((0,), dtype=torch.uint8).set_(storage, 0, (at + _ALIGN,))
+        array = base.numpy()
+        counter = array[at:at + 8].view(np.uint64)
+        counter[0] = 0
+        return _Block(key, nbytes, array, base, counter)
+
+    def _hand_out(self, block):
+        """A new torch storage over ``block``: the block is out until that storage lets go
+        of the memory (its deleter, the NumPy view, dies)."""
+        shape, dtype = block.key
+        view = block.array[:block.nbytes].view(_NUMPY[dtype]).reshape(shape)
+        block.out += 1
+        weakref.finalize(view, self._given_back, block).atexit = False
+        return torch.from_numpy(view)
+
+    def _given_back(self, block):
+        with self._lock:
+            block.out -= 1
 
     def send(self, tensor):
-        """``tensor`` ready to cross to the main process: when it lies in one of this
-        pool's shared buffers, the same memory as a tensor whose pickling raises the
-        buffer's flag and makes the receiver clear it on release; otherwise ``tensor``."""
-        flag = self._flag(tensor)
-        if flag is None or tensor.dtype not in _NUMPY_DTYPES:  # the receiver maps it via NumPy
+        """``tensor`` ready to cross to another process: when it lies in one of this pool's
+        shared blocks, the same memory as a tensor that ``ForkingPickler`` (a worker queue)
+        sends by handle, counting a send that the receiver releases; otherwise ``tensor``."""
+        if not self.shared or self._sending(tensor, count=False) is None:
             return tensor
         out = tensor.as_subclass(_Recycled)
-        out._tl_flag = flag
+        out._tl_pool = self
         return out
 
-    def retire(self, tensor) -> None:
-        """Never write the shared buffer ``tensor`` lies in again (it leaves for a reader
-        that reports no release); a tensor outside this pool's buffers is ignored."""
-        flag = self._flag(tensor)
-        if flag is not None:
-            flag[0][0] = 1
+    def _sending(self, tensor, *, count=True):
+        """``(block, byte offset)`` of ``tensor`` when it is a hand-out (or a view of one) of
+        a shared block still in place, counting a send; else None."""
+        if tensor.dtype not in _NUMPY or tensor.device.type != "cpu":
+            return None
+        with self._lock:
+            block = self._by_ptr.get(tensor.untyped_storage().data_ptr())
+            if block is None or block.base is None:
+                return None
+            offset = tensor.data_ptr() - block.ptr
+            span = (1 + sum((s - 1) * st for s, st in zip(tensor.shape, tensor.stride()))
+                    if tensor.numel() else 0) * tensor.element_size()
+            if offset < 0 or offset + span > block.nbytes:
+                return None
+            if count:
+                block.sent += 1
+            return block, offset
+
+    def block_of(self, tensor):
+        """The block ``tensor``'s storage is a hand-out of, or None."""
+        with self._lock:
+            return self._by_ptr.get(tensor.untyped_storage().data_ptr())
 
     def clear(self) -> None:
-        """Forget every pooled buffer (memory still referenced elsewhere lives on there)."""
+        """Forget every block (memory still handed out or sent lives on there)."""
         with self._lock:
-            self._kinds.clear()
-            self._flags.clear()
+            self._blocks.clear()
+            self._by_ptr.clear()
+            self._kept = 0
 
     def nbytes(self) -> int:
-        """Bytes of the buffers the pool keeps."""
+        """Bytes of the blocks the pool keeps."""
         with self._lock:
-            return sum(b.untyped_storage().nbytes() for bases in self._kinds.values()
-                       for b in bases)
+            return self._kept
+
+
+# -- crossing processes ------------------------------------------------------------------------
 
 
 class _Recycled(torch.Tensor):
-    """A batch in a pooled shared buffer on its way to the main process (see
-    :meth:`BufferPool.send`). Operations on it give plain tensors."""
+    """A batch in a pooled shared block on its way to another process (see
+    :meth:`BufferPool.send`). Operations on it give plain tensors; pickled by anything but
+    ``ForkingPickler`` (``pickle``, ``torch.save``) it is a plain tensor."""
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     def __reduce_ex__(self, protocol):
-        flag, offset = self._tl_flag
-        flag[0] = 1  # before anyone else can see the batch: cleared by the receiver
-        return _received, (self.as_subclass(torch.Tensor), offset)
+        return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
 
 
-def _received(tensor, offset):
-    """The receiving side of :class:`_Recycled`: the same memory, as a tensor whose storage
-    going away clears the buffer's flag."""
-    flag = torch.empty((0,), dtype=torch.uint8).set_(tensor.untyped_storage(), offset, (1,))
-    array = tensor.numpy()
-    weakref.finalize(array, _release, flag, os.getpid()).atexit = False
-    return torch.from_numpy(array)
+def _reduce_recycled(tensor):
+    """``ForkingPickler``'s reduction of a :class:`_Recycled` tensor: the block's handle
+    (torch's reduction of its shared base), the view, and a send counted; torch's own
+    reduction (a copy) when the tensor no longer lies in the block."""
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    plain = tensor.as_subclass(torch.Tensor)
+    pool = getattr(tensor, "_tl_pool", None)
+    sending = pool._sending(plain) if pool is not None else None
+    if sending is None:
+        return reduce_tensor(plain)
+    block, offset = sending
+    at = int(block.counter.ctypes.data - block.ptr)
+    return _received, (block.base, offset, tuple(plain.shape), tuple(plain.stride()),
+                       str(plain.dtype), at)
 
 
-def _release(flag, pid):
-    if os.getpid() == pid:  # not in a process forked from the receiver, which may still hold it
-        flag.zero_()
+class _Receipt:
+    """What a receiving process owes a block: one release, unless it forked meanwhile."""
+
+    __slots__ = ("counter", "pid", "pinned", "__weakref__")
+
+    def __init__(self, counter):
+        self.counter, self.pid, self.pinned = counter, os.getpid(), False
+
+    def release(self):
+        if not self.pinned and os.getpid() == self.pid:
+            self.counter[0] += 1
+        self.counter = None
 
 
-_NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.uint8, torch.int8,
-                 torch.int16, torch.int32, torch.int64, torch.bool}
+_receipts = weakref.WeakSet()  # receipts still owed in this process
+
+
+def _pin_receipts():
+    """Before a fork: the child shares every batch this process holds, and its release
+    cannot be heard, so none of them is ever released."""
+    for receipt in list(_receipts):
+        receipt.pinned = True
+
+
+os.register_at_fork(before=_pin_receipts)
+
+
+def _received(base, offset, shape, stride, dtype, at):
+    """The receiving side of :func:`_reduce_recycled`: the block's memory as a tensor of its
+    own storage, whose letting go of the memory counts the release."""
+    dtype = _BY_NAME[dtype]
+    array = base.numpy()
+    item = torch.empty((), dtype=dtype).element_size()
+    span = (1 + sum((s - 1) * st for s, st in zip(shape, stride))) * item if all(shape) else 0
+    flat = array[offset:offset + span].view(_NUMPY[dtype])
+    receipt = _Receipt(array[at:at + 8].view(np.uint64))
+    _receipts.add(receipt)
+    weakref.finalize(flat, receipt.release).atexit = False
+    return torch.from_numpy(flat).as_strided(shape, stride)
+
+
 _shared = (None, None)  # (pid, pool): a forked child makes its own
 
 
 def shared_pool(*, create=True):
-    """This process's pool of shared batch buffers (each worker process has its own); with
-    ``create=False``, None when this process has none yet."""
+    """This process's pool of shared batch blocks (each worker process has its own, freed
+    when it exits); with ``create=False``, None when this process has none yet."""
     global _shared
     pid, pool = _shared
     if pid != os.getpid():
         if not create:
             return None
-        pool = BufferPool(3, shared=True)  # a batch being written, one queued, one held
+        info = torch.utils.data.get_worker_info()
+        # a batch being written, one queued, one held
+        pool = BufferPool(3, shared=True,
+                          budget=shm_budget(info.num_workers if info is not None else 1))
         _shared = (os.getpid(), pool)
+        if info is not None:
+            # a worker leaves through os._exit: free the blocks first, so that shared memory
+            # under the file_system strategy is unlinked once the main process drops it too
+            from multiprocessing.util import Finalize
+
+            Finalize(pool, pool.clear, exitpriority=100)
     return pool
 
 
@@ -258,26 +405,24 @@ def shared_pool(*, create=True):
 
 
 class _Row(torch.Tensor):
-    """A sample's image inside a DataLoader worker, a row of a recycled buffer (see
-    :func:`as_row`). Operations on it give plain tensors; pickled, it is a plain tensor."""
+    """A sample's image inside a DataLoader worker, a row of a recycled block (see
+    :func:`as_row`). Operations on it give plain tensors; pickled, it is a plain tensor (a
+    copy, through torch's own reduction)."""
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     def __reduce_ex__(self, protocol):
-        # a row leaving alone (a custom collate_fn): the main process may hold its buffer
-        # for good through torch's own sharing, which reports no release
-        pool = shared_pool(create=False)
-        if pool is not None:
-            pool.retire(self)
-        return _same, (self.as_subclass(torch.Tensor),)
+        return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
 
 
-def _same(x):
-    return x
+def _reduce_row(tensor):
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    return reduce_tensor(tensor.as_subclass(torch.Tensor))
 
 
 def as_row(image: torch.Tensor) -> torch.Tensor:
-    """``image`` (a row of a dataset's recycled buffer, in a DataLoader worker) as a tensor
+    """``image`` (a row of a dataset's recycled block, in a DataLoader worker) as a tensor
     that ``default_collate`` stacks into a recycled shared batch."""
     return image.as_subclass(_Row)
 
@@ -287,14 +432,14 @@ _collated = [0]  # the batch size default_collate last stacked rows into, in thi
 
 def collated_batch_size() -> int:
     """The size of the last batch of rows ``default_collate`` made in this process (0:
-    none yet): a worker's dataset writes its next samples into a shared buffer of that many
+    none yet): a worker's dataset writes its next samples into a shared block of that many
     rows, starting at a batch boundary, so that collating them copies nothing."""
     return _collated[0]
 
 
 def _collate_rows(batch, *, collate_fn_map=None):
     """``default_collate``'s tensor case for :class:`_Row` samples: the same stacked batch,
-    in one of the worker's recycled shared buffers: the rows' own buffer when the batch is
+    in one of the worker's recycled shared blocks: the rows' own block when the batch is
     exactly its first rows in order (nothing copied), else a copy into a new one."""
     elem = batch[0]
     if torch.utils.data.get_worker_info() is None:
@@ -310,12 +455,12 @@ def _collate_rows(batch, *, collate_fn_map=None):
 
 
 def _leading_rows(pool, batch):
-    """Rows ``0..n-1`` of one of ``pool``'s buffers as an ``(n, ...)`` tensor when ``batch``
-    is exactly those rows, in order; else None."""
+    """Rows ``0..n-1`` of one of ``pool``'s blocks as an ``(n, ...)`` tensor when ``batch``
+    is exactly those rows, in order, of one hand-out; else None."""
     elem = batch[0]
     storage = elem.untyped_storage()
     ptr = storage.data_ptr()
-    if pool._flag(elem) is None or elem.storage_offset() != 0 or not elem.is_contiguous():
+    if pool.block_of(elem) is None or elem.storage_offset() != 0 or not elem.is_contiguous():
         return None
     step = elem.numel()
     for i, x in enumerate(batch):
@@ -325,6 +470,17 @@ def _leading_rows(pool, batch):
             return None
     return torch.empty((0,), dtype=elem.dtype).set_(storage, 0, (len(batch), *elem.shape))
 
+
+def _register():
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (torch's tensor reductions first)
+
+    ForkingPickler.register(_Recycled, _reduce_recycled)
+    ForkingPickler.register(_Row, _reduce_row)
+
+
+_register()
 
 try:
     from torch.utils.data._utils.collate import collate_tensor_fn as _torch_collate

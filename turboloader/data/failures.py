@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
+from turboloader.errors import FailureBudgetExceeded, SharedMemoryError, TurboLoaderError
 
 __all__ = ["FailureLog", "FailurePolicy"]
 
@@ -70,20 +70,23 @@ class FailureLog:
         self.recorder = recorder
         self.failures = []  # (shard, key, reason)
         self.count = 0
+        self.bad = {}  # map-style: sample index -> its exception, for the rest of the pass
+        self.jump = {}  # map-style: a bad index -> the readable one that replaced it
 
-    def record(self, exc: BaseException, *, shard, key, offset=None) -> None:
+    def record(self, exc: BaseException, *, shard, key, offset=None, stream=None) -> None:
         """Raise ``exc`` under ``"raise"``; under ``"skip"`` count and list it, raising
         :class:`FailureBudgetExceeded` (caused by ``exc``) once over budget.
 
         Must be called from the ``except`` block that caught ``exc``.
         """
-        if not isinstance(exc, TurboLoaderError) or self.policy.on_error == "raise":
+        if (not isinstance(exc, TurboLoaderError) or isinstance(exc, SharedMemoryError)
+                or self.policy.on_error == "raise"):
             raise exc
         self.count += 1
         reason = f"{type(exc).__name__}: {exc}"
         self.failures.append((shard, key, reason))
         if self.recorder is not None:
-            self.recorder.failure(self.epoch, shard, key, offset, reason)
+            self.recorder.failure(self.epoch, shard, key, offset, reason, stream)
         budget = self.policy.budget(self.n_items)
         if self.count > budget:
             if self.recorder is not None:

@@ -144,6 +144,7 @@ class StreamReader:
     def __init__(self, dataset, name, *, flush_failures=False):
         self.pid = os.getpid()
         self.name = name
+        self.leased = False  # held by one iteration (see ReaderMixin._lease)
         self.seed = dataset.seed
         self.max_pixels = dataset.max_pixels
         self.decoder = Decoder(dataset.transform, cache=dataset.cache_bytes,
@@ -156,7 +157,8 @@ class StreamReader:
         self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval,
                                                     flush_failures=flush_failures)
         self.recorder.cache = self.decoder.cache
-        self.logs = {}
+        self._seen = None  # map-style: indices read in the current pass
+        self._pass = None  # map-style: (epoch, FailureLog) of the current pass
         self.buffers = BufferPool(capacity=4)
         self._gather = np.empty(0, np.uint8)
         self._sample_bytes = 0.0  # mean encoded size in the last chunk read (0: none yet)
@@ -181,12 +183,22 @@ class StreamReader:
         plan = self.plan
         return None if plan is None else (tuple(plan.output_shape), plan.output_dtype)
 
-    def log(self, policy, n, epoch) -> FailureLog:
-        """The failure log of ``epoch`` (budget over ``n`` samples), made on first use."""
-        log = self.logs.get(epoch)
-        if log is None:
-            log = self.logs[epoch] = FailureLog(policy, n, epoch=epoch, recorder=self.recorder)
-        return log
+    def pass_log(self, policy, n, epoch, indices) -> FailureLog:
+        """The failure log of the map-style pass that asks for ``indices`` now (a budget
+        over ``n`` samples). A pass of a sampler asks for each index at most once, so a
+        stream starts a new pass, with a budget of its own, when the epoch changes or an
+        index it already read in this one comes again: automatic epochs (no ``set_epoch``)
+        and repeated passes over one epoch each get their own budget."""
+        seen = self._seen
+        if seen is None or len(seen) != n:
+            seen = self._seen = np.zeros(n, bool)
+            self._pass = None
+        idx = np.asarray(indices, np.int64)
+        if self._pass is None or self._pass[0] != epoch or seen[idx].any():
+            seen[:] = False
+            self._pass = (epoch, FailureLog(policy, n, epoch=epoch, recorder=self.recorder))
+        seen[idx] = True
+        return self._pass[1]
 
     def gather_buffer(self, nbytes) -> np.ndarray:
         """A byte buffer of at least ``nbytes`` for gathering a chunk's encoded samples,
@@ -417,24 +429,36 @@ class ReaderMixin(EpochMixin):
     def _new_reader(self, name) -> StreamReader:
         return StreamReader(self, name)
 
-    def _reader(self, name=None) -> StreamReader:
-        """The reader of stream ``name`` (default: the calling thread's, see
-        :func:`stream_name`) in this process, made on first use. Readers inherited from a
-        parent process (fork) are dropped, not closed. A reader is used by one thread at a
-        time (its stream's)."""
+    def _lease(self, name=None) -> StreamReader:
+        """A reader of stream ``name`` (default: the calling thread's, see
+        :func:`stream_name`) for one iteration, or one map-style call, to use alone until
+        :meth:`_release`: the stream's own, made on first use in this process and kept
+        across passes (its cache, statistics and open shards), unless another iteration
+        holds it; then a reader of its own (``"{name}#2"``, ...). So two passes over one
+        dataset at once (two loaders, an eval pass while the train iterator is paused, two
+        threads) never share a gather buffer, an open shard or a batch buffer. Readers
+        inherited from a parent process (fork) are dropped, not closed."""
         name = stream_name() if name is None else name
         pid = os.getpid()
-        st = self._states.get(name)
-        if st is not None and st.pid == pid:
-            return st
         with _LOCK:
             states = self._states
             if any(s.pid != pid for s in states.values()):
                 states = self._states = {k: s for k, s in states.items() if s.pid == pid}
-            st = states.get(name)
-            if st is None:
-                st = states[name] = self._new_reader(name)
-        return st
+            k = 1
+            while True:
+                key = name if k == 1 else f"{name}#{k}"
+                st = states.get(key)
+                if st is None:
+                    st = states[key] = self._new_reader(key)
+                if not st.leased:
+                    st.leased = True
+                    return st
+                k += 1
+
+    @staticmethod
+    def _release(st) -> None:
+        """``st`` (from :meth:`_lease`) is free for the stream's next iteration."""
+        st.leased = False
 
     def _own_readers(self) -> list:
         """The readers this process created (for flushing their statistics)."""
@@ -488,14 +512,17 @@ class MapDataset(ReaderMixin):
         return self.__getitems__([index])[0]
 
     def _batch(self, indices):
-        st = self._reader()
-        n = len(indices)
-        out = None
-        # in a worker the batch crosses to the main process by handle
-        worker = torch.utils.data.get_worker_info() is not None
-        if st.plan is not None and n:
-            out = st.rows(n, shared=worker)
-        samples = self.__getitems__(indices, out=out)
+        st = self._lease()
+        try:
+            n = len(indices)
+            out = None
+            # in a worker the batch crosses to the main process by handle
+            worker = torch.utils.data.get_worker_info() is not None
+            if st.plan is not None and n:
+                out = st.rows(n, shared=worker)
+            samples = self._read(st, indices, out, None)
+        finally:
+            self._release(st)
         images = [img for img, _ in samples]
         if out is not None:
             for r, img in enumerate(images):
@@ -527,6 +554,14 @@ class MapDataset(ReaderMixin):
                 read, under ``on_error="raise"``, with a note naming it;
                 FailureBudgetExceeded over the skip budget.
         """
+        st = self._lease()
+        try:
+            return self._read(st, indices, out, timing)
+        finally:
+            self._release(st)
+
+    def _read(self, st, indices, out, timing) -> list:
+        """``__getitems__`` with the reader ``st`` this call leased."""
         n = len(self)
         idx = []
         for index in indices:
@@ -535,8 +570,8 @@ class MapDataset(ReaderMixin):
                 raise IndexError(f"index {index} out of range for {n} samples")
             idx.append(index % n)
         epoch = self.epoch
-        st = self._reader()
         counters = st.recorder.counters(epoch)
+        log = st.pass_log(self.policy, n, epoch, idx)
         row = None
         if out is None and st.plan is not None:
             # in a worker: rows of a recycled shared buffer, which torch's collate hands to
@@ -552,13 +587,18 @@ class MapDataset(ReaderMixin):
             chunk = Chunk()
             for i in part:
                 self._gather(st, chunk, i, i, self._sample_epoch(), counters)
+                if i in log.bad and chunk.errors[-1] is None:  # failed before in this pass:
+                    chunk.errors[-1] = log.bad[i]             # not decoded or counted again
             st.saw(chunk, len(part))
             if timing is not None:
                 timing("read", time.perf_counter() - t0)
             errors, objs = st.decode(chunk, out, a, counters=counters, timing=timing)
             for r in range(len(part)):
                 if errors[r] is not None:
-                    img, label = self._replace(st, chunk, r, errors[r], out, a, counters)
+                    img, label = self._replace(st, log, chunk, r, part[r], errors[r], out, a,
+                                               counters)
+                    if row is not None and out is not None and _is_slot(img, out[a + r]):
+                        img = row(img)
                 else:
                     img = objs[r]
                     if img is None:
@@ -572,25 +612,43 @@ class MapDataset(ReaderMixin):
         st.recorder.sample_done(len(samples))
         return samples
 
-    def _replace(self, st, chunk, r, exc, out, row0, counters):
-        """Row ``r`` (of ``out``'s row ``row0 + r``) failed with ``exc``: apply the policy
-        (raise) or read the next indices in turn, with row ``r``'s random parameters, until
-        one reads (skip)."""
+    def _replace(self, st, log, chunk, r, index, exc, out, row0, counters):
+        """Row ``r`` (of ``out``'s row ``row0 + r``), sample ``index``, failed with ``exc``:
+        apply the policy (raise) or read the next indices in turn, with row ``r``'s random
+        parameters, until one reads (skip). Each sample that fails is counted once per pass
+        and never decoded again in it; a run of bad samples is jumped over once it is known
+        (linear time however long the run)."""
         n = len(self)
-        log = st.log(self.policy, n, self.epoch)
-        index, epoch, where = chunk.slots[r], chunk.epochs[r], chunk.where[r]
-        for attempt in range(1, n + 1):
-            note, shard, key, offset = self._where(st, where)
-            if isinstance(exc, TurboLoaderError) and note not in getattr(exc, "__notes__", ()):
-                exc.add_note(note)
-            log.record(exc, shard=shard, key=key, offset=offset)
-            if attempt == n:
+        slot, epoch = chunk.slots[r], chunk.epochs[r]
+        self._failed(st, log, index, exc, chunk.where[r])
+        run = [index]
+        cand = index
+        for _ in range(n - 1):
+            cand = log.jump.get(cand, (cand + 1) % n)
+            if cand == index:
                 break
+            if cand in log.bad:
+                run.append(cand)
+                continue
             one = Chunk()
-            self._gather(st, one, (index + attempt) % n, index, epoch, counters)
+            self._gather(st, one, cand, slot, epoch, counters)
             errors, objs = st.decode(one, out, row0 + r, counters=counters)
             if errors[0] is None:
+                for b in run:
+                    log.jump[b] = cand
                 img = objs[0] if objs[0] is not None else out[row0 + r]
                 return img, one.labels[0]
-            exc, where = errors[0], one.where[0]
+            self._failed(st, log, cand, errors[0], one.where[0])
+            run.append(cand)
         raise FailureBudgetExceeded(f"no sample of {self!r} could be read", log.failures)
+
+    def _failed(self, st, log, index, exc, where):
+        """Sample ``index`` failed with ``exc``: the policy decides (raise, or count it once
+        per pass and remember it)."""
+        if index in log.bad:
+            return
+        note, shard, key, offset = self._where(st, where)
+        if isinstance(exc, TurboLoaderError) and note not in getattr(exc, "__notes__", ()):
+            exc.add_note(note)
+        log.record(exc, shard=shard, key=key, offset=offset)
+        log.bad[index] = exc

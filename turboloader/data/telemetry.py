@@ -78,6 +78,22 @@ class Telemetry:
                 out.append(snap)
         return out
 
+    def stream_failures(self, epoch_word, num_workers) -> dict:
+        """``{logical worker: sorted positions}`` of the items that failed in the pass
+        ``epoch_word`` over ``num_workers`` streams, as every process reported them."""
+        out = {}
+        try:
+            files = os.listdir(self.path)
+        except FileNotFoundError:
+            return out
+        for f in files:
+            if f.endswith(".failures.jsonl"):
+                for line in _read_lines(os.path.join(self.path, f)):
+                    s = line.get("stream")
+                    if s and s[0] == epoch_word and s[1] == num_workers and s[3] >= 0:
+                        out.setdefault(s[2], set()).add(s[3])
+        return {w: sorted(v) for w, v in out.items()}
+
     def collect(self, epoch=None) -> dict:
         """Totals and per-process counters, for one epoch or (``None``) all of them."""
         total = dict.fromkeys(COUNTERS, 0)
@@ -156,13 +172,19 @@ class Recorder:
                 time.monotonic() - self._flushed_at >= MIN_FLUSH_PERIOD_S:
             self.flush()
 
-    def failure(self, epoch, shard, key, offset, reason) -> None:
+    def failure(self, epoch, shard, key, offset, reason, stream=None) -> None:
         """Count and list a skipped sample; with ``flush_failures``, report it at once
-        (map-style datasets: their worker processes have no end-of-pass to flush at)."""
+        (map-style datasets: their worker processes have no end-of-pass to flush at).
+        ``stream``: ``[epoch word, num_workers, logical worker, position]`` of an iterable
+        dataset's item, written before the batch that skips it is handed out (so the main
+        process can name a resume point of streams it did not run)."""
         self.counters(epoch)["failures"] += 1
         if self.listed < _MAX_LISTED:
-            line = json.dumps({"epoch": epoch, "shard": shard, "key": key, "offset": offset,
-                               "reason": reason, "worker": self.name})
+            entry = {"epoch": epoch, "shard": shard, "key": key, "offset": offset,
+                     "reason": reason, "worker": self.name}
+            if stream is not None:
+                entry["stream"] = [int(v) for v in stream]
+            line = json.dumps(entry)
             try:
                 with open(self.failures_path, "a") as fh:
                     fh.write(line + "\n")  # one write: a reader sees whole lines or none

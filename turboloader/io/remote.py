@@ -227,6 +227,8 @@ class _RetryingReader(io.RawIOBase):
         self.size = None
         self.attempts = 0  # connections opened (for tests and stats)
         self._body = None
+        self._stalled = False  # the last read ran out of time before its bytes came
+        self._slow = 0  # stalled requests in a row
         self._open = _transport(url)
         self._errors = _read_errors()
         self._jitter = random.Random(hash((os.getpid(), url)))  # spreads retries of many ranks
@@ -277,7 +279,7 @@ class _RetryingReader(io.RawIOBase):
                 if self.size is not None and self.pos >= self.size:
                     return 0
             try:
-                data = self._body.read(n)
+                data = self._read(n)
             except self._errors as exc:
                 self._drop()
                 failures += 1
@@ -293,7 +295,40 @@ class _RetryingReader(io.RawIOBase):
             k = len(data)
             buf[:k] = data
             self.pos += k
+            if self._stalled:  # keep what came; the rest is asked for again, or it is over
+                self._stalled = False
+                self._drop()
+                self._slow += 1
+                if self._slow > self.retries:
+                    err = RemoteShardError(
+                        f"remote shard too slow: {self._slow} requests in a row delivered "
+                        f"fewer than {n} bytes in {self.timeout} s")
+                    raise self._fail(err, note=None)
+            else:
+                self._slow = 0
             return k
+
+    def _read(self, n):
+        """Up to ``n`` bytes of the open request. ``timeout`` bounds the socket's waits and
+        also the whole read: a server that trickles bytes (each wait shorter than the
+        timeout) has ``timeout`` seconds to deliver ``n`` (or the end); then the request
+        counts as stalled and is made again from where it stopped."""
+        body = self._body
+        read1 = getattr(body, "read1", None)
+        if read1 is None or not self.timeout:
+            return body.read(n)
+        deadline = time.monotonic() + self.timeout
+        parts, got = [], 0
+        while got < n:
+            part = read1(n - got)
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+            if got < n and time.monotonic() > deadline:
+                self._stalled = True
+                break
+        return b"".join(parts)
 
     def _drop(self):
         body, self._body = self._body, None
@@ -314,7 +349,9 @@ def open_remote(url: str, /, *, retries=5, backoff=0.25, timeout=60.0):
         url: ``s3://bucket/key`` or ``http(s)://...``.
         retries: failed attempts in a row tolerated before :class:`RemoteShardError`.
         backoff: first backoff in seconds (doubled per failure, capped at 8 s, jittered).
-        timeout: socket timeout in seconds for HTTP (S3 uses botocore's settings).
+        timeout: seconds for HTTP: each socket wait, and each read of up to 1 MiB as a
+            whole, so a server that trickles bytes is re-asked and, ``retries`` stalls in a
+            row, given up on (S3 uses botocore's settings).
 
     Raises:
         RemoteShardNotFoundError: the object does not exist (raised on first read).

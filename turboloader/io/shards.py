@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from turboloader.io.remote import is_remote, open_remote, url_path
-from turboloader.errors import SampleError, TarFormatError, TurboLoaderError
+from turboloader.errors import (RemoteShardError, SampleError, TarFormatError,
+                                TurboLoaderError)
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -363,6 +364,7 @@ class StreamShard:
         self._opener = opener  # () -> binary file object; default: open the path ``url``
         self._it = None
         self._next = 0  # index of the sample the open stream yields next
+        self._broken = None  # (sample index, exception) where the stream failed for good
 
     def _samples(self, *, read=True):
         """Yield SampleRecords in stream order (data read only for image/label members)."""
@@ -421,6 +423,17 @@ class StreamShard:
         return sum(1 for _ in self._samples(read=False))
 
     def sample(self, j: int, /) -> SampleRecord:
+        """The members of sample ``j``, read from the stream.
+
+        Raises:
+            TarFormatError: the stream is corrupt or truncated before sample ``j`` (the
+                message names the shard, the sample and where the stream broke), or has
+                fewer samples than were counted.
+            RemoteShardError: a remote stream stayed unavailable before sample ``j``.
+        """
+        broken = self._broken
+        if broken is not None and j >= broken[0]:
+            raise self._after_break(j)
         if self._it is None or j < self._next:
             self.close()
             self._it = self._samples()
@@ -429,11 +442,30 @@ class StreamShard:
             try:
                 rec = next(self._it)
             except StopIteration:
+                n = self._next
                 self.close()
-                raise IndexError(f"sample {j} is past the end of {self.url!r}") from None
+                raise TarFormatError(
+                    f"shard {self.url!r} has {n} samples now, so there is no sample #{j}: the "
+                    f"stream changed since its samples were counted") from None
+            except TurboLoaderError as exc:
+                # the stream cannot go on: later samples fail at once, with the same reason
+                # (re-reading a truncated stream from the start would fail at the same place)
+                at = self._next
+                self._broken = (at, exc)
+                self.close()
+                if j == at:
+                    exc.add_note(f"while reading sample #{j} of shard {self.url!r}")
+                    raise
+                raise self._after_break(j) from exc
             self._next += 1
             if self._next - 1 == j:
                 return rec
+
+    def _after_break(self, j):
+        at, exc = self._broken
+        kind = RemoteShardError if isinstance(exc, RemoteShardError) else TarFormatError
+        return kind(f"sample #{j} of shard {self.url!r} cannot be read: the stream broke at "
+                    f"sample #{at} ({type(exc).__name__}: {exc})")
 
     def close(self) -> None:
         if self._it is not None:

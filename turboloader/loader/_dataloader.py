@@ -292,6 +292,8 @@ class DataLoader:
         self._pool = BufferPool(max(1, self.num_workers) * max(1, self.prefetch_factor),
                                 pin=self._pin)
         self._pass_generator_state = None
+        self._pass_sampler_state = None
+        self._resume_sampler_state = None  # a user sampler's generator, restored next pass
         self._run = None
 
     @staticmethod
@@ -338,6 +340,12 @@ class DataLoader:
             self._sampler_gen.manual_seed(int(words[0] >> np.uint64(1)))
         self._last_epoch = epoch
         self._pass_generator_state = None
+        self._pass_sampler_state = None
+        if self._resume_sampler_state is not None and self._user_generator() is not None:
+            self._user_generator().set_state(self._resume_sampler_state)
+        self._resume_sampler_state = None
+        if not self._iterable and self._user_generator() is not None:
+            self._pass_sampler_state = self._user_generator().get_state()
         if self.generator is not None and not self._iterable:
             self._pass_generator_state = self.generator.get_state()
             if self.backend == "threads":
@@ -350,21 +358,71 @@ class DataLoader:
 
     # -- checkpoints -------------------------------------------------------------------
 
+    def _inner_sampler(self):
+        sampler = self.sampler
+        return sampler.sampler if isinstance(sampler, _ResumableSampler) else sampler
+
+    def _user_generator(self):
+        """The generator of a user's own sampler (not the loader's), when it has one."""
+        inner = self._inner_sampler()
+        gen = getattr(inner, "generator", None)
+        if gen is None or gen is self._sampler_gen or gen is self.generator:
+            return None
+        return gen
+
+    def _replayable(self) -> str | None:
+        """Why the map-style sampler's order of a pass cannot be drawn again (None: it can)."""
+        if not isinstance(self.sampler, _ResumableSampler):
+            return ("a custom batch_sampler has no position to save: pass a sampler and "
+                    "batch_size instead")
+        inner = self._inner_sampler()
+        if isinstance(inner, (torch.utils.data.SequentialSampler,
+                              torch.utils.data.DistributedSampler)):
+            return None
+        if getattr(inner, "generator", None) is not None:
+            return None
+        return (f"the sampler {type(inner).__name__} draws its order from torch's global RNG "
+                "(no generator), so a resumed pass cannot repeat it: give it a "
+                "generator=torch.Generator().manual_seed(...), or pass shuffle=True to "
+                "turboloader.DataLoader instead of a sampler")
+
+    def _depends(self) -> dict:
+        """What a mid-pass position depends on besides the data."""
+        inner = self._inner_sampler()
+        world = getattr(inner, "num_replicas", None)
+        if self._iterable:
+            import torch.distributed as dist
+
+            world = (getattr(self.dataset, "world_size", None) or
+                     (dist.get_world_size() if dist.is_available() and dist.is_initialized()
+                      else 1))
+        return {"batch_size": self.batch_size, "drop_last": self.drop_last,
+                "sampler": None if self._iterable else type(inner).__name__,
+                "streams": max(1, self.num_workers) if self._iterable else None,
+                "world_size": int(world or 1)}
+
+    # -- checkpoints -------------------------------------------------------------------
+
     def state_dict(self) -> dict:
         """Where this loader stands, for :meth:`load_state_dict` (torchdata's
         ``StatefulDataLoader`` shape: call it between batches, save it with the model).
 
         Returns a JSON-able dict: ``format``, ``epoch`` (of the current or last pass),
-        ``batches`` handed out in that pass, ``finished`` (the pass ended), ``dataset`` (an
-        iterable dataset's own ``state_dict(batches=...)``, e.g. ``TarDataset``'s) and, when a
-        ``generator`` drives the shuffle, its state at the start of the pass.
+        ``batches`` handed out in that pass, ``finished`` (the pass ended), what the
+        position depends on (``batch_size``, ``drop_last``, ``sampler`` kind, ``streams``
+        (an iterable dataset's worker streams), ``world_size``), ``dataset`` (an iterable
+        dataset's own ``state_dict(batches=...)``, e.g. ``TarDataset``'s) and, when a
+        generator drives the shuffle (the loader's or the sampler's own), its state at the
+        start of the pass.
 
         Raises:
-            ValueError: the position cannot be named (e.g. a custom ``batch_sampler``, or an
-                iterable dataset without ``state_dict``).
+            ValueError: the position cannot be named (e.g. a custom ``batch_sampler``, a
+                sampler drawing from torch's global RNG, or an iterable dataset without
+                ``state_dict``).
         """
         state = {"format": "turboloader.DataLoader/1", "epoch": self._last_epoch,
-                 "batches": int(self._yielded), "finished": bool(self._finished)}
+                 "batches": int(self._yielded), "finished": bool(self._finished),
+                 **self._depends()}
         if self._last_epoch is None or self._finished:
             return state
         if self._iterable:
@@ -375,11 +433,14 @@ class DataLoader:
                 batches=self._yielded, batch_size=self.batch_size,
                 num_workers=max(1, self.num_workers) if self.backend == "threads"
                 else self.num_workers, drop_last=self.drop_last)
-        elif not isinstance(self.sampler, _ResumableSampler):
-            raise ValueError("a custom batch_sampler has no position to save: pass a sampler "
-                             "and batch_size instead")
+        else:
+            why = self._replayable()
+            if why is not None:
+                raise ValueError(why)
         if self._pass_generator_state is not None:
             state["generator"] = self._pass_generator_state.tolist()
+        if self._pass_sampler_state is not None:
+            state["sampler_generator"] = self._pass_sampler_state.tolist()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -388,7 +449,10 @@ class DataLoader:
         pass had finished, the epoch after it.
 
         Raises:
-            ValueError: not a loader state, or negative / impossible positions.
+            ValueError: not a loader state, negative / impossible positions, or a state
+                taken with another batch size, ``drop_last``, sampler kind, number of
+                streams (iterable datasets: ``num_workers``) or world size, which this
+                loader could not continue exactly.
         """
         if not isinstance(state, dict) or state.get("format") != "turboloader.DataLoader/1":
             raise ValueError("not a turboloader.DataLoader state "
@@ -403,6 +467,18 @@ class DataLoader:
         if state.get("finished"):
             self.set_epoch(epoch + 1)
             return
+        mine = self._depends()
+        diff = {k: (state[k], v) for k, v in mine.items() if k in state and state[k] != v}
+        if diff:
+            raise ValueError(
+                "turboloader.DataLoader.load_state_dict: the state was taken with " +
+                ", ".join(f"{k}={a!r}" for k, (a, _) in diff.items()) + " but this loader has " +
+                ", ".join(f"{k}={b!r}" for k, (_, b) in diff.items()) +
+                ": a pass cannot continue exactly with another one (make the loader as it was)")
+        if not self._iterable:
+            why = self._replayable()
+            if why is not None:
+                raise ValueError(why)
         try:
             total = len(self)
         except TypeError:
@@ -410,14 +486,19 @@ class DataLoader:
         if total is not None and batches > total:
             raise ValueError(f"the state says {batches} batches were handed out but a pass of "
                              f"this loader has {total}")
-        self.set_epoch(epoch)
         if self._iterable:
             self.dataset.load_state_dict(state["dataset"])
+            self.set_epoch(epoch)
             self._first_stream = int(state["dataset"].get("next_worker", 0))
         else:
+            self.set_epoch(epoch)
             self.sampler.skip_next(batches * self.batch_size)
             if "generator" in state and self.generator is not None:
                 self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+            gen = self._user_generator()
+            if "sampler_generator" in state and gen is not None:
+                self._resume_sampler_state = torch.tensor(state["sampler_generator"],
+                                                          dtype=torch.uint8)
         self._resumed_batches = batches
 
     def _batches(self):

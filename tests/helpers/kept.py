@@ -1,0 +1,151 @@
+"""The kept-batch oracle's pieces (module level, so that spawned workers can unpickle them).
+
+Every sample's label is its index ``i`` (0..N-1) in all three dataset kinds, so a delivered
+image can be compared with decoding sample ``i`` alone with the random parameters of
+``(seed, epoch, i)``.
+"""
+
+import os
+
+import torch
+import torch.utils.data
+from torch.utils.data import default_collate
+
+from helpers.shards import jpeg, labelled_members, write_tar
+
+N, B, SEED = 48, 6, 11
+
+
+def transform():
+    from turboloader import transforms as T
+
+    return T.Compose([T.RandomResizedCrop(16, scale=(0.3, 1.0)), T.RandomHorizontalFlip(),
+                      T.ToTensor()])
+
+
+def oracle(epochs=(0, 1), n=N):
+    """``{(epoch, i): image}``: each sample decoded alone by the fused per-sample call."""
+    from turboloader import transforms as T
+    from turboloader.transforms._random import sample_rng
+
+    plan = T.plan(transform())
+    return {(e, i): plan.from_jpeg(jpeg(i), rng=sample_rng(SEED, e, i))
+            for e in epochs for i in range(n)}
+
+
+def make_dataset(kind, root, n=N):
+    """The same ``n`` images as a TarDataset (2 shards), an ImageFolder (one class per image,
+    so the class index is the image's index) or a TBLDataset."""
+    from turboloader.data import ImageFolder, TarDataset, TBLDataset
+    from turboloader.io.tbl import TBLWriter
+
+    root = str(root)
+    if kind == "tar":
+        members = labelled_members(range(n))
+        half = len(members) // 2
+        paths = [write_tar(os.path.join(root, "k-0.tar"), members[:half]),
+                 write_tar(os.path.join(root, "k-1.tar"), members[half:])]
+        return TarDataset(paths, transform(), seed=SEED)
+    if kind == "folder":
+        for i in range(n):
+            d = os.path.join(root, "folder", f"c{i:03d}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "x.jpg"), "wb") as f:
+                f.write(jpeg(i))
+        return ImageFolder(os.path.join(root, "folder"), transform(), seed=SEED)
+    if kind == "tbl":
+        path = os.path.join(root, "k.tbl")
+        with TBLWriter(path, overwrite=True) as w:
+            for i in range(n):
+                w.write(jpeg(i), key=f"{i:06d}", label=i)
+        return TBLDataset(path, transform(), seed=SEED)
+    raise ValueError(kind)
+
+
+# -- collates: what users return from collate_fn -----------------------------------------------
+
+
+def collate_list(batch):
+    return batch
+
+
+def collate_view(batch):
+    images, labels = default_collate(batch)
+    return images.permute(0, 2, 3, 1), labels
+
+
+def collate_tv(batch):
+    from torchvision import tv_tensors
+
+    images, labels = default_collate(batch)
+    return tv_tensors.Image(images), labels
+
+
+COLLATES = {"default": None, "list": collate_list, "view": collate_view, "tv": collate_tv}
+
+
+def normalise(batch, collate, wrapper=None):
+    """``(images as (n, C, H, W), labels as ints)`` of a delivered batch."""
+    if collate == "list":
+        images = [img for img, _ in batch]
+        labels = [int(y) for _, y in batch]
+        if wrapper == "view":
+            images = [img.permute(2, 0, 1) for img in images]
+        return images, labels
+    images, labels = batch[0], batch[1]
+    images = images.as_subclass(torch.Tensor)
+    if collate == "view" or wrapper == "view":
+        images = images.permute(0, 3, 1, 2)
+    return list(images), [int(y) for y in labels]
+
+
+# -- wrappers: what users put around a dataset -------------------------------------------------
+
+
+class ViewMap(torch.utils.data.Dataset):
+    """A map-style wrapper returning a view of the sample's image (HWC)."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __getitem__(self, i):
+        x, y = self.ds[i]
+        return x.permute(1, 2, 0), y
+
+
+class ViewIter(torch.utils.data.IterableDataset):
+    """An iterable wrapper returning a view of each sample's image (HWC)."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __iter__(self):
+        for x, y in self.ds:
+            yield x.permute(1, 2, 0), y
+
+
+class ViewBatch(torch.utils.data.Dataset):
+    """``ds[list]`` (a whole batch) returned as an NHWC view."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __getitem__(self, indices):
+        x, y = self.ds[indices]
+        return x.permute(0, 2, 3, 1), y
+
+
+def hold_in_child(batches, go, result):
+    """A forked child: wait until the parent has dropped the batches and run on, then
+    report whether the batches it inherited are still what was delivered."""
+    go.wait(60)
+    want = oracle((0,))
+    bad = sum(not torch.equal(img, want[(0, y)]) for imgs, ys in batches
+              for img, y in zip(imgs, ys.tolist()))
+    result.put(bad)

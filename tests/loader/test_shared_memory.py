@@ -1,0 +1,104 @@
+"""Shared memory of DataLoader workers: a stated budget, returned when workers exit, and a
+clear error (not a bus error) when ``/dev/shm`` cannot hold a batch."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from helpers import kept, subprocess_env
+
+from turboloader.data import _buffers
+from turboloader.data._buffers import BufferPool, shm_budget
+from turboloader.errors import SharedMemoryError
+
+
+def test_a_batch_that_does_not_fit_dev_shm_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(_buffers, "_shm_free", lambda: (10 << 20, 64 << 20))  # Docker's 64 MB
+    pool = BufferPool(3, shared=True)
+    with pytest.raises(SharedMemoryError, match="--shm-size") as info:
+        pool.get((256, 3, 224, 224))
+    assert "147 MiB" in str(info.value) and "64 MiB" in str(info.value)
+    assert isinstance(info.value, RuntimeError)
+    small = pool.get((2, 3, 8, 8))  # what fits still works
+    assert small.shape == (2, 3, 8, 8)
+
+
+def test_the_budget_is_configurable_and_shared_by_the_nodes_workers(monkeypatch):
+    monkeypatch.setenv("TURBOLOADER_SHM_BUDGET", "1MiB")
+    assert shm_budget(8) == 1 << 20
+    monkeypatch.delenv("TURBOLOADER_SHM_BUDGET")
+    monkeypatch.setattr(_buffers, "_shm_free", lambda: (1 << 30, 64 << 30))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert shm_budget(8) == (64 << 30) // 8 // 64
+    monkeypatch.setattr(_buffers, "_shm_free", lambda: (1 << 20, 64 << 20))
+    assert shm_budget(8) < (1 << 20)  # a small /dev/shm: no recycling, torch's behaviour
+
+
+def test_past_the_budget_batches_are_fresh_memory():
+    pool = BufferPool(3, shared=True, budget=100)
+    a = pool.get((4, 8))  # 128 bytes: over the budget, never kept
+    assert pool.block_of(a) is None and a.is_shared()  # torch's own fresh shared memory
+    del a
+    pool.get((4, 8))
+    assert pool.reused == 0 and pool.nbytes() == 0
+    b = pool.get((4, 4))  # 64 bytes: kept
+    ptr = b.data_ptr()
+    del b
+    assert pool.get((4, 4)).data_ptr() == ptr and pool.nbytes() == 64 and pool.reused == 1
+
+
+@pytest.mark.parametrize("budget", ["0", "64MB"])
+def test_kept_batches_are_intact_with_or_without_recycling(budget, tmp_path, monkeypatch):
+    monkeypatch.setenv("TURBOLOADER_SHM_BUDGET", budget)  # inherited by the workers
+    want = kept.oracle((0, 1))
+    ds = kept.make_dataset("tar", tmp_path)
+    dl = torch.utils.data.DataLoader(ds, batch_size=kept.B, num_workers=2,
+                                     persistent_workers=True)
+    for e in (0, 1):
+        ds.set_epoch(e)
+        batches = list(dl)
+        got = [(img, y) for x, ys in batches for img, y in zip(x, ys.tolist())]
+        assert sorted(y for _, y in got) == list(range(kept.N))
+        assert all(torch.equal(img, want[(e, y)]) for img, y in got)
+
+
+LEAK = textwrap.dedent("""
+    import gc, os, sys
+    import torch.multiprocessing, torch.utils.data
+    torch.multiprocessing.set_sharing_strategy(sys.argv[2])
+    from helpers import kept
+    root = sys.argv[1]
+    ds = kept.make_dataset("tar", root)
+
+    def init(_):
+        open(os.path.join(root, f"pid-{os.getpid()}"), "w").close()
+
+    def ours():  # shared-memory files made by this process tree
+        pids = {str(os.getpid())} | {p[4:] for p in os.listdir(root) if p.startswith("pid-")}
+        return [f for f in os.listdir("/dev/shm") if f.startswith("torch_")
+                and f.split("_")[1] in pids]
+
+    counts = []
+    for e in range(6):
+        ds.set_epoch(e)
+        for batch in torch.utils.data.DataLoader(ds, batch_size=6, num_workers=2,
+                                                 worker_init_fn=init):
+            pass
+        gc.collect()
+        counts.append(len(ours()))
+    print(counts)
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["file_system", "file_descriptor"])
+def test_shared_memory_is_returned_when_workers_exit(strategy, tmp_path):
+    """Non-persistent workers, 6 epochs: the workers' recycled blocks are freed as they
+    exit, so /dev/shm does not grow epoch after epoch (it did under file_system)."""
+    out = subprocess.run([sys.executable, "-c", LEAK, str(tmp_path), strategy],
+                         capture_output=True, text=True, timeout=300, env=subprocess_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    counts = eval(out.stdout.strip().splitlines()[-1])
+    assert counts[-1] <= counts[0] + 1, counts
