@@ -36,8 +36,10 @@ if [ "$(uname -m)" = x86_64 ]; then
   unpack "$sources/$NASM_TARBALL" "$NASM_SHA256" "$work/nasm"
   (cd "$work/nasm" && ./configure --prefix="$work/tools" >/dev/null && make -j"$(nproc)" >/dev/null \
     && make install >/dev/null)
-  export PATH="$work/tools/bin:$PATH"
-  nasm -v
+  nasm_opt=(-DCMAKE_ASM_NASM_COMPILER="$work/tools/bin/nasm")  # never an older one on PATH
+  "$work/tools/bin/nasm" -v
+else
+  nasm_opt=()
 fi
 
 unpack "$sources/$JPEG_TARBALL" "$JPEG_SHA256" "$work/src"
@@ -46,7 +48,7 @@ unpack "$sources/$JPEG_TARBALL" "$JPEG_SHA256" "$work/src"
   -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O3 -fPIC -DNDEBUG" \
   -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DENABLE_SHARED=OFF -DENABLE_STATIC=ON \
-  -DWITH_TURBOJPEG=OFF -DWITH_SIMD=ON -DREQUIRE_SIMD=ON
+  -DWITH_TURBOJPEG=OFF -DWITH_SIMD=ON -DREQUIRE_SIMD=ON ${nasm_opt[@]+"${nasm_opt[@]}"}
 "$py" -m cmake --build "$work/build" --target jpeg-static -j "$(nproc)"
 
 mkdir -p "$prefix/include" "$prefix/lib"
