@@ -48,11 +48,16 @@ class _TarReader(StreamReader):
         self.upcoming = []  # the shards of the current pass, in order of first use (prefetch)
         self.labels = {}  # url -> (values, {j: (exception type, args)})
         self.label_key = dataset.label_key
+        self.fields = dataset._fields
 
     def shard(self, url):
         reader = self.shards.get(url)
         if reader is None:
             reader = self.shards[url] = open_shard(url, cache=self.shard_cache)
+            if self.fields is not None:  # the image the fields name, and their members
+                reader.use_image_extensions(self.fields.image_exts)
+                if not reader.random_access:
+                    reader.read_members(self.fields.exts)
             if self.shard_cache is not None and self.upcoming:
                 # a new shard: have the node cache fetch the ones this stream reads next
                 try:
@@ -324,6 +329,14 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         strict_tar: a ``.tar`` shard without end-of-archive blocks (cut at a member
             boundary) is malformed (``TarFormatError``; left out under "skip") instead of
             a ``TruncatedArchiveWarning``.
+        fields: yield tuples of these WebDataset fields instead of ``(image, label)``, as
+            webdataset's ``to_tuple`` does: e.g. ``("jpg;png", "txt", "__key__")`` gives
+            ``(image, caption, key)``. The first image entry goes through ``transform``
+            (fused); text is ``str``, ``.json`` parsed, ``.cls`` an int, other images
+            ``uint8`` ``(C, H, W)`` tensors (masks keep their one channel), ``__key__`` /
+            ``__url__`` strings, anything else bytes (see :mod:`turboloader.data.fields`).
+            A missing field is a ``SampleError`` (a counted skip under "skip"). Not with
+            ``target_transform``.
 
     ``classes`` / ``class_to_idx``: from the ``classes.json`` that ``turboloader convert``
     writes next to the shards, as torchvision's ``ImageFolder`` has them (None without it).
@@ -348,8 +361,14 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                  cache=None,
                  cache_short_side=None, on_error="raise", max_failures=0.01,
                  max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16,
-                 shard_cache=None, shard_sizes=None, strict_tar=False):
+                 shard_cache=None, shard_sizes=None, strict_tar=False, fields=None):
         super().__init__()
+        from turboloader.data.fields import Fields
+
+        self._fields = None if fields is None else Fields(fields)
+        if self._fields is not None and target_transform is not None:
+            raise ValueError("target_transform applies to the label of (image, label) samples; "
+                             "with fields=, transform the fields you get instead")
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank and world_size, or neither")
         if world_size is not None and not 0 <= rank < world_size:
@@ -473,7 +492,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         shard_of = (np.searchsorted(offsets, [g for g, _ in items], side="right") - 1).tolist()
         pending = []  # (row, shard, member j, size): image bytes still to read
         read = False
-        require_label = self.missing_label is None
+        fields = self._fields
+        require_label = self.missing_label is None and fields is None
         # shard number -> (url, shard, its length, labels, label errors, its first index)
         opened = {}
         add = chunk.add
@@ -492,17 +512,21 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                     where = ("tar", self.urls[s], j, None)
                     url = self.urls[s]
                     shard = st.shard(url)
-                    entry = opened[s] = ((url, shard, len(shard), *st.label_table(url, shard),
-                                          int(offsets[s])) if shard.random_access
-                                         else (url, shard, -1, None, None, int(offsets[s])))
+                    table = ((None, None) if fields is not None or not shard.random_access
+                             else st.label_table(url, shard))
+                    entry = opened[s] = (url, shard, len(shard) if shard.random_access else -1,
+                                         *table, int(offsets[s]))
                 url, shard, n, values, label_errors, _ = entry
                 where = ("tar", url, j, shard if n >= 0 else None)
                 if n < 0:  # a stream shard: records as they come
                     record = shard.sample(j)
                     where = ("rec", url, record)
                     _check_record(record, require_label=require_label)
-                    label = (self.missing_label if record.label is None
-                             else parse_label(record.label, record.label_ext, self.label_key))
+                    if fields is not None:
+                        label = fields.values(record.key, url, record.extras or {})
+                    else:
+                        label = (self.missing_label if record.label is None
+                                 else parse_label(record.label, record.label_ext, self.label_key))
                     add(record.image, label, where, slot, epoch,
                         cache_key=None if cache is None else g)
                     chunk.nbytes += record.nbytes
@@ -510,6 +534,11 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                 size = shard.image_size(j) if j < n else -1
                 if size < 0:  # no usable image, or no sample j any more: the record says why
                     _check_record(shard.sample(j), require_label=require_label)
+                if fields is not None:
+                    label = fields.values(shard.key(j), url, shard.members(j, fields.exts))
+                    add(None, label, where, slot, epoch, cache_key=None if cache is None else g)
+                    pending.append((r, shard, j, size))
+                    continue
                 if label_errors and j in label_errors:
                     err = label_errors[j]
                     raise err[0](*err[1])
@@ -711,6 +740,7 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         # in a DataLoader worker, torch's collate stacks rows into recycled shared memory
         row = as_row if worker else None
         chunk = _reader.SAMPLE_CHUNK
+        fields = self._fields
         pos = 0  # samples yielded
         try:
             while True:
@@ -742,7 +772,10 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                         img = out[r] if row is None else row(out[r])
                     label = labels[r]
                     images[r] = None
-                    yield img, (label if tt is None else tt(label))
+                    if fields is not None:
+                        yield fields.sample(img, label)
+                    else:
+                        yield img, (label if tt is None else tt(label))
                 pos += r0
                 if exc is not None:
                     raise exc
@@ -778,9 +811,12 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                             fill_row(images_out, r, img)
                     if n < B:
                         images_out = images_out[:n]
-                if tt is not None:
-                    labels = [tt(v) for v in labels]
-                batch = [images_out, collate_labels(labels)]
+                if self._fields is not None:
+                    batch = self._fields.batch(images_out, labels)
+                else:
+                    if tt is not None:
+                        labels = [tt(v) for v in labels]
+                    batch = [images_out, collate_labels(labels)]
                 images_out = images = None  # only the consumer holds the batch now
                 yield batch
                 if n < B:
