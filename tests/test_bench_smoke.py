@@ -101,3 +101,19 @@ def test_report_flags_zero_filled_output():
     assert ok is False and "24 constant images" in notes
     ok, _ = run.output_check({"pipelines": {"val": {"output": dict(ref)}}}, base, "val", None)
     assert ok is True
+
+
+@pytest.mark.slow
+def test_bench_video_runs():
+    pytest.importorskip("av")
+    import subprocess
+
+    from helpers import subprocess_env
+
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_video.py"),
+                          "--videos", "2",
+                          "--frames", "20", "--size", "64x48", "--frames-per-clip", "4",
+                          "--rounds", "1"], capture_output=True, text=True, timeout=300,
+                         env=subprocess_env())
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "turboloader" in out.stdout and "pyav+torchvision" in out.stdout
