@@ -73,7 +73,13 @@ def _build_parser():
                + _EXIT_CODES)
     conv.add_argument("src", metavar="SRC", help="input dataset")
     conv.add_argument("dst", metavar="DST", help="output: *.tbl, *.tar, a %%-pattern, or a folder")
-    conv.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"),
+    conv.add_argument("--image-column", default="image", metavar="NAME",
+                      help="Parquet: the image column; manifest: the path column (default "
+                           "'image' / 'path')")
+    conv.add_argument("--label-column", default="label", metavar="NAME",
+                      help="Parquet / manifest: the label column (default 'label')")
+    conv.add_argument("--from", dest="src_format",
+                      choices=("folder", "tar", "tbl", "parquet", "manifest"),
                       help="input format (default: detected)")
     conv.add_argument("--to", dest="dst_format", choices=("folder", "tar", "tbl"),
                       help="output format (default: from DST's name)")
@@ -198,6 +204,7 @@ def _cmd_convert(args, out):
     from turboloader.tools.convert import convert
 
     report = convert(args.src, args.dst, src_format=args.src_format, dst_format=args.dst_format,
+                     image_column=args.image_column, label_column=args.label_column,
                      shard_size=args.shard_size, max_short_side=args.max_short_side,
                      max_side=args.max_side,
                      quality=args.quality, codec=args.codec, compression=args.compression,

@@ -59,6 +59,11 @@ __all__ = [
 ]
 
 FORMATS = ("folder", "tar", "tbl")
+#: formats read as sources only (written as one of FORMATS)
+SOURCE_FORMATS = FORMATS + ("parquet", "manifest")
+_PARQUET_EXT = (".parquet", ".parq", ".arrow")
+_MANIFEST_EXT = (".csv", ".tsv", ".jsonl", ".ndjson", ".json", ".csv.gz", ".tsv.gz",
+                 ".jsonl.gz", ".ndjson.gz", ".json.gz")
 _IMAGE_EXT = {"jpg": Codec.JPEG, "jpeg": Codec.JPEG, "png": Codec.PNG, "webp": Codec.WEBP}
 _EXT_OF = {Codec.JPEG: "jpg", Codec.PNG: "png", Codec.WEBP: "webp"}
 
@@ -199,6 +204,10 @@ def detect_format(path) -> str:
     if os.path.isfile(path):
         if _is_tbl_file(path):
             return "tbl"
+        if path.lower().endswith(_PARQUET_EXT):
+            return "parquet"
+        if path.lower().endswith(_MANIFEST_EXT):
+            return "manifest"
         if path.lower().endswith((".tar", ".tar.gz", ".tgz")) or tarfile.is_tarfile(path):
             return "tar"
         raise ValueError(f"{path!r} is neither a TBL file, a TAR archive nor a directory")
@@ -206,7 +215,7 @@ def detect_format(path) -> str:
         raise ValueError(f"{path!r} is not a regular file or directory (a FIFO, device or "
                          f"socket); only regular files are read")
     if "{" in path or any(c in path for c in "*?["):
-        return "tar"
+        return "parquet" if path.lower().endswith(_PARQUET_EXT) else "tar"
     raise FileNotFoundError(f"no such file or directory: {path!r}")
 
 
@@ -452,9 +461,132 @@ class _TBLSource:
                          int(index["offset"][i]), rec.width, rec.height)
 
 
-def open_source(path, fmt=None, *, check_crc=True):
+def _int_label(value):
+    """``value`` as an int label, or None when it is not one."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
+
+
+class _ParquetSource:
+    """Parquet files (or Arrow IPC files, e.g. Hugging Face's cache files): the image
+    column's bytes (binary, or Hugging Face's ``{bytes, path}`` struct) and an int label
+    column, row groups in order (:class:`turboloader.io.parquet.ParquetShards`)."""
+
+    def __init__(self, path, *, image_column="image", label_column="label"):
+        from turboloader.io.parquet import ParquetShards
+
+        self.path = os.fspath(path)
+        self.shards = ParquetShards(self.path, image_column=image_column,
+                                    label_column=label_column)
+        self.names = list(self.shards.names)
+        self.classes = self.shards.classes()
+        self._order = None
+
+    def __len__(self):
+        return sum(self.shards.count(n) for n in self.names)
+
+    def shuffle(self, seed):
+        import random
+
+        self._order = [(n, j) for n in self.names for j in range(self.shards.count(n))]
+        random.Random(seed).shuffle(self._order)
+
+    def _items(self):
+        if self._order is not None:
+            yield from self._order
+            return
+        for n in self.names:
+            for j in range(self.shards.count(n)):
+                yield n, j
+
+    def __iter__(self):
+        opened = {}
+        for name, j in self._items():
+            if name not in opened:
+                reader = self.shards.open(name)
+                # keys unique across files and row groups: the shard's name, then the row's
+                prefix = re.sub(r"[^A-Za-z0-9_-]+", "_", os.path.basename(name))
+                opened[name] = (reader, reader.labels()[0], prefix)
+            reader, labels, prefix = opened[name]
+            try:
+                rec = reader.sample(j)
+            except TurboLoaderError as exc:
+                yield Skip(name, None, f"{type(exc).__name__}: {exc}")
+                continue
+            if rec.problem or rec.image is None:
+                yield Skip(name, rec.key, f"SampleError: {rec.problem or 'no image'}")
+                continue
+            label = labels[j] if labels is not None else None
+            value = _int_label(label)
+            if label is not None and value is None:
+                yield Skip(name, rec.key, f"SampleError: label {label!r} is not an integer "
+                                          f"(convert writes int labels)")
+                continue
+            data = bytes(rec.image)
+            codec = detect_codec(data)
+            yield Sample(f"{prefix}-{rec.key}", data, value, codec, name, int(rec.offset))
+
+
+class _ManifestSource:
+    """A CSV / JSON Lines manifest of ``path,label`` rows (:func:`turboloader.io.manifest.
+    read_manifest`), images relative to the manifest's folder; string labels are class
+    names (sorted, as ``ManifestDataset`` indexes them)."""
+
+    def __init__(self, path, *, path_column="path", label_column="label"):
+        from turboloader.io.manifest import read_manifest
+
+        self.path = os.fspath(path)
+        self.root = os.path.dirname(os.path.abspath(self.path))
+        rows = read_manifest(self.path, path_column=path_column, label_column=label_column)
+        raw = [r.get(label_column) for r in rows]
+        self.classes = None
+        if any(v is not None and _int_label(v) is None for v in raw):
+            self.classes = sorted({str(v) for v in raw if v is not None})
+            index = {c: i for i, c in enumerate(self.classes)}
+            labels = [None if v is None else index[str(v)] for v in raw]
+        else:
+            labels = [_int_label(v) for v in raw]
+        self.items = [(r[path_column], y) for r, y in zip(rows, labels)]
+
+    def __len__(self):
+        return len(self.items)
+
+    def shuffle(self, seed):
+        import random
+
+        random.Random(seed).shuffle(self.items)
+
+    def __iter__(self):
+        from turboloader.data.folder import read_file
+
+        for rel, label in self.items:
+            path = rel if os.path.isabs(rel) else os.path.join(self.root, rel)
+            stem = os.path.splitext(rel.replace(os.sep, "/").lstrip("/"))[0]
+            try:
+                data = read_file(path)
+            except (UnreadableFileError, OSError) as exc:
+                yield Skip(path, stem, f"{type(exc).__name__}: {exc}")
+                continue
+            codec = detect_codec(data)
+            if codec not in _EXT_OF:
+                yield Skip(path, stem, "not an image file (JPEG, PNG or WebP)")
+                continue
+            yield Sample(stem, data, label, codec, path)
+
+
+def open_source(path, fmt=None, *, check_crc=True, image_column="image",
+                label_column="label"):
     """A reader of ``path`` as ``fmt`` (detected when None): iterable of Sample / Skip,
-    with ``len()`` and ``classes`` (None when the format does not name classes)."""
+    with ``len()`` and ``classes`` (None when the format does not name classes).
+    ``image_column`` / ``label_column``: the columns of Parquet files and manifests (a
+    manifest's image column is its path column)."""
     fmt = fmt or detect_format(path)
     if fmt == "folder":
         return _FolderSource(path)
@@ -462,7 +594,12 @@ def open_source(path, fmt=None, *, check_crc=True):
         return _TarSource(path)
     if fmt == "tbl":
         return _TBLSource(path, check_crc=check_crc)
-    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt == "parquet":
+        return _ParquetSource(path, image_column=image_column, label_column=label_column)
+    if fmt == "manifest":
+        return _ManifestSource(path, path_column="path" if image_column == "image"
+                               else image_column, label_column=label_column)
+    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(SOURCE_FORMATS)}")
 
 
 def iter_samples(path, fmt=None):
@@ -999,7 +1136,8 @@ def _ordered(items, fn, workers):
 def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
             max_short_side=None, quality=90, codec=None, compression="auto", workers=None,
             overwrite=False, strict=False, progress=False, shuffle=None,
-            seed=0, seekable=False, restart_mcus=0, max_side=None) -> ConvertReport:
+            seed=0, seekable=False, restart_mcus=0, max_side=None, image_column="image",
+            label_column="label") -> ConvertReport:
     """Convert a dataset between the folder, TAR-shard and TBL layouts.
 
     Args:
@@ -1007,7 +1145,14 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
             brace pattern or glob) or a TBL file.
         dst: the output: ``*.tbl`` -> TBL; ``*.tar`` or a ``%``-pattern such as
             ``out/train-%05d.tar`` -> TAR shards; anything else -> an ImageFolder tree.
-        src_format, dst_format: ``"folder"``, ``"tar"`` or ``"tbl"`` to override detection
+        src: also Parquet / Arrow files (``*.parquet``, a glob of them; the image and label
+            columns ``image_column`` / ``label_column``, Hugging Face's image structs
+            included) and CSV / JSON Lines manifests (``path,label`` rows relative to the
+            manifest's folder; string labels become sorted class names).
+        image_column, label_column: the source's columns (Parquet; a manifest's path column
+            is ``image_column`` when it is not ``"image"``).
+        src_format, dst_format: ``"folder"``, ``"tar"`` or ``"tbl"`` (sources also
+            ``"parquet"``, ``"manifest"``) to override detection
             (``dst_format="tar"`` with a directory writes ``dst/shard-00000.tar``, ...).
         shard_size: samples per TAR shard (default 5000 for a directory or pattern; a plain
             ``x.tar`` without it is one file).
@@ -1069,7 +1214,7 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
         raise ValueError("codec='raw' (decoded pixels) can only be stored in a TBL file")
     if shard_size is not None and int(shard_size) < 1:
         raise ValueError(f"shard_size must be >= 1, got {shard_size}")
-    source = open_source(src, src_format)
+    source = open_source(src, src_format, image_column=image_column, label_column=label_column)
     if shuffle is None:
         shuffle = dst_format == "tar"
     shuffle_seed = int(seed) if shuffle else None
