@@ -44,6 +44,7 @@ from turboloader.io.tbl import MAGIC, TBLFile, TBLWriter
 __all__ = [
     "ConvertReport",
     "FORMATS",
+    "SOURCE_FORMATS",
     "MANIFEST",
     "Progress",
     "Sample",
