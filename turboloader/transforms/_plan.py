@@ -73,7 +73,8 @@ import torch
 
 from turboloader.decode._slot import resample_into_slot
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open, decode_jpeg
-from turboloader.transforms._batch import out_view
+from turboloader.transforms._batch import draw, out_view
+from turboloader.transforms._draws import RngDraws
 from turboloader.transforms._colour import ColorJitter
 from turboloader.transforms._containers import (Compose, Identity, Lambda, RandomApply,
                                                 RandomChoice, RandomOrder)
@@ -319,31 +320,6 @@ def _post_ops(t):
     return None
 
 
-def _draw_post(t, size, rng, ops):
-    """Draw post-geometry member ``t``'s parameters in call order, append its colour
-    operations to ``ops``; True when it flips (flips commute with the colour operations)."""
-    cls = type(t)
-    if cls is RandomHorizontalFlip:
-        return t.make_params(size, rng=rng)["flip"]
-    if cls is ColorJitter:
-        ops.extend(ColorJitter.ops(t.make_params(size, rng=rng)))
-        return False
-    if cls is RandomApply:
-        members = t.transforms if t.make_params(rng=rng)["apply"] else ()
-    elif cls is RandomChoice:
-        members = (t.transforms[t.make_params(rng=rng)["index"]],)
-    elif cls is RandomOrder:
-        members = [t.transforms[k] for k in t.make_params(rng=rng)["order"]]
-    elif cls is Compose:
-        members = t.transforms
-    else:  # Identity
-        members = ()
-    flip = False
-    for m in members:
-        flip ^= _draw_post(m, size, rng, ops)
-    return flip
-
-
 def _dtype_scale(t):
     """(float32, scale) when dtype conversion ``t`` makes float32 of a uint8 image tensor."""
     if type(t) is ConvertImageDtype:
@@ -478,32 +454,13 @@ class Plan:
         ``clip_to_box`` the filter is clipped at the box (an integer crop window), else
         at the image edges.
         """
-        crop, resize = self._crop, self._resize
-        if isinstance(crop, RandomResizedCrop):
-            p = crop.make_params((H, W), rng=rng)
-            box = (p["left"], p["top"], p["left"] + p["width"], p["top"] + p["height"])
-            clip, out = True, crop.size
-        else:
-            rh, rw = resize.output_size((H, W)) if resize is not None else (H, W)
-            if crop is not None:
-                ch, cw = crop.size
-                if ch > rh or cw > rw:
-                    return None
-                p = crop.make_params((rh, rw), rng=rng)
-                top, left = p["top"], p["left"]
-            else:
-                ch, cw, top, left = rh, rw, 0, 0
-            if resize is None or (rh, rw) == (H, W):
-                box, clip = (left, top, left + cw, top + ch), True
-            else:
-                sx, sy = W / rw, H / rh
-                box, clip = (left * sx, top * sy, (left + cw) * sx, (top + ch) * sy), False
-            out = (ch, cw)
-        flip = False
-        ops = []
-        for t in self._post:
-            flip ^= _draw_post(t, (H, W), rng, ops)
-        return box, clip, out, flip, ops
+        r = draw(self._crop, self._resize, self._post, np.array([[H, W]], np.int64),
+                 RngDraws(rng))
+        if r.generic[0]:
+            return None
+        ops = [(int(a), float(b)) for a, b in zip(r.ops[0, :r.n_ops[0]], r.factors[0, :r.n_ops[0]])]
+        return (tuple(r.box[0].tolist()), bool(r.clip[0]), tuple(int(v) for v in r.out[0]),
+                bool(r.flip[0]), ops)
 
     # -- output --------------------------------------------------------------------------
 
