@@ -1,11 +1,14 @@
-"""The one resample-into-slot entry: a source (JPEG bytes or a decoded HWC array) -> the
-window of it that is needed -> antialiased resample -> colour ops -> (flip) -> a CHW slot.
+"""The per-sample resample-into-slot entry: a source (JPEG bytes or a decoded HWC array) ->
+the window of it that is needed -> antialiased resample -> colour ops -> (flip) -> a CHW slot.
 
-Everything that writes a sample into a batch slot goes through :func:`resample_into_slot`:
-``decode_resized_crop``, ``Plan.from_jpeg`` / ``Plan.from_array`` (and so the datasets and
-their cache) and the converter. Callers decide the geometry (the source box) and validate
-the slot; this module decides the DCT scale and the decoded window, makes the one native
-call (no GIL) and reports libjpeg's warnings.
+One sample at a time goes through :func:`resample_into_slot`: ``decode_resized_crop``,
+``Plan.from_jpeg`` / ``Plan.from_array`` (the datasets' per-sample path and their cache) and
+the converter. A whole batch goes through ``Plan.run_batch``
+(:mod:`turboloader.transforms._batch`), one native call for every row. Both take the DCT
+scale and the decoded window from :mod:`turboloader.decode._window` (this module runs it
+as a batch of one), so the two entries decode and resample the same pixels. Callers decide
+the geometry (the source box) and validate the slot; this module makes the one native call
+(no GIL) and reports libjpeg's warnings.
 """
 
 import numpy as np
