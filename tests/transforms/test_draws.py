@@ -160,3 +160,35 @@ def test_a_compose_drawn_as_a_batch_equals_plan_draw(i):
         assert ops == [(int(a), float(b)) for a, b in
                        zip(r.ops[row, :r.n_ops[row]], r.factors[row, :r.n_ops[row]])]
         assert rng.counter == d.counter[row]
+
+
+@pytest.mark.parametrize("name", ["RandomResizedCrop", "RandomCrop", "RandomHorizontalFlip",
+                                  "ColorJitter"])
+def test_under_torch_manual_seed_make_params_draws_torchvisions_parameters(name):
+    # outside a dataset the generator is torch's: a batch of one through its own methods
+    # gives torchvision v2's draws for the same seed
+    from torchvision.transforms import v2
+
+    ours = CASES[name][0]
+    theirs = {"RandomResizedCrop": lambda: v2.RandomResizedCrop(64),
+              "RandomCrop": lambda: v2.RandomCrop((20, 30)),
+              "RandomHorizontalFlip": lambda: v2.RandomHorizontalFlip(0.3),
+              "ColorJitter": lambda: v2.ColorJitter(0.4, 0.4, 0.4, 0.1)}[name]()
+    img = torch.zeros(3, 300, 400, dtype=torch.uint8)
+    for seed in range(40):
+        torch.manual_seed(seed)
+        p = ours.make_params((300, 400))
+        if name == "RandomHorizontalFlip":   # v2 draws torch.rand(1) in forward
+            torch.manual_seed(seed)
+            assert p["flip"] == bool(torch.rand(1) < 0.3)
+            continue
+        torch.manual_seed(seed)
+        q = theirs.make_params([img])
+        for k, v in q.items():
+            if k in p and k != "padding":
+                if isinstance(v, torch.Tensor):
+                    assert p[k] == v.tolist(), (seed, k)
+                elif isinstance(v, float):
+                    assert p[k] == pytest.approx(v, abs=1e-6), (seed, k)
+                else:
+                    assert p[k] == v, (seed, k)

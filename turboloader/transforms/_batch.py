@@ -195,11 +195,12 @@ def draw(crop, resize, post, HW, d, live=None):
     r.generic = np.zeros(n, bool)
     if isinstance(crop, RandomResizedCrop):
         p = crop._draw_batch(HW, d, live)
-        tl = np.stack([p["left"], p["top"]], axis=1)
-        wh = np.stack([p["width"], p["height"]], axis=1)
-        r.box = np.concatenate([tl, tl + wh], axis=1).astype(np.float64)
+        r.box = box = np.empty((n, 4), np.float64)
+        box[:, 0], box[:, 1] = p["left"], p["top"]
+        box[:, 2], box[:, 3] = p["left"] + p["width"], p["top"] + p["height"]
         r.clip = np.ones(n, bool)
-        r.out = np.broadcast_to(np.array(crop.size, np.int64), (n, 2))
+        r.out = np.empty((n, 2), np.int64)
+        r.out[:] = crop.size
     else:
         resized = HW if resize is None else resize._output_sizes(HW)
         rh, rw = resized[:, 0], resized[:, 1]
@@ -209,12 +210,14 @@ def draw(crop, resize, post, HW, d, live=None):
             live &= ~r.generic
             p = crop._draw_batch(resized, d, live)
             top, left = p["top"], p["left"]
-            r.out = np.broadcast_to(np.array(crop.size, np.int64), (n, 2))
+            r.out = np.empty((n, 2), np.int64)
+            r.out[:] = crop.size
         else:
-            top = left = np.zeros(n, np.int64)
+            top = left = 0
             r.out = resized
-        tl = np.stack([left, top], axis=1)
-        box = np.concatenate([tl, tl + r.out[:, ::-1]], axis=1)
+        box = np.empty((n, 4), np.int64)
+        box[:, 0], box[:, 1] = left, top
+        box[:, 2], box[:, 3] = left + r.out[:, 1], top + r.out[:, 0]
         if resize is None:
             r.clip = np.ones(n, bool)
             r.box = box.astype(np.float64)

@@ -119,9 +119,12 @@ class ColorJitter(Transform):
     def _batch_ops(self, perm, table):
         """:meth:`ops` for every row of a :meth:`_draw_batch`: ``(ids, factors)``, ``(n, k)``
         each, k the number of set adjustments."""
-        is_set = np.array([r is not None for r in self._ranges()])
-        ids = perm[is_set[perm]].reshape(len(perm), int(is_set.sum()))
-        return ids, np.take_along_axis(table, ids, axis=1)
+        is_set = [r is not None for r in self._ranges()]
+        if all(is_set):
+            ids = perm
+        else:
+            ids = perm[np.array(is_set)[perm]].reshape(len(perm), sum(is_set))
+        return ids, table[np.arange(len(perm))[:, None], ids]
 
     @staticmethod
     def ops(params):

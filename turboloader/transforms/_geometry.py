@@ -389,7 +389,8 @@ class RandomResizedCrop(Transform):
                 hi, wi = np.where(ok, h, 1).astype(np.int64), np.where(ok, w, 1).astype(np.int64)
                 i = d.below(np.where(ok, H - hi + 1, 1), ok)
                 j = d.below(np.where(ok, W - wi + 1, 1), ok)
-                top[ok], left[ok], hh[ok], ww[ok] = i[ok], j[ok], hi[ok], wi[ok]
+                for dst, src in ((top, i), (left, j), (hh, hi), (ww, wi)):
+                    np.copyto(dst, src, where=ok)
                 pending &= ~ok
         if pending.any():
             rows = np.flatnonzero(pending)
