@@ -1,4 +1,7 @@
-"""The README's code runs: its examples are what users paste first."""
+"""The README stays a front page that is true: its commands are the ones CI runs, and the
+examples users paste first (the README's migration, the guide's before/after and the native
+core's tour) give what they say. tests/test_doc_examples.py runs every block of every page;
+the tests here check the results of these few."""
 
 import io
 import os
@@ -10,12 +13,15 @@ import pytest
 
 from turboloader.tools.synthetic import synthetic_jpegs
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+MIGRATE = (ROOT / "docs" / "guide" / "migrate.md").read_text()
+NATIVE = (ROOT / "docs" / "guide" / "native.md").read_text()
 
 
-def _block(containing):
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if containing in b]
-    assert len(blocks) == 1, f"expected one README block containing {containing!r}"
+def _block(containing, text=README):
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if containing in b]
+    assert len(blocks) == 1, f"expected one block containing {containing!r}"
     return blocks[0]
 
 
@@ -51,25 +57,55 @@ def data(tmp_path_factory):
     return root
 
 
+def test_quickstart_commands_are_what_ci_runs():
+    quickstart = re.search(r"## Quickstart\n(.*?)\n## ", README, re.S).group(1)
+    commands = re.findall(r"^(\./dev\.sh \w+)", quickstart, re.M)
+    assert commands == ["./dev.sh demo", "./dev.sh test"]
+    # dev.sh knows both jobs, and CI runs the README's test command
+    assert re.search(r"case \"\$job\" in demo\|test\|shell\)", (ROOT / "dev.sh").read_text())
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.startswith("./dev.sh")]
+    assert ci == ["./dev.sh test"]
+
+
+def test_readme_is_a_front_page():
+    assert len(README.splitlines()) <= 250
+    for section in ("## Quickstart", "## Install", "## Migrating a script", "## Benchmarks",
+                    "## Documentation"):
+        assert section in README
+    # the headline table says when and where it was measured
+    bench = README[README.index("## Benchmarks"):README.index("## Documentation")]
+    assert re.search(r"20\d\d-\d\d-\d\d", bench) and "AMD EPYC" in bench
+    # every link into the repository points at a file that exists
+    for target in re.findall(r"\]\(((?!https?:)[^)#]+)", README):
+        assert (ROOT / target).exists(), target
+
+
 def test_native_core_example(data):
-    ns = _run(_block("turboloader.TarIndex("), [], data)
+    ns = _run(_block("turboloader.TarIndex(", NATIVE), [], data)
     assert ns["img"].shape[2] == 3 and ns["window"].shape == (96, 128, 3)
     assert ns["batch"][0].std() > 0.1
 
 
 def test_migration_examples(data):
     folder = ("imagenet/train", str(data / "imagenet" / "train"))
-    ns = _run(_block("datasets.ImageFolder"), [("range(90)", "range(1)"), folder,
-                                               ("num_workers=8", "num_workers=0")], data)
-    before = len(ns["dataset"])
-    ns = _run(_block("turboloader.ImageFolder("), [("num_workers=8", "num_workers=0"), folder],
+    ns = _run(_block("datasets.ImageFolder", MIGRATE), [("range(90)", "range(1)"), folder,
+                                                         ("num_workers=8", "num_workers=0")],
               data)
+    before = len(ns["dataset"])
+    ns = _run(_block("turboloader.ImageFolder(", MIGRATE),
+              [("num_workers=8", "num_workers=0"), folder], data)
     assert len(ns["dataset"]) == before == 16
     images, labels = next(iter(ns["loader"]))
     assert images.shape == (16, 3, 224, 224)
-    source = _block("turboloader.TarDataset(\"shards/")
+    source = _block("turboloader.TarDataset(\"shards/", MIGRATE)
     ns = _run(source, [("shards/train-{00000..00256}.tar",
                         str(data / "train-{00000..00001}.tar")),
                        ("range(90)", "range(2)"), ("num_workers=8", "num_workers=2")], data,
               ns)  # continues the previous block: its train_tf
     assert ns["loader"].epoch == 1
+    # the README's five-line version is the guide's "after", the same dataset
+    ns = _run(_block("turboloader.ImageFolder(", README),
+              [("num_workers=8", "num_workers=0"), folder], data)
+    images, labels = next(iter(ns["loader"]))
+    assert len(ns["dataset"]) == 16 and images.shape == (16, 3, 224, 224)

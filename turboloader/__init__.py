@@ -3,7 +3,7 @@
 Importing the package is cheap: public names are resolved from their modules on first use.
 """
 
-from turboloader import _deprecated
+from turboloader import _deprecated, _fork
 from turboloader._lazy import lazy_names
 from turboloader.errors import (
     DecodeError,
@@ -21,6 +21,7 @@ from turboloader.errors import (
 from turboloader._version import __version__
 
 _deprecated.install()  # old module paths (turboloader.tar, .jpeg, ...) for one release
+_fork.install()  # forked DataLoader workers never finalize the parent's objects (see _fork)
 
 # public name -> module that defines it (the layers, bottom up: io -> decode -> transforms ->
 # data -> loader -> prefetch; compat/ holds the seed documents' APIs on top)

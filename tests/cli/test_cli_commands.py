@@ -146,3 +146,36 @@ def test_bench_prints_a_table(capsys, folder):
     assert code == 0, err
     assert "machine:" in out and "| stage" in out
     assert "read (source -> bytes)" in out and "train pipeline (fused plan), 2 threads" in out
+
+
+def test_verify_folder_without_manifest_reads_it(capsys, folder):
+    # an ImageFolder tree from other tools has no manifest.json: verify reads every image
+    # and says so, instead of exiting 1 with "pass --no-manifest"
+    assert not (folder / "manifest.json").exists()
+    code, out, err = run(capsys, "verify", folder, "-q")
+    assert code == 0, err
+    assert "checked 9 samples: 9 ok, 0 bad" in out
+    assert "no manifest.json, so the folder was verified by reading every image" in out
+    code, out, _ = run(capsys, "verify", folder, "-q", "--no-manifest")
+    assert code == 0 and "no manifest.json" not in out  # asked for: nothing to point out
+
+
+def test_verify_folder_without_manifest_finds_bad_images(capsys, folder, tmp_path):
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(folder, src)
+    victim = next(src.rglob("*.jpg"))
+    victim.write_bytes(victim.read_bytes()[:300])
+    code, out, _ = run(capsys, "verify", src, "-q")
+    assert code == 1 and "8 ok, 1 bad" in out and victim.name in out
+
+
+def test_verify_converted_folder_still_checks_its_manifest(capsys, folder, tmp_path):
+    out_dir = tmp_path / "copy"
+    assert run(capsys, "convert", folder, out_dir, "-q")[0] == 0
+    code, out, _ = run(capsys, "verify", out_dir, "-q")
+    assert code == 0 and "no manifest.json" not in out
+    next(out_dir.rglob("*.jpg")).unlink()  # complete-looking, one image short
+    code, out, err = run(capsys, "verify", out_dir, "-q")
+    assert code == 1 and "the manifest records" in err

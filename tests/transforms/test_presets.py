@@ -4,7 +4,7 @@ run through turboloader: every ``--auto-augment`` choice, random erasing on and 
 eval preset. Oracles: the same file built on torchvision v2 under the same torch seed (the
 draws are torchvision's own, so the outputs are bit-identical on PIL images), and for the
 datasets the fused plan / the generic path on the same decoded image and per-sample
-generator. What fuses is what the README's Transforms section says.
+generator. What fuses is what docs/guide/transforms.md says.
 """
 
 import io

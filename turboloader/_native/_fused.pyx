@@ -37,8 +37,8 @@ from turboloader._native._resample cimport (
     ResamplePlan, resample_plan_init_in, resample_plan_size, resample_run,
 )
 from turboloader._native.jpeg_shim cimport (
-    TL_ERR_ARG, TL_MSG_LEN, TL_OK, TL_WIDE_MARGIN, tl_jpeg_decode_wide, tl_jpeg_info,
-    tl_jpeg_read_header,
+    TL_ERR_ARG, TL_MSG_LEN, TL_OK, TL_RST_SCRATCH, TL_WIDE_MARGIN, tl_jpeg_decode_wide_rst,
+    tl_jpeg_info, tl_jpeg_read_header,
 )
 
 import threading
@@ -116,6 +116,8 @@ cdef struct _Scratch:
     size_t resized_cap
     uint8_t* plan
     size_t plan_cap
+    uint8_t* stream             # a restart-interval sub-image's JPEG (jpeg_shim.h)
+    size_t stream_cap
 
 
 cdef str _text(const char *msg):
@@ -139,15 +141,17 @@ cdef inline size_t _window_bytes(const _Sample* s) noexcept nogil:
 
 
 cdef void _needs(const _Sample* s, const _Common* c, size_t* window, size_t* resized,
-                 size_t* plan) noexcept nogil:
+                 size_t* plan, size_t* stream) noexcept nogil:
     # Scratch bytes `_sample` needs for s (0 where it needs none, or where the arguments are
     # invalid: _sample then fails before touching that buffer).
     cdef bint identity = _identity(s, c)
-    window[0] = resized[0] = plan[0] = 0
+    window[0] = resized[0] = plan[0] = stream[0] = 0
     if s.ww <= 0 or s.wh <= 0 or c.oh <= 0 or c.ow <= 0:
         return
     if s.arr == NULL:
         window[0] = _window_bytes(s)
+        if not s.full:
+            stream[0] = TL_RST_SCRATCH(s.size)
     if (not identity) or (s.n_ops > 0 and s.arr != NULL):
         resized[0] = <size_t>c.oh * c.ow * 3
     if not identity:
@@ -206,11 +210,13 @@ cdef void _sample(_Sample* s, const _Common* c, _Scratch* sc) noexcept nogil:
             return
     if s.arr == NULL:
         wstride = (<Py_ssize_t>s.ww + TL_WIDE_MARGIN) * 3
-        s.status = tl_jpeg_decode_wide(s.src, s.size, s.scale_num,
-                                       0 if s.full else s.wx, 0 if s.full else s.wy,
-                                       0 if s.full else s.ww, 0 if s.full else s.wh,
-                                       sc.window, wstride, _window_bytes(s), c.flags,
-                                       c.max_pixels, s.errmsg, &s.n_warnings, s.warnmsg, &col)
+        # a file with restart markers: only the intervals under the window are decoded
+        s.status = tl_jpeg_decode_wide_rst(s.src, s.size, s.scale_num,
+                                           0 if s.full else s.wx, 0 if s.full else s.wy,
+                                           0 if s.full else s.ww, 0 if s.full else s.wh,
+                                           sc.window, wstride, _window_bytes(s), c.flags,
+                                           c.max_pixels, s.errmsg, &s.n_warnings, s.warnmsg,
+                                           &col, sc.stream, sc.stream_cap, NULL)
         if s.status != TL_OK:
             return
         if col < 0 or col > TL_WIDE_MARGIN:
@@ -289,6 +295,7 @@ cdef void _scratch_free(_Scratch* sc) noexcept nogil:
     free(sc.window)
     free(sc.resized)
     free(sc.plan)
+    free(sc.stream)
     memset(sc, 0, sizeof(_Scratch))
 
 
@@ -302,9 +309,14 @@ cdef void _scratch_trim(_Scratch* sc) noexcept nogil:
     if sc.plan_cap > SCRATCH_KEEP:
         free(sc.plan)
         sc.plan, sc.plan_cap = NULL, 0
+    if sc.stream_cap > SCRATCH_KEEP:
+        free(sc.stream)
+        sc.stream, sc.stream_cap = NULL, 0
 
 
-cdef int _scratch_fit(_Scratch* sc, size_t window, size_t resized, size_t plan) except -1:
+cdef int _scratch_fit(_Scratch* sc, size_t window, size_t resized, size_t plan,
+                      size_t stream) except -1:
+    _grow(&sc.stream, &sc.stream_cap, stream)
     _grow(&sc.window, &sc.window_cap, window)
     _grow(&sc.resized, &sc.resized_cap, resized)
     _grow(&sc.plan, &sc.plan_cap, plan)
@@ -314,11 +326,11 @@ cdef int _scratch_fit(_Scratch* sc, size_t window, size_t resized, size_t plan) 
 cdef int _run_one(_Sample* s, _Common* c) except -1:
     # One sample with scratch of its own, without the GIL; raises its error.
     cdef _Scratch sc
-    cdef size_t nw, nr, npl
+    cdef size_t nw, nr, npl, nst
     memset(&sc, 0, sizeof(_Scratch))
-    _needs(s, c, &nw, &nr, &npl)
+    _needs(s, c, &nw, &nr, &npl, &nst)
     try:
-        _scratch_fit(&sc, nw, nr, npl)
+        _scratch_fit(&sc, nw, nr, npl, nst)
         with nogil:
             _sample(s, c, &sc)
     finally:
@@ -554,7 +566,7 @@ cdef class BatchRunner:
         cdef int i
         for i in range(self._threads):
             total += (self._scratch[i].window_cap + self._scratch[i].resized_cap
-                      + self._scratch[i].plan_cap)
+                      + self._scratch[i].plan_cap + self._scratch[i].stream_cap)
         return total
 
     def __repr__(self):
@@ -675,7 +687,7 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
     cdef _Common c
     cdef _Job job
     cdef _Sample* s
-    cdef size_t nw, nr, npl, mw = 0, mr = 0, mp = 0
+    cdef size_t nw, nr, npl, nst, mw = 0, mr = 0, mp = 0, ms = 0
     cdef float[:, :, :, ::1] fout
     cdef uint8_t[:, :, :, ::1] uout
     cdef bint is_float
@@ -771,14 +783,15 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
                     s.fout = &fout[rows[i], 0, 0, 0]
                 else:
                     s.uout = &uout[rows[i], 0, 0, 0]
-                _needs(s, &c, &nw, &nr, &npl)
+                _needs(s, &c, &nw, &nr, &npl, &nst)
+                ms = nst if nst > ms else ms
                 mw = nw if nw > mw else mw
                 mr = nr if nr > mr else mr
                 mp = npl if npl > mp else mp
                 which[m] = i
                 m += 1
             for j in range(runner._threads):
-                _scratch_fit(&runner._scratch[j], mw, mr, mp)
+                _scratch_fit(&runner._scratch[j], mw, mr, mp, ms)
             job.samples = runner._samples
             job.common = &c
             job.scratch = runner._scratch

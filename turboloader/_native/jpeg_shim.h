@@ -53,6 +53,7 @@ extern "C" {
 #define TL_ERR_UNSUPPORTED    -6  /* colour space with no RGB conversion (e.g. 2 components) */
 #define TL_ERR_ARG            -7  /* invalid argument: scale, crop window, output buffer */
 #define TL_ERR_TOO_MUCH_WORK  -8  /* progressive: scans x blocks over the budget (max_pixels / 8) */
+#define TL_ERR_OUTPUT_FULL    -9  /* tl_jpeg_transcode_restart: out_cap too small (retry larger) */
 
 /* tl_jpeg_info.color_space: the colour space libjpeg infers from the file's markers. */
 #define TL_CS_UNKNOWN 0
@@ -75,6 +76,7 @@ typedef struct {
     int h_samp[4];      /* sampling factors of the first 4 components, 0 past `components` */
     int v_samp[4];
     int adobe;          /* 1 when an Adobe APP14 marker was seen */
+    int restart_interval; /* MCUs per restart interval (DRI), 0 without restart markers */
 } tl_jpeg_info;
 
 /* libjpeg's size for one dimension decoded at scale num/8: ceil(dim * num / 8). */
@@ -140,6 +142,77 @@ int tl_jpeg_decode_wide(const unsigned char *data, size_t size, int scale_num,
                         unsigned char *out, ptrdiff_t out_stride, size_t out_size,
                         int flags, long long max_pixels,
                         char *errmsg, int *n_warnings, char *warnmsg, int *col_offset);
+
+/*
+ * Restart-interval window decode ("seekable" JPEGs).
+ *
+ * A baseline, single-scan JPEG with restart markers (DRI) whose intervals never wrap an MCU
+ * row (the interval divides the MCUs per row, or is a whole number of rows) is a grid of
+ * independently decodable tiles: DC predictors reset at every marker. The *_rst decoders
+ * below copy the intervals covering a crop window (plus one MCU of context on each side
+ * where chroma is subsampled, for the upsampler) into `scratch` as a smaller, ordinary JPEG
+ * (same tables, smaller SOF, renumbered RST markers, EOI) and decode that, so the Huffman
+ * decoding of every other interval is skipped. The window's pixels are bit-identical to
+ * tl_jpeg_decode's. Any other file, a window for which it would not save work, a file that
+ * does not end in EOI, or marker data that is not exactly as the header says (a missing,
+ * misnumbered or extra marker) takes the unchanged path, which reports corruption as before.
+ * Corruption confined to intervals outside the window then goes unnoticed (as it does for
+ * rows below the window on the unchanged path).
+ *
+ * scratch       caller's buffer for the sub-image stream, scratch_size >= TL_RST_SCRATCH(size)
+ *               (smaller, or NULL: the unchanged path). Never read before written.
+ * used          out, may be NULL: 1 when the restart path decoded the window, else 0.
+ */
+#define TL_RST_SCRATCH(size) ((size_t)(size) + 64)
+
+int tl_jpeg_decode_rst(const unsigned char *data, size_t size, int scale_num,
+                       int crop_x, int crop_y, int crop_w, int crop_h,
+                       unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                       int flags, long long max_pixels,
+                       char *errmsg, int *n_warnings, char *warnmsg,
+                       unsigned char *scratch, size_t scratch_size, int *used);
+
+int tl_jpeg_decode_wide_rst(const unsigned char *data, size_t size, int scale_num,
+                            int crop_x, int crop_y, int crop_w, int crop_h,
+                            unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                            int flags, long long max_pixels,
+                            char *errmsg, int *n_warnings, char *warnmsg, int *col_offset,
+                            unsigned char *scratch, size_t scratch_size, int *used);
+
+/*
+ * Whether the restart path applies to this window, and the sub-image it would decode:
+ * returns 1 and sub = {x, y, width, height} in full-resolution pixels of the file, or 0.
+ * Parses markers only (no Huffman decoding); never fails.
+ */
+int tl_jpeg_restart_window(const unsigned char *data, size_t size, int scale_num,
+                           int crop_x, int crop_y, int crop_w, int crop_h, int sub[4]);
+
+/*
+ * Lossless transcode to a "seekable" baseline JPEG (what `jpegtran -restart N [-optimize]
+ * -copy all` does): the DCT coefficients, quantisation tables and sampling are copied
+ * unchanged (jpeg_read_coefficients -> jpeg_write_coefficients), the output is one
+ * interleaved baseline scan with a restart marker every `restart_mcus` MCUs. APPn and COM
+ * markers are kept (JFIF/Adobe ones are rewritten by libjpeg).
+ *
+ * restart_mcus  > 0: that interval; 0: the smallest divisor of the MCUs per row (so that
+ *               intervals never wrap a row) that keeps the output within ~3% of the
+ *               input's size: a first pass with whole-row intervals measures what the
+ *               optimized tables saved, the markers (~5 bytes an interval) spend the rest
+ *               (two transcodes); the whole row when nothing finer fits.
+ * optimize      1: optimized Huffman tables (two passes), 0: the standard tables.
+ * out, out_cap  the caller's buffer; TL_ERR_OUTPUT_FULL when the result does not fit
+ *               (TL_TRANSCODE_BOUND(size) is a first guess: grow it and call again).
+ * out_size      out: bytes written. restart_used: out, the interval chosen (may be NULL).
+ * max_pixels    as for tl_jpeg_decode (progressive inputs get its lower limit and budget).
+ * Every libjpeg warning (recoverable corruption) is an error here (TL_ERR_STRICT): a
+ * rewrite must not turn damaged data into a clean-looking file.
+ */
+#define TL_TRANSCODE_BOUND(size) (2 * (size_t)(size) + 65536)
+
+int tl_jpeg_transcode_restart(const unsigned char *data, size_t size, int restart_mcus,
+                              int optimize, unsigned char *out, size_t out_cap,
+                              size_t *out_size, int *restart_used, long long max_pixels,
+                              char *errmsg);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@ cdef extern from "jpeg_shim.h" nogil:
         TL_ERR_TOO_MUCH_WORK
         TL_ERR_UNSUPPORTED
         TL_ERR_ARG
+        TL_ERR_OUTPUT_FULL
 
         TL_CS_UNKNOWN
         TL_CS_GRAY
@@ -40,8 +41,11 @@ cdef extern from "jpeg_shim.h" nogil:
         int h_samp[4]
         int v_samp[4]
         int adobe
+        int restart_interval
 
     long long tl_jpeg_scaled_dim(long long dim, int num)
+    size_t TL_RST_SCRATCH(size_t size)
+    size_t TL_TRANSCODE_BOUND(size_t size)
 
     int tl_jpeg_read_header(const unsigned char *data, size_t size, tl_jpeg_info *info,
                             char *errmsg)
@@ -57,3 +61,25 @@ cdef extern from "jpeg_shim.h" nogil:
                             unsigned char *out, ptrdiff_t out_stride, size_t out_size,
                             int flags, long long max_pixels,
                             char *errmsg, int *n_warnings, char *warnmsg, int *col_offset)
+
+    int tl_jpeg_decode_rst(const unsigned char *data, size_t size, int scale_num,
+                           int crop_x, int crop_y, int crop_w, int crop_h,
+                           unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                           int flags, long long max_pixels,
+                           char *errmsg, int *n_warnings, char *warnmsg,
+                           unsigned char *scratch, size_t scratch_size, int *used)
+
+    int tl_jpeg_decode_wide_rst(const unsigned char *data, size_t size, int scale_num,
+                                int crop_x, int crop_y, int crop_w, int crop_h,
+                                unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                                int flags, long long max_pixels,
+                                char *errmsg, int *n_warnings, char *warnmsg, int *col_offset,
+                                unsigned char *scratch, size_t scratch_size, int *used)
+
+    int tl_jpeg_restart_window(const unsigned char *data, size_t size, int scale_num,
+                               int crop_x, int crop_y, int crop_w, int crop_h, int sub[4])
+
+    int tl_jpeg_transcode_restart(const unsigned char *data, size_t size, int restart_mcus,
+                                  int optimize, unsigned char *out, size_t out_cap,
+                                  size_t *out_size, int *restart_used, long long max_pixels,
+                                  char *errmsg)

@@ -21,7 +21,7 @@ _LAZY = {
     "ImageFolder": "turboloader.data.folder",
     "ResumableSampler": "turboloader.data.tbl_dataset",
     "ShardCache": "turboloader.io.remote",
-    "delivered_counts": "turboloader.data.tar_dataset",
+    "delivered_counts": "turboloader.data.checkpoint",
     "TarBatches": "turboloader.data.tar_dataset",
     "TarDataset": "turboloader.data.tar_dataset",
     "TBLDataset": "turboloader.data.tbl_dataset",

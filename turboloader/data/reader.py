@@ -491,6 +491,8 @@ class MapDataset(ReaderMixin):
     shard, key, offset)`` naming a gathered sample in errors and in ``stats()``).
     """
 
+    _fields = None  # a turboloader.data.fields.Fields when the dataset yields fields
+
     def _new_reader(self, name) -> StreamReader:
         return StreamReader(self, name, flush_failures=True)
 
@@ -523,7 +525,9 @@ class MapDataset(ReaderMixin):
             samples = self._read(st, indices, out, None)
         finally:
             self._release(st)
-        images = [img for img, _ in samples]
+        fields = self._fields
+        images = [s[fields.image] for s in samples] if fields is not None else \
+            [img for img, _ in samples]
         if out is not None:
             for r, img in enumerate(images):
                 if not _is_slot(img, out[r]):
@@ -534,6 +538,8 @@ class MapDataset(ReaderMixin):
             out = default_collate(images) if images else torch.empty(0)
         if worker:
             out = shared_pool().send(out)
+        if fields is not None:
+            return fields.batch(out, samples)
         return [out, collate_labels([label for _, label in samples])]
 
     def __getitems__(self, indices, *, out=None, timing=None) -> list:
@@ -604,6 +610,9 @@ class MapDataset(ReaderMixin):
                     if img is None:
                         img = out[a + r] if row is None else row(out[a + r])
                     label = chunk.labels[r]
+                if self._fields is not None:
+                    samples.append(self._fields.sample(img, label))
+                    continue
                 if self.target_transform is not None:
                     label = self.target_transform(label)
                 samples.append((img, label))

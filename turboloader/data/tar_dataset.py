@@ -10,6 +10,7 @@ import numpy as np
 import torch.utils.data
 
 from turboloader.data import sharding
+from turboloader.data.checkpoint import TarCheckpoints, delivered_counts, topology
 from turboloader.data._buffers import as_row, collated_batch_size, shared_pool
 from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
 from turboloader.data.failures import FailureLog
@@ -30,53 +31,9 @@ from turboloader.io.remote import RemoteShardError, ShardCache
 
 __all__ = ["TarBatches", "TarDataset", "delivered_counts"]
 
+_topology = topology
+
 _MISSING = object()
-
-
-def _topology(rank, world_size):
-    if rank is not None:
-        return rank, world_size
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def delivered_counts(sizes, batches, batch_size, *, drop_last=False):
-    """Samples each worker stream has delivered after ``batches`` batches of a torch
-    DataLoader over an iterable dataset, and the stream the next batch comes from.
-
-    Each worker batches its own stream (``batch_size`` samples, a short last batch unless
-    ``drop_last``); the main process takes batches round-robin from worker 0, skipping
-    workers that are exhausted (torch's order with ``in_order=True``).
-
-    Example:
-        >>> delivered_counts([5, 5, 4], 4, 2)
-        ([4, 2, 2], 1)
-    """
-    if batch_size < 1 or batches < 0:
-        raise ValueError(f"need batch_size >= 1 and batches >= 0, got {batch_size}, {batches}")
-    nb = [n // batch_size if drop_last else -(-n // batch_size) for n in sizes]
-    if batches > sum(nb):
-        raise ValueError(f"{batches} batches is more than the epoch's {sum(nb)}")
-    got = [0] * len(sizes)
-    left, r = batches, 0
-    while left:
-        active = [w for w in range(len(sizes)) if nb[w] > r]
-        if left >= len(active):  # a whole round
-            for w in active:
-                got[w] += 1
-            left -= len(active)
-            r += 1
-            continue
-        for w in active[:left]:
-            got[w] += 1
-        left = 0
-    # the next batch: the lowest round still open, lowest worker in it
-    waiting = [(got[w], w) for w in range(len(sizes)) if nb[w] > got[w]]
-    next_worker = min(waiting)[1] if waiting else 0
-    return [min(g * batch_size, n) for g, n in zip(got, sizes)], next_worker
 
 
 class _TarReader(StreamReader):
@@ -91,11 +48,16 @@ class _TarReader(StreamReader):
         self.upcoming = []  # the shards of the current pass, in order of first use (prefetch)
         self.labels = {}  # url -> (values, {j: (exception type, args)})
         self.label_key = dataset.label_key
+        self.fields = dataset._fields
 
     def shard(self, url):
         reader = self.shards.get(url)
         if reader is None:
             reader = self.shards[url] = open_shard(url, cache=self.shard_cache)
+            if self.fields is not None:  # the image the fields name, and their members
+                reader.use_image_extensions(self.fields.image_exts)
+                if not reader.random_access:
+                    reader.read_members(self.fields.exts)
             if self.shard_cache is not None and self.upcoming:
                 # a new shard: have the node cache fetch the ones this stream reads next
                 try:
@@ -284,7 +246,7 @@ class _Cursor:
         return row - r0, images, labels, events, exc_out
 
 
-class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
+class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     """(image, label) samples from WebDataset-style TAR shards, sharded over DDP ranks and
     DataLoader workers, shuffled per epoch, with an optional decoded-sample cache.
 
@@ -367,6 +329,14 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
         strict_tar: a ``.tar`` shard without end-of-archive blocks (cut at a member
             boundary) is malformed (``TarFormatError``; left out under "skip") instead of
             a ``TruncatedArchiveWarning``.
+        fields: yield tuples of these WebDataset fields instead of ``(image, label)``, as
+            webdataset's ``to_tuple`` does: e.g. ``("jpg;png", "txt", "__key__")`` gives
+            ``(image, caption, key)``. The first image entry goes through ``transform``
+            (fused); text is ``str``, ``.json`` parsed, ``.cls`` an int, other images
+            ``uint8`` ``(C, H, W)`` tensors (masks keep their one channel), ``__key__`` /
+            ``__url__`` strings, anything else bytes (see :mod:`turboloader.data.fields`).
+            A missing field is a ``SampleError`` (a counted skip under "skip"). Not with
+            ``target_transform``.
 
     ``classes`` / ``class_to_idx``: from the ``classes.json`` that ``turboloader convert``
     writes next to the shards, as torchvision's ``ImageFolder`` has them (None without it).
@@ -391,8 +361,14 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                  cache=None,
                  cache_short_side=None, on_error="raise", max_failures=0.01,
                  max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16,
-                 shard_cache=None, shard_sizes=None, strict_tar=False):
+                 shard_cache=None, shard_sizes=None, strict_tar=False, fields=None):
         super().__init__()
+        from turboloader.data.fields import Fields
+
+        self._fields = None if fields is None else Fields(fields)
+        if self._fields is not None and target_transform is not None:
+            raise ValueError("target_transform applies to the label of (image, label) samples; "
+                             "with fields=, transform the fields you get instead")
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank and world_size, or neither")
         if world_size is not None and not 0 <= rank < world_size:
@@ -516,7 +492,8 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
         shard_of = (np.searchsorted(offsets, [g for g, _ in items], side="right") - 1).tolist()
         pending = []  # (row, shard, member j, size): image bytes still to read
         read = False
-        require_label = self.missing_label is None
+        fields = self._fields
+        require_label = self.missing_label is None and fields is None
         # shard number -> (url, shard, its length, labels, label errors, its first index)
         opened = {}
         add = chunk.add
@@ -535,17 +512,21 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                     where = ("tar", self.urls[s], j, None)
                     url = self.urls[s]
                     shard = st.shard(url)
-                    entry = opened[s] = ((url, shard, len(shard), *st.label_table(url, shard),
-                                          int(offsets[s])) if shard.random_access
-                                         else (url, shard, -1, None, None, int(offsets[s])))
+                    table = ((None, None) if fields is not None or not shard.random_access
+                             else st.label_table(url, shard))
+                    entry = opened[s] = (url, shard, len(shard) if shard.random_access else -1,
+                                         *table, int(offsets[s]))
                 url, shard, n, values, label_errors, _ = entry
                 where = ("tar", url, j, shard if n >= 0 else None)
                 if n < 0:  # a stream shard: records as they come
                     record = shard.sample(j)
                     where = ("rec", url, record)
                     _check_record(record, require_label=require_label)
-                    label = (self.missing_label if record.label is None
-                             else parse_label(record.label, record.label_ext, self.label_key))
+                    if fields is not None:
+                        label = fields.values(record.key, url, record.extras or {})
+                    else:
+                        label = (self.missing_label if record.label is None
+                                 else parse_label(record.label, record.label_ext, self.label_key))
                     add(record.image, label, where, slot, epoch,
                         cache_key=None if cache is None else g)
                     chunk.nbytes += record.nbytes
@@ -553,6 +534,11 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                 size = shard.image_size(j) if j < n else -1
                 if size < 0:  # no usable image, or no sample j any more: the record says why
                     _check_record(shard.sample(j), require_label=require_label)
+                if fields is not None:
+                    label = fields.values(shard.key(j), url, shard.members(j, fields.exts))
+                    add(None, label, where, slot, epoch, cache_key=None if cache is None else g)
+                    pending.append((r, shard, j, size))
+                    continue
                 if label_errors and j in label_errors:
                     err = label_errors[j]
                     raise err[0](*err[1])
@@ -754,6 +740,7 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
         # in a DataLoader worker, torch's collate stacks rows into recycled shared memory
         row = as_row if worker else None
         chunk = _reader.SAMPLE_CHUNK
+        fields = self._fields
         pos = 0  # samples yielded
         try:
             while True:
@@ -785,7 +772,10 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                         img = out[r] if row is None else row(out[r])
                     label = labels[r]
                     images[r] = None
-                    yield img, (label if tt is None else tt(label))
+                    if fields is not None:
+                        yield fields.sample(img, label)
+                    else:
+                        yield img, (label if tt is None else tt(label))
                 pos += r0
                 if exc is not None:
                     raise exc
@@ -821,9 +811,12 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
                             fill_row(images_out, r, img)
                     if n < B:
                         images_out = images_out[:n]
-                if tt is not None:
-                    labels = [tt(v) for v in labels]
-                batch = [images_out, collate_labels(labels)]
+                if self._fields is not None:
+                    batch = self._fields.batch(images_out, labels)
+                else:
+                    if tt is not None:
+                        labels = [tt(v) for v in labels]
+                    batch = [images_out, collate_labels(labels)]
                 images_out = images = None  # only the consumer holds the batch now
                 yield batch
                 if n < B:
@@ -860,241 +853,6 @@ class TarDataset(ReaderMixin, torch.utils.data.IterableDataset):
             >>> for images, labels in loader: ...
         """
         return TarBatches(self, batch_size, drop_last=drop_last, num_workers=num_workers)
-
-    # -- checkpoints: resume mid-epoch -------------------------------------------------------
-
-    def _fingerprint(self):
-        _, world = _topology(self.rank, self.world_size)
-        return {"num_samples": self.num_samples, "seed": self.seed, "shuffle": self.shuffle,
-                "pad": self.pad, "world_size": world, "mix_shards": self.mix_shards,
-                "fixed": bool(self.cache_bytes)}
-
-    def _take_resume(self, epoch, worker, num_workers):
-        """The resume point of logical worker ``worker`` for this pass, used once."""
-        resume = self._resume
-        if resume is None or resume["epoch"] != epoch:
-            return None
-        if resume["num_workers"] != num_workers:
-            raise ValueError(
-                f"TarDataset: the loaded state was taken with {resume['num_workers']} "
-                f"workers per rank but this pass has {num_workers}; resume with the same "
-                f"num_workers (the split of a rank's samples depends on it)")
-        entry = resume["workers"].pop(worker, None)
-        if not resume["workers"]:
-            self._resume = None
-        return entry
-
-    @staticmethod
-    def _entry(delivered, size, progress=None):
-        """A worker's resume entry after it delivered ``delivered`` samples. Failures are
-        known only when this process ran the stream (``progress``); otherwise none are
-        assumed (see state_dict)."""
-        if progress is None:
-            return {"pos": min(delivered, size), "failed_pos": [], "replaced": 0, "failures": 0}
-        # every failure before the point took an item without delivering a sample
-        fails = progress["failed_pos"]
-        pos = delivered
-        for fp in fails:
-            if fp < pos:
-                pos += 1
-        pos = min(pos, size)
-        before = [fp for fp in fails if fp < pos]
-        replaced = max(0, delivered - (size - len(before))) if pos >= size else 0
-        return {"pos": pos, "failed_pos": before, "replaced": replaced,
-                "failures": len(before) if pos < progress["pos"] else progress["failures"]}
-
-    def state_dict(self, *, batches=None, batch_size=None, num_workers=None, drop_last=False,
-                   delivered=None) -> dict:
-        """The position in the current epoch, to continue from with :meth:`load_state_dict`.
-
-        Which samples were *delivered* decides the state; three ways to say it:
-
-        * no arguments: the streams this process ran. Right in a DataLoader worker (what
-          ``torchdata.stateful_dataloader.StatefulDataLoader`` calls; it saves one such
-          state per worker) and for ``num_workers=0``.
-        * ``batches=k, batch_size=B, num_workers=W`` (and ``drop_last``): the main process
-          of a plain ``torch.utils.data.DataLoader`` (``in_order=True``, the default) that
-          has handed out ``k`` batches of this epoch. Its workers' streams and torch's
-          round-robin over them are deterministic, so each worker's count follows. The
-          result is the same on every rank (ranks get equal shares), so rank 0's copy in a
-          checkpoint serves all ranks.
-        * ``delivered=[n_0, ..., n_{W-1}]``: samples delivered from each logical worker
-          stream (a loader that tracks them, e.g. the thread backend).
-
-        Returns:
-            a JSON-able dict: ``format`` (``"turboloader.TarDataset/1"``), ``scope``
-            (``"rank"``, or ``"worker"`` from inside a DataLoader worker), ``epoch``,
-            ``num_workers``, ``next_worker`` (the stream the next batch comes from),
-            ``workers`` (``{"<logical worker>": {"pos": items of its list consumed,
-            "failed_pos": positions skipped, "replaced": replacements yielded,
-            "failures": failures counted}}``), ``delivered`` (samples this rank delivered in the epoch) and the
-            fingerprint it must match: ``num_samples``, ``seed``, ``shuffle``, ``pad``,
-            ``world_size``, ``mix_shards``, ``fixed``.
-
-        Raises:
-            ValueError: inconsistent arguments.
-
-        Example:
-            >>> state = ds.state_dict(batches=step, batch_size=256, num_workers=8)  # doctest: +SKIP
-            >>> ds2 = TarDataset(urls, tf); ds2.load_state_dict(state)
-            >>> for images, labels in DataLoader(ds2, batch_size=256, num_workers=8): ...
-        """
-        epoch = self._automatic_state_epoch(batches, num_workers, delivered)
-        rank, _ = _topology(self.rank, self.world_size)
-        base = {"format": "turboloader.TarDataset/1", "epoch": epoch, "rank": rank,
-                **self._fingerprint()}
-        info = torch.utils.data.get_worker_info()
-        progress = {w: p for w, p in self._progress.items() if p["epoch"] == epoch}
-        if info is not None and batches is None and delivered is None:
-            # inside a DataLoader worker: this worker's own stream
-            entries = {w: {"pos": p["pos"], "failed_pos": list(p["failed_pos"]),
-                           "replaced": p["replaced"], "failures": p["failures"]}
-                       for w, p in progress.items() if p["num_workers"] == info.num_workers}
-            if not entries:  # not started in this epoch yet
-                resume = self._resume
-                if resume is not None and resume["epoch"] == epoch:
-                    entries = {w: dict(e) for w, e in resume["workers"].items()}
-            return {**base, "scope": "worker", "num_workers": info.num_workers,
-                    "next_worker": 0, "workers": {str(w): e for w, e in entries.items()},
-                    "delivered": sum(e["pos"] for e in entries.values())}
-        if batches is not None:
-            if batch_size is None or num_workers is None or delivered is not None:
-                raise ValueError("batches= needs batch_size= and num_workers= (and no delivered=)")
-            W = max(int(num_workers), 1)
-            delivered, next_worker = delivered_counts(
-                self.worker_sizes(W), int(batches), int(batch_size), drop_last=drop_last)
-        elif delivered is not None:
-            delivered = [int(d) for d in delivered]
-            W, next_worker = len(delivered), 0
-        else:  # the streams run in this process (num_workers=0)
-            W = max((p["num_workers"] for p in progress.values()), default=1)
-            delivered = [progress[w]["pos"] - len(progress[w]["failed_pos"])
-                         + progress[w]["replaced"] if w in progress else 0 for w in range(W)]
-            sizes0 = self.worker_sizes(W)
-            delivered = [min(d, n) for d, n in zip(delivered, sizes0)]
-            next_worker = 0
-        sizes = self.worker_sizes(W)
-        if any(d < 0 or d > n for d, n in zip(delivered, sizes)):
-            raise ValueError(f"delivered counts {delivered} do not fit the worker shares {sizes}")
-        reported = None
-        workers = {}
-        for w in range(W):
-            p = progress.get(w)
-            if p is not None and p["num_workers"] != W:
-                p = None
-            if p is None:
-                # a stream another process ran (torch's workers): the items it skipped, as
-                # it reported them before handing out the batches that skip them
-                if reported is None:
-                    reported = self._telemetry.stream_failures(epoch, W)
-                fails = reported.get(w)
-                if fails:
-                    p = {"failed_pos": fails, "pos": sizes[w], "failures": len(fails)}
-            workers[str(w)] = self._entry(delivered[w], sizes[w], p)
-        return {**base, "scope": "rank", "num_workers": W, "next_worker": next_worker,
-                "workers": workers, "delivered": int(sum(delivered))}
-
-    def _automatic_state_epoch(self, batches, num_workers, delivered):
-        """The epoch word a state of the current pass names (see ``_pass_epoch``)."""
-        e = self._epoch
-        value = e.value
-        if 0 <= value < AUTO_EPOCH:
-            return value  # explicit
-        if value >= AUTO_EPOCH and e.claim == 0:
-            return value  # pinned by load_state_dict (or below) and not started yet
-        in_worker = torch.utils.data.get_worker_info() is not None
-        ran_here = self._last_pass is not None and (in_worker or not num_workers)
-        if ran_here:
-            return self._last_pass
-        nothing_delivered = not batches and not any(delivered or [])
-        if self._last_pass is None and nothing_delivered:
-            if in_worker:
-                return -1  # this worker has not started: its state names no pass
-            # no pass yet: pin the word the next pass will use, so the state can name it
-            e.value = torch_epoch_word()
-            return e.value
-        raise ValueError(
-            "TarDataset.state_dict: this pass used an automatic epoch (no set_epoch call) "
-            "drawn inside the DataLoader's workers, so the main process cannot name its "
-            "order. For mid-epoch checkpoints call dataset.set_epoch(epoch) before each "
-            "epoch (turboloader.DataLoader and TurboDataModule do), or use "
-            "StatefulDataLoader, whose workers save their own states")
-
-    def _check_state_positions(self, state):
-        """Positions that cannot come from state_dict would deliver duplicates or skip
-        samples: refuse them (ValueError naming the field)."""
-        def bad(what):
-            raise ValueError(f"TarDataset.load_state_dict: {what}")
-
-        try:
-            W, epoch = int(state["num_workers"]), int(state["epoch"])
-            nxt = int(state.get("next_worker", 0))
-            workers = state["workers"]
-        except (KeyError, TypeError, ValueError) as exc:
-            bad(f"malformed state ({type(exc).__name__}: {exc})")
-        if W < 0 or epoch < -1:
-            bad(f"negative num_workers {W} or epoch {epoch}")
-        sizes = self.worker_sizes(max(W, 1))
-        if not 0 <= nxt < max(W, 1):
-            bad(f"next_worker {nxt} is not one of the {max(W, 1)} streams")
-        if not isinstance(workers, dict):
-            bad("workers must be a dict")
-        for w, e in workers.items():
-            try:
-                w = int(w)
-                pos, replaced = int(e["pos"]), int(e["replaced"])
-                failures = int(e["failures"])
-                failed = [int(f) for f in e["failed_pos"]]
-            except (KeyError, TypeError, ValueError) as exc:
-                bad(f"malformed entry for worker {w!r} ({type(exc).__name__}: {exc})")
-            if not 0 <= w < len(sizes):
-                bad(f"worker {w} is not one of the {len(sizes)} streams")
-            if not 0 <= pos <= sizes[w]:
-                bad(f"worker {w}: position {pos} is outside its share of {sizes[w]} samples")
-            if len(set(failed)) != len(failed) or any(not 0 <= f < pos for f in failed):
-                bad(f"worker {w}: skipped positions {failed[:8]} are not distinct positions "
-                    f"before {pos}")
-            if not 0 <= replaced <= len(failed) or failures < 0:
-                bad(f"worker {w}: {replaced} replacements / {failures} failures do not fit "
-                    f"{len(failed)} skips")
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from ``state`` (from :meth:`state_dict`): the next pass over its epoch
-        skips what was delivered, by offset into each worker's item list (nothing is read or
-        decoded again), and yields the rest in the same order with the same transform
-        parameters. Sets the epoch to the state's (call ``set_epoch`` with that epoch, or
-        not at all, before the pass; another epoch discards the resume point).
-
-        Call it in the main process before the DataLoader starts its workers (with
-        ``persistent_workers=True``, before the first ``iter(loader)``), with the same
-        ``num_workers`` as when the state was taken. ``StatefulDataLoader`` calls it inside
-        each worker with that worker's state, which is also supported.
-
-        Raises:
-            ValueError: the state is not a TarDataset state, or was taken over other data
-                or another topology (shards, seed, shuffle, pad, world size, cache).
-        """
-        if not isinstance(state, dict) or state.get("format") != "turboloader.TarDataset/1":
-            raise ValueError("not a TarDataset state (expected format 'turboloader.TarDataset/1')")
-        mine = self._fingerprint()
-        diff = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
-        if diff:
-            raise ValueError("the state was taken over other data or another topology: " +
-                             ", ".join(f"{k}={a!r} there, {b!r} here" for k, (a, b) in diff.items()))
-        rank, _ = _topology(self.rank, self.world_size)
-        self._check_state_positions(state)
-        workers = {}
-        for w, e in state["workers"].items():
-            e = {k: (list(v) if isinstance(v, list) else int(v)) for k, v in e.items()}
-            if state.get("rank") != rank:
-                # positions are rank-independent (equal shares); the skip lists are not
-                e.update(failed_pos=[], replaced=0, failures=0)
-            workers[int(w)] = e
-        self._resume = {"epoch": int(state["epoch"]), "num_workers": int(state["num_workers"]),
-                        "next_worker": int(state.get("next_worker", 0)), "workers": workers}
-        if torch.utils.data.get_worker_info() is None and int(state["epoch"]) >= 0:
-            # an automatic pass is pinned for the next pass only (see _pass_epoch)
-            self._epoch.value = int(state["epoch"])
 
     # -- statistics -------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ from turboloader.io.tbl import Codec, TBLFile
 
 __all__ = ["ResumableSampler", "TBLDataset"]
 
+_TBL_FIELDS = ("cls", "__key__", "__url__")  # besides the image: what a record holds
+
 
 class TBLDataset(MapDataset, torch.utils.data.Dataset):
     """Map-style ``(image, label)`` dataset over TBL files: O(1) random access by index.
@@ -74,7 +76,19 @@ class TBLDataset(MapDataset, torch.utils.data.Dataset):
 
     def __init__(self, paths, transform=None, target_transform=None, *, seed=0, cache=None,
                  cache_short_side=None, on_error="raise", max_failures=0.01, check_crc=True,
-                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256):
+                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, fields=None):
+        if fields is not None:
+            from turboloader.data.fields import Fields
+
+            self._fields = Fields(fields)
+            other = [name for i, (name, _) in enumerate(self._fields.entries)
+                     if i != self._fields.image and name not in _TBL_FIELDS]
+            if other:
+                raise ValueError(f"a TBL record holds its image, label and key: fields "
+                                 f"{other} are not in it (use {', '.join(_TBL_FIELDS)})")
+            if target_transform is not None:
+                raise ValueError("target_transform applies to (image, label) samples; with "
+                                 "fields=, transform the fields you get instead")
         self._init_reader(transform, target_transform, seed=seed, cache=cache,
                           cache_short_side=cache_short_side, on_error=on_error,
                           max_failures=max_failures, max_pixels=max_pixels,
@@ -118,7 +132,14 @@ class TBLDataset(MapDataset, torch.utils.data.Dataset):
         cache = st.decoder.cache
         if cache is not None and i in cache:
             entry = f.index[j]
-            if int(entry["flags"]) & 1:
+            if self._fields is not None:
+                label = int(entry["label"]) if int(entry["flags"]) & 1 else None
+                try:
+                    chunk.add(None, self._field_values(f, j, label), where, slot, epoch,
+                              cache_key=i)
+                except TurboLoaderError as exc:
+                    chunk.fail(exc, where, slot, epoch)
+            elif int(entry["flags"]) & 1:
                 chunk.add(None, int(entry["label"]), where, slot, epoch, cache_key=i)
             else:
                 chunk.fail(SampleError(f"record {j} has no label"), where, slot, epoch)
@@ -131,13 +152,37 @@ class TBLDataset(MapDataset, torch.utils.data.Dataset):
             return
         counters["read_s"] += time.perf_counter() - t
         counters["bytes_read"] += int(f.index[j]["size"])
-        if rec.label is None:
+        label = rec.label
+        if self._fields is not None:
+            try:
+                label = self._field_values(f, j, label)
+            except TurboLoaderError as exc:
+                chunk.fail(exc, where, slot, epoch)
+                return
+        if label is None:
             chunk.fail(SampleError(f"record {j} has no label"), where, slot, epoch)
         elif rec.codec == Codec.RAW:  # decoded pixels: the transform only, never cached
-            chunk.add(rec.array(), rec.label, where, slot, epoch)
+            chunk.add(rec.array(), label, where, slot, epoch)
         else:
-            chunk.add(rec.data, rec.label, where, slot, epoch,
+            chunk.add(rec.data, label, where, slot, epoch,
                       cache_key=None if cache is None else i)
+
+    def _field_values(self, f, j, label):
+        """The ``fields`` values of record ``j`` of ``f`` (None at the image's place)."""
+        out = []
+        for i, (name, _) in enumerate(self._fields.entries):
+            if i == self._fields.image:
+                out.append(None)
+            elif name == "__key__":
+                out.append(f.key(j))
+            elif name == "__url__":
+                out.append(f.path)
+            elif label is None:
+                raise SampleError(f"record {j} ({f.key(j)!r}) has no label (fields="
+                                  f"{self._fields.spec!r})")
+            else:
+                out.append(int(label))
+        return out
 
     def _where(self, st, where):
         s, j, i = where

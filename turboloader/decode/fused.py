@@ -84,7 +84,7 @@ def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, 
     ``dct_scaling`` (the default) the window is decoded at the smallest of the scales 1/8,
     1/4, 1/2 (those with a SIMD IDCT) at which it is still at least ``size``, which is several times faster for small outputs and
     differs from the full-size path as a slightly different antialiasing filter would
-    (see the README for the measured tolerance).
+    (see docs/guide/transforms.md for the measured tolerance).
 
     Args:
         data: JPEG file bytes (bytes, memoryview such as a TarIndex member, numpy array).

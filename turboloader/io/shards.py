@@ -215,6 +215,7 @@ class SampleRecord:
     label_ext: str | None
     problem: str | None
     nbytes: int
+    extras: dict | None = None  # stream shards read with extra extensions: {ext: bytes}
 
 
 def _pick(members, exts):
@@ -260,6 +261,7 @@ class TarShard:
         self._first = np.empty(n, np.int64)
         self._image_ext = [None] * n
         self._label_ext = [None] * n
+        self._members = [members for _, members, _ in groups]  # ext -> member position
         for i, (_, members, _) in enumerate(groups):
             self._first[i] = min(members.values())
             ext = _pick(members, IMAGE_EXTENSIONS)
@@ -298,6 +300,25 @@ class TarShard:
         return SampleRecord(self.url, self._keys[j], self._names[pos], int(index.offsets[pos]),
                             image, self._image_ext[j], label, self._label_ext[j],
                             self._problems.get(j), nbytes)
+
+    def use_image_extensions(self, exts, /) -> None:
+        """Take each sample's image from the first of ``exts`` it has (default:
+        :data:`IMAGE_EXTENSIONS` in that order), e.g. a ``fields`` entry ``"png;jpg"``."""
+        exts = tuple(exts)
+        for i, members in enumerate(self._members):
+            ext = _pick(members, exts)
+            self._image[i] = members[ext] if ext is not None else -1
+            self._image_ext[i] = ext
+
+    def members(self, j: int, exts, /) -> dict:
+        """``{ext: bytes}`` of sample ``j``'s members among ``exts`` (those it has), each
+        read now (one ``pread``).
+
+        Raises:
+            TarFormatError: the file no longer holds a member's bytes.
+        """
+        have = self._members[j]
+        return {ext: bytes(self._index.member(have[ext])) for ext in exts if ext in have}
 
     # -- batch access: what a dataset gathering many samples at a time needs ---------------
 
@@ -365,6 +386,8 @@ class StreamShard:
         self._it = None
         self._next = 0  # index of the sample the open stream yields next
         self._broken = None  # (sample index, exception) where the stream failed for good
+        self._extra = frozenset()  # extensions read besides the image and label members
+        self._image_exts = IMAGE_EXTENSIONS
 
     def _samples(self, *, read=True):
         """Yield SampleRecords in stream order (data read only for image/label members)."""
@@ -399,7 +422,7 @@ class StreamShard:
                         problem = problem or f"duplicate member {info.name!r} in sample {key!r}"
                         continue
                     data = None
-                    if read and ext in _WANTED:
+                    if read and (ext in _WANTED or ext in self._extra):
                         data = tf.extractfile(info).read()
                     members[ext] = (info.name, info.offset_data, data)
             except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
@@ -409,14 +432,26 @@ class StreamShard:
             if key is not None:
                 yield self._record(key, members, problem, first)
 
+    def use_image_extensions(self, exts, /) -> None:
+        """As :meth:`TarShard.use_image_extensions`."""
+        self._image_exts = tuple(exts)
+        self._extra = self._extra | frozenset(exts)
+
+    def read_members(self, exts, /) -> None:
+        """Also read the members with these extensions (``SampleRecord.extras``)."""
+        self._extra = self._extra | frozenset(exts)
+
     def _record(self, key, members, problem, first):
-        iext = _pick(members, IMAGE_EXTENSIONS)
+        iext = _pick(members, self._image_exts)
         lext = _pick(members, LABEL_EXTENSIONS)
         name, offset = (members[iext][0], members[iext][1]) if iext else first
         image = members[iext][2] if iext else None
         label = members[lext][2] if lext else None
         nbytes = (len(image) if image is not None else 0) + (len(label) if label is not None else 0)
-        return SampleRecord(self.url, key, name, offset, image, iext, label, lext, problem, nbytes)
+        extras = ({ext: m[2] for ext, m in members.items() if ext in self._extra and m[2] is not None}
+                  if self._extra else None)
+        return SampleRecord(self.url, key, name, offset, image, iext, label, lext, problem, nbytes,
+                            extras)
 
     def count(self) -> int:
         """Number of samples: one full decompression pass."""

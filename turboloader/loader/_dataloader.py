@@ -131,8 +131,7 @@ class DataLoader:
         pin_memory: allocate batches in pinned memory (when an accelerator exists;
             otherwise a warning, as torch gives, and ordinary memory).
         drop_last: drop the last partial batch (of each worker's stream, for iterables).
-        sampler, batch_sampler, collate_fn, timeout, worker_init_fn,
-            multiprocessing_context, generator, pin_memory_device, in_order: as torch's
+        sampler, batch_sampler, collate_fn, timeout, worker_init_fn, multiprocessing_context, generator, pin_memory_device, in_order: as torch's
             DataLoader, in torch's positional order (``DataLoader(ds, 8, True)`` is batch
             size 8, shuffled). On the thread backend ``worker_init_fn(worker_id)`` runs once
             in each decode thread per pass (threads are made per pass), ``generator`` drives
@@ -147,6 +146,11 @@ class DataLoader:
         seed: seed of the map-style shuffle (default ``dataset.seed``, else 0).
         auto_epoch: each new pass uses the next epoch (see :meth:`set_epoch`). Default True.
         progress: show a progress bar (tqdm when installed, else a plain one on stderr).
+        output: ``"torch"`` (default): tensors. ``"numpy"``: every tensor of a batch as a
+            NumPy array over the same memory (``Tensor.numpy()``, no copy; the memory is
+            recycled once the array and every view of it are gone), for JAX
+            (``jax.device_put(images)``, ``jax.dlpack.from_dlpack``) or any NumPy consumer.
+            Both backends.
 
     Epochs: the epoch of a pass is, in order of precedence, the one given to
     :meth:`set_epoch` since the last pass; the dataset's own if it was changed with
@@ -177,12 +181,16 @@ class DataLoader:
                  num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor=None, persistent_workers=None, pin_memory_device="",
-                 in_order=True, backend="threads", seed=None, auto_epoch=True, progress=False):
+                 in_order=True, backend="threads", seed=None, auto_epoch=True, progress=False,
+                 output="torch"):
         if not isinstance(dataset, torch.utils.data.Dataset):
             raise TypeError("dataset must be a torch.utils.data.Dataset or a path, got "
                             f"{type(dataset).__name__}")
         if backend not in ("threads", "processes"):
             raise ValueError(f'backend must be "threads" or "processes", got {backend!r}')
+        if output not in ("torch", "numpy"):
+            raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
+        self.output = output
         if int(num_workers) < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         self.dataset = dataset
@@ -527,6 +535,8 @@ class DataLoader:
         else:
             it = self._iter_threads(epoch)
         it = self._counted(it)
+        if self.output == "numpy":
+            it = _numpy_batches(it)
         if self.progress:
             try:
                 total = len(self)
@@ -614,6 +624,30 @@ class DataLoader:
         return (f"DataLoader({type(self.dataset).__name__}, batch_size={self.batch_size}, "
                 f"num_workers={self.num_workers}, backend={self.backend!r}, "
                 f"drop_last={self.drop_last}, pin_memory={self._pin_requested})")
+
+
+def _as_numpy(obj):
+    """``obj`` with every CPU tensor replaced by a NumPy array over its memory."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.as_subclass(torch.Tensor) if type(obj) is not torch.Tensor else obj
+        return t.detach().cpu().numpy()
+    if isinstance(obj, dict):
+        return {k: _as_numpy(v) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
+        return type(obj)(*(_as_numpy(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_as_numpy(v) for v in obj)
+    return obj
+
+
+def _numpy_batches(it):
+    try:
+        for batch in it:
+            batch = _as_numpy(batch)
+            yield batch
+            batch = None  # only the caller holds it
+    finally:
+        it.close()
 
 
 def profile(loader, num_batches=20, *, file=None) -> dict:

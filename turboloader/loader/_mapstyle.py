@@ -32,13 +32,14 @@ class _End:
 class _MapBatch:
     """A map-style batch in flight: its indices, buffer and the parts still decoding."""
 
-    __slots__ = ("seq", "indices", "buf", "remaining", "error", "lock")
+    __slots__ = ("seq", "indices", "buf", "remaining", "error", "had_pair", "lock")
 
     def __init__(self, seq, indices, alloc):
         self.seq, self.indices = seq, indices
         self.buf = BatchBuffer(len(indices), alloc) if indices else None
         self.remaining = 0
         self.error = None
+        self.had_pair = False  # an (image, label) pair was put
         self.lock = threading.Lock()
 
     def put(self, j, sample):
@@ -46,10 +47,14 @@ class _MapBatch:
         if buf.samples is None and not tensor_pairs(sample):
             with self.lock:
                 if buf.samples is None:
-                    if buf.images is not None and buf.alloc.shape is not None:
+                    if self.had_pair:
                         raise TypeError("a dataset's samples must all be (tensor, label) "
                                         f"pairs or none, got {type(sample).__name__}")
+                    # e.g. fields tuples: collate_fn (default_collate) gets the samples; the
+                    # rows they were decoded into live on in them
                     buf.samples, buf.images, buf.alloc = [None] * buf.n, None, None
+        elif buf.samples is None:
+            self.had_pair = True
         if buf.samples is None and buf.images is None:
             with self.lock:  # the first sample of a batch of unknown shape allocates it
                 if buf.images is None:

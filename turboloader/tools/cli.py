@@ -68,7 +68,8 @@ def _build_parser():
                "  turboloader convert 'shards/train-{0000..0146}.tar' train-256.tbl "
                "--max-short-side 256 --quality 90\n"
                "  turboloader convert imagenet/val 'val-shards/val-%05d.tar' --shard-size 5000\n"
-               "  turboloader convert imagenet/train shards/ --to tar --seed 1   # shuffled\n\n"
+               "  turboloader convert imagenet/train shards/ --to tar --seed 1   # shuffled\n"
+               "  turboloader convert shards/ seekable/ --to tar --seekable   # crop-friendly\n\n"
                + _EXIT_CODES)
     conv.add_argument("src", metavar="SRC", help="input dataset")
     conv.add_argument("dst", metavar="DST", help="output: *.tbl, *.tar, a %%-pattern, or a folder")
@@ -81,10 +82,20 @@ def _build_parser():
     conv.add_argument("--max-short-side", type=int, default=None, metavar="PX",
                       help="re-encode images whose short side is longer, resized to PX "
                            "(e.g. 256); smaller images are copied as is")
+    conv.add_argument("--max-side", type=int, default=None, metavar="PX",
+                      help="re-encode images whose long side is longer, shrunk so that it is "
+                           "PX (after --max-short-side, if both); smaller ones are copied")
     conv.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (default 90)")
     conv.add_argument("--codec", choices=("keep", "jpeg", "raw"), default="keep",
                       help="keep the source codec (default), re-encode everything as JPEG, or "
                            "store decoded RGB pixels (TBL only)")
+    conv.add_argument("--seekable", action="store_true",
+                      help="rewrite every JPEG losslessly (same DCT coefficients) with restart "
+                           "markers, so crops decode only the blocks under them; the files "
+                           "stay ordinary JPEGs")
+    conv.add_argument("--restart-mcus", type=int, default=0, metavar="N",
+                      help="with --seekable: MCUs per restart interval (default 0: automatic, "
+                           "the smallest divisor of the MCUs per row whose markers add <= ~3%% to the size)")
     conv.add_argument("--compression", choices=("auto", "none", "lz4"), default="auto",
                       help="TBL record compression (default auto: LZ4 for raw pixels, where it pays)")
     conv.add_argument("-j", "--workers", type=int, default=None,
@@ -116,9 +127,10 @@ def _build_parser():
         formatter_class=fmt,
         description="Decode every image (and check every TBL record's CRC-32); print each bad "
                     "sample as SHARD: KEY: REASON. Exits 1 if any sample is bad, if a TAR shard "
-                    "has no end-of-archive block, or if a folder / TAR output has no complete "
-                    "manifest.json matching it (sample counts, sizes, SHA-256; --no-manifest "
-                    "skips that check).\n\n" + _FORMATS_HELP,
+                    "has no end-of-archive block, or if TAR shards (or a folder 'turboloader "
+                    "convert' wrote) have no complete manifest.json matching them (sample counts, "
+                    "sizes, SHA-256; --no-manifest skips that check). A folder without a "
+                    "manifest is verified by reading every image, and the output says so.\n\n" + _FORMATS_HELP,
         epilog=_EXIT_CODES)
     ver.add_argument("path", metavar="PATH")
     ver.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"))
@@ -127,7 +139,7 @@ def _build_parser():
                      help="treat libjpeg's recoverable-corruption warnings as errors while decoding")
     ver.add_argument("--no-manifest", dest="manifest", action="store_false",
                      help="do not require the manifest.json that 'turboloader convert' writes "
-                          "(for folders and TAR shards made by other tools)")
+                          "(for TAR shards made by other tools)")
     _progress_args(ver)
 
     prev = sub.add_parser(
@@ -187,9 +199,11 @@ def _cmd_convert(args, out):
 
     report = convert(args.src, args.dst, src_format=args.src_format, dst_format=args.dst_format,
                      shard_size=args.shard_size, max_short_side=args.max_short_side,
+                     max_side=args.max_side,
                      quality=args.quality, codec=args.codec, compression=args.compression,
                      workers=args.workers, overwrite=args.overwrite, strict=args.strict,
-                     progress=_progress(args), shuffle=args.shuffle, seed=args.seed)
+                     progress=_progress(args), shuffle=args.shuffle, seed=args.seed,
+                     seekable=args.seekable, restart_mcus=args.restart_mcus)
     out(report.summary())
     if report.written == 0:
         out("error: no sample was written")
@@ -261,14 +275,21 @@ def _cmd_inspect(args, out):
 
 
 def _cmd_verify(args, out):
-    from turboloader.tools.convert import verify_dataset
+    from turboloader.tools.convert import detect_format, find_manifest, verify_dataset
 
-    checked, bad = verify_dataset(args.path, args.src_format, workers=args.workers,
+    fmt = args.src_format or detect_format(args.path)
+    # a folder without a manifest (an ImageFolder tree from other tools) is verified by
+    # reading every image; the summary says that nothing recorded its completeness
+    unlisted = args.manifest and fmt == "folder" and find_manifest(args.path, fmt) is None
+    checked, bad = verify_dataset(args.path, fmt, workers=args.workers,
                                   strict=args.strict, progress=_progress(args),
                                   manifest=args.manifest)
     for b in bad:
         out(f"{b.source}: {b.key}: {b.reason}")
     out(f"checked {checked} samples: {checked - len(bad)} ok, {len(bad)} bad")
+    if unlisted:
+        out(f"{args.path}: no manifest.json, so the folder was verified by reading every image "
+            f"(no record says which files it should hold)")
     return EXIT_ERROR if bad else EXIT_OK
 
 

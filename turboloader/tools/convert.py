@@ -82,6 +82,7 @@ class Sample:
     height: int = 0
     reencoded: bool = False
     size_in: int = 0
+    seekable: bool = False
 
 
 @dataclass
@@ -100,6 +101,8 @@ class ConvertReport:
     Attributes:
         written: samples written. skipped: :class:`Skip` entries (source, key, reason).
         bytes_in / bytes_out: image bytes read / written. reencoded: samples re-encoded.
+        seekable: JPEGs rewritten with restart markers (``seekable=True``);
+        seekable_kept: JPEGs that could not be rewritten (corrupt data) and were copied as is.
         seconds: wall time. outputs: the files (or the directory) written.
     """
 
@@ -108,6 +111,8 @@ class ConvertReport:
     bytes_in: int = 0
     bytes_out: int = 0
     reencoded: int = 0
+    seekable: int = 0
+    seekable_kept: int = 0
     seconds: float = 0.0
     outputs: list = field(default_factory=list)
 
@@ -117,6 +122,10 @@ class ConvertReport:
         lines = [f"samples written: {self.written} ({rate:.0f} samples/s, {self.seconds:.1f} s)",
                  f"bytes: {_human(self.bytes_in)} read, {_human(self.bytes_out)} written"
                  + (f", {self.reencoded} images re-encoded" if self.reencoded else "")]
+        if self.seekable or self.seekable_kept:
+            lines.append(f"seekable: {self.seekable} JPEGs rewritten with restart markers"
+                         + (f", {self.seekable_kept} copied as is (could not be rewritten)"
+                            if self.seekable_kept else ""))
         if len(self.outputs) == 1:
             lines.append(f"output: {self.outputs[0]}")
         elif self.outputs:
@@ -474,9 +483,17 @@ def iter_samples(path, fmt=None):
 class _Processor:
     """Check a sample's header and re-encode it when asked. Thread-safe (no shared state)."""
 
-    def __init__(self, *, max_short_side=None, quality=90, codec=None):
+    def __init__(self, *, max_short_side=None, quality=90, codec=None, seekable=False,
+                 restart_mcus=0, max_side=None):
+        if not 0 <= int(restart_mcus) <= 65535:
+            raise ValueError(f"restart_mcus must be in 0..65535, got {restart_mcus}")
+        self.seekable = bool(seekable)
+        self.restart_mcus = int(restart_mcus)
         if max_short_side is not None and int(max_short_side) < 1:
             raise ValueError(f"max_short_side must be >= 1, got {max_short_side}")
+        if max_side is not None and int(max_side) < 1:
+            raise ValueError(f"max_side must be >= 1, got {max_side}")
+        self.max_side = None if max_side is None else int(max_side)
         if not 1 <= int(quality) <= 100:
             raise ValueError(f"quality must be in 1..100, got {quality}")
         if codec not in (None, "keep", "raw", "jpeg"):
@@ -487,18 +504,18 @@ class _Processor:
 
     @property
     def reencodes(self) -> bool:
-        return bool(self.max_short_side or self.codec)
+        return bool(self.max_short_side or self.max_side or self.codec or self.seekable)
 
     def _pixels(self, s):
-        """Decoded RGB pixels of a sample, resized to max_short_side when larger."""
-        target = self.max_short_side
+        """Decoded RGB pixels of a sample, shrunk to max_short_side / max_side."""
         w, h = s.width, s.height
         # Full-resolution decode: a DCT-scaled one is faster but measurably different
         # (mean 2-5 levels on grainy images), and conversion runs once.
-        img = decode_image(s.data, codec=s.codec, size=(h, w))
-        if target and min(w, h) > target:
-            return _shrink(np.ascontiguousarray(img), target)
-        return np.ascontiguousarray(img)
+        img = np.ascontiguousarray(decode_image(s.data, codec=s.codec, size=(h, w)))
+        size = _shrunk_size(h, w, self.max_short_side, self.max_side)
+        if size != (h, w):
+            return _shrink_to(img, size)
+        return img
 
     def __call__(self, s):
         """The sample ready to write, with width/height set; Skip if it is unusable."""
@@ -511,7 +528,8 @@ class _Processor:
                 s.codec = codec
                 if not (s.width and s.height):
                     s.width, s.height = image_size(s.data, codec)
-            big = self.max_short_side and min(s.width, s.height) > self.max_short_side
+            big = _shrunk_size(s.height, s.width, self.max_short_side,
+                               self.max_side) != (s.height, s.width)
             if self.codec == "raw" and s.codec != Codec.RAW or big or \
                     (self.codec == "jpeg" and s.codec != Codec.JPEG):
                 img = self._pixels(s)
@@ -521,19 +539,52 @@ class _Processor:
                 else:
                     s.data, s.codec = _encode_jpeg(img, self.quality), Codec.JPEG
                 s.reencoded = True
+            if self.seekable and s.codec == Codec.JPEG:
+                self._make_seekable(s)
         except TurboLoaderError as exc:
             return Skip(s.source, s.key, f"{type(exc).__name__}: {exc}")
         return s
+
+
+    def _make_seekable(self, s):
+        """Rewrite a JPEG sample losslessly with restart markers (same DCT coefficients,
+        optimized Huffman tables); a JPEG libjpeg reports as corrupt is left as it is."""
+        from turboloader._native import _jpeg
+        from turboloader.errors import DecodeError
+
+        try:
+            s.data, _ = _jpeg.transcode_restart(s.data, restart_mcus=self.restart_mcus)
+        except DecodeError:
+            return
+        s.seekable = True
+
+
+def _shrunk_size(h, w, short_side=None, max_side=None):
+    """``(h, w)`` after shrinking (never enlarging) to a shorter side of ``short_side``
+    (torchvision's rule for an int size), then to a longer side of at most ``max_side``."""
+    if short_side and min(h, w) > short_side:
+        h, w = (short_side, int(short_side * w / h)) if h <= w else \
+            (int(short_side * h / w), short_side)
+    if max_side and max(h, w) > max_side:
+        h, w = (max(1, int(max_side * h / w)), max_side) if h <= w else \
+            (max_side, max(1, int(max_side * w / h)))
+    return h, w
 
 
 def _shrink(img, short_side):
     """``img`` (HWC uint8) bicubic-resized so that its shorter side is ``short_side``
     (torchvision's rule for an int size), antialiased: the resample-into-slot entry into a
     uint8 CHW slot, returned as HWC."""
+    h, w = img.shape[:2]
+    size = (short_side, int(short_side * w / h)) if h <= w else (int(short_side * h / w), short_side)
+    return _shrink_to(img, size)
+
+
+def _shrink_to(img, size):
+    """``img`` (HWC uint8) antialiased-bicubic-resized to ``size`` (h, w), as HWC."""
     from turboloader.decode import Interpolation
 
     h, w = img.shape[:2]
-    size = (short_side, int(short_side * w / h)) if h <= w else (int(short_side * h / w), short_side)
     slot = np.empty((3, *size), np.uint8)
     resample_into_slot(img, slot, box=(0, 0, w, h), clip=True, filt=int(Interpolation.BICUBIC))
     return np.ascontiguousarray(slot.transpose(1, 2, 0))
@@ -948,7 +999,7 @@ def _ordered(items, fn, workers):
 def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
             max_short_side=None, quality=90, codec=None, compression="auto", workers=None,
             overwrite=False, strict=False, progress=False, shuffle=None,
-            seed=0) -> ConvertReport:
+            seed=0, seekable=False, restart_mcus=0, max_side=None) -> ConvertReport:
     """Convert a dataset between the folder, TAR-shard and TBL layouts.
 
     Args:
@@ -963,6 +1014,10 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
         max_short_side: re-encode images whose shorter side is longer than this, resized so
             it is exactly this (antialiased bicubic) and encoded as JPEG at ``quality``.
             Smaller images are copied byte for byte.
+        max_side: likewise for the longer side (after ``max_short_side``, if both): images
+            whose longer side is longer are shrunk so that it is this, re-encoded at
+            ``quality``. Re-encoded (pre-sized) images change the pixels a model sees;
+            the guide page "Seekable JPEG" has a speed / size table and the caveat.
         quality: JPEG quality of re-encoded images (1..100).
         codec: ``"keep"``/None (default), ``"jpeg"`` (re-encode PNG/WebP as JPEG) or
             ``"raw"`` (TBL only: store decoded RGB pixels, LZ4-compressed where it pays).
@@ -979,6 +1034,14 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
             Local ``.tar`` sources are shuffled across shards; compressed or remote
             shards keep their order.
         seed: the seed of that order (the same seed gives the same output).
+        seekable: rewrite every JPEG losslessly (the same DCT coefficients, as ``jpegtran
+            -restart N -optimize`` does) as a baseline JPEG with restart markers whose
+            intervals never wrap a row, so that a crop decodes only the intervals under it
+            (see the guide page "Seekable JPEG"). The files stay ordinary JPEGs. A JPEG that
+            libjpeg reports as corrupt is copied as it is (``ConvertReport.seekable_kept``).
+        restart_mcus: with ``seekable``, MCUs per restart interval (0: automatic, a divisor
+            of the MCUs per row: the smallest whose markers add at most ~3% to
+            the size, so crops are cut finely and intervals never wrap a row).
 
     Folder and TAR outputs get a ``manifest.json`` (written first as "complete": false,
     replaced atomically at the end with each shard's sample count, size and SHA-256;
@@ -1012,7 +1075,10 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
     shuffle_seed = int(seed) if shuffle else None
     if shuffle:
         source.shuffle(shuffle_seed)
-    proc = _Processor(max_short_side=max_short_side, quality=quality, codec=codec)
+    if codec == "raw" and seekable:
+        raise ValueError("seekable=True rewrites JPEGs; codec='raw' stores no JPEG")
+    proc = _Processor(max_short_side=max_short_side, quality=quality, codec=codec,
+                      seekable=seekable, restart_mcus=restart_mcus, max_side=max_side)
     if workers is None:
         workers = (os.cpu_count() or 1) if proc.reencodes else 1
     workers = max(1, int(workers))
@@ -1024,6 +1090,10 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
         meta = {"source": os.fspath(src) if isinstance(src, (str, os.PathLike)) else None}
         if max_short_side:
             meta.update(max_short_side=int(max_short_side), quality=int(quality))
+        if max_side:
+            meta.update(max_side=int(max_side), quality=int(quality))
+        if seekable:
+            meta.update(seekable=True)
         sink = _TBLSink(dst, classes=source.classes, metadata=meta, compression=compression,
                         overwrite=overwrite)
     elif dst_format == "tar":
@@ -1054,6 +1124,9 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
                 else:
                     report.written += 1
                     report.reencoded += item.reencoded
+                    if seekable and item.codec == Codec.JPEG:
+                        report.seekable += item.seekable
+                        report.seekable_kept += not item.seekable
                     continue
             if strict:
                 key = item.key if item.key is None or len(item.key) <= 80 else \
@@ -1174,15 +1247,18 @@ def verify_dataset(path, fmt=None, *, workers=None, strict=False, progress=False
 
     ``manifest=True`` (the command line's default for folders and TAR shards) first checks
     the output against the ``manifest.json`` written by :func:`convert`
-    (:func:`check_manifest`).
+    (:func:`check_manifest`). A folder without any manifest is verified by reading it: an
+    ImageFolder tree made by other tools has none, and a folder that :func:`convert` was
+    writing has one from the start (``"complete": false`` until it ends). TAR shards always
+    need theirs: a conversion killed half-way leaves shards that look complete.
 
     Raises:
         FileNotFoundError, ValueError: bad path. FormatError / TarFormatError: the file's
         header or index is damaged, so no sample can be located. ManifestError: with
-        ``manifest``, the manifest is missing, unfinished, or does not match.
+        ``manifest``, the manifest is missing (TAR shards), unfinished, or does not match.
     """
     fmt = fmt or detect_format(path)
-    if manifest and fmt in ("folder", "tar"):
+    if manifest and (fmt == "tar" or (fmt == "folder" and find_manifest(path, fmt) is not None)):
         check_manifest(path, fmt)
     source = open_source(path, fmt)
     if isinstance(source, _TarSource):

@@ -1,0 +1,303 @@
+"""Seekable-JPEG benchmark (issue 22): train and val pipelines on ``convert --seekable`` TAR
+shards against the original shards, and against the full-decode limit of the original JPEGs.
+
+Rows, all measured in the same run on the same images (benchmarks/datasets.py, real
+photographs at ImageNet's sizes):
+
+* conversion: ``convert(..., seekable=True)`` TAR -> TAR (lossless rewrite with restart
+  markers and optimized Huffman tables) on ``--threads`` threads, images/s and the size of
+  the output against the input;
+* decode limit: libjpeg-turbo full decode (``decode_jpeg``) of every original JPEG on one
+  thread, times ``--threads`` (the "full-decode limit" of benchmarks/run.py);
+* kernel rows, one thread, CPU time (``time.process_time``, so that other processes on a
+  shared machine do not count): the full decode of every original JPEG (the decode limit of
+  one thread), and the fused decode -> crop/resize -> CHW step the datasets run per sample
+  (``resample_into_slot``) with torchvision's RandomResizedCrop(224) boxes (train) and
+  Resize(256) + CenterCrop(224) boxes (val), on the original and on the seekable bytes;
+* loader rows, wall time: train (RandomResizedCrop 224 + flip + normalize) and val (Resize 256
+  + CenterCrop 224 + normalize) through ``turboloader.DataLoader(TarDataset,
+  backend="threads", num_workers=--threads)`` on the original and the seekable shards, against
+  the full-decode limit (1 thread x threads, as in benchmarks/run.py).
+
+Systems are interleaved pass by pass and the best pass of each is kept, so a neighbour's load
+hits all of them alike. Only ratios within one run mean anything on a shared machine.
+
+    python benchmarks/bench_seekable.py                 # 400 ImageNet-sized images, 2 threads
+    python benchmarks/bench_seekable.py --n 800 --threads 2 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _transform(pipeline):
+    import torch
+
+    from turboloader import transforms as T
+
+    if pipeline == "train":
+        head = [T.RandomResizedCrop(224, antialias=True), T.RandomHorizontalFlip()]
+    else:
+        head = [T.Resize(256, antialias=True), T.CenterCrop(224)]
+    return T.Compose([*head, T.ToImage(), T.ToDtype(torch.float32, scale=True),
+                      T.Normalize(MEAN, STD)])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=400, help="images (default 400)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hires", action="store_true", help="1600-4000 px images")
+    p.add_argument("--data", help="an ImageFolder tree to use instead of generated images")
+    p.add_argument("--shard-size", type=int, default=100)
+    p.add_argument("--threads", type=int, default=2, help="loader threads (default 2)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--repeat", type=int, default=3, help="passes per system; the best is kept")
+    p.add_argument("--workdir", help="where to write the data (default: a temporary directory)")
+    p.add_argument("--short-sides", default="",
+                   help="also pre-size the images (convert --max-short-side S at --quality, "
+                        "plain and seekable) for each S of this comma list, e.g. 160,256,320, "
+                        "and add kernel rows and sizes for them")
+    p.add_argument("--quality", type=int, default=90, help="JPEG quality of pre-sized images")
+    p.add_argument("--no-loader", action="store_true", help="kernel rows only")
+    args = p.parse_args(argv)
+
+    import numpy as np
+    import torch
+
+    import turboloader as tl
+    from datasets import make_jpegs, read_image_folder, write_shards
+    from turboloader.decode.jpeg import decode_jpeg
+    from turboloader.tools.convert import convert
+
+    torch.set_num_threads(1)
+    tmp = tempfile.TemporaryDirectory(dir=args.workdir)
+    work = Path(tmp.name)
+    t0 = time.perf_counter()
+    items = read_image_folder(args.data, limit=args.n) if args.data else \
+        make_jpegs(args.n, seed=args.seed, hires=args.hires)
+    shards = write_shards(work / "orig", items, shard_size=args.shard_size)
+    n = len(items)
+    print(f"data: {n} images, {np.mean([len(d) for d, _ in items]) / 1000:.1f} KB/image, "
+          f"{len(shards)} shards ({time.perf_counter() - t0:.1f} s to make)", file=sys.stderr)
+
+    # -- conversion ----------------------------------------------------------------------
+    rate = 0.0
+    for _ in range(args.repeat):
+        rep = convert(str(work / "orig" / "*.tar"), work / "seek", dst_format="tar",
+                      shard_size=args.shard_size, seekable=True, shuffle=False,
+                      workers=args.threads, overwrite=True)
+        assert rep.written == n and not rep.skipped, rep.summary()
+        rate = max(rate, rep.written / rep.seconds)
+    img_in, img_out = rep.bytes_in, rep.bytes_out
+    seek_shards = sorted((work / "seek").glob("*.tar"))
+
+    # -- kernel rows (one thread, CPU time) ------------------------------------------------
+    import math
+
+    from turboloader._native import _jpeg
+    from turboloader.decode._slot import resample_into_slot
+    from turboloader.decode.jpeg import _open
+
+    blobs = [d for d, _ in items]
+    seek = [_jpeg.transcode_restart(d)[0] for d in blobs]
+    opened = [(_open(a, None)[:2], _open(b, None)[:2]) for a, b in zip(blobs, seek)]
+    rng = np.random.default_rng(args.seed)
+
+    def rrc_box(W, H):  # torchvision's RandomResizedCrop.get_params, default scale / ratio
+        for _ in range(10):
+            area = W * H * rng.uniform(0.08, 1.0)
+            ar = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+            w, h = int(round(math.sqrt(area * ar))), int(round(math.sqrt(area / ar)))
+            if 0 < w <= W and 0 < h <= H:
+                x, y = int(rng.integers(0, W - w + 1)), int(rng.integers(0, H - h + 1))
+                return (x, y, x + w, y + h), True
+        return (0, 0, W, H), True
+
+    def val_box(W, H):  # Resize(256) then CenterCrop(224), as one source box
+        s = 256 / min(W, H)
+        cw, ch = 224 / s, 224 / s
+        return ((W - cw) / 2, (H - ch) / 2, (W + cw) / 2, (H + ch) / 2), False
+
+    boxes = {p: [f(o[0][1].width, o[0][1].height) for o in opened]
+             for p, f in (("train", rrc_box), ("val", val_box))}
+    slot = np.empty((3, 224, 224), np.uint8)
+
+    def kernel(which, pipeline):
+        def go():
+            for o, (box, clip) in zip(opened, boxes[pipeline]):
+                resample_into_slot(o[which], slot, box=box, clip=clip, filt=1)
+            return len(opened)
+        return go
+
+    def full_decode():
+        for b in blobs:
+            decode_jpeg(b)
+        return len(blobs)
+
+    ksys = {"full decode of the original JPEGs (limit)": full_decode}
+    for pipeline in ("train", "val"):
+        ksys[f"{pipeline}: fused decode+crop+resize, original"] = kernel(0, pipeline)
+        ksys[f"{pipeline}: fused decode+crop+resize, seekable"] = kernel(1, pipeline)
+
+    # pre-sized copies (part 4 of issue 22): the same boxes, scaled to the smaller images
+    import tarfile
+
+    sized = {}
+    for side in [int(s) for s in args.short_sides.split(",") if s.strip()]:
+        for seekable in (False, True):
+            out = work / f"s{side}{'-seek' if seekable else ''}"
+            rep = convert(str(work / "orig" / "*.tar"), out, dst_format="tar",
+                          shard_size=args.shard_size, max_short_side=side,
+                          quality=args.quality, seekable=seekable, shuffle=False,
+                          workers=args.threads, overwrite=True)
+            data = []
+            for shard in sorted(out.glob("*.tar")):
+                with tarfile.open(shard) as t:
+                    data += [t.extractfile(m).read() for m in t.getmembers()
+                             if m.name.endswith(".jpg")]
+            assert len(data) == n
+            name = f"short side {side}, q{args.quality}{', seekable' if seekable else ''}"
+            sized[name] = (rep.bytes_out, rep.written / rep.seconds)
+            ops = [_open(d, None)[:2] for d in data]
+
+            def sized_kernel(pipeline, ops=ops):
+                def go():
+                    for o, so, (box, clip) in zip(ops, opened, boxes[pipeline]):
+                        f = o[1].width / so[0][1].width
+                        b = tuple(v * f for v in box)
+                        resample_into_slot(o, slot, box=b, clip=clip, filt=1)
+                    return len(ops)
+                return go
+            for pipeline in ("train", "val"):
+                ksys[f"{pipeline}: {name}"] = sized_kernel(pipeline)
+    kbest = dict.fromkeys(ksys, 0.0)
+    for _ in range(args.repeat):
+        for name, fn in ksys.items():
+            c0 = time.process_time()
+            count = fn()
+            kbest[name] = max(kbest[name], count / max(time.process_time() - c0, 1e-9))
+
+    # -- decode limit and loaders --------------------------------------------------------
+    if args.no_loader:
+        systems = {}
+
+    def limit():
+        for b in blobs:
+            decode_jpeg(b)
+        return len(blobs)
+
+    def loader(root, pipeline):
+        urls = sorted(str(u) for u in Path(root).glob("*.tar"))
+
+        def go():
+            ds = tl.TarDataset(urls, _transform(pipeline), shuffle=pipeline == "train",
+                               seed=1)
+            dl = tl.DataLoader(ds, batch_size=args.batch, num_workers=args.threads,
+                               backend="threads")
+            count = 0
+            for x, _ in dl:
+                count += len(x)
+            return count
+        return go
+
+    if not args.no_loader:
+        systems = {"decode limit (full decode, 1 thread x threads)": limit}
+        for pipeline in ("train", "val"):
+            systems[f"{pipeline}: original shards"] = loader(work / "orig", pipeline)
+            systems[f"{pipeline}: seekable shards"] = loader(work / "seek", pipeline)
+    best = dict.fromkeys(systems, 0.0)
+    for _ in range(args.repeat):
+        for name, fn in systems.items():
+            t = time.perf_counter()
+            count = fn()
+            r = count / (time.perf_counter() - t)
+            if name.startswith("decode limit"):
+                r *= args.threads
+            best[name] = max(best[name], r)
+            assert count == n, (name, count)
+
+    # pixels: the val pipeline (no randomness) gives the same tensors from both shard sets
+    a = next(iter(tl.DataLoader(tl.TarDataset(sorted(map(str, shards)), _transform("val")),
+                                batch_size=args.batch, num_workers=1, backend="threads")))[0]
+    b = next(iter(tl.DataLoader(tl.TarDataset(sorted(map(str, seek_shards)),
+                                              _transform("val")),
+                                batch_size=args.batch, num_workers=1, backend="threads")))[0]
+    identical = bool(torch.equal(a, b))
+
+    print(f"machine: {os.cpu_count()} CPUs ({_cpu_model()}), {platform.system()} "
+          f"{platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}")
+    print(f"data: {n} {'hires' if args.hires else 'ImageNet-sized'} JPEGs"
+          f"{' from ' + args.data if args.data else f' (benchmarks/datasets.py, seed {args.seed})'}, "
+          f"{args.threads} threads, best of {args.repeat} interleaved passes; val tensors "
+          f"{'identical' if identical else 'DIFFERENT'} between the two shard sets\n")
+    print("| conversion | images/s | image bytes in | out | out / in |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| convert --seekable (TAR -> TAR, {args.threads} threads) | {rate:.0f} | "
+          f"{img_in / 1e6:.2f} MB | {img_out / 1e6:.2f} MB | {img_out / img_in:.3f} |\n")
+    klim = kbest["full decode of the original JPEGs (limit)"]
+    print("| kernel, 1 thread, CPU time | images/s | x full decode | x original bytes |")
+    print("|---|---:|---:|---:|")
+    for name, r in kbest.items():
+        if "limit" in name:
+            print(f"| {name} | {r:.0f} | 1.00 | |")
+            continue
+        pipeline = name.split(":")[0]
+        base = kbest[f"{pipeline}: fused decode+crop+resize, original"]
+        print(f"| {name} | {r:.0f} | {r / klim:.2f} | {r / base:.2f} |")
+    print()
+    if sized:
+        print("| pre-sized copy (convert --max-short-side) | convert images/s | image bytes "
+              "| x original bytes |")
+        print("|---|---:|---:|---:|")
+        for name, (nbytes, crate) in sized.items():
+            print(f"| {name} | {crate:.0f} | {nbytes / 1e6:.2f} MB | {nbytes / img_in:.3f} |")
+        print("\nPre-sized images change the pixels a crop sees (a RandomResizedCrop of a "
+              "256-px copy is not the same crop of the original): a model trained on them can "
+              "score differently. Seekable copies give the original's pixels.\n")
+    if args.no_loader:
+        tmp.cleanup()
+        return 0 if identical else 1
+    lim = best["decode limit (full decode, 1 thread x threads)"]
+    print(f"| loader, {args.threads} threads, wall time | images/s | x decode limit | "
+          f"x original shards |")
+    print("|---|---:|---:|---:|")
+    for name, r in best.items():
+        if name.startswith("decode limit"):
+            print(f"| {name} | {r:.0f} | 1.00 | |")
+            continue
+        pipeline = name.split(":")[0]
+        base = best[f"{pipeline}: original shards"]
+        print(f"| {name} | {r:.0f} | {r / lim:.2f} | {r / base:.2f} |")
+    tmp.cleanup()
+    return 0 if identical else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
