@@ -147,7 +147,7 @@ def test_a_compose_drawn_as_a_batch_equals_plan_draw(i):
     assert p is not None
     HW = SIZES.astype(np.int64)
     d = KeyDraws(KEYS)
-    r = draw(p._crop, p._resize, p._post, HW, d)
+    r = draw(p._fused, HW, d)
     for row in range(N):
         rng = SampleRandom(int(KEYS[row]))
         one = p._draw(int(HW[row, 0]), int(HW[row, 1]), rng)

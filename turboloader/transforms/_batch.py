@@ -43,6 +43,7 @@ time. Scratch memory is per runner thread and grows to the largest sample seen.
 
 import operator
 import threading
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -63,7 +64,9 @@ __all__ = [
     "BatchParams",
     "BatchResult",
     "BatchRunner",
+    "Fused",
     "default_runner",
+    "draw",
     "out_view",
     "prepare_batch",
     "run_batch",
@@ -179,8 +182,24 @@ class _Drawn:
     __slots__ = ("box", "clip", "out", "flip", "ops", "factors", "n_ops", "generic", "counter")
 
 
-def draw(crop, resize, post, HW, d, live=None):
-    """Every parameter of a fused pipeline ``[crop | resize [crop]] post...`` for each row
+class Fused(NamedTuple):
+    """A fused pipeline as the draws and the native calls see it (``Plan._fused``):
+    ``[crop | resize [crop]] post... -> output``. ``filter``: the native filter code;
+    ``affine``: ``(scale, bias)`` per channel for float32 output, else None;
+    ``output_shape``: ``(3, H, W)`` or None when it depends on the image."""
+
+    crop: object
+    resize: object
+    post: tuple
+    filter: int
+    affine: object
+    dct_scaling: bool
+    output_shape: object
+    output_dtype: object
+
+
+def draw(fused, HW, d, live=None):
+    """Every parameter of a :class:`Fused` pipeline ``[crop | resize [crop]] post...`` for each row
     of ``HW`` (``int64 (n, 2)`` source (height, width)), drawn from ``d`` (a
     :class:`~turboloader.transforms._draws.KeyDraws` for a batch, an ``RngDraws`` for one
     sample: ``Plan._draw`` is this with n = 1) in Compose order; rows outside ``live`` draw
@@ -189,6 +208,7 @@ def draw(crop, resize, post, HW, d, live=None):
     The source box ``(x0, y0, x1, y1)`` maps onto the output; ``clip``: the filter stops at
     it (crop-then-resize, or no resize) rather than reading around it (resize-then-crop:
     the crop box in source pixels at the float scale ``W / rw``)."""
+    crop, resize = fused.crop, fused.resize
     n = len(HW)
     live = np.ones(n, bool) if live is None else np.array(live, bool)
     r = _Drawn()
@@ -230,7 +250,7 @@ def draw(crop, resize, post, HW, d, live=None):
     r.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
     r.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
     r.n_ops = np.zeros(n, np.int32)
-    for t in post:
+    for t in fused.post:
         _draw_post(t, d, live, r)
     r.counter = d.counter if isinstance(d, KeyDraws) else None
     return r
@@ -309,7 +329,7 @@ def _too_large(hw, max_pixels):
                        "(max_pixels)")
 
 
-def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None):
+def prepare_batch(fused, sources, keys, /, *, source_sizes=None, max_pixels=None):
     """Draw every parameter of a batch: see :meth:`Plan.prepare_batch`."""
     from turboloader._native import _fused
 
@@ -357,12 +377,12 @@ def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None)
                 errors[i] = header_errors[i] or _too_large(HW[i], max_pixels)
             HW[failed] = 1   # placeholders: nothing drawn for these rows is used
 
-    r = draw(plan._crop, plan._resize, plan._post, HW, KeyDraws(keys), status == OK)
+    r = draw(fused, HW, KeyDraws(keys), status == OK)
     status[r.generic & (status == OK)] = GENERIC
 
     # the decode scale and window, as Plan.from_jpeg / Plan.from_array
     box, out = r.box, r.out
-    if plan.dct_scaling:   # the smallest fast scale at which the source box stays >= out
+    if fused.dct_scaling:   # the smallest fast scale at which the source box stays >= out
         k = scale_num(box[:, 2:] - box[:, :2], out[:, ::-1])
     else:
         k = np.full(n, 8, np.int64)
@@ -373,7 +393,7 @@ def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None)
     else:
         dims = (HW[:, ::-1] * k[:, None] + 7) // 8
         f = (k / 8)[:, None]
-    window, inner = windows(box, r.clip, out, dims, f, plan._filter)
+    window, inner = windows(box, r.clip, out, dims, f, fused.filter)
 
     p = BatchParams.__new__(BatchParams)
     p.n, p.status, p.errors, p.kind = n, status, errors, kind
@@ -436,17 +456,17 @@ def out_view(out, dtype):
     return view
 
 
-def _out_array(plan, out):
-    view = out_view(out, plan.output_dtype)
+def _out_array(fused, out):
+    view = out_view(out, fused.output_dtype)
     if view.ndim != 4 or view.shape[1] != 3 or 0 in view.shape[2:]:
         raise ValueError(f"out must have shape (N, 3, H, W), got {tuple(view.shape)}")
-    if plan.output_shape is not None and view.shape[1:] != tuple(plan.output_shape):
-        raise ValueError(f"out must have shape (N, {', '.join(map(str, plan.output_shape))}), "
+    if fused.output_shape is not None and view.shape[1:] != tuple(fused.output_shape):
+        raise ValueError(f"out must have shape (N, {', '.join(map(str, fused.output_shape))}), "
                          f"got {tuple(view.shape)}")
     return view
 
 
-def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=False,
+def run_batch(fused, sources, params, out, /, *, rows=None, runner=None, strict=False,
               max_pixels=DEFAULT_MAX_PIXELS):
     """Decode and transform a prepared batch into ``out``: see :meth:`Plan.run_batch`."""
     from turboloader._native import _fused, _jpeg
@@ -461,7 +481,7 @@ def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=F
         runner = default_runner()
     elif not isinstance(runner, BatchRunner):
         raise TypeError(f"runner must be a BatchRunner, got {type(runner).__name__}")
-    view = _out_array(plan, out)
+    view = _out_array(fused, out)
     N = view.shape[0]
     if rows is None:
         if n > N:
@@ -475,7 +495,7 @@ def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=F
     status = params.status.copy()
     errors = list(params.errors)
     todo = status == OK
-    if plan.output_shape is None:   # only then can a row's size differ from out's
+    if fused.output_shape is None:   # only then can a row's size differ from out's
         bad = todo & (params.out_size != view.shape[2:]).any(axis=1)
         for i in np.flatnonzero(bad).tolist():
             status[i] = FAILED
@@ -490,7 +510,7 @@ def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=F
             errors[i] = _too_large(params.source_size[i], max_pixels)
         todo &= ~big
     if view.dtype == np.float32:
-        scale, bias = plan._affine
+        scale, bias = fused.affine
     else:
         scale = bias = None
     srcs = list(sources)
@@ -504,7 +524,7 @@ def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=F
         runner, srcs, view,
         todo=todo.view(np.uint8), kind=params.kind, rows=rows, window=params.window,
         full=params.full, scale_num=params.scale_num, box=params.box, flip=params.flip,
-        n_ops=params.n_ops, ops=params.ops, factors=params.factors, filter=plan._filter,
+        n_ops=params.n_ops, ops=params.ops, factors=params.factors, filter=fused.filter,
         mean_scale=scale, bias=bias, flags=_jpeg.STRICT if strict else 0,
         max_pixels=max_pixels)
     for i in np.flatnonzero(failed).tolist():

@@ -73,7 +73,8 @@ import torch
 
 from turboloader.decode._slot import resample_into_slot
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open, decode_jpeg
-from turboloader.transforms._batch import draw, out_view
+from turboloader.transforms import _batch
+from turboloader.transforms._batch import Fused, draw, out_view
 from turboloader.transforms._draws import RngDraws
 from turboloader.transforms._colour import ColorJitter
 from turboloader.transforms._containers import (Compose, Identity, Lambda, RandomApply,
@@ -419,19 +420,28 @@ class Plan:
     def __init__(self, transforms, resize, crop, filt, post, affine, out_dtype, *,
                  dct_scaling=True):
         self.transforms = list(transforms)
-        self._resize = resize
-        self._crop = crop
-        self._filter = filt
-        self._post = list(post)
-        self._affine = affine
-        self.output_dtype = out_dtype
-        self.dct_scaling = dct_scaling
         if isinstance(crop, (RandomResizedCrop, CenterCrop, RandomCrop)):
-            self.output_shape = (3, *crop.size)
+            shape = (3, *crop.size)
         elif resize is not None and resize.size is not None and len(resize.size) == 2:
-            self.output_shape = (3, *resize.size)
+            shape = (3, *resize.size)
         else:
-            self.output_shape = None
+            shape = None
+        # what the draws and the native calls need, per sample or per batch (_batch reads
+        # only this, never the Plan)
+        self._fused = Fused(crop, resize, tuple(post), filt, affine, bool(dct_scaling), shape,
+                            out_dtype)
+
+    @property
+    def output_shape(self):
+        return self._fused.output_shape
+
+    @property
+    def output_dtype(self):
+        return self._fused.output_dtype
+
+    @property
+    def dct_scaling(self):
+        return self._fused.dct_scaling
 
     def __repr__(self):
         inner = ", ".join(repr(t) for t in self.transforms)
@@ -454,8 +464,7 @@ class Plan:
         ``clip_to_box`` the filter is clipped at the box (an integer crop window), else
         at the image edges.
         """
-        r = draw(self._crop, self._resize, self._post, np.array([[H, W]], np.int64),
-                 RngDraws(rng))
+        r = draw(self._fused, np.array([[H, W]], np.int64), RngDraws(rng))
         if r.generic[0]:
             return None
         ops = [(int(a), float(b)) for a, b in zip(r.ops[0, :r.n_ops[0]], r.factors[0, :r.n_ops[0]])]
@@ -527,8 +536,8 @@ class Plan:
             return self._generic(img, rng, out)
         box, clip, (oh, ow), flip, ops = drawn
         view, ret = self._slot(out, (3, oh, ow))
-        resample_into_slot((buf, header), view, box=box, clip=clip, filt=self._filter, flip=flip,
-                      ops=ops, affine=self._affine, dct_scaling=self.dct_scaling,
+        resample_into_slot((buf, header), view, box=box, clip=clip, filt=self._fused.filter, flip=flip,
+                      ops=ops, affine=self._fused.affine, dct_scaling=self.dct_scaling,
                       strict=strict, max_pixels=limit, stacklevel=2)
         return ret
 
@@ -570,8 +579,8 @@ class Plan:
             return self._generic(img, rng, out)
         box, clip, (oh, ow), flip, ops = drawn
         view, ret = self._slot(out, (3, oh, ow))
-        resample_into_slot(img, view, box=box, clip=clip, filt=self._filter, source_size=(H, W),
-                      flip=flip, ops=ops, affine=self._affine)
+        resample_into_slot(img, view, box=box, clip=clip, filt=self._fused.filter, source_size=(H, W),
+                      flip=flip, ops=ops, affine=self._fused.affine)
         return ret
 
     # -- batches (turboloader.transforms._batch) -----------------------------------------
@@ -608,9 +617,7 @@ class Plan:
             >>> params = plan.prepare_batch(jpegs, keys)                   # doctest: +SKIP
             >>> result = plan.run_batch(jpegs, params, batch)              # doctest: +SKIP
         """
-        from turboloader.transforms import _batch
-
-        return _batch.prepare_batch(self, sources, keys, source_sizes=source_sizes,
+        return _batch.prepare_batch(self._fused, sources, keys, source_sizes=source_sizes,
                                     max_pixels=max_pixels)
 
     def run_batch(self, sources, params, out, /, *, rows=None, runner=None, strict=False,
@@ -643,7 +650,5 @@ class Plan:
             TypeError / ValueError: a bad ``out``, ``rows``, ``runner`` or ``params``
                 (a bad sample is a row status, never an exception).
         """
-        from turboloader.transforms import _batch
-
-        return _batch.run_batch(self, sources, params, out, rows=rows, runner=runner,
+        return _batch.run_batch(self._fused, sources, params, out, rows=rows, runner=runner,
                                 strict=strict, max_pixels=max_pixels)
