@@ -264,7 +264,13 @@ def _draw_post(t, d, mask, r):
         r.flip ^= t._draw_batch(d, mask)
     elif cls is ColorJitter:
         ids, f = t._batch_ops(*t._draw_batch(d, mask))
-        rows, k = np.flatnonzero(mask), ids.shape[1]
+        k = ids.shape[1]
+        if k and len(mask) and mask.all() and (r.n_ops == r.n_ops[0]).all():   # every row at one column
+            c = int(r.n_ops[0])
+            r.ops[:, c:c + k], r.factors[:, c:c + k] = ids, f
+            r.n_ops += k
+            return
+        rows = np.flatnonzero(mask)
         if k and rows.size:
             cols = r.n_ops[rows, None] + np.arange(k)
             r.ops[rows[:, None], cols] = ids[rows]

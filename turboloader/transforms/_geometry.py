@@ -385,10 +385,10 @@ class RandomResizedCrop(Transform):
             w = np.rint(np.sqrt(target * ratio))
             h = np.rint(np.sqrt(target / ratio))
             ok = pending & (w > 0) & (w <= W) & (h > 0) & (h <= H)
-            if ok.any():
-                hi, wi = np.where(ok, h, 1).astype(np.int64), np.where(ok, w, 1).astype(np.int64)
-                i = d.below(np.where(ok, H - hi + 1, 1), ok)
-                j = d.below(np.where(ok, W - wi + 1, 1), ok)
+            if ok.any():   # (h, w finite: the draws' ranges outside ok are not used)
+                hi, wi = h.astype(np.int64), w.astype(np.int64)
+                i = d.below(H - hi + 1, ok)
+                j = d.below(W - wi + 1, ok)
                 for dst, src in ((top, i), (left, j), (hh, hi), (ww, wi)):
                     np.copyto(dst, src, where=ok)
                 pending &= ~ok
