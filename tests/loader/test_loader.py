@@ -218,10 +218,10 @@ def test_argument_checks(shards):
 def test_path_goes_to_seed001(monkeypatch):
     # the path-first form is the top-level turboloader.DataLoader's (compat), not the core's
     import turboloader
-    from turboloader.compat import seeds
+    from turboloader.compat.seeds import _loader
 
     calls = []
-    monkeypatch.setattr(seeds, "seed001_loader",
+    monkeypatch.setattr(_loader, "seed001_loader",
                         lambda *a, **k: calls.append((a, k)) or "seed001")
     assert turboloader.DataLoader("x.tar", 32, 4, True, enable_distributed=False) == "seed001"
     assert calls == [(("x.tar", 32, 4, True), {"enable_distributed": False})]

@@ -367,12 +367,16 @@ def _with_size(data, width, height):
                                     T.Resize(1000, max_size=1001), T.Resize(3)],
                          ids=repr)
 def test_vectorized_resize_size_equals_output_size(resize):
-    from turboloader.transforms._batch import _output_size
-
     hw = np.random.default_rng(0).integers(1, 5000, (5000, 2))
     hw[:20] = 7
     expect = np.array([resize.output_size((int(h), int(w))) for h, w in hw])
-    np.testing.assert_array_equal(_output_size(resize, hw), expect)
+    np.testing.assert_array_equal(resize._output_sizes(hw), expect)
+    # the rule of the functional resize too (one definition: output_size is a batch of one)
+    from turboloader.transforms.functional import _array
+
+    size = None if resize.size is None else list(resize.size)
+    assert [_array._resized_size(size, int(h), int(w), resize.max_size) for h, w in hw[:50]] \
+        == [tuple(e) for e in expect[:50].tolist()]
 
 
 def test_huge_images_never_size_scratch_memory(jpegs):

@@ -1,4 +1,5 @@
-"""A byte-bounded LRU of decoded samples, and the decode path that fills and uses it.
+"""A byte-bounded LRU of decoded samples, and the sample step that fills and uses it (the
+decoding is :mod:`turboloader.decode.image`'s).
 
 Memory: each process that reads samples (the main process, or each DataLoader worker)
 holds its own cache of up to ``capacity`` bytes of pixel data. The total is therefore
@@ -16,11 +17,10 @@ import numpy as np
 
 from turboloader.decode import (  # noqa: F401 (decode_pil, is_jpeg: their old home)
     DEFAULT_MAX_PIXELS,
-    decode_jpeg,
-    decode_jpeg_header,
     decode_pil,
     is_jpeg,
 )
+from turboloader.decode.image import _decode_array, _decode_rgb
 from turboloader.io.sizes import parse_size
 from turboloader.transforms._random import using_rng
 
@@ -141,6 +141,11 @@ class Timer:
 class Decoder:
     """Bytes of an encoded image to the transformed sample, through the cache when on.
 
+    The decoding itself is :mod:`turboloader.decode.image`'s (``_decode_array``,
+    ``_decode_rgb``); this class composes it with the cache, the fused plan and the sample's
+    generator, and stays in ``data/`` because it calls the plan (a floor below it), which a
+    class in ``decode/`` could only do by calling up a floor.
+
     * plan and JPEG, no cache: ``plan.from_jpeg`` (fused decode + transform; its time is
       counted as decode).
     * cache: decode (DCT-downscaled when ``short_side``) to an HWC uint8 array once, then
@@ -164,23 +169,7 @@ class Decoder:
 
     def _decode_array(self, data):
         """(HWC uint8 array, original (h, w)), downscaled to ``short_side`` when set."""
-        s = self.short_side
-        if is_jpeg(data):
-            if s:
-                hdr = decode_jpeg_header(data)
-                arr = decode_jpeg(data, min_size=(s, s), max_pixels=self.max_pixels)
-                return arr, (hdr.height, hdr.width)
-            arr = decode_jpeg(data, max_pixels=self.max_pixels)
-            return arr, arr.shape[:2]
-        img = decode_pil(data, self.max_pixels)
-        size = (img.height, img.width)
-        if s and min(size) > s:
-            from PIL import Image
-
-            f = s / min(size)
-            img = img.resize((max(s, round(img.width * f)), max(s, round(img.height * f))),
-                             Image.Resampling.BILINEAR)
-        return np.ascontiguousarray(np.asarray(img)), size
+        return _decode_array(data, short_side=self.short_side, max_pixels=self.max_pixels)
 
     def cached_extra(self, key, default=None):
         """The ``extra`` stored with ``key``'s cached image (e.g. its label), or ``default``."""
@@ -233,12 +222,7 @@ class Decoder:
             out = plan.from_jpeg(source, rng=rng, max_pixels=self.max_pixels, out=out)
             timer.lap("decode_s")
             return out
-        if is_jpeg(source):
-            from PIL import Image
-
-            img = Image.fromarray(decode_jpeg(source, max_pixels=self.max_pixels))
-        else:
-            img = decode_pil(source, self.max_pixels)
+        img = _decode_rgb(source, max_pixels=self.max_pixels)
         timer.lap("decode_s")
         out = self._generic(img, rng)
         timer.lap("transform_s")

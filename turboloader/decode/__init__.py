@@ -1,4 +1,4 @@
-"""Bytes to pixels: every decoder, and the one entry that writes a sample into a batch slot.
+"""Bytes to pixels: every decoder, and the window maths and per-sample entry of a batch slot.
 
 The second stage of the sample path (shard -> bytes -> **decode** -> transform -> batch ->
 device). One meaning of every argument everywhere:

@@ -1,40 +1,26 @@
-"""The one resample-into-slot entry: a source (JPEG bytes or a decoded HWC array) -> the
-window of it that is needed -> antialiased resample -> colour ops -> (flip) -> a CHW slot.
+"""The per-sample resample-into-slot entry: a source (JPEG bytes or a decoded HWC array) ->
+the window of it that is needed -> antialiased resample -> colour ops -> (flip) -> a CHW slot.
 
-Everything that writes a sample into a batch slot goes through :func:`resample_into_slot`:
-``decode_resized_crop``, ``Plan.from_jpeg`` / ``Plan.from_array`` (and so the datasets and
-their cache) and the converter. Callers decide the geometry (the source box) and validate
-the slot; this module decides the DCT scale and the decoded window, makes the one native
-call (no GIL) and reports libjpeg's warnings.
+One sample at a time goes through :func:`resample_into_slot`: ``decode_resized_crop``,
+``Plan.from_jpeg`` / ``Plan.from_array`` (the datasets' per-sample path and their cache) and
+the converter. A whole batch goes through ``Plan.run_batch``
+(:mod:`turboloader.transforms._batch`), one native call for every row. Both take the DCT
+scale and the decoded window from :mod:`turboloader.decode._window` (this module runs it
+as a batch of one), so the two entries decode and resample the same pixels. Callers decide
+the geometry (the source box) and validate the slot; this module makes the one native call
+(no GIL) and reports libjpeg's warnings.
 """
-
-import math
 
 import numpy as np
 
 from turboloader._native import _fused, _jpeg
+from turboloader.decode._window import window_of_one
 from turboloader.decode.jpeg import _window_k, _warn
 
-# Half-width of each filter's kernel at scale 1 (nearest, bilinear, bicubic).
-_SUPPORT = {0: 0.5, 1: 1.0, 2: 2.0}
-
-
 def _window(box, clip, out_size, decoded_size, scale, filt):
-    """``(wx, wy, ww, wh, inner)``; see :func:`turboloader.decode.decode_window`."""
-    (dh, dw), (fy, fx) = decoded_size, scale
-    x0, y0 = box[0] * fx, box[1] * fy
-    x1, y1 = min(box[2] * fx, dw), min(box[3] * fy, dh)
-    if clip:
-        ix0, iy0 = math.floor(x0), math.floor(y0)
-        ix1, iy1 = min(math.ceil(x1), dw), min(math.ceil(y1), dh)
-    else:  # widen by the filter's reach (+2 for rounding), clamped to the image
-        support = _SUPPORT.get(filt, 2.0)
-        mx = support * max((x1 - x0) / out_size[1], 1.0) + 2
-        my = support * max((y1 - y0) / out_size[0], 1.0) + 2
-        ix0, iy0 = max(0, math.floor(x0 - mx)), max(0, math.floor(y0 - my))
-        ix1, iy1 = min(dw, math.ceil(x1 + mx)), min(dh, math.ceil(y1 + my))
-    ww, wh = ix1 - ix0, iy1 - iy0
-    return ix0, iy0, ww, wh, (x0 - ix0, y0 - iy0, min(x1 - ix0, ww), min(y1 - iy0, wh))
+    """``(wx, wy, ww, wh, inner)``: the window maths of :mod:`turboloader.decode._window`
+    for one row; see :func:`turboloader.decode.decode_window`."""
+    return window_of_one(box, clip, out_size, decoded_size, scale, filt)
 
 
 def resample_into_slot(src, out, *, box, clip, filt, source_size=None, flip=False, ops=(),

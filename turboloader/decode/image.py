@@ -1,4 +1,13 @@
-"""Any image's bytes to RGB pixels: the codec dispatch (JPEG / Pillow / raw), written once."""
+"""Any image's bytes to RGB pixels: the codec dispatch (JPEG / Pillow / raw) of every whole-image
+decode, written here once.
+
+:func:`decode_image` for callers, and the datasets' decode step (``turboloader.data.cache``'s
+``Decoder``): :func:`_decode_array` (the decoded-sample cache's HWC array, reduced to a short
+side) and :func:`_decode_rgb` (the RGB image an unfused transform gets). JPEG goes to
+libjpeg-turbo, everything else to Pillow. The fused path (``Plan.from_jpeg``,
+``decode_resized_crop``) decodes only a JPEG's window, in the same native call that resamples
+it (:mod:`turboloader.decode._slot`).
+"""
 
 from __future__ import annotations
 
@@ -113,3 +122,40 @@ def decode_image(data, /, *, codec=None, strict=False, max_pixels=DEFAULT_MAX_PI
                              f"{pixels.size}")
         return pixels.reshape(h, w, 3)
     return np.asarray(decode_pil(data, max_pixels))
+
+
+def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS):
+    """A dataset sample's bytes to ``(HWC uint8 array, original (height, width))``.
+
+    With ``short_side`` the array is reduced while its short side stays at least that: a
+    JPEG by the DCT scale (:func:`~turboloader.decode.decode_jpeg` ``min_size``), other
+    formats by Pillow's bilinear resize. Raises DecodeError."""
+    s = short_side
+    if is_jpeg(data):
+        if s:
+            from turboloader.decode.jpeg import decode_jpeg_header
+
+            hdr = decode_jpeg_header(data)
+            arr = decode_jpeg(data, min_size=(s, s), max_pixels=max_pixels)
+            return arr, (hdr.height, hdr.width)
+        arr = decode_jpeg(data, max_pixels=max_pixels)
+        return arr, arr.shape[:2]
+    img = decode_pil(data, max_pixels)
+    size = (img.height, img.width)
+    if s and min(size) > s:
+        from PIL import Image
+
+        f = s / min(size)
+        img = img.resize((max(s, round(img.width * f)), max(s, round(img.height * f))),
+                         Image.Resampling.BILINEAR)
+    return np.ascontiguousarray(np.asarray(img)), size
+
+
+def _decode_rgb(data, /, *, max_pixels=DEFAULT_MAX_PIXELS):
+    """A dataset sample's bytes to an RGB ``PIL.Image`` (JPEG with libjpeg-turbo, other
+    formats with Pillow): what an unfused transform is called on. Raises DecodeError."""
+    if is_jpeg(data):
+        from PIL import Image
+
+        return Image.fromarray(decode_jpeg(data, max_pixels=max_pixels))
+    return decode_pil(data, max_pixels)

@@ -293,10 +293,10 @@ def window_scale(window_size, out_size, *old) -> int:
 
 
 def _window_k(crop_w, crop_h, out_w, out_h):
-    for k in (1, 2, 4):
-        if crop_w * k >= out_w * 8 and crop_h * k >= out_h * 8:
-            return k
-    return 8
+    # turboloader.decode._window.scale_num for one row
+    from turboloader.decode._window import scale_num
+
+    return int(scale_num([[crop_w, crop_h]], [[out_w, out_h]])[0])
 
 
 def _check_out(out, h, w):

@@ -13,14 +13,14 @@ runs the whole batch on a :class:`BatchRunner`'s threads::
 
 Equivalence (tested bit for bit): row i of ``run_batch`` equals
 ``plan.from_jpeg(sources[i], rng=SampleRandom(keys[i]))`` (or ``plan.from_array(sources[i],
-rng=..., source_size=source_sizes[i])`` for an array). ``prepare_batch`` replays exactly the
-draws ``Plan._draw`` makes through the transforms' ``make_params`` with a
-:class:`~turboloader.transforms._random.SampleRandom` (counter-based, so draw k of every
-sample is one NumPy expression), with the same float operations in the same order
-(``math.exp`` for RandomResizedCrop's aspect ratio, IEEE ``sqrt``, round-half-even), then
-the same DCT scale and decode window as the per-sample path. Parameters of types the
-vectorized replay does not cover (e.g. a NumPy float32 ``scale``) are drawn row by row by
-the transforms themselves, so the equivalence never depends on them.
+rng=..., source_size=source_sizes[i])`` for an array). It holds by construction: the
+parameters are drawn by one definition, :func:`draw` (each transform's ``_draw_batch``),
+which ``Plan._draw`` runs as a batch of one with the sample's generator
+(:class:`~turboloader.transforms._draws.RngDraws`) and ``prepare_batch`` runs on the whole
+batch with the generators' keys (:class:`~turboloader.transforms._draws.KeyDraws`: the
+counter-based :class:`~turboloader.transforms._random.SampleRandom`, draw k of every sample
+one NumPy expression); the DCT scale and decode window are
+:mod:`turboloader.decode._window`'s, which the per-sample path also runs as a batch of one.
 
 Row status codes (``BatchParams.status``, ``BatchResult.status``):
 
@@ -41,20 +41,21 @@ thread (no pool threads; concurrent callers never wait for each other). A shared
 time. Scratch memory is per runner thread and grows to the largest sample seen.
 """
 
-import math
 import operator
 import threading
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from turboloader._native._fused import MAX_COLOUR_OPS, BatchRunner
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _max_pixels
+from turboloader.decode._window import scale_num, windows
 from turboloader.transforms._colour import ColorJitter
-from turboloader.transforms._geometry import (
-    CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, Resize,
-)
-from turboloader.transforms._random import _GAMMA, _MASK64, SampleRandom, _as_u64, _mix_np, _UGAMMA
+from turboloader.transforms._containers import Compose, RandomApply, RandomChoice, RandomOrder
+from turboloader.transforms._draws import KeyDraws
+from turboloader.transforms._geometry import RandomHorizontalFlip, RandomResizedCrop
+from turboloader.transforms._random import _as_u64
 
 __all__ = [
     "FAILED",
@@ -63,7 +64,9 @@ __all__ = [
     "BatchParams",
     "BatchResult",
     "BatchRunner",
+    "Fused",
     "default_runner",
+    "draw",
     "out_view",
     "prepare_batch",
     "run_batch",
@@ -76,9 +79,6 @@ FAILED = 2
 JPEG = 0
 ARRAY = 1
 
-# Half-width of each filter's kernel at scale 1 (nearest, bilinear, bicubic): fused.decode_window
-_SUPPORT = {0: 0.5, 1: 1.0, 2: 2.0}
-_S11, _S32, _M32 = np.uint64(11), np.uint64(32), np.uint64(0xFFFFFFFF)
 _local = threading.local()
 
 
@@ -172,298 +172,127 @@ class BatchResult:
                 f"failed={counts[FAILED]})")
 
 
-# -- the counter-based draws, vectorized ----------------------------------------------------
-
-class _Draws:
-    """Each row's SampleRandom, replayed: ``next(mask)`` is the next 64-bit draw of every row
-    (rows where mask is False do not advance)."""
-
-    def __init__(self, keys):
-        self.keys = keys
-        self.ctr = np.zeros(len(keys), np.uint64)
-
-    def next(self, mask=None):
-        x = _mix_np(self.keys + self.ctr * _UGAMMA)
-        if mask is None:
-            self.ctr += np.uint64(1)
-        else:
-            self.ctr += mask.astype(np.uint64)
-        return x
-
-
-# k * gamma mod 2**64 for the draw numbers RandomResizedCrop's attempts use (exact offsets)
-_OFFSETS = np.array([(k * _GAMMA) & _MASK64 for k in range(24)], np.uint64)
-_RANDINTS = np.array([[2, 3]], np.int64)
-
-
-def _u01(x):
-    # SampleRandom.random(): (x >> 11) * 2**-53
-    return (x >> _S11).astype(np.float64) * (1.0 / 9007199254740992.0)
-
-
-def _below(x, n):
-    # SampleRandom._randbelow(n) = (x * n) >> 64, exactly, for 1 <= n < 2**32
-    n = np.asarray(n, np.int64)
-    if n.size and (n.min() < 1 or n.max() >= 1 << 32):
-        raise AssertionError("n out of the vectorized range")
-    return _below_ok(x, n)
-
-
-def _below_ok(x, n):
-    # _below for an int64 n known to be in range (wider values of rows never used wrap)
-    n = n.astype(np.uint64)
-    return (((x >> _S32) * n + (((x & _M32) * n) >> _S32)) >> _S32).astype(np.int64)
-
-
-def _plain(*values):
-    return all(type(v) in (int, float) for v in values)
-
-
-def _vectorizable(plan):
-    """Whether _draw replays this plan's draws (exactly the classes and parameter types it
-    knows); anything else is drawn row by row by Plan._draw itself (_draw_rows), so a grammar
-    extension of the planner can never make the two paths disagree."""
-    crop, resize = plan._crop, plan._resize
-    if type(crop) is RandomResizedCrop:
-        if resize is not None or not _plain(*crop.scale, *crop.ratio):
-            return False
-    elif crop is not None and type(crop) not in (CenterCrop, RandomCrop):
-        return False
-    if resize is not None and type(resize) is not Resize:
-        return False
-    for t in plan._post:
-        if type(t) is RandomHorizontalFlip:
-            if not _plain(t.p):
-                return False
-        elif type(t) is not ColorJitter:
-            return False
-    return True
-
-
-def _rrc(t, HW, d):
-    # RandomResizedCrop.make_params for every row: (n, 4) float64 source box (x0, y0, x1,
-    # y1). Attempt a uses draws 2a (area) and 2a + 1 (log ratio); on success draws 2a + 2
-    # and 2a + 3 are the randints. All 10 attempts are computed for every row at once
-    # (attempts past a row's first success change nothing): a few more math.exp calls,
-    # far fewer NumPy calls than drawing the rows left over attempt by attempt.
-    n = len(HW)
-    s0, s1 = t.scale
-    l0, l1 = t._log_ratio
-    H, W = HW[:, :1], HW[:, 1:]
-    area = (H * W).astype(np.float64)
-    # draws 0..21 of every row: the 20 the attempts use, and the randints of attempt 9
-    X = _mix_np(d.keys[:, None] + _OFFSETS[:22])
-    u = _u01(X[:, :20])
-    # uniform(a, b) = a + (b - a) * random()
-    target = area * (s0 + (s1 - s0) * u[:, 0::2])
-    # math.exp, as make_params: NumPy's exp may differ from it in the last bit
-    logr = (l0 + (l1 - l0) * u[:, 1::2]).ravel().tolist()
-    ratio = np.fromiter(map(math.exp, logr), np.float64, len(logr)).reshape(target.shape)
-    h = np.rint(np.sqrt(target / ratio))
-    w = np.rint(np.sqrt(target * ratio))
-    ok = (h > 0) & (h <= H) & (w > 0) & (w <= W)
-    j = ok.argmax(axis=1)   # the first success (0 where none: replaced below)
-    rows = np.arange(n)
-    hw = np.empty((n, 2), np.int64)
-    hw[:, 0], hw[:, 1] = h[rows, j], w[rows, j]
-    c = 2 * j
-    x = X[rows[:, None], c[:, None] + _RANDINTS]
-    yx = _below_ok(x, HW - hw + 1)   # randint(0, H - h), (0, W - w)
-    d.ctr[:] = c + 4
-    miss = ~ok[rows, j]
-    if miss.any():
-        # torchvision's fallback after 10 failed attempts (20 draws): a centre crop
-        todo = np.flatnonzero(miss)
-        d.ctr[todo] = 20
-        Hm, Wm = HW[todo, 0], HW[todo, 1]
-        Hf, Wf = Hm.astype(np.float64), Wm.astype(np.float64)
-        in_ratio = Wf / Hf
-        rmin, rmax = min(t.ratio), max(t.ratio)
-        fh, fw = Hm.copy(), Wm.copy()
-        narrow = in_ratio < rmin
-        wide = ~narrow & (in_ratio > rmax)
-        fh[narrow] = np.rint(Wf[narrow] / rmin).astype(np.int64)
-        fw[wide] = np.rint(Hf[wide] * rmax).astype(np.int64)
-        yx[todo] = np.stack([(Hm - fh) // 2, (Wm - fw) // 2], axis=1)
-        hw[todo] = np.stack([fh, fw], axis=1)
-    tl = yx[:, ::-1]
-    return np.concatenate([tl, tl + hw[:, ::-1]], axis=1).astype(np.float64)
-
-
-def _jitter(t, d, n):
-    # ColorJitter.make_params + ColorJitter.ops for every row: (ids, factors), (n, k) each
-    perm = np.tile(np.arange(4, dtype=np.int64), (n, 1))
-    rows = np.arange(n)
-    for i in (3, 2, 1):  # random.Random.shuffle: Fisher-Yates from the end
-        j = _below(d.next(), i + 1)
-        pi, pj = perm[:, i].copy(), perm[rows, j]
-        perm[:, i] = pj
-        perm[rows, j] = pi
-    ranges = (t.brightness, t.contrast, t.saturation, t.hue)
-    table = np.zeros((n, 4), np.float64)
-    for fi, r in enumerate(ranges):
-        if r is not None:
-            table[:, fi] = r[0] + (r[1] - r[0]) * _u01(d.next())
-    is_set = np.array([r is not None for r in ranges])
-    k = int(is_set.sum())
-    ids = perm[is_set[perm]].reshape(n, k)
-    return ids, np.take_along_axis(table, ids, axis=1)
-
+# -- a fused Compose's draws, for a batch of rows: the definition ---------------------------
 
 class _Drawn:
-    """Plan._draw for every row: box (n, 4) float64 source pixels, clip (n,) or a bool for
-    all rows, out (n, 2) output size, resized (n, 2) (Resize's size), flip, ops/factors
-    (n, 8), n_ops (n,), generic, counter."""
+    """What :func:`draw` returns: box (n, 4) float64 source pixels, clip (n,) bool, out
+    (n, 2) output size, flip (n,) bool, ops/factors (n, 8), n_ops (n,), generic (n,) bool
+    (rows that need the generic path: nothing drawn for them), counter (KeyDraws only)."""
 
-    __slots__ = ("box", "clip", "out", "resized", "flip", "ops", "factors", "n_ops", "generic",
-                 "counter")
-
-
-def _output_size(t, HW):
-    # Resize.output_size for every row: (n, 2) int64. Python's int * int / int is the
-    # correctly rounded quotient of the exact product, as float64 division of the exact
-    # (< 2**53) product is; int() truncates like astype.
-    h, w = HW[:, 0], HW[:, 1]
-    if t.size is not None and len(t.size) == 2:
-        return np.broadcast_to(np.array(t.size, np.int64), HW.shape).copy()
-    portrait = w <= h
-    short, long = np.minimum(h, w), np.maximum(h, w)
-    if t.size is None:
-        new_short = (t.max_size * short / long).astype(np.int64)
-        new_long = np.full_like(short, t.max_size)
-    else:
-        s = t.size[0]
-        new_short = np.full_like(short, s)
-        new_long = (s * long / short).astype(np.int64)
-        if t.max_size is not None:
-            cap = new_long > t.max_size
-            new_short = np.where(cap, (t.max_size * new_short / np.where(cap, new_long, 1))
-                                 .astype(np.int64), new_short)
-            new_long = np.where(cap, t.max_size, new_long)
-    new_h = np.where(portrait, new_long, new_short)
-    new_w = np.where(portrait, new_short, new_long)
-    return np.stack([new_h, new_w], axis=1)
+    __slots__ = ("box", "clip", "out", "flip", "ops", "factors", "n_ops", "generic", "counter")
 
 
-def _draw(plan, HW, keys):
+class Fused(NamedTuple):
+    """A fused pipeline as the draws and the native calls see it (``Plan._fused``):
+    ``[crop | resize [crop]] post... -> output``. ``filter``: the native filter code;
+    ``affine``: ``(scale, bias)`` per channel for float32 output, else None;
+    ``output_shape``: ``(3, H, W)`` or None when it depends on the image."""
+
+    crop: object
+    resize: object
+    post: tuple
+    filter: int
+    affine: object
+    dct_scaling: bool
+    output_shape: object
+    output_dtype: object
+
+
+def draw(fused, HW, d, live=None):
+    """Every parameter of a :class:`Fused` pipeline ``[crop | resize [crop]] post...`` for each row
+    of ``HW`` (``int64 (n, 2)`` source (height, width)), drawn from ``d`` (a
+    :class:`~turboloader.transforms._draws.KeyDraws` for a batch, an ``RngDraws`` for one
+    sample: ``Plan._draw`` is this with n = 1) in Compose order; rows outside ``live`` draw
+    nothing. Each transform's sampling is its own ``_draw_batch``.
+
+    The source box ``(x0, y0, x1, y1)`` maps onto the output; ``clip``: the filter stops at
+    it (crop-then-resize, or no resize) rather than reading around it (resize-then-crop:
+    the crop box in source pixels at the float scale ``W / rw``)."""
+    crop, resize = fused.crop, fused.resize
     n = len(HW)
+    live = np.ones(n, bool) if live is None else np.array(live, bool)
     r = _Drawn()
-    d = _Draws(keys)
-    crop, resize = plan._crop, plan._resize
-    r.generic = None   # no row needs the generic path
-    r.resized = HW
+    r.generic = np.zeros(n, bool)
     if isinstance(crop, RandomResizedCrop):
-        r.box = _rrc(crop, HW, d)
-        r.clip = True
+        p = crop._draw_batch(HW, d, live)
+        r.box = box = np.empty((n, 4), np.float64)
+        box[:, 0], box[:, 1] = p["left"], p["top"]
+        box[:, 2], box[:, 3] = p["left"] + p["width"], p["top"] + p["height"]
+        r.clip = np.ones(n, bool)
         r.out = np.empty((n, 2), np.int64)
         r.out[:] = crop.size
     else:
-        if resize is not None:
-            r.resized = _output_size(resize, HW)
-        rh, rw = r.resized[:, 0], r.resized[:, 1]
+        resized = HW if resize is None else resize._output_sizes(HW)
+        rh, rw = resized[:, 0], resized[:, 1]
         if crop is not None:
             ch, cw = crop.size
             r.generic = (ch > rh) | (cw > rw)
-            if isinstance(crop, CenterCrop):
-                top = np.rint((rh - ch) / 2.0).astype(np.int64)
-                left = np.rint((rw - cw) / 2.0).astype(np.int64)
-            else:  # RandomCrop without padding: rng.randint(0, rh - ch) if rh > ch else 0
-                ty = ~r.generic & (rh > ch)
-                top = np.where(ty, _below(d.next(ty), np.where(ty, rh - ch + 1, 1)), 0)
-                tx = ~r.generic & (rw > cw)
-                left = np.where(tx, _below(d.next(tx), np.where(tx, rw - cw + 1, 1)), 0)
-            r.out = np.broadcast_to(np.array(crop.size, np.int64), (n, 2))
+            live &= ~r.generic
+            p = crop._draw_batch(resized, d, live)
+            top, left = p["top"], p["left"]
+            r.out = np.empty((n, 2), np.int64)
+            r.out[:] = crop.size
         else:
-            top = left = np.zeros(n, np.int64)
-            r.out = r.resized
-        tl = np.stack([left, top], axis=1)
-        box = np.concatenate([tl, tl + r.out[:, ::-1]], axis=1)
+            top = left = 0
+            r.out = resized
+        box = np.empty((n, 4), np.int64)
+        box[:, 0], box[:, 1] = left, top
+        box[:, 2], box[:, 3] = left + r.out[:, 1], top + r.out[:, 0]
         if resize is None:
-            r.clip = True
+            r.clip = np.ones(n, bool)
             r.box = box.astype(np.float64)
         else:
-            # resize-then-crop: the crop box in source pixels (the float scale W / rw)
             r.clip = (rh == HW[:, 0]) & (rw == HW[:, 1])
-            scale = np.tile(HW[:, ::-1] / r.resized[:, ::-1], 2)
-            r.box = np.where(r.clip[:, None], box.astype(np.float64), box * scale)
-    r.flip = None
-    r.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
-    r.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
-    n_ops = 0
-    for t in plan._post:
-        if isinstance(t, RandomHorizontalFlip):
-            flip = _u01(d.next()) < t.p
-            r.flip = flip if r.flip is None else r.flip ^ flip
-        else:
-            ids, f = _jitter(t, d, n)
-            k = ids.shape[1]
-            r.ops[:, n_ops:n_ops + k] = ids
-            r.factors[:, n_ops:n_ops + k] = f
-            n_ops += k
-    if r.flip is None:
-        r.flip = np.zeros(n, bool)
-    r.n_ops = np.full(n, n_ops, np.int32)
-    r.counter = d.ctr.view(np.int64)   # < 2**63 draws
-    return r
-
-
-def _draw_rows(plan, HW, keys, rows):
-    """Plan._draw row by row with each row's SampleRandom (exotic parameter types)."""
-    n = len(HW)
-    r = _Drawn()
-    r.box = np.zeros((n, 4), np.float64)
-    r.clip = np.ones(n, bool)
-    r.out = np.ones((n, 2), np.int64)
-    r.resized = HW.copy()
+            with np.errstate(divide="ignore", invalid="ignore"):   # generic rows: unused
+                scale = np.tile(HW[:, ::-1] / resized[:, ::-1], 2)
+                r.box = np.where(r.clip[:, None], box.astype(np.float64), box * scale)
     r.flip = np.zeros(n, bool)
     r.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
     r.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
     r.n_ops = np.zeros(n, np.int32)
-    r.generic = np.zeros(n, bool)
-    r.counter = np.zeros(n, np.int64)
-    for i in rows:
-        rng = SampleRandom(int(keys[i]))
-        size = (int(HW[i, 0]), int(HW[i, 1]))
-        drawn = plan._draw(*size, rng)
-        r.counter[i] = rng.counter
-        if drawn is None:
-            r.generic[i] = True
-            continue
-        r.box[i], r.clip[i], r.out[i], r.flip[i], row_ops = drawn
-        r.n_ops[i] = len(row_ops)
-        for j, (kind, f) in enumerate(row_ops):
-            r.ops[i, j], r.factors[i, j] = kind, f
+    for t in fused.post:
+        _draw_post(t, d, live, r)
+    r.counter = d.counter if isinstance(d, KeyDraws) else None
     return r
 
 
-_K = np.array([1, 2, 4], np.int64)
-
-
-def _window_scale(cwh, owh):
-    # turboloader.decode.jpeg._window_k for every row: the smallest k in (1, 2, 4) with
-    # crop * k >= out * 8 on both axes, else 8 (cwh, owh: (n, 2) as (w, h))
-    fits = (cwh[:, None, :] * _K[None, :, None] >= owh[:, None, :] * 8).all(axis=2)
-    return np.where(fits.any(axis=1), _K[fits.argmax(axis=1)], 8)
-
-
-def _decode_window(box, clip, out, dims, f, filt):
-    """turboloader.fused.decode_window for every row (the same operations in the same
-    order, on (n, 2) arrays holding the x and y columns): (window (n, 4) as x, y, w, h;
-    inner box (n, 4))."""
-    lo = box[:, :2] * f
-    hi = np.minimum(box[:, 2:] * f, dims)
-    ilo_c, ihi_c = np.floor(lo), np.minimum(np.ceil(hi), dims)
-    if clip is True:
-        ilo, ihi = ilo_c, ihi_c
-    else:  # widen by the filter's reach (+2 for rounding), clamped to the image
-        m = _SUPPORT.get(filt, 2.0) * np.maximum((hi - lo) / out[:, ::-1], 1.0) + 2
-        c = clip[:, None]
-        ilo = np.where(c, ilo_c, np.maximum(0, np.floor(lo - m)))
-        ihi = np.where(c, ihi_c, np.minimum(dims, np.ceil(hi + m)))
-    size = ihi - ilo
-    window = np.concatenate([ilo, size], axis=1)
-    inner = np.concatenate([lo - ilo, np.minimum(hi - ilo, size)], axis=1)
-    return window, inner
+def _draw_post(t, d, mask, r):
+    # post-geometry member t for the rows in mask, in call order: flips commute with the
+    # colour operations, which are appended to each row's list
+    cls = type(t)
+    if cls is RandomHorizontalFlip:
+        r.flip ^= t._draw_batch(d, mask)
+    elif cls is ColorJitter:
+        ids, f = t._batch_ops(*t._draw_batch(d, mask))
+        k = ids.shape[1]
+        if k and len(mask) and mask.all() and (r.n_ops == r.n_ops[0]).all():   # every row at one column
+            c = int(r.n_ops[0])
+            r.ops[:, c:c + k], r.factors[:, c:c + k] = ids, f
+            r.n_ops += k
+            return
+        rows = np.flatnonzero(mask)
+        if k and rows.size:
+            cols = r.n_ops[rows, None] + np.arange(k)
+            r.ops[rows[:, None], cols] = ids[rows]
+            r.factors[rows[:, None], cols] = f[rows]
+            r.n_ops[rows] += k
+    elif cls is RandomApply:
+        apply = mask & t._draw_batch(d, mask)
+        for m in t.transforms:
+            _draw_post(m, d, apply, r)
+    elif cls is RandomChoice:
+        index = t._draw_batch(d, mask)
+        for i, m in enumerate(t.transforms):
+            _draw_post(m, d, mask & (index == i), r)
+    elif cls is RandomOrder:
+        order = t._draw_batch(d, mask)
+        for j in range(order.shape[1]):
+            for i, m in enumerate(t.transforms):
+                _draw_post(m, d, mask & (order[:, j] == i), r)
+    elif cls is Compose:
+        for m in t.transforms:
+            _draw_post(m, d, mask, r)
+    # else Identity: nothing
 
 
 def _classify(sources):
@@ -506,7 +335,7 @@ def _too_large(hw, max_pixels):
                        "(max_pixels)")
 
 
-def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None):
+def prepare_batch(fused, sources, keys, /, *, source_sizes=None, max_pixels=None):
     """Draw every parameter of a batch: see :meth:`Plan.prepare_batch`."""
     from turboloader._native import _fused
 
@@ -554,17 +383,13 @@ def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None)
                 errors[i] = header_errors[i] or _too_large(HW[i], max_pixels)
             HW[failed] = 1   # placeholders: nothing drawn for these rows is used
 
-    if _vectorizable(plan):
-        r = _draw(plan, HW, keys)
-    else:
-        r = _draw_rows(plan, HW, keys, np.flatnonzero(status == OK).tolist())
-    if r.generic is not None:
-        status[r.generic & (status == OK)] = GENERIC
+    r = draw(fused, HW, KeyDraws(keys), status == OK)
+    status[r.generic & (status == OK)] = GENERIC
 
     # the decode scale and window, as Plan.from_jpeg / Plan.from_array
     box, out = r.box, r.out
-    if plan.dct_scaling:   # the smallest fast scale at which the source box stays >= out
-        k = _window_scale(box[:, 2:] - box[:, :2], out[:, ::-1])
+    if fused.dct_scaling:   # the smallest fast scale at which the source box stays >= out
+        k = scale_num(box[:, 2:] - box[:, :2], out[:, ::-1])
     else:
         k = np.full(n, 8, np.int64)
     if any_array:
@@ -574,7 +399,7 @@ def prepare_batch(plan, sources, keys, /, *, source_sizes=None, max_pixels=None)
     else:
         dims = (HW[:, ::-1] * k[:, None] + 7) // 8
         f = (k / 8)[:, None]
-    window, inner = _decode_window(box, r.clip, out, dims, f, plan._filter)
+    window, inner = windows(box, r.clip, out, dims, f, fused.filter)
 
     p = BatchParams.__new__(BatchParams)
     p.n, p.status, p.errors, p.kind = n, status, errors, kind
@@ -637,17 +462,17 @@ def out_view(out, dtype):
     return view
 
 
-def _out_array(plan, out):
-    view = out_view(out, plan.output_dtype)
+def _out_array(fused, out):
+    view = out_view(out, fused.output_dtype)
     if view.ndim != 4 or view.shape[1] != 3 or 0 in view.shape[2:]:
         raise ValueError(f"out must have shape (N, 3, H, W), got {tuple(view.shape)}")
-    if plan.output_shape is not None and view.shape[1:] != tuple(plan.output_shape):
-        raise ValueError(f"out must have shape (N, {', '.join(map(str, plan.output_shape))}), "
+    if fused.output_shape is not None and view.shape[1:] != tuple(fused.output_shape):
+        raise ValueError(f"out must have shape (N, {', '.join(map(str, fused.output_shape))}), "
                          f"got {tuple(view.shape)}")
     return view
 
 
-def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=False,
+def run_batch(fused, sources, params, out, /, *, rows=None, runner=None, strict=False,
               max_pixels=DEFAULT_MAX_PIXELS):
     """Decode and transform a prepared batch into ``out``: see :meth:`Plan.run_batch`."""
     from turboloader._native import _fused, _jpeg
@@ -662,7 +487,7 @@ def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=F
         runner = default_runner()
     elif not isinstance(runner, BatchRunner):
         raise TypeError(f"runner must be a BatchRunner, got {type(runner).__name__}")
-    view = _out_array(plan, out)
+    view = _out_array(fused, out)
     N = view.shape[0]
     if rows is None:
         if n > N:
@@ -676,7 +501,7 @@ def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=F
     status = params.status.copy()
     errors = list(params.errors)
     todo = status == OK
-    if plan.output_shape is None:   # only then can a row's size differ from out's
+    if fused.output_shape is None:   # only then can a row's size differ from out's
         bad = todo & (params.out_size != view.shape[2:]).any(axis=1)
         for i in np.flatnonzero(bad).tolist():
             status[i] = FAILED
@@ -691,7 +516,7 @@ def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=F
             errors[i] = _too_large(params.source_size[i], max_pixels)
         todo &= ~big
     if view.dtype == np.float32:
-        scale, bias = plan._affine
+        scale, bias = fused.affine
     else:
         scale = bias = None
     srcs = list(sources)
@@ -705,7 +530,7 @@ def run_batch(plan, sources, params, out, /, *, rows=None, runner=None, strict=F
         runner, srcs, view,
         todo=todo.view(np.uint8), kind=params.kind, rows=rows, window=params.window,
         full=params.full, scale_num=params.scale_num, box=params.box, flip=params.flip,
-        n_ops=params.n_ops, ops=params.ops, factors=params.factors, filter=plan._filter,
+        n_ops=params.n_ops, ops=params.ops, factors=params.factors, filter=fused.filter,
         mean_scale=scale, bias=bias, flags=_jpeg.STRICT if strict else 0,
         max_pixels=max_pixels)
     for i in np.flatnonzero(failed).tolist():

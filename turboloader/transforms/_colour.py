@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from turboloader.transforms import functional as F
+from turboloader.transforms._draws import RngDraws
 from turboloader.transforms._transform import (
     Transform,
     _channels,
@@ -95,14 +96,37 @@ class ColorJitter(Transform):
     def make_params(self, size=None, *, rng=None):
         """``{"fn_idx": [permutation of 0..3], "brightness_factor", "contrast_factor",
         "saturation_factor", "hue_factor"}`` (None for an unset adjustment)."""
-        rng = _rng(rng)
-        fn_idx = [0, 1, 2, 3]
-        rng.shuffle(fn_idx)
-        factors = [None if r is None else float(rng.uniform(r[0], r[1]))
-                   for r in (self.brightness, self.contrast, self.saturation, self.hue)]
+        perm, table = self._draw_batch(RngDraws(_rng(rng)))
+        fn_idx = perm[0].tolist()
+        factors = [None if r is None else float(table[0, i])
+                   for i, r in enumerate(self._ranges())]
         return {"fn_idx": fn_idx, "brightness_factor": factors[0],
                 "contrast_factor": factors[1], "saturation_factor": factors[2],
                 "hue_factor": factors[3]}
+
+    def _ranges(self):
+        return (self.brightness, self.contrast, self.saturation, self.hue)
+
+    def _draw_batch(self, d, mask=None):
+        """:meth:`make_params` for every row (rows outside ``mask`` draw nothing): the order
+        ``int64 (n, 4)`` (``shuffle([0, 1, 2, 3])``), then the factors ``float64 (n, 4)``,
+        ``uniform(lo, hi)`` for each set adjustment in fn_idx order 0..3 (0 where unset)."""
+        perm = d.permutation(4, mask)
+        table = np.zeros((d.n, 4), np.float64)
+        for i, r in enumerate(self._ranges()):
+            if r is not None:
+                table[:, i] = d.uniform(r[0], r[1], mask)
+        return perm, table
+
+    def _batch_ops(self, perm, table):
+        """:meth:`ops` for every row of a :meth:`_draw_batch`: ``(ids, factors)``, ``(n, k)``
+        each, k the number of set adjustments."""
+        is_set = [r is not None for r in self._ranges()]
+        if all(is_set):
+            ids = perm
+        else:
+            ids = perm[np.array(is_set)[perm]].reshape(len(perm), sum(is_set))
+        return ids, table[np.arange(len(perm))[:, None], ids]
 
     @staticmethod
     def ops(params):

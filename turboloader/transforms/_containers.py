@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from turboloader.transforms._random import TorchRandom
+from turboloader.transforms._draws import RngDraws
 from turboloader.transforms._transform import Transform, _check_p, _rng
 
 __all__ = ["Compose", "Identity", "Lambda", "RandomApply", "RandomChoice", "RandomOrder"]
@@ -109,7 +109,13 @@ class RandomApply:
 
     def make_params(self, size=None, *, rng=None):
         """``{"apply": bool}``: one ``rng.random()`` draw."""
-        return {"apply": _rng(rng).random() < self.p}
+        return {"apply": bool(self._draw_batch(RngDraws(_rng(rng)))[0])}
+
+    def _draw_batch(self, d, mask=None):
+        """``bool (n,)``: whether each row applies the members, ``random() < p`` (rows
+        outside ``mask``: False, nothing drawn)."""
+        apply = d.random(mask) < self.p
+        return apply if mask is None else apply & mask
 
     def __call__(self, *inputs):
         if not self.make_params()["apply"]:
@@ -118,21 +124,6 @@ class RandomApply:
 
     def __repr__(self):
         return _repr(self, self.transforms, f"\n    p={self.p},")
-
-
-def _categorical(rng, p):
-    """An index drawn with probabilities ``p`` (normalised): torchvision's
-    ``torch.multinomial(torch.tensor(p), 1)`` under torch's RNG."""
-    if isinstance(rng, TorchRandom):
-        return int(torch.multinomial(torch.tensor(p), 1))
-    u = rng.random()
-    last = max(i for i, q in enumerate(p) if q > 0)
-    total = 0.0
-    for i, q in enumerate(p[:last]):
-        total += q
-        if u < total:
-            return i
-    return last
 
 
 class RandomChoice:
@@ -170,7 +161,11 @@ class RandomChoice:
 
     def make_params(self, size=None, *, rng=None):
         """``{"index": int}``: the transform to apply."""
-        return {"index": _categorical(_rng(rng), self.p)}
+        return {"index": int(self._draw_batch(RngDraws(_rng(rng)))[0])}
+
+    def _draw_batch(self, d, mask=None):
+        """``int64 (n,)``: the member each row applies, drawn with probabilities ``p``."""
+        return d.categorical(self.p, mask)
 
     def __call__(self, *inputs):
         return self.transforms[self.make_params()["index"]](*inputs)
@@ -204,9 +199,11 @@ class RandomOrder:
 
     def make_params(self, size=None, *, rng=None):
         """``{"order": [indices]}``: a permutation of the members."""
-        order = list(range(len(self.transforms)))
-        _rng(rng).shuffle(order)
-        return {"order": order}
+        return {"order": self._draw_batch(RngDraws(_rng(rng)))[0].tolist()}
+
+    def _draw_batch(self, d, mask=None):
+        """``int64 (n, k)``: each row's order of the k members, ``shuffle(list(range(k)))``."""
+        return d.permutation(len(self.transforms), mask)
 
     def __call__(self, *inputs):
         order = self.make_params()["order"]

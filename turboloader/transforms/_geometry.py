@@ -17,9 +17,11 @@ import numbers
 import warnings
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from turboloader.transforms import functional as F
+from turboloader.transforms._draws import RngDraws
 from turboloader.transforms._transform import (
     Transform,
     _check_interpolation,
@@ -121,6 +123,10 @@ class Resize(Transform):
         """The resized ``(height, width)`` of an image of ``size``, torchvision's rounding."""
         return F._array._resized_size(self.size, size[0], size[1], self.max_size)
 
+    def _output_sizes(self, sizes):
+        """:meth:`output_size` for every row of ``sizes`` (``int64 (n, 2)``)."""
+        return F._array._resized_sizes(self.size, sizes, self.max_size)
+
     def make_params(self, size, *, rng=None):
         """No randomness: ``{"size": (height, width)}``, the output size."""
         return {"size": self.output_size(size)}
@@ -162,8 +168,16 @@ class CenterCrop(Transform):
         h, w = size
         padding = F._array._center_padding((h, w), (ch, cw))
         ph, pw = h + padding[1] + padding[3], w + padding[0] + padding[2]
-        return {"top": int(round((ph - ch) / 2.0)), "left": int(round((pw - cw) / 2.0)),
+        p = self._draw_batch(np.array([[ph, pw]], np.int64))
+        return {"top": int(p["top"][0]), "left": int(p["left"][0]),
                 "height": ch, "width": cw, "padding": padding}
+
+    def _draw_batch(self, sizes, d=None, mask=None):
+        """The offsets for every row of ``sizes`` (``int64 (n, 2)``, the padded image):
+        ``{"top", "left"}``, ``int64 (n,)``, ``round((H - h) / 2.0)``; no draws."""
+        ch, cw = self.size
+        return {"top": np.rint((sizes[:, 0] - ch) / 2.0).astype(np.int64),
+                "left": np.rint((sizes[:, 1] - cw) / 2.0).astype(np.int64)}
 
     def transform(self, img, params):
         return F.center_crop(img, list(self.size))
@@ -262,11 +276,23 @@ class RandomCrop(Transform):
                 f"{'padded ' if self.padding is not None else ''}input image size "
                 f"{(padded_h, padded_w)}.")
         padding = [pad_left, pad_top, pad_right, pad_bottom]
-        rng = _rng(rng)
-        top = rng.randint(0, padded_h - ch) if padded_h > ch else 0
-        left = rng.randint(0, padded_w - cw) if padded_w > cw else 0
+        p = self._draw_batch(np.array([[padded_h, padded_w]], np.int64), RngDraws(_rng(rng)))
+        top, left = int(p["top"][0]), int(p["left"][0])
         return {"needs_crop": padded_h > ch or padded_w > cw, "top": top, "left": left,
                 "height": ch, "width": cw, "needs_pad": any(padding), "padding": padding}
+
+    def _draw_batch(self, sizes, d, mask=None):
+        """The draws of :meth:`make_params` for every row of ``sizes`` (``int64 (n, 2)``,
+        the padded images, each at least the crop; rows outside ``mask`` draw nothing):
+        ``{"top", "left"}``, ``int64 (n,)``: ``randint(0, H - h)`` when ``H > h``, else 0,
+        then the same for the width."""
+        ch, cw = self.size
+        live = np.ones(len(sizes), bool) if mask is None else mask
+        ty = live & (sizes[:, 0] > ch)
+        top = np.where(ty, d.below(np.where(ty, sizes[:, 0] - ch + 1, 1), ty), 0)
+        tx = live & (sizes[:, 1] > cw)
+        left = np.where(tx, d.below(np.where(tx, sizes[:, 1] - cw + 1, 1), tx), 0)
+        return {"top": top, "left": left}
 
     def transform(self, img, params):
         if params["needs_pad"]:
@@ -347,32 +373,56 @@ class RandomResizedCrop(Transform):
     def make_params(self, size, *, rng=None):
         """torchvision's ``get_params`` drawn from ``rng``: ``{"top", "left", "height",
         "width"}`` of the crop in an image of ``size = (height, width)``."""
-        height, width = size
-        rng = _rng(rng)
-        area = height * width
+        p = self._draw_batch(np.array([size], np.int64), RngDraws(_rng(rng)))
+        return {k: int(v[0]) for k, v in p.items()}
+
+    def _draw_batch(self, sizes, d, mask=None):
+        """:meth:`make_params` for every row of ``sizes`` (``int64 (n, 2)``; rows outside
+        ``mask`` draw nothing): ``{"top", "left", "height", "width"}``, ``int64 (n,)``.
+
+        The definition (one image is a batch of one): attempt a draws the area fraction
+        ``uniform(*scale)`` and the log aspect ratio ``uniform(*log(ratio))``; ``w =
+        round(sqrt(area * ratio))``, ``h = round(sqrt(area / ratio))``; if the crop fits,
+        ``randint(0, H - h)`` then ``randint(0, W - w)`` and done. After 10 failed attempts
+        torchvision's centre-crop fallback. ``math.exp`` as torchvision's Python, IEEE
+        ``sqrt``, round-half-even.
+        """
+        n = len(sizes)
+        H, W = sizes[:, 0], sizes[:, 1]
+        area = H * W
+        top, left = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        hh, ww = H.copy(), W.copy()
+        pending = np.ones(n, bool) if mask is None else np.array(mask, bool)
         for _ in range(10):
-            target_area = area * rng.uniform(self.scale[0], self.scale[1])
-            aspect_ratio = math.exp(rng.uniform(self._log_ratio[0], self._log_ratio[1]))
-            w = int(round(math.sqrt(target_area * aspect_ratio)))
-            h = int(round(math.sqrt(target_area / aspect_ratio)))
-            if 0 < w <= width and 0 < h <= height:
-                i = rng.randint(0, height - h)
-                j = rng.randint(0, width - w)
+            if not pending.any():
                 break
-        else:
-            in_ratio = float(width) / float(height)
-            if in_ratio < min(self.ratio):
-                w = width
-                h = int(round(w / min(self.ratio)))
-            elif in_ratio > max(self.ratio):
-                h = height
-                w = int(round(h * max(self.ratio)))
-            else:
-                w = width
-                h = height
-            i = (height - h) // 2
-            j = (width - w) // 2
-        return {"top": i, "left": j, "height": h, "width": w}
+            target = area * d.uniform(self.scale[0], self.scale[1], pending)
+            logr = d.uniform(self._log_ratio[0], self._log_ratio[1], pending)
+            ratio = np.fromiter(map(math.exp, logr.tolist()), np.float64, n)
+            w = np.rint(np.sqrt(target * ratio))
+            h = np.rint(np.sqrt(target / ratio))
+            ok = pending & (w > 0) & (w <= W) & (h > 0) & (h <= H)
+            if ok.any():   # (h, w finite: the draws' ranges outside ok are not used)
+                hi, wi = h.astype(np.int64), w.astype(np.int64)
+                i = d.below(H - hi + 1, ok)
+                j = d.below(W - wi + 1, ok)
+                for dst, src in ((top, i), (left, j), (hh, hi), (ww, wi)):
+                    np.copyto(dst, src, where=ok)
+                pending &= ~ok
+        if pending.any():
+            rows = np.flatnonzero(pending)
+            Hm, Wm = H[rows], W[rows]
+            Hf, Wf = Hm.astype(np.float64), Wm.astype(np.float64)
+            in_ratio = Wf / Hf
+            rmin, rmax = min(self.ratio), max(self.ratio)
+            fh, fw = Hm.copy(), Wm.copy()
+            narrow = in_ratio < rmin
+            wide = ~narrow & (in_ratio > rmax)
+            fh[narrow] = np.rint(Wf[narrow] / rmin).astype(np.int64)
+            fw[wide] = np.rint(Hf[wide] * rmax).astype(np.int64)
+            top[rows], left[rows] = (Hm - fh) // 2, (Wm - fw) // 2
+            hh[rows], ww[rows] = fh, fw
+        return {"top": top, "left": left, "height": hh, "width": ww}
 
     def transform(self, img, params):
         return F.resized_crop(img, params["top"], params["left"], params["height"],
@@ -408,7 +458,13 @@ class RandomHorizontalFlip(Transform):
 
     def make_params(self, size=None, *, rng=None):
         """``{"flip": bool}``: one ``rng.random()`` draw, even when ``p`` is 0 or 1."""
-        return {"flip": _rng(rng).random() < self.p}
+        return {"flip": bool(self._draw_batch(RngDraws(_rng(rng)))[0])}
+
+    def _draw_batch(self, d, mask=None):
+        """``bool (n,)``: whether each row flips, one ``random() < p`` draw per row (rows
+        outside ``mask``: False, nothing drawn)."""
+        flip = d.random(mask) < self.p
+        return flip if mask is None else flip & mask
 
     def transform(self, img, params):
         return F.horizontal_flip(img) if params["flip"] else img

@@ -73,7 +73,9 @@ import torch
 
 from turboloader.decode._slot import resample_into_slot
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open, decode_jpeg
-from turboloader.transforms._batch import out_view
+from turboloader.transforms import _batch
+from turboloader.transforms._batch import Fused, draw, out_view
+from turboloader.transforms._draws import RngDraws
 from turboloader.transforms._colour import ColorJitter
 from turboloader.transforms._containers import (Compose, Identity, Lambda, RandomApply,
                                                 RandomChoice, RandomOrder)
@@ -319,31 +321,6 @@ def _post_ops(t):
     return None
 
 
-def _draw_post(t, size, rng, ops):
-    """Draw post-geometry member ``t``'s parameters in call order, append its colour
-    operations to ``ops``; True when it flips (flips commute with the colour operations)."""
-    cls = type(t)
-    if cls is RandomHorizontalFlip:
-        return t.make_params(size, rng=rng)["flip"]
-    if cls is ColorJitter:
-        ops.extend(ColorJitter.ops(t.make_params(size, rng=rng)))
-        return False
-    if cls is RandomApply:
-        members = t.transforms if t.make_params(rng=rng)["apply"] else ()
-    elif cls is RandomChoice:
-        members = (t.transforms[t.make_params(rng=rng)["index"]],)
-    elif cls is RandomOrder:
-        members = [t.transforms[k] for k in t.make_params(rng=rng)["order"]]
-    elif cls is Compose:
-        members = t.transforms
-    else:  # Identity
-        members = ()
-    flip = False
-    for m in members:
-        flip ^= _draw_post(m, size, rng, ops)
-    return flip
-
-
 def _dtype_scale(t):
     """(float32, scale) when dtype conversion ``t`` makes float32 of a uint8 image tensor."""
     if type(t) is ConvertImageDtype:
@@ -443,19 +420,28 @@ class Plan:
     def __init__(self, transforms, resize, crop, filt, post, affine, out_dtype, *,
                  dct_scaling=True):
         self.transforms = list(transforms)
-        self._resize = resize
-        self._crop = crop
-        self._filter = filt
-        self._post = list(post)
-        self._affine = affine
-        self.output_dtype = out_dtype
-        self.dct_scaling = dct_scaling
         if isinstance(crop, (RandomResizedCrop, CenterCrop, RandomCrop)):
-            self.output_shape = (3, *crop.size)
+            shape = (3, *crop.size)
         elif resize is not None and resize.size is not None and len(resize.size) == 2:
-            self.output_shape = (3, *resize.size)
+            shape = (3, *resize.size)
         else:
-            self.output_shape = None
+            shape = None
+        # what the draws and the native calls need, per sample or per batch (_batch reads
+        # only this, never the Plan)
+        self._fused = Fused(crop, resize, tuple(post), filt, affine, bool(dct_scaling), shape,
+                            out_dtype)
+
+    @property
+    def output_shape(self):
+        return self._fused.output_shape
+
+    @property
+    def output_dtype(self):
+        return self._fused.output_dtype
+
+    @property
+    def dct_scaling(self):
+        return self._fused.dct_scaling
 
     def __repr__(self):
         inner = ", ".join(repr(t) for t in self.transforms)
@@ -478,32 +464,12 @@ class Plan:
         ``clip_to_box`` the filter is clipped at the box (an integer crop window), else
         at the image edges.
         """
-        crop, resize = self._crop, self._resize
-        if isinstance(crop, RandomResizedCrop):
-            p = crop.make_params((H, W), rng=rng)
-            box = (p["left"], p["top"], p["left"] + p["width"], p["top"] + p["height"])
-            clip, out = True, crop.size
-        else:
-            rh, rw = resize.output_size((H, W)) if resize is not None else (H, W)
-            if crop is not None:
-                ch, cw = crop.size
-                if ch > rh or cw > rw:
-                    return None
-                p = crop.make_params((rh, rw), rng=rng)
-                top, left = p["top"], p["left"]
-            else:
-                ch, cw, top, left = rh, rw, 0, 0
-            if resize is None or (rh, rw) == (H, W):
-                box, clip = (left, top, left + cw, top + ch), True
-            else:
-                sx, sy = W / rw, H / rh
-                box, clip = (left * sx, top * sy, (left + cw) * sx, (top + ch) * sy), False
-            out = (ch, cw)
-        flip = False
-        ops = []
-        for t in self._post:
-            flip ^= _draw_post(t, (H, W), rng, ops)
-        return box, clip, out, flip, ops
+        r = draw(self._fused, np.array([[H, W]], np.int64), RngDraws(rng))
+        if r.generic[0]:
+            return None
+        ops = [(int(a), float(b)) for a, b in zip(r.ops[0, :r.n_ops[0]], r.factors[0, :r.n_ops[0]])]
+        return (tuple(r.box[0].tolist()), bool(r.clip[0]), tuple(int(v) for v in r.out[0]),
+                bool(r.flip[0]), ops)
 
     # -- output --------------------------------------------------------------------------
 
@@ -570,8 +536,8 @@ class Plan:
             return self._generic(img, rng, out)
         box, clip, (oh, ow), flip, ops = drawn
         view, ret = self._slot(out, (3, oh, ow))
-        resample_into_slot((buf, header), view, box=box, clip=clip, filt=self._filter, flip=flip,
-                      ops=ops, affine=self._affine, dct_scaling=self.dct_scaling,
+        resample_into_slot((buf, header), view, box=box, clip=clip, filt=self._fused.filter, flip=flip,
+                      ops=ops, affine=self._fused.affine, dct_scaling=self.dct_scaling,
                       strict=strict, max_pixels=limit, stacklevel=2)
         return ret
 
@@ -613,8 +579,8 @@ class Plan:
             return self._generic(img, rng, out)
         box, clip, (oh, ow), flip, ops = drawn
         view, ret = self._slot(out, (3, oh, ow))
-        resample_into_slot(img, view, box=box, clip=clip, filt=self._filter, source_size=(H, W),
-                      flip=flip, ops=ops, affine=self._affine)
+        resample_into_slot(img, view, box=box, clip=clip, filt=self._fused.filter, source_size=(H, W),
+                      flip=flip, ops=ops, affine=self._fused.affine)
         return ret
 
     # -- batches (turboloader.transforms._batch) -----------------------------------------
@@ -651,9 +617,7 @@ class Plan:
             >>> params = plan.prepare_batch(jpegs, keys)                   # doctest: +SKIP
             >>> result = plan.run_batch(jpegs, params, batch)              # doctest: +SKIP
         """
-        from turboloader.transforms import _batch
-
-        return _batch.prepare_batch(self, sources, keys, source_sizes=source_sizes,
+        return _batch.prepare_batch(self._fused, sources, keys, source_sizes=source_sizes,
                                     max_pixels=max_pixels)
 
     def run_batch(self, sources, params, out, /, *, rows=None, runner=None, strict=False,
@@ -686,7 +650,5 @@ class Plan:
             TypeError / ValueError: a bad ``out``, ``rows``, ``runner`` or ``params``
                 (a bad sample is a row status, never an exception).
         """
-        from turboloader.transforms import _batch
-
-        return _batch.run_batch(self, sources, params, out, rows=rows, runner=runner,
+        return _batch.run_batch(self._fused, sources, params, out, rows=rows, runner=runner,
                                 strict=strict, max_pixels=max_pixels)

@@ -1,0 +1,77 @@
+"""The window maths of a resample into a slot, written once, for a batch of rows.
+
+Which DCT scale to decode a source box at, and which window of the decoded image the filter
+reads: :func:`scale_num` and :func:`windows` work on ``(n, 2)`` arrays (one row per sample).
+The per-sample path (:func:`turboloader.decode._slot.resample_into_slot`,
+:func:`turboloader.decode.window_scale`, :func:`turboloader.decode.decode_window`) is a
+batch of one; the batch path (``turboloader.transforms._batch.prepare_batch``) passes the
+whole batch. Same float64 operations in the same order either way, so the two paths decode
+the same pixels.
+"""
+
+import numpy as np
+
+__all__ = []
+
+# Half-width of each filter's kernel at scale 1 (nearest, bilinear, bicubic); other codes: 2
+SUPPORT = {0: 0.5, 1: 1.0, 2: 2.0}
+
+_K = np.array([1, 2, 4], np.int64)
+
+
+def scale_num(box_wh, out_wh):
+    """The DCT scale numerator k per row: the smallest k in (1, 2, 4) at which the source
+    box (``box_wh``: ``(n, 2)`` full-resolution (width, height), floats allowed) is still
+    at least the output (``out_wh``: ``(n, 2)`` (width, height)) on both axes, else 8.
+    Returns ``int64 (n,)``."""
+    box_wh = np.asarray(box_wh)
+    out_wh = np.asarray(out_wh)
+    fits = (box_wh[:, None, :] * _K[None, :, None] >= out_wh[:, None, :] * 8).all(axis=2)
+    return np.where(fits.any(axis=1), _K[fits.argmax(axis=1)], 8)
+
+
+def windows(box, clip, out_hw, dims, f, filt):
+    """Where to decode and what to resample, per row.
+
+    Args:
+        box: ``float64 (n, 4)`` source boxes ``(x0, y0, x1, y1)`` in full-resolution pixels.
+        clip: a bool for every row, or ``bool (n,)``: the filter stops at the box (True)
+            or reads around it (False: the window is widened by the filter's reach, +2 for
+            rounding, clamped to the image).
+        out_hw: ``(n, 2)`` output (height, width).
+        dims: ``(n, 2)`` decoded image (width, height).
+        f: ``(n, 2)`` or ``(n, 1)`` decoded pixels per full-resolution pixel (x, y).
+        filt: the native filter code (:data:`SUPPORT`).
+
+    Returns:
+        ``(window, inner)``: ``float64 (n, 4)`` each, the window ``(x, y, width, height)``
+        in decoded pixels (integral values) and the box inside it ``(x0, y0, x1, y1)``.
+    """
+    lo = box[:, :2] * f
+    hi = np.minimum(box[:, 2:] * f, dims)
+    ilo_c, ihi_c = np.floor(lo), np.minimum(np.ceil(hi), dims)
+    if clip is True:
+        ilo, ihi = ilo_c, ihi_c
+    else:
+        m = SUPPORT.get(filt, 2.0) * np.maximum((hi - lo) / out_hw[:, ::-1], 1.0) + 2
+        if clip is False:
+            ilo, ihi = np.maximum(0, np.floor(lo - m)), np.minimum(dims, np.ceil(hi + m))
+        else:
+            c = np.asarray(clip)[:, None]
+            ilo = np.where(c, ilo_c, np.maximum(0, np.floor(lo - m)))
+            ihi = np.where(c, ihi_c, np.minimum(dims, np.ceil(hi + m)))
+    size = ihi - ilo
+    window = np.concatenate([ilo, size], axis=1)
+    inner = np.concatenate([lo - ilo, np.minimum(hi - ilo, size)], axis=1)
+    return window, inner
+
+
+def window_of_one(box, clip, out_size, decoded_size, scale, filt):
+    """:func:`windows` for one row, as Python numbers: ``(wx, wy, ww, wh, inner)`` with
+    ``inner = (x0, y0, x1, y1)``; ``out_size``, ``decoded_size``, ``scale``: (y, x) pairs."""
+    (dh, dw), (fy, fx) = decoded_size, scale
+    window, inner = windows(np.array([box], np.float64), bool(clip),
+                            np.array([out_size], np.float64), np.array([[dw, dh]], np.float64),
+                            np.array([[fx, fy]], np.float64), filt)
+    wx, wy, ww, wh = (int(v) for v in window[0])
+    return wx, wy, ww, wh, tuple(inner[0].tolist())
