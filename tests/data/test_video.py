@@ -186,3 +186,29 @@ def test_video_folder(tmp_path):
             assert torch.equal(clip, expected_clip(f.read(), 3, 0, i))
     clips, ys = next(iter(torch.utils.data.DataLoader(ds, batch_size=2, num_workers=2)))
     assert clips.shape == (2, 4, 3, 24, 24)
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_video_resume_continues_the_uninterrupted_pass(videos, backend):
+    paths, _ = videos
+
+    def make():
+        return turboloader.DataLoader(
+            turboloader.VideoDataset(paths, TF, frames_per_clip=3, stride=2, seed=1),
+            batch_size=2, num_workers=2, backend=backend)
+
+    dl = make()
+    dl.set_epoch(4)
+    whole = [(c.clone(), y.clone()) for c, y in dl]
+    dl = make()
+    dl.set_epoch(4)
+    it = iter(dl)
+    head = [next(it) for _ in range(2)]
+    state = dl.state_dict()
+    del it
+    again = make()
+    again.load_state_dict(state)
+    got = [(c.clone(), y.clone()) for c, y in head] + [(c.clone(), y.clone()) for c, y in again]
+    assert len(got) == len(whole)
+    for (a, la), (b, lb) in zip(got, whole):
+        assert torch.equal(la, lb) and torch.equal(a, b)
