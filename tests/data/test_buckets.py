@@ -155,3 +155,22 @@ def test_batched_on_the_thread_backend(shards):
     assert len(got) == len(ref) and all(len(y) == 7 for _, y in got)
     for (a, la), (b, lb) in zip(got, ref):
         assert torch.equal(la, lb) and torch.equal(a, b)
+
+
+def test_header_sizes_of_large_images_and_late_headers(tmp_path):
+    """Headers come from the first 64 KiB of a member; one whose SOF sits later (a large
+    ICC profile before it) is read whole."""
+    rng = np.random.default_rng(0)
+    big = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (300, 500, 3), dtype=np.uint8)).save(big, "JPEG",
+                                                                               quality=95)
+    late = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (100, 60, 3), dtype=np.uint8)).save(
+        late, "JPEG", icc_profile=bytes(rng.integers(0, 255, 150_000, dtype=np.uint8)))
+    assert len(big.getvalue()) > 1 << 16 and late.getvalue().find(b"\xff\xc0") > 1 << 16
+    path = write_tar(tmp_path / "h.tar", [("a.jpg", big.getvalue()), ("a.cls", b"0"),
+                                          ("b.jpg", late.getvalue()), ("b.cls", b"1")])
+    ds = TarDataset(path, None, shuffle=False)
+    got = {int(y): tuple(x.shape[2:]) for x, ys in ds.bucketed(1, BUCKETS) for y in ys}
+    assert got == {0: BUCKETS[nearest_bucket(300, 500, BUCKETS)],
+                   1: BUCKETS[nearest_bucket(100, 60, BUCKETS)]}

@@ -43,6 +43,7 @@ from turboloader.data._buffers import shared_pool
 from turboloader.data.failures import FailureLog
 from turboloader.data.reader import collate_labels, compact, fill_row
 from turboloader.errors import TurboLoaderError
+from turboloader.io.shards import TarShard
 
 __all__ = ["TarBuckets", "nearest_bucket"]
 
@@ -219,14 +220,14 @@ class TarBuckets(torch.utils.data.IterableDataset):
     def _read_header(self, st, url, j, buf):
         try:
             shard = st.shard(url)
-            if shard.random_access:
+            if isinstance(shard, TarShard):  # the first bytes only: one short pread
                 size = shard.image_size(j)
                 if size < 0:
                     return None
-                if size <= len(buf):
-                    n = shard.read_image_into(j, buf[:size])
-                    return _header_size(buf[:n])
-                return _header_size(bytes(shard.sample(j).image))
+                got = _header_size(buf[:shard.read_image_into(j, buf, head=True)])
+                if got is not None or size <= len(buf):
+                    return got
+                # a header past the first 64 KiB (a large EXIF block): the whole image
             rec = shard.sample(j)
             return None if rec.image is None else _header_size(bytes(rec.image))
         except TurboLoaderError:

@@ -13,7 +13,7 @@ from turboloader.data.reader import MapDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import UnreadableFileError
 
-__all__ = ["ImageFolder", "MAX_FILE_BYTES", "read_file"]
+__all__ = ["ImageFolder", "MAX_FILE_BYTES", "gather_file", "read_file"]
 
 #: The member-size limit: no image file larger than this is read (by ``ImageFolder`` or
 #: ``turboloader convert/inspect/verify``). Raise it with the environment variable
@@ -65,6 +65,25 @@ def read_file(path, /, *, max_bytes=None) -> bytes:
         raise UnreadableFileError(f"{path!r} is over the member-size limit of {limit} bytes "
                                   f"(raise it with TURBOLOADER_MAX_FILE_BYTES)")
     return data
+
+
+def gather_file(st, chunk, path, target, i, slot, epoch, counters):
+    """Add sample ``i`` (the file ``path``, label ``target``) to a map-style dataset's
+    ``chunk``: from the stream's cache when it holds it, else the file's bytes (counted as
+    read), or the ``UnreadableFileError`` that made it unreadable."""
+    cache = st.decoder.cache
+    if cache is not None and i in cache:
+        chunk.add(None, target, i, slot, epoch, cache_key=i)
+        return
+    t = time.perf_counter()
+    try:
+        data = read_file(path)
+    except UnreadableFileError as exc:
+        chunk.fail(exc, i, slot, epoch)
+        return
+    counters["read_s"] += time.perf_counter() - t
+    counters["bytes_read"] += len(data)
+    chunk.add(data, target, i, slot, epoch, cache_key=None if cache is None else i)
 
 
 class ImageFolder(MapDataset, torchvision.datasets.ImageFolder):
@@ -133,19 +152,7 @@ class ImageFolder(MapDataset, torchvision.datasets.ImageFolder):
         if self._custom_loader:  # the user's loader, then the transform: the generic path
             chunk.add(functools.partial(self.loader, path), target, i, slot, epoch)
             return
-        cache = st.decoder.cache
-        if cache is not None and i in cache:
-            chunk.add(None, target, i, slot, epoch, cache_key=i)
-            return
-        t = time.perf_counter()
-        try:
-            data = read_file(path)
-        except UnreadableFileError as exc:
-            chunk.fail(exc, i, slot, epoch)
-            return
-        counters["read_s"] += time.perf_counter() - t
-        counters["bytes_read"] += len(data)
-        chunk.add(data, target, i, slot, epoch, cache_key=None if cache is None else i)
+        gather_file(st, chunk, path, target, i, slot, epoch, counters)
 
     def _where(self, st, i):
         path = self.samples[i][0]

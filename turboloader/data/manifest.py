@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import time
 
 import torch.utils.data
 
-from turboloader.data.folder import read_file
+from turboloader.data.folder import gather_file
 from turboloader.data.reader import MapDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
-from turboloader.errors import ManifestError, UnreadableFileError
+from turboloader.errors import ManifestError
 from turboloader.io.manifest import read_manifest
 
 __all__ = ["ManifestDataset"]
@@ -126,19 +125,7 @@ class ManifestDataset(MapDataset, torch.utils.data.Dataset):
 
     def _gather(self, st, chunk, i, slot, epoch, counters):
         path, target = self.samples[i]
-        cache = st.decoder.cache
-        if cache is not None and i in cache:
-            chunk.add(None, target, i, slot, epoch, cache_key=i)
-            return
-        t = time.perf_counter()
-        try:
-            data = read_file(path)
-        except UnreadableFileError as exc:
-            chunk.fail(exc, i, slot, epoch)
-            return
-        counters["read_s"] += time.perf_counter() - t
-        counters["bytes_read"] += len(data)
-        chunk.add(data, target, i, slot, epoch, cache_key=None if cache is None else i)
+        gather_file(st, chunk, path, target, i, slot, epoch, counters)
 
     def _where(self, st, i):
         path = self.samples[i][0]

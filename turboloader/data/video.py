@@ -25,12 +25,11 @@ import numpy as np
 import torch
 import torchvision.datasets
 
-from turboloader.data.folder import read_file
+from turboloader.data.folder import gather_file, read_file
 from turboloader.data.reader import MapDataset, StreamReader
 from turboloader.data.tar_dataset import TarDataset, _TarReader
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.decode.video import VIDEO_EXTENSIONS, clip_indices, decode_frames, video_info
-from turboloader.errors import UnreadableFileError
 from turboloader.transforms._random import using_rng
 
 __all__ = ["VideoDataset", "VideoFolder"]
@@ -176,15 +175,7 @@ class VideoFolder(MapDataset, torchvision.datasets.DatasetFolder):
 
     def _gather(self, st, chunk, i, slot, epoch, counters):
         path, target = self.samples[i]
-        t = time.perf_counter()
-        try:
-            data = read_file(path)
-        except UnreadableFileError as exc:
-            chunk.fail(exc, i, slot, epoch)
-            return
-        counters["read_s"] += time.perf_counter() - t
-        counters["bytes_read"] += len(data)
-        chunk.add(data, target, i, slot, epoch)
+        gather_file(st, chunk, path, target, i, slot, epoch, counters)
 
     def _where(self, st, i):
         path = self.samples[i][0]

@@ -331,14 +331,15 @@ class TarShard:
             return -1
         return int(self._index.sizes[im])
 
-    def read_image_into(self, j: int, out, /) -> int:
+    def read_image_into(self, j: int, out, /, *, head=False) -> int:
         """Read sample ``j``'s image bytes into ``out`` (one ``pread``, no allocation);
-        returns their size. Call after :meth:`image_size` said there is an image.
+        returns their size (with ``head``: at most ``len(out)``, the start of the image).
+        Call after :meth:`image_size` said there is an image.
 
         Raises:
             TarFormatError: the file no longer holds the bytes (see :meth:`TarIndex.read_into`).
         """
-        return self._index.read_into(int(self._image[j]), out)
+        return self._index.read_into(int(self._image[j]), out, head=head)
 
     def where(self, j: int, /) -> tuple:
         """``(key, member, byte offset)`` of sample ``j`` (its image member, else its first),

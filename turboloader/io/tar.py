@@ -195,18 +195,21 @@ class TarIndex:
             raise self._truncated(i, start, size)
         return memoryview(data)
 
-    def read_into(self, i, out, /) -> int:
+    def read_into(self, i, out, /, *, head=False) -> int:
         """Read member ``i``'s data into the start of ``out`` (a writable bytes-like object
         of at least ``sizes[i]`` bytes, e.g. a slice of a buffer reused across batches) with
-        one ``pread`` and no allocation. Returns the member's size.
+        one ``pread`` and no allocation. Returns the bytes read: the member's size, or with
+        ``head=True`` at most ``len(out)`` (the start of a larger member, e.g. a header).
 
         Raises:
             IndexError, TarFormatError, ValueError: as :meth:`member`; ValueError also when
-                ``out`` is too small.
+                ``out`` is too small (without ``head``).
         """
         i, start, size = self._extent(i)
         view = memoryview(out).cast("B")
-        if len(view) < size:
+        if head:
+            size = min(size, len(view))
+        elif len(view) < size:
             raise ValueError(f"out holds {len(view)} bytes, member {i} needs {size}")
         got = os.preadv(self._fd, [view[:size]], start) if size else 0
         if got != size:
