@@ -14,7 +14,7 @@ import turboloader
 from turboloader import transforms as T
 from turboloader.decode.video import clip_indices, decode_frames, video_info
 from turboloader.errors import DecodeError
-from turboloader.transforms._random import sample_rng
+from turboloader.transforms._random import SampleRandom, sample_rng
 
 av = pytest.importorskip("av")
 
@@ -81,14 +81,10 @@ def expected_clip(data, seed, epoch, i, frames_per_clip=4, stride=2):
     the fused plan with the same draws."""
     rng = sample_rng(seed, epoch, i)
     (idx,) = clip_indices(FRAMES, frames_per_clip, stride, rng=rng)
-    state = rng.getstate()
+    key = rng.getrandbits(64)  # the frames' parameters: SampleRandom(key)'s, every frame
     every = pyav_frames(data)
     plan = T.plan(TF)
-    out = []
-    for j in idx:
-        rng.setstate(state)
-        out.append(plan.from_array(every[j], rng=rng))
-    return torch.stack(out)
+    return torch.stack([plan.from_array(every[j], rng=SampleRandom(key)) for j in idx])
 
 
 @pytest.fixture

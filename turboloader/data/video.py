@@ -6,7 +6,8 @@ from the sample's random stream (``sampling="random"``, train), or ``clips`` eve
 clips (``sampling="uniform"``, eval). Only the clip's frames are decoded, after a seek to the
 key frame before it (:mod:`turboloader.decode.video`). The transform runs with **one** set of
 drawn parameters for all frames of a clip, as torchvision v2 transforms a video: a turboloader
-pipeline that plans runs fused on each frame with the same draws (crop, flip, jitter); any
+pipeline that plans runs fused on all frames in one batch call with the same draws (those of
+``SampleRandom(key)``, ``key`` the sample generator's next 64 bits), crop, flip, jitter; any
 other transform gets the clip as a ``torchvision.tv_tensors.Video`` ``(T, C, H, W)`` uint8
 tensor. A sample is ``(clip, label)``: ``clip`` is ``(T, C, H, W)``, or ``(clips, T, C, H,
 W)`` for several uniform clips.
@@ -29,10 +30,19 @@ from turboloader.data.folder import gather_file, read_file
 from turboloader.data.reader import MapDataset, StreamReader
 from turboloader.data.tar_dataset import TarDataset, _TarReader
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
-from turboloader.decode.video import VIDEO_EXTENSIONS, clip_indices, decode_frames, video_info
-from turboloader.transforms._random import using_rng
+from turboloader.decode.video import VIDEO_EXTENSIONS, clip_indices, decode_clips
+from turboloader.transforms._batch import GENERIC, OK
+from turboloader.transforms._random import SampleRandom, using_rng
 
 __all__ = ["VideoDataset", "VideoFolder"]
+
+
+def _frame_key(rng) -> int:
+    """A 64-bit key drawn from the sample's generator: the frames' parameters are those of
+    ``SampleRandom(key)``."""
+    if hasattr(rng, "integers"):
+        return int(rng.integers(0, 1 << 63))
+    return int(rng.getrandbits(64))
 
 
 def _get_state(rng):
@@ -68,15 +78,13 @@ class _ClipDecoder:
 
     def transform_source(self, source, *, rng, source_size=None, counters=None, out=None):
         t = time.perf_counter()
-        n, _ = video_info(source)
-        clips = clip_indices(n, self.frames_per_clip, self.stride, rng=rng,
+        clips = decode_clips(source, self.frames_per_clip, self.stride, rng=rng,
                              sampling=self.sampling, clips=self.clips)
-        frames = decode_frames(source, [i for c in clips for i in c])
         if counters is not None:
             counters["decode_s"] += time.perf_counter() - t
             t = time.perf_counter()
         state = _get_state(rng)  # every frame (and clip) draws the same parameters
-        out = torch.stack([self._clip([frames[i] for i in c], rng, state) for c in clips])
+        out = torch.stack([self._clip(frames, rng, state) for frames in clips])
         if counters is not None:
             counters["transform_s"] += time.perf_counter() - t
         return out[0] if self.clips == 1 else out
@@ -84,12 +92,21 @@ class _ClipDecoder:
     def _clip(self, frames, rng, state):
         if self.transform is None:
             return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).contiguous()
-        if self.frame_plan is not None and self.frame_plan.output_shape is not None:
-            rows = []
-            for f in frames:
-                _set_state(rng, state)
-                rows.append(self.frame_plan.from_array(f, rng=rng))
-            return torch.stack(rows)
+        plan = self.frame_plan
+        if plan is not None and plan.output_shape is not None:
+            # every frame the same key: one batch call, one set of draws (those of
+            # SampleRandom(key) for each frame), decoded without the GIL
+            _set_state(rng, state)
+            key = _frame_key(rng)
+            keys = np.full(len(frames), key, np.uint64)
+            out = torch.empty((len(frames), *plan.output_shape), dtype=plan.output_dtype)
+            result = plan.run_batch(frames, plan.prepare_batch(frames, keys), out)
+            for t, status in enumerate(result.status.tolist()):
+                if status == GENERIC:  # a frame the batch path cannot do (as datasets do)
+                    plan.from_array(frames[t], rng=SampleRandom(key), out=out[t])
+                elif status != OK:
+                    raise result.errors[t]
+            return out
         from torchvision import tv_tensors
 
         _set_state(rng, state)

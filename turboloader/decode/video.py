@@ -14,7 +14,7 @@ import math
 
 from turboloader.errors import DecodeError, require
 
-__all__ = ["VIDEO_EXTENSIONS", "clip_indices", "decode_frames", "video_info"]
+__all__ = ["VIDEO_EXTENSIONS", "clip_indices", "decode_clips", "decode_frames", "video_info"]
 
 #: Member extensions read as videos.
 VIDEO_EXTENSIONS = ("mp4", "webm", "mkv", "avi", "mov")
@@ -43,6 +43,18 @@ def _rate(vs):
     return rate
 
 
+def _frame_count(container, vs, rate):
+    n = int(vs.frames or 0)
+    if n <= 0:
+        if vs.duration is not None and vs.time_base is not None:
+            n = int(math.floor(vs.duration * vs.time_base * rate + 1e-6))
+        elif container.duration:
+            n = int(math.floor(container.duration / 1_000_000 * rate + 1e-6))
+    if n <= 0:
+        raise DecodeError("cannot tell the number of frames of the video")
+    return n
+
+
 def video_info(data) -> tuple:
     """``(frames, fps)`` of the first video stream of encoded ``data``: the container's
     frame count, or (when it has none) its duration times its rate.
@@ -54,15 +66,7 @@ def video_info(data) -> tuple:
     try:
         vs = container.streams.video[0]
         rate = _rate(vs)
-        n = int(vs.frames or 0)
-        if n <= 0:
-            if vs.duration is not None and vs.time_base is not None:
-                n = int(math.floor(vs.duration * vs.time_base * rate + 1e-6))
-            elif container.duration:
-                n = int(math.floor(container.duration / 1_000_000 * rate + 1e-6))
-        if n <= 0:
-            raise DecodeError("cannot tell the number of frames of the video")
-        return n, float(rate)
+        return _frame_count(container, vs, rate), float(rate)
     finally:
         container.close()
 
@@ -112,36 +116,58 @@ def decode_frames(data, indices, /) -> dict:
     Raises:
         DecodeError: not a readable video, or frames missing (a truncated or corrupt file).
     """
-    want = sorted(set(int(i) for i in indices))
+    container = _open(data)
+    try:
+        return _frames(container, indices)
+    finally:
+        container.close()
+
+
+def decode_clips(data, frames_per_clip, stride, /, *, rng=None, sampling="random",
+                 clips=1) -> list:
+    """The clips of encoded ``data`` (see :func:`clip_indices`) as lists of ``(H, W, 3)``
+    uint8 RGB frames, the container opened once: its frame count, then the frames.
+
+    Raises:
+        DecodeError: not a readable video, or frames missing (a truncated or corrupt file).
+        ValueError: bad clip arguments.
+    """
     container = _open(data)
     try:
         vs = container.streams.video[0]
-        rate = _rate(vs)
-        tb = vs.time_base
-        start = vs.start_time or 0
-        first = want[0]
-        try:
-            if first > 0:
-                container.seek(start + int(first / rate / tb), stream=vs, backward=True,
-                               any_frame=False)
-            got = {}
-            wanted = set(want)
-            for frame in container.decode(vs):
-                if frame.pts is None:
-                    continue
-                idx = int(round(float((frame.pts - start) * tb * rate)))
-                if idx in wanted:
-                    got[idx] = frame.to_ndarray(format="rgb24")
-                if idx >= want[-1]:
-                    break
-        except DecodeError:
-            raise
-        except Exception as exc:  # FFmpeg's errors mid-stream
-            raise DecodeError(f"cannot decode video frames {want[0]}..{want[-1]}: {exc}") from None
-        missing = [i for i in want if i not in got]
-        if missing:
-            raise DecodeError(f"video frames {missing[:4]}{'...' if len(missing) > 4 else ''} "
-                              f"are missing (a truncated or corrupt file)")
-        return got
+        n = _frame_count(container, vs, _rate(vs))
+        chosen = clip_indices(n, frames_per_clip, stride, rng=rng, sampling=sampling,
+                              clips=clips)
+        frames = _frames(container, [i for c in chosen for i in c])
+        return [[frames[i] for i in c] for c in chosen]
     finally:
         container.close()
+
+
+def _frames(container, indices):
+    want = sorted(set(int(i) for i in indices))
+    vs = container.streams.video[0]
+    rate = _rate(vs)
+    tb = vs.time_base
+    start = vs.start_time or 0
+    try:
+        if want[0] > 0:
+            container.seek(start + int(want[0] / rate / tb), stream=vs, backward=True,
+                           any_frame=False)
+        got = {}
+        wanted = set(want)
+        for frame in container.decode(vs):
+            if frame.pts is None:
+                continue
+            idx = int(round(float((frame.pts - start) * tb * rate)))
+            if idx in wanted:
+                got[idx] = frame.to_ndarray(format="rgb24")
+            if idx >= want[-1]:
+                break
+    except Exception as exc:  # FFmpeg's errors mid-stream
+        raise DecodeError(f"cannot decode video frames {want[0]}..{want[-1]}: {exc}") from None
+    missing = [i for i in want if i not in got]
+    if missing:
+        raise DecodeError(f"video frames {missing[:4]}{'...' if len(missing) > 4 else ''} "
+                          f"are missing (a truncated or corrupt file)")
+    return got
