@@ -74,6 +74,13 @@ def _nbytes(shape, dtype) -> int:
     return numel * torch.empty((), dtype=dtype).element_size()
 
 
+def _span(shape, stride, itemsize) -> int:
+    """Bytes from a strided view's first element to the end of its last (0 when empty)."""
+    if not all(shape):
+        return 0
+    return (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * itemsize
+
+
 def _shm_free():
     """``(free, total)`` bytes of the shared-memory file system, or None where there is none."""
     try:
@@ -278,8 +285,7 @@ class BufferPool:
             if block is None or block.base is None:
                 return None
             offset = tensor.data_ptr() - block.ptr
-            span = (1 + sum((s - 1) * st for s, st in zip(tensor.shape, tensor.stride()))
-                    if tensor.numel() else 0) * tensor.element_size()
+            span = _span(tensor.shape, tensor.stride(), tensor.element_size())
             if offset < 0 or offset + span > block.nbytes:
                 return None
             if count:
@@ -367,8 +373,7 @@ def _received(base, offset, shape, stride, dtype, at):
     own storage, whose letting go of the memory counts the release."""
     dtype = _BY_NAME[dtype]
     array = base.numpy()
-    item = torch.empty((), dtype=dtype).element_size()
-    span = (1 + sum((s - 1) * st for s, st in zip(shape, stride))) * item if all(shape) else 0
+    span = _span(shape, stride, torch.empty((), dtype=dtype).element_size())
     flat = array[offset:offset + span].view(_NUMPY[dtype])
     receipt = _Receipt(array[at:at + 8].view(np.uint64))
     _receipts.add(receipt)
