@@ -9,6 +9,8 @@ under ``benchmarks/.venv-<name>`` (git-ignored):
   name is the same as this project's.
 - ``webdataset``: ``webdataset`` and its small dependencies.
 - ``spdl``: Meta's SPDL (``spdl``, which pulls ``spdl_io`` and ``spdl_core``).
+- ``dali``: NVIDIA DALI (``nvidia-dali-cuda120``, pinned), whose CPU pipeline runs with
+  ``device_id=None`` on a machine without a GPU.
 
 torch and torchvision are large; by default every venv *shares* them (and NumPy) with the
 interpreter running this script through a ``.pth`` file, so nothing multi-GB is downloaded
@@ -55,6 +57,9 @@ ENVS = {
     "spdl": (["spdl"], None,
              "import spdl.io, spdl.pipeline; import importlib.metadata as m; "
              "print('spdl', m.version('spdl'))"),
+    "dali": (["nvidia-dali-cuda120==2.4.0"], None,
+             "import nvidia.dali as d, nvidia.dali.fn, nvidia.dali.types; "
+             "print('nvidia-dali-cuda120', d.__version__)"),
 }
 
 
