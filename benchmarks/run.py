@@ -59,8 +59,17 @@ SYSTEMS = {
     "webdataset": ("WebDataset + v2 + DataLoader", "wds.py", "webdataset", "", False),
     "turboloader-pypi": ("TurboLoader 2.39.0 (PyPI, C++)", "tl_pypi.py", "turboloader-pypi", "", False),
     "spdl": ("SPDL pipeline (threads)", "spdl_sys.py", "spdl", "", False),
+    "dali": ("NVIDIA DALI CPU pipeline (device_id=None)", "dali_sys.py", "dali", "", False),
+    "turboloader-seekable": ("turboloader DataLoader(backend='threads'), --seekable shards", "tl_ours.py", None, "threads-seekable", True),
+    "turboloader-cache-fill": ("turboloader threads + cache: filling epoch", "tl_ours.py", None, "threads-cache-fill", True),
+    "turboloader-cache": ("turboloader threads + cache: epoch from the cache", "tl_ours.py", None, "threads-cache", True),
     LIMIT: ("libjpeg-turbo full decode alone, 1 thread x workers", "decode_limit.py", None, "", True),
 }
+# systems that run only some pipelines, and those that skip the corrupt-sample pass (they
+# share the thread backend's failure policy, which its own row already shows)
+ONLY_PIPELINES = {"turboloader-cache-fill": ("train",), "turboloader-cache": ("train",)}
+NO_CORRUPT = {"turboloader-seekable", "turboloader-cache-fill", "turboloader-cache"}
+THREADS = "turboloader-threads"  # what the DALI, seekable and cache rows are compared with
 
 
 # ---------------------------------------------------------------- data
@@ -110,6 +119,47 @@ def prepare_data(root: Path, n: int, seed: int, hires: bool, workers: int, *,
     (tmp / "manifest.json").write_text(json.dumps(meta, indent=1, default=str))
     tmp.rename(root)
     return root
+
+
+def prepare_seekable(data: Path, workers: int, log=print) -> dict:
+    """Write (once) ``data/shards-seekable/``: ``turboloader convert shards/ shards-seekable/
+    --to tar --seekable --no-shuffle`` (this checkout's turboloader, same shard size) and return
+    what it took: {"command", "seconds", "bytes_in", "bytes_out"} or {"error"}."""
+    dst = data / "shards-seekable"
+    meta_f = data / "seekable.json"
+    if meta_f.exists() and dst.is_dir():
+        return json.loads(meta_f.read_text())
+    shard_size = json.loads((data / "manifest.json").read_text())["shard_size"]
+    tmp = data / "shards-seekable.tmp"
+    cmd = [sys.executable, "-m", "turboloader", "convert", str(data / "shards"), str(tmp),
+           "--to", "tar", "--seekable", "--no-shuffle", "--shard-size", str(shard_size),
+           "-j", str(max(workers, 1)), "--overwrite"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    log(f"converting {data / 'shards'} -> {dst} (--seekable) ...")
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(REPO))
+    dt = time.perf_counter() - t0
+    shown = "turboloader convert shards/ shards-seekable/ " + " ".join(cmd[6:-1])
+    if p.returncode != 0:
+        err = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+        return {"command": shown, "error": f"convert exited {p.returncode}: {err[:300]}"}
+
+    def jpeg_bytes(folder):
+        import tarfile
+        total = 0
+        for f in sorted(folder.glob("*.tar")):
+            with tarfile.open(f) as t:
+                total += sum(m.size for m in t.getmembers() if m.name.endswith(".jpg"))
+        return total
+
+    meta = {"command": shown, "seconds": round(dt, 2), "bytes_in": jpeg_bytes(data / "shards"),
+            "bytes_out": jpeg_bytes(tmp), "shards": len(list(tmp.glob("*.tar")))}
+    import shutil
+    if dst.exists():
+        shutil.rmtree(dst)
+    tmp.rename(dst)
+    meta_f.write_text(json.dumps(meta, indent=1))
+    return meta
 
 
 # ---------------------------------------------------------------- machine
@@ -201,6 +251,12 @@ class Sampler(threading.Thread):
             self.halt.wait(self.period)
 
 
+def pipelines_of(key, a) -> str:
+    """The pipelines system ``key`` runs: --pipelines, less those it does not do."""
+    only = ONLY_PIPELINES.get(key)
+    return ",".join(p for p in a.pipelines.split(",") if p and (only is None or p in only))
+
+
 class Handle:
     """One system's process, driven step by step (see ``_harness.gate``)."""
 
@@ -210,6 +266,10 @@ class Handle:
         self.result = None
         self.peaks, self.phase, self.tail = {}, "startup", []
         self.proc = None
+        why = getattr(a, "unavailable", {}).get(key)
+        if why:
+            self.result = {"system": key, "unavailable": why}
+            return
         if venv:
             st, detail = setup_envs.status(venv)
             if st != "ok":
@@ -225,10 +285,13 @@ class Handle:
         cmd = [py, str(SYSTEMS_DIR / script), "--data", str(data), "--out", str(self.out),
                "--epochs", str(a.epochs), "--warmup", str(a.warmup), "--workers",
                str(a.workers), "--batch", str(a.batch), "--seed", str(a.seed),
-               "--pipelines", a.pipelines, "--thumbs", str(self.thumbs)]
+               "--pipelines", pipelines_of(key, a), "--thumbs", str(self.thumbs)]
         if variant:
             cmd += ["--variant", variant]
-        if corrupt is not None and key != LIMIT:
+        if key in ("turboloader-cache-fill", "turboloader-cache"):
+            cmd += ["--cache", a.cache_size, "--cache-short-side", str(a.cache_short_side),
+                    "--epochs", str(a.cache_epochs)]  # the last --epochs wins
+        if corrupt is not None and key != LIMIT and key not in NO_CORRUPT:
             cmd += ["--corrupt-data", str(corrupt)]
         env = dict(os.environ)
         env.pop("PYTHONPATH", None)  # keeps this repo's turboloader away from PyPI's
@@ -417,6 +480,21 @@ def build_report(a, results, mach, cmdline, started, duration, data_meta):
             vers.setdefault(k, set()).add(str(v))
     lines.append("- versions: " + "; ".join(f"{k} {'/'.join(sorted(v))}" for k, v in
                                             sorted(vers.items()) if k != "PIL module"))
+    seek = getattr(a, "seekable_meta", None)
+    if seek:
+        if "error" in seek:
+            lines.append(f"- seekable shards: `{seek['command']}` failed: {seek['error']}")
+        else:
+            lines.append(f"- seekable shards: `{seek['command']}` took {seek['seconds']:.1f} s "
+                         f"({data_meta['n'] / seek['seconds']:.0f} images/s, made once and "
+                         f"reused while the data dir is kept); JPEG bytes "
+                         f"{seek['bytes_out'] / 1e6:.2f} MB vs {seek['bytes_in'] / 1e6:.2f} MB "
+                         f"({seek['bytes_out'] / seek['bytes_in']:.3f}x)")
+    if any(k in results for k in ("turboloader-cache-fill", "turboloader-cache")):
+        lines.append(f"- cache rows: `TarDataset(..., cache={a.cache_size!r}, cache_short_side="
+                     f"{a.cache_short_side or None})`, thread backend, {a.cache_epochs} timed "
+                     f"epochs each (filling: a new loader before every epoch; from the cache: "
+                     f"after a filling warm-up epoch)")
     lines.append("")
     for pl in pipelines:
         desc = ("RandomResizedCrop(224) + RandomHorizontalFlip + Normalize, shuffled"
@@ -429,6 +507,8 @@ def build_report(a, results, mach, cmdline, started, duration, data_meta):
         lrate = (lim or {}).get("pipelines", {}).get(pl, {}).get("images_per_s")
         for key, r in results.items():
             label = SYSTEMS[key][0]
+            if key in ONLY_PIPELINES and pl not in ONLY_PIPELINES[key]:
+                continue
             if "unavailable" in r:
                 lines.append(f"| {label} | not run: {r['unavailable']} | | | | | | | |")
                 continue
@@ -474,11 +554,12 @@ def build_report(a, results, mach, cmdline, started, duration, data_meta):
                          f"{p['cpu_s_per_image'] * 1e3:.2f} | {'yes' if has_labels else '**no**'} | "
                          f"{once} | {notes} |")
         lines.append("")
+    lines.extend(ratio_section(results, pipelines))
     lines.append("## Corrupt sample (one truncated JPEG among 32, val pipeline, one epoch)\n")
     lines.append("| system | what happened |")
     lines.append("|---|---|")
     for key, r in results.items():
-        if key == LIMIT or "unavailable" in r:
+        if key == LIMIT or "unavailable" in r or key in NO_CORRUPT:
             continue
         c = r.get("corrupt")
         if any("not available yet" in str(p.get("error", "")) for p in r.get("pipelines", {}).values()):
@@ -500,6 +581,61 @@ def build_report(a, results, mach, cmdline, started, duration, data_meta):
     return "\n".join(lines)
 
 
+def _rate_cpu(results, key, pl):
+    p = (results.get(key) or {}).get("pipelines", {}).get(pl) or {}
+    return p.get("images_per_s"), p.get("cpu_s_per_image")
+
+
+# (label, numerator system, denominator system, {pipeline: (target, text)})
+RATIOS = [
+    ("turboloader threads ÷ NVIDIA DALI CPU", THREADS, "dali",
+     {"train": (2.0, "≥ 2"), "val": (2.0, "≥ 2")}),
+    ("seekable shards ÷ original shards (thread backend)", "turboloader-seekable", THREADS, {}),
+    ("seekable shards ÷ full-decode limit", "turboloader-seekable", LIMIT,
+     {"train": (1.3, "≥ 1.3"), "val": (1.15, "≥ 1.15")}),
+    ("original shards ÷ full-decode limit (thread backend)", THREADS, LIMIT, {}),
+    ("cache, filling epoch ÷ uncached epoch (thread backend)", "turboloader-cache-fill", THREADS,
+     {"train": (0.8, "≥ 0.8")}),
+    ("cache, epoch from the cache ÷ uncached epoch (thread backend)", "turboloader-cache",
+     THREADS, {"train": (5.0, "≥ 5")}),
+]
+
+
+def ratio_section(results, pipelines):
+    """Issue 22's same-run ratios: by images/s (wall) and by CPU time per image (steadier on
+    a shared machine: other processes' load moves wall time far more than CPU time)."""
+    rows = []
+    for label, num, den, targets in RATIOS:
+        if num not in results or den not in results:
+            continue
+        cells, verdicts = [], []
+        for pl in pipelines:
+            rn, cn = _rate_cpu(results, num, pl)
+            rd, cd = _rate_cpu(results, den, pl)
+            if num in ONLY_PIPELINES and pl not in ONLY_PIPELINES[num]:
+                cells += ["", ""]
+                continue
+            r = rn / rd if rn and rd else None
+            c = cd / cn if cn and cd else None
+            cells += [_fmt(r, ".2f"), _fmt(c, ".2f")]
+            if pl in targets and r is not None:
+                t, txt = targets[pl]
+                verdicts.append(f"{pl} {txt}: {'met' if r >= t else '**not met**'}")
+            elif pl in targets:
+                verdicts.append(f"{pl} {targets[pl][1]}: not measured")
+        rows.append(f"| {label} | " + " | ".join(cells) + f" | {'; '.join(verdicts)} |")
+    if not rows:
+        return []
+    head = " | ".join(f"{pl} (images/s) | {pl} (CPU time)" for pl in pipelines)
+    out = ["## Ratios of issue 22 (same run)\n",
+           "images/s: the ratio of the two rows' median epochs (wall time); CPU time: the "
+           "inverse ratio of their CPU ms per image (whole process tree), which other load on "
+           "the machine moves much less. Targets are judged on images/s.\n",
+           f"| ratio | {head} | target (images/s) |",
+           "|---|" + "---:|" * (2 * len(pipelines)) + "---|", *rows, ""]
+    return out
+
+
 def chart(a, results, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -513,6 +649,8 @@ def chart(a, results, path):
     y = 0
     for k in reversed(keys):
         for j, pl in enumerate(pipelines):
+            if k in ONLY_PIPELINES and pl not in ONLY_PIPELINES[k]:
+                continue
             p = results[k].get("pipelines", {}).get(pl, {})
             b = base.get(pl, {}).get("images_per_s")
             v = p.get("images_per_s") / b if (p.get("images_per_s") and b) else 0
@@ -560,6 +698,12 @@ def main(argv=None):
                     help="seconds to wait for a system to exit after its last step")
     ap.add_argument("--sequential", action="store_true",
                     help="run systems one after another instead of interleaving their epochs")
+    ap.add_argument("--cache-size", default="4GB",
+                    help="cache rows: TarDataset(cache=...) per decode thread (default 4GB)")
+    ap.add_argument("--cache-short-side", type=int, default=0,
+                    help="cache rows: TarDataset(cache_short_side=...) (default 0: full size)")
+    ap.add_argument("--cache-epochs", type=int,
+                    help="cache rows: timed epochs of each (default: --epochs)")
     a = ap.parse_args(argv)
     if a.n is None:
         a.n = 512 if a.quick else (256 if a.hires else 2048)
@@ -567,6 +711,8 @@ def main(argv=None):
             a.n = 64
     if a.epochs is None:
         a.epochs = 1 if a.quick else 3
+    if a.cache_epochs is None:
+        a.cache_epochs = a.epochs
     keys = [k for k in a.systems.split(",") if k]
     unknown = [k for k in keys if k not in SYSTEMS]
     if unknown:
@@ -590,6 +736,13 @@ def main(argv=None):
     corrupt = prepare_data(data_root / f"bench-corrupt32-s{a.seed}", 32, a.seed + 1, False,
                            a.workers, corrupt=True)
     data_meta = json.loads((data / "manifest.json").read_text())
+    a.unavailable = {}
+    a.seekable_meta = None
+    if "turboloader-seekable" in keys:
+        a.seekable_meta = prepare_seekable(data, a.workers)
+        if "error" in a.seekable_meta:
+            a.unavailable["turboloader-seekable"] = ("`turboloader convert --seekable` failed: "
+                                                     + a.seekable_meta["error"])
     tag = a.tag or ("quick" if a.quick else "full") + ("-hires" if a.hires else "")
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

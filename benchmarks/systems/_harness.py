@@ -7,7 +7,10 @@ A system script defines ``build(args, pipeline, root) -> Loader`` and calls
   float32 N x 3 x 224 x 224 tensor or array (normalised), ``labels`` a tensor/array of N ints or
   ``None`` when the system delivers no labels;
 - ``note`` (str, optional): how this system was configured, semantics that differ;
-- ``close()`` (optional).
+- ``close()`` (optional);
+- ``before_epoch(e, timed)`` (optional): untimed set-up of epoch ``e``, called before its clock
+  starts (a cache variant builds a fresh loader there);
+- ``cache_note()`` (optional): a line appended to ``note`` after the timed epochs.
 
 The script runs in its own process (the runner starts one per system), prints ``@@PHASE <name>``
 and ``@@END <name>`` lines around each pipeline so the runner can attribute peak memory, and
@@ -56,6 +59,9 @@ def parse_args(argv=None):
     ap.add_argument("--out", required=True, help="result JSON")
     ap.add_argument("--thumbs", help="write val thumbnails here (.npy)")
     ap.add_argument("--variant", default="", help="system-specific variant")
+    ap.add_argument("--cache", default="4GB", help="decoded-sample cache size (cache variants)")
+    ap.add_argument("--cache-short-side", type=int, default=0,
+                    help="cache_short_side of the cache variants (0: full size)")
     return ap.parse_args(argv)
 
 
@@ -230,6 +236,12 @@ def _phase(tag, name):
     print(f"@@{tag} {name}", flush=True)
 
 
+def _before(loader, e, timed):
+    hook = getattr(loader, "before_epoch", None)
+    if hook:
+        hook(e, timed)
+
+
 def run_pipeline(build, args, pipeline, root):
     n = manifest(root)["n"]
     res = {"pipeline": pipeline, "n": n}
@@ -242,6 +254,7 @@ def run_pipeline(build, args, pipeline, root):
         warm = []
         for w in range(args.warmup):
             gate(f"{pipeline}:warmup{w}")
+            _before(loader, w, False)
             dt, count, lab, idx, cpu = run_epoch(loader, w, stats=stats if w == 0 else None,
                                                  thumbs=thumbs if w == 0 else None)
             warm.append({"seconds": dt, "images": count, "labels": _check(lab, idx, n),
@@ -262,6 +275,7 @@ def run_pipeline(build, args, pipeline, root):
         epochs = []
         for e in range(args.warmup, args.warmup + args.epochs):
             gate(f"{pipeline}:epoch{e}")
+            _before(loader, e, True)
             dt, count, lab, idx, cpu = run_epoch(loader, e)
             epochs.append({"seconds": dt, "images": count, "labels": _check(lab, idx, n),
                            "cpu_s": cpu})
@@ -272,6 +286,10 @@ def run_pipeline(build, args, pipeline, root):
         res["rates"] = rates
         res["cpu_s_per_image"] = sum(ep["cpu_s"] for ep in epochs) / max(timed_images, 1)
         res["labels"] = sorted({ep["labels"] for ep in epochs + warm})
+        extra = getattr(loader, "cache_note", None)
+        extra = extra() if extra else ""
+        if extra:
+            res["note"] = f"{res['note']}; {extra}" if res["note"] else extra
     finally:
         close = getattr(loader, "close", None)
         if close:

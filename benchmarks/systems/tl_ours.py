@@ -1,7 +1,14 @@
 """This project's turboloader: TarDataset or ImageFolder through torch's DataLoader, or the
 thread backend (``turboloader.DataLoader(..., backend="threads")``) once it exists.
 
-``--variant tar|tar-batched|folder|threads``. The transforms are ``turboloader.transforms`` with
+``--variant tar|tar-batched|folder|threads|threads-seekable|threads-cache-fill|threads-cache``.
+``threads-seekable`` is the thread backend on the ``shards-seekable/`` copy that run.py makes
+with ``turboloader convert SRC DST --seekable``. ``threads-cache-fill`` and ``threads-cache``
+are the thread backend with ``TarDataset(..., cache=--cache, cache_short_side=--cache-short-side)``:
+``-fill`` starts every epoch with a new dataset and loader (an empty cache; built before the
+epoch's clock starts), so each timed epoch is a filling one; ``threads-cache`` keeps one
+loader, whose first (warm-up) epoch fills the cache, so the timed epochs are served from it
+(the thread backend keeps its decode threads' readers, and so their caches, across epochs). The transforms are ``turboloader.transforms`` with
 torchvision's names, which the datasets fuse into one native decode -> crop/resize -> flip ->
 normalise call per sample. Train shuffles (TarDataset shuffles itself; ImageFolder through the
 DataLoader's sampler); val reads in order. ``on_error="skip", max_failures=2`` is used in the
@@ -66,7 +73,7 @@ class Loader:
             self.note = (f"ImageFolder({pol}), fused turboloader.transforms, "
                          f"DataLoader(shuffle={train}, num_workers={args.workers}, "
                          "persistent_workers=True), set_epoch each epoch")
-        elif args.variant == "threads":
+        elif args.variant.startswith("threads"):
             DataLoader = getattr(tl, "DataLoader", None)
             if DataLoader is None:  # written but not yet exported from the package
                 try:
@@ -74,14 +81,50 @@ class Loader:
                 except ImportError:
                     raise Unavailable("not available yet: turboloader has no DataLoader "
                                       "(thread backend) in this checkout") from None
-            urls = sorted(glob.glob(f"{root}/shards/*.tar"))
-            self.ds = tl.TarDataset(urls, tf, shuffle=train, seed=args.seed, **pol)
-            self.dl = DataLoader(self.ds, batch_size=args.batch, num_workers=args.workers,
-                                 backend="threads")
-            self.note = (f"turboloader.DataLoader(TarDataset, backend='threads', "
+            sub = "shards-seekable" if args.variant == "threads-seekable" else "shards"
+            urls = sorted(glob.glob(f"{root}/{sub}/*.tar"))
+            if not urls:
+                raise Unavailable(f"no shards in {root}/{sub}")
+            if args.variant.startswith("threads-cache"):
+                pol["cache"] = args.cache
+                pol["cache_short_side"] = args.cache_short_side or None
+
+            def make():
+                ds = tl.TarDataset(urls, tf, shuffle=train, seed=args.seed, **pol)
+                return ds, DataLoader(ds, batch_size=args.batch, num_workers=args.workers,
+                                      backend="threads")
+            self._make = make
+            self.ds, self.dl = make()
+            self._used = False
+            self.note = (f"turboloader.DataLoader(TarDataset({sub}/, {len(urls)} shards, "
+                         f"shuffle={train}, {pol}), backend='threads', "
                          f"num_workers={args.workers})")
+            if args.variant == "threads-seekable":
+                self.note += "; shards from `turboloader convert shards/ shards-seekable/ --seekable`"
+            elif args.variant == "threads-cache-fill":
+                self.note += "; a new dataset + loader (empty cache) before every epoch: each epoch fills"
+            elif args.variant == "threads-cache":
+                self.note += "; one loader: the warm-up epoch fills the cache, timed epochs read it"
         else:
             raise ValueError(f"unknown variant {args.variant!r}")
+
+    def before_epoch(self, e, timed):
+        """Untimed set-up of epoch ``e`` (called by the harness before the clock starts)."""
+        if self.variant == "threads-cache-fill" and self._used:
+            self.close()
+            self.ds, self.dl = self._make()  # an empty cache
+        elif self.variant == "threads-cache" and timed and not self._used:
+            for _ in self.epoch(e):  # --warmup 0: fill the cache anyway, untimed
+                pass
+        self._used = True
+
+    def cache_note(self):
+        if not self.variant.startswith("threads-cache"):
+            return ""
+        st = self.ds.stats()
+        hits, misses = st.get("cache_hits", 0), st.get("cache_misses", 0)
+        return (f"cache over this loader's epochs: {hits} hits, {misses} misses, "
+                f"{st.get('cache_bytes', 0) / 2**20:.0f} MiB held")
 
     def epoch(self, e):
         if hasattr(self.ds, "set_epoch"):
@@ -97,7 +140,10 @@ class Loader:
                               else str(st)[:200])
 
     def close(self):
-        del self.dl
+        dl = self.__dict__.pop("dl", None)
+        close = getattr(dl, "close", None) or getattr(dl, "shutdown", None)
+        if close:
+            close()
 
 
 def build(args, pipeline, root):
