@@ -72,9 +72,18 @@ class Loader:
                      + "; DALIGenericIterator (CPU tensors, LastBatchPolicy.PARTIAL)")
 
     def epoch(self, e):
-        for batch in self.it:
-            d = batch[0]
-            yield d["images"], d["labels"].reshape(-1)
+        try:
+            for batch in self.it:
+                d = batch[0]
+                yield d["images"], d["labels"].reshape(-1)
+        except RuntimeError as exc:
+            # DALI's message ends with "Current pipeline object is no longer valid."; the cause
+            # ("Failed to decode sample #15 : class_00031/00031.jpg") is the line to report
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            cause = next((ln for ln in lines if ln.startswith("Failed to ")), None)
+            if cause is None:
+                raise
+            raise RuntimeError(f"DALI: {cause}") from exc
 
     def close(self):
         del self.it, self.pipe
