@@ -117,3 +117,68 @@ def test_bench_video_runs():
                          env=subprocess_env())
     assert out.returncode == 0, out.stderr[-2000:]
     assert "turboloader" in out.stdout and "pyav+torchvision" in out.stdout
+
+
+def test_issue22_ratio_section_divides_rows_of_the_run():
+    """The ratio table divides the named rows (images/s, and CPU time inverted) and judges the
+    targets; cache rows (train only) leave their val cells empty."""
+    def res(train, val=None, cpu=1e-3):
+        pl = {"train": {"images_per_s": train, "cpu_s_per_image": cpu}}
+        if val is not None:
+            pl["val"] = {"images_per_s": val, "cpu_s_per_image": cpu}
+        return {"pipelines": pl}
+
+    results = {"turboloader-threads": res(2000, 1800), "dali": res(800, 1000, cpu=2e-3),
+               "turboloader-cache-fill": res(1700), "turboloader-cache": res(8000, cpu=2e-4),
+               "decode-limit": res(2000, 2000)}
+    lines = run.ratio_section(results, ["train", "val"])
+    rows = {ln.split(" | ")[0].strip("| "): [c.strip() for c in ln.strip("|").split("|")]
+            for ln in lines if ln.startswith("| ") and not ln.startswith("| ratio")}
+    dali = rows["turboloader threads ÷ NVIDIA DALI CPU"]
+    assert dali[1:5] == ["2.50", "2.00", "1.80", "2.00"]
+    assert "train ≥ 2: met" in dali[5] and "val ≥ 2: **not met**" in dali[5]
+    hit = rows["cache, epoch from the cache ÷ uncached epoch (thread backend)"]
+    assert hit[1:5] == ["4.00", "5.00", "", ""] and "**not met**" in hit[5]
+    fill = rows["cache, filling epoch ÷ uncached epoch (thread backend)"]
+    assert fill[1] == "0.85" and "met" in fill[5] and "not met" not in fill[5]
+    assert not any("seekable" in k for k in rows)  # no seekable row was run
+
+
+@pytest.mark.slow
+def test_issue22_rows_run(tmp_path):
+    """The seekable and cache rows run on tiny data and deliver every sample once; a DALI
+    venv that failed to install shows its reason in the row."""
+    real_status = run.setup_envs.status
+
+    def status(name):
+        if name == "dali":
+            return "failed", "pip install nvidia-dali-cuda120==2.4.0: ERROR: simulated failure"
+        return real_status(name)
+
+    run.setup_envs.status = status
+    try:
+        rc = run.main(["--quick", "--n", "16", "--batch", "8", "--workers", "1",
+                       "--systems", "turboloader-threads,dali,turboloader-seekable,"
+                       "turboloader-cache-fill,turboloader-cache,decode-limit",
+                       "--cache-short-side", "128", "--cache-epochs", "2",
+                       "--data-root", str(tmp_path / "data"), "--out-dir", str(tmp_path),
+                       "--tag", "i22"])
+    finally:
+        run.setup_envs.status = real_status
+    assert rc == 0
+    md = (tmp_path / "i22.md").read_text()
+    res = json.loads((tmp_path / "i22.json").read_text())["results"]
+    for key in ("turboloader-seekable", "turboloader-cache-fill", "turboloader-cache"):
+        pls = res[key]["pipelines"]
+        assert set(pls) == ({"train"} if "cache" in key else {"train", "val"}), key
+        for p in pls.values():
+            assert p["labels"] == ["ok"] and p["images_per_s"] > 0, (key, p)
+    assert len(res["turboloader-cache"]["pipelines"]["train"]["epochs"]) == 2
+    assert "simulated failure" in md and "seekable shards: `turboloader convert" in md
+    ratios = md.split("## Ratios of issue 22", 1)[1].split("\n## ", 1)[0]
+    assert "seekable shards ÷ full-decode limit" in ratios
+    assert "cache, epoch from the cache ÷ uncached epoch" in ratios
+    dali = next(ln for ln in ratios.splitlines() if "NVIDIA DALI" in ln)
+    assert "train ≥ 2: not measured" in dali  # its venv failed: the target is not judged
+    hits = res["turboloader-cache"]["pipelines"]["train"]["note"]
+    assert re.search(r"cache over this loader's epochs: [1-9]\d* hits", hits), hits
