@@ -555,6 +555,9 @@ def build_report(a, results, mach, cmdline, started, duration, data_meta):
                          f"{once} | {notes} |")
         lines.append("")
     lines.extend(ratio_section(results, pipelines))
+    same = seekable_pixels(results)
+    if same:
+        lines[-1:-1] = [same]
     lines.append("## Corrupt sample (one truncated JPEG among 32, val pipeline, one epoch)\n")
     lines.append("| system | what happened |")
     lines.append("|---|---|")
@@ -599,6 +602,21 @@ RATIOS = [
     ("cache, epoch from the cache ÷ uncached epoch (thread backend)", "turboloader-cache",
      THREADS, {"train": (5.0, "≥ 5")}),
 ]
+
+
+def seekable_pixels(results) -> str:
+    """A line saying whether the seekable shards' val output equals the original shards'
+    (their 8x8-pooled thumbnails of every image, keyed by label), or ''."""
+    a, b = results.get(THREADS, {}), results.get("turboloader-seekable", {})
+    if not (a.get("thumbs_file") and b.get("thumbs_file")):
+        return ""
+    ta, tb = np.load(a["thumbs_file"]), np.load(b["thumbs_file"])
+    if ta.shape != tb.shape:
+        return f"Seekable vs original shards, val: thumbnails of different shapes {tb.shape} / {ta.shape}.\n"
+    d = float(np.nanmax(np.abs(ta - tb))) if ta.size else float("nan")
+    verdict = "identical" if d == 0 else f"**differ** (max abs difference {d:.4f})"
+    return (f"Seekable vs original shards, val output (every image's 8x8-pooled thumbnail, by "
+            f"label): {verdict}.\n")
 
 
 def ratio_section(results, pipelines):

@@ -177,6 +177,7 @@ def test_issue22_rows_run(tmp_path):
     assert "simulated failure" in md and "seekable shards: `turboloader convert" in md
     ratios = md.split("## Ratios of issue 22", 1)[1].split("\n## ", 1)[0]
     assert "seekable shards ÷ full-decode limit" in ratios
+    assert "Seekable vs original shards, val output" in ratios and ": identical." in ratios
     assert "cache, epoch from the cache ÷ uncached epoch" in ratios
     dali = next(ln for ln in ratios.splitlines() if "NVIDIA DALI" in ln)
     assert "train ≥ 2: not measured" in dali  # its venv failed: the target is not judged
