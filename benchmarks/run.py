@@ -69,6 +69,30 @@ SYSTEMS = {
 # share the thread backend's failure policy, which its own row already shows)
 ONLY_PIPELINES = {"turboloader-cache-fill": ("train",), "turboloader-cache": ("train",)}
 NO_CORRUPT = {"turboloader-seekable", "turboloader-cache-fill", "turboloader-cache"}
+CACHE_KEYS = ("turboloader-cache-fill", "turboloader-cache")
+CACHE_SIDE = {}  # cache row key -> its cache_short_side (0: full size); set by expand_cache_rows
+_CACHE_LABELS = {k: SYSTEMS[k][0] for k in CACHE_KEYS}
+
+
+def expand_cache_rows(keys, sides):
+    """One pair of cache rows per short side of ``--cache-short-side``: the first side keeps
+    the plain keys, the others get ``-s<side>`` keys (registered in SYSTEMS on the fly)."""
+    out = []
+    for k in keys:
+        if k not in CACHE_KEYS:
+            out.append(k)
+            continue
+        for i, side in enumerate(sides):
+            key = k if i == 0 else f"{k}-s{side}"
+            _, script, venv, variant, repo = SYSTEMS[k]
+            head, tail = _CACHE_LABELS[k].split(": ", 1)
+            SYSTEMS[key] = (f"{head} (cache_short_side={side or None}): {tail}", script, venv,
+                            variant, repo)
+            ONLY_PIPELINES[key] = ONLY_PIPELINES[k]
+            NO_CORRUPT.add(key)
+            CACHE_SIDE[key] = side
+            out.append(key)
+    return out
 THREADS = "turboloader-threads"  # what the DALI, seekable and cache rows are compared with
 
 
@@ -288,8 +312,8 @@ class Handle:
                "--pipelines", pipelines_of(key, a), "--thumbs", str(self.thumbs)]
         if variant:
             cmd += ["--variant", variant]
-        if key in ("turboloader-cache-fill", "turboloader-cache"):
-            cmd += ["--cache", a.cache_size, "--cache-short-side", str(a.cache_short_side),
+        if key in CACHE_SIDE:
+            cmd += ["--cache", a.cache_size, "--cache-short-side", str(CACHE_SIDE[key]),
                     "--epochs", str(a.cache_epochs)]  # the last --epochs wins
         if corrupt is not None and key != LIMIT and key not in NO_CORRUPT:
             cmd += ["--corrupt-data", str(corrupt)]
@@ -490,9 +514,10 @@ def build_report(a, results, mach, cmdline, started, duration, data_meta):
                          f"reused while the data dir is kept); JPEG bytes "
                          f"{seek['bytes_out'] / 1e6:.2f} MB vs {seek['bytes_in'] / 1e6:.2f} MB "
                          f"({seek['bytes_out'] / seek['bytes_in']:.3f}x)")
-    if any(k in results for k in ("turboloader-cache-fill", "turboloader-cache")):
+    if any(k in results for k in CACHE_SIDE):
+        sides = " / ".join(str(x or None) for x in a.cache_short_sides)
         lines.append(f"- cache rows: `TarDataset(..., cache={a.cache_size!r}, cache_short_side="
-                     f"{a.cache_short_side or None})`, thread backend, {a.cache_epochs} timed "
+                     f"{sides})` (per decode thread), thread backend, {a.cache_epochs} timed "
                      f"epochs each (filling: a new loader before every epoch; from the cache: "
                      f"after a filling warm-up epoch)")
     lines.append("")
@@ -597,11 +622,23 @@ RATIOS = [
     ("seekable shards ÷ full-decode limit", "turboloader-seekable", LIMIT,
      {"train": (1.3, "≥ 1.3"), "val": (1.15, "≥ 1.15")}),
     ("original shards ÷ full-decode limit (thread backend)", THREADS, LIMIT, {}),
-    ("cache, filling epoch ÷ uncached epoch (thread backend)", "turboloader-cache-fill", THREADS,
-     {"train": (0.8, "≥ 0.8")}),
-    ("cache, epoch from the cache ÷ uncached epoch (thread backend)", "turboloader-cache",
+    ("cache{}, filling epoch ÷ uncached epoch (thread backend)", "turboloader-cache-fill",
+     THREADS, {"train": (0.8, "≥ 0.8")}),
+    ("cache{}, epoch from the cache ÷ uncached epoch (thread backend)", "turboloader-cache",
      THREADS, {"train": (5.0, "≥ 5")}),
 ]
+
+
+def _ratio_rows(results):
+    """RATIOS with one pair of cache rows per cache short side present in ``results``."""
+    for label, num, den, targets in RATIOS:
+        if num not in CACHE_KEYS:
+            yield label, num, den, targets
+            continue
+        for key in results:
+            if key == num or (key.startswith(num + "-s") and key in CACHE_SIDE):
+                side = CACHE_SIDE.get(key, 0)
+                yield label.format(f" (cache_short_side={side or None})"), key, den, targets
 
 
 def seekable_pixels(results) -> str:
@@ -623,7 +660,7 @@ def ratio_section(results, pipelines):
     """Issue 22's same-run ratios: by images/s (wall) and by CPU time per image (steadier on
     a shared machine: other processes' load moves wall time far more than CPU time)."""
     rows = []
-    for label, num, den, targets in RATIOS:
+    for label, num, den, targets in _ratio_rows(results):
         if num not in results or den not in results:
             continue
         cells, verdicts = [], []
@@ -718,8 +755,9 @@ def main(argv=None):
                     help="run systems one after another instead of interleaving their epochs")
     ap.add_argument("--cache-size", default="4GB",
                     help="cache rows: TarDataset(cache=...) per decode thread (default 4GB)")
-    ap.add_argument("--cache-short-side", type=int, default=0,
-                    help="cache rows: TarDataset(cache_short_side=...) (default 0: full size)")
+    ap.add_argument("--cache-short-side", default="0",
+                    help="cache rows: TarDataset(cache_short_side=...), a comma list gives a "
+                         "pair of rows per value (default 0: full size)")
     ap.add_argument("--cache-epochs", type=int,
                     help="cache rows: timed epochs of each (default: --epochs)")
     a = ap.parse_args(argv)
@@ -731,10 +769,16 @@ def main(argv=None):
         a.epochs = 1 if a.quick else 3
     if a.cache_epochs is None:
         a.cache_epochs = a.epochs
+    try:
+        a.cache_short_sides = [int(x) for x in str(a.cache_short_side).split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--cache-short-side: a comma list of ints, not {a.cache_short_side!r}")
+    a.cache_short_sides = a.cache_short_sides or [0]
     keys = [k for k in a.systems.split(",") if k]
     unknown = [k for k in keys if k not in SYSTEMS]
     if unknown:
         ap.error(f"unknown systems {unknown}")
+    keys = expand_cache_rows(keys, a.cache_short_sides)
     # the baseline first (others are compared with it), the limit last
     keys = ([BASELINE] if BASELINE in keys else []) + [k for k in keys if k not in (BASELINE, LIMIT)] \
         + ([LIMIT] if LIMIT in keys else [])

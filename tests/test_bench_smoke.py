@@ -137,9 +137,10 @@ def test_issue22_ratio_section_divides_rows_of_the_run():
     dali = rows["turboloader threads ÷ NVIDIA DALI CPU"]
     assert dali[1:5] == ["2.50", "2.00", "1.80", "2.00"]
     assert "train ≥ 2: met" in dali[5] and "val ≥ 2: **not met**" in dali[5]
-    hit = rows["cache, epoch from the cache ÷ uncached epoch (thread backend)"]
+    hit = rows["cache (cache_short_side=None), epoch from the cache ÷ uncached epoch (thread "
+               "backend)"]
     assert hit[1:5] == ["4.00", "5.00", "", ""] and "**not met**" in hit[5]
-    fill = rows["cache, filling epoch ÷ uncached epoch (thread backend)"]
+    fill = rows["cache (cache_short_side=None), filling epoch ÷ uncached epoch (thread backend)"]
     assert fill[1] == "0.85" and "met" in fill[5] and "not met" not in fill[5]
     assert not any("seekable" in k for k in rows)  # no seekable row was run
 
@@ -160,7 +161,7 @@ def test_issue22_rows_run(tmp_path):
         rc = run.main(["--quick", "--n", "16", "--batch", "8", "--workers", "1",
                        "--systems", "turboloader-threads,dali,turboloader-seekable,"
                        "turboloader-cache-fill,turboloader-cache,decode-limit",
-                       "--cache-short-side", "128", "--cache-epochs", "2",
+                       "--cache-short-side", "0,128", "--cache-epochs", "2",
                        "--data-root", str(tmp_path / "data"), "--out-dir", str(tmp_path),
                        "--tag", "i22"])
     finally:
@@ -168,7 +169,8 @@ def test_issue22_rows_run(tmp_path):
     assert rc == 0
     md = (tmp_path / "i22.md").read_text()
     res = json.loads((tmp_path / "i22.json").read_text())["results"]
-    for key in ("turboloader-seekable", "turboloader-cache-fill", "turboloader-cache"):
+    for key in ("turboloader-seekable", "turboloader-cache-fill", "turboloader-cache",
+                "turboloader-cache-fill-s128", "turboloader-cache-s128"):
         pls = res[key]["pipelines"]
         assert set(pls) == ({"train"} if "cache" in key else {"train", "val"}), key
         for p in pls.values():
@@ -178,7 +180,9 @@ def test_issue22_rows_run(tmp_path):
     ratios = md.split("## Ratios of issue 22", 1)[1].split("\n## ", 1)[0]
     assert "seekable shards ÷ full-decode limit" in ratios
     assert "Seekable vs original shards, val output" in ratios and ": identical." in ratios
-    assert "cache, epoch from the cache ÷ uncached epoch" in ratios
+    for side in ("None", "128"):
+        assert f"cache (cache_short_side={side}), epoch from the cache ÷ uncached" in ratios
+    assert "'cache_short_side': 128" in res["turboloader-cache-s128"]["pipelines"]["train"]["note"]
     dali = next(ln for ln in ratios.splitlines() if "NVIDIA DALI" in ln)
     assert "train ≥ 2: not measured" in dali  # its venv failed: the target is not judged
     hits = res["turboloader-cache"]["pipelines"]["train"]["note"]
