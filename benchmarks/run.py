@@ -29,6 +29,7 @@ import math
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -326,9 +327,11 @@ class Handle:
         self.t0 = time.time()
         self.busy = 0.0
         self.cpu_end, self.idle_cpu = None, 0.0
+        # its own process group, so that pause() stops its workers and threads too
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env,
-                                     cwd=str(workdir))
+                                     cwd=str(workdir), start_new_session=True)
+        self.paused = False
         self.alive = True
 
     def read_until_ready(self, sampler, first=False):
@@ -363,6 +366,19 @@ class Handle:
             total += sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")
         return total
 
+    def pause(self, stop=True):
+        """SIGSTOP (``stop``) or SIGCONT this system's process group: while another system
+        has its turn, nothing of this one runs (a pipeline that computes ahead, as DALI's
+        prefetch queue does across an epoch's end, would otherwise do part of its next
+        epoch's work off the clock and steal CPU from the system being timed)."""
+        if self.proc is None or self.proc.poll() is not None or self.paused == stop:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+            self.paused = stop
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def step(self, sampler):
         t = time.time()
         c = self.tree_cpu()
@@ -370,12 +386,15 @@ class Handle:
             self.idle_cpu += max(0.0, c - self.cpu_end)
         with sampler.lock:
             sampler.active = self
+        self.pause(False)
         try:
             self.proc.stdin.write("go\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass
         ok = self.read_until_ready(sampler)
+        if ok and self.pause_between:
+            self.pause(True)
         sampler.sample(self)
         with sampler.lock:
             sampler.active = None
@@ -419,14 +438,22 @@ def run_lockstep(keys, a, data, corrupt, workdir, log):
     for h in live:  # imports run concurrently; wait for each to be ready
         h.read_until_ready(sampler, first=True)
     live = [h for h in live if h.alive]
+    for h in live:
+        h.pause_between = not a.no_pause
+        if h.pause_between:
+            h.pause(True)
     r = 0
-    while live:
-        order = live[r % len(live):] + live[: r % len(live)]
-        for h in order:
-            if not h.step(sampler):
-                print(f"[{h.key}] done ({h.busy:.0f} s of work)", flush=True)
-        live = [h for h in live if h.alive]
-        r += 1
+    try:
+        while live:
+            order = live[r % len(live):] + live[: r % len(live)]
+            for h in order:
+                if not h.step(sampler):
+                    print(f"[{h.key}] done ({h.busy:.0f} s of work)", flush=True)
+            live = [h for h in live if h.alive]
+            r += 1
+    finally:
+        for h in handles:  # never leave a stopped process behind
+            h.pause(False)
     sampler.halt.set()
     return {h.key: h.finish(a.timeout) for h in handles}
 
@@ -751,6 +778,9 @@ def main(argv=None):
     ap.add_argument("--tag", help="output file stem (default: derived from the options)")
     ap.add_argument("--timeout", type=float, default=120,
                     help="seconds to wait for a system to exit after its last step")
+    ap.add_argument("--no-pause", action="store_true",
+                    help="let systems run while waiting for their turn (default: each waiting "
+                         "system's process group is stopped with SIGSTOP)")
     ap.add_argument("--sequential", action="store_true",
                     help="run systems one after another instead of interleaving their epochs")
     ap.add_argument("--cache-size", default="4GB",

@@ -52,15 +52,27 @@ def _pipeline(args, pipeline, root):
     return pipe()
 
 
+def _cause(exc):
+    """DALI's message ends with "Current pipeline object is no longer valid."; the cause
+    ("Failed to decode sample #15 : class_00031/00031.jpg") is the line to report."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    cause = next((ln for ln in lines if ln.startswith("Failed to ")), None)
+    return RuntimeError(f"DALI: {cause}") if cause else exc
+
+
 class Loader:
     def __init__(self, args, pipeline, root):
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
         self.pipe = _pipeline(args, pipeline, root)
         self.pipe.build()
-        self.it = DALIGenericIterator([self.pipe], ["images", "labels"], reader_name="Reader",
-                                      last_batch_policy=LastBatchPolicy.PARTIAL,
-                                      auto_reset=True)
+        try:  # the iterator runs the pipeline ahead at once: a bad file can fail here
+            self.it = DALIGenericIterator([self.pipe], ["images", "labels"],
+                                          reader_name="Reader",
+                                          last_batch_policy=LastBatchPolicy.PARTIAL,
+                                          auto_reset=True)
+        except RuntimeError as exc:
+            raise _cause(exc) from exc
         train = pipeline == "train"
         self.note = ("DALI CPU pipeline (device_id=None, num_threads="
                      f"{args.workers}, batch {args.batch}): readers.file(ImageFolder tree"
@@ -77,13 +89,7 @@ class Loader:
                 d = batch[0]
                 yield d["images"], d["labels"].reshape(-1)
         except RuntimeError as exc:
-            # DALI's message ends with "Current pipeline object is no longer valid."; the cause
-            # ("Failed to decode sample #15 : class_00031/00031.jpg") is the line to report
-            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-            cause = next((ln for ln in lines if ln.startswith("Failed to ")), None)
-            if cause is None:
-                raise
-            raise RuntimeError(f"DALI: {cause}") from exc
+            raise _cause(exc) from exc
 
     def close(self):
         del self.it, self.pipe
