@@ -19,6 +19,13 @@ once), CPU seconds per image (process tree, timed epochs), and the correctness c
 labels delivered, every sample exactly once per epoch, output statistics against the
 baseline's, and what happened to a truncated JPEG in a separate pass.
 
+Issue 22's rows: NVIDIA DALI's CPU pipeline (``dali``), the thread backend on shards rewritten
+by ``turboloader convert --seekable`` (``turboloader-seekable``), and the decoded-sample cache's
+filling epoch and epoch from the cache (``turboloader-cache-fill``, ``turboloader-cache``;
+``--cache-size``, ``--cache-short-side 0,160``, ``--cache-epochs``), with a table of their
+ratios to rows of the same run. Systems run one step at a time; a waiting one is stopped
+(SIGSTOP), so none computes ahead off the clock.
+
 Writes ``benchmarks/results/<tag>.md`` (+ ``.json`` with everything measured, ``.png`` chart).
 """
 from __future__ import annotations
