@@ -10,7 +10,10 @@ normalize, batch ``--batch``:
   cache and the recycled buffers);
 * fill: the first epoch of a fresh dataset with the cache on (each sample decoded whole, at
   the DCT scale for ``cache_short_side``, into the cache's memory);
-* cached: the epoch after the fill (every sample from memory when the cache holds them).
+* cached: the epoch after the fill (every sample from memory when the cache holds them);
+* partial (``--partial F``): a cache sized to a fraction F of what the fill stored per
+  stream, its third epoch (each later epoch serves the admitted share from memory and
+  decodes the rest as uncached).
 
 Each round builds fresh datasets and runs the rows back to back, so a neighbour's load hits
 them alike; per row the median over ``--rounds`` is kept. Two measures: wall images/s, and
@@ -79,6 +82,8 @@ def main(argv=None):
     p.add_argument("--cache", default="8GB", help="cache size per stream (default 8GB)")
     p.add_argument("--short-sides", default="0,160",
                    help="cache_short_side values to measure, 0 = full size (default 0,160)")
+    p.add_argument("--partial", type=float, default=0.0,
+                   help="also time a cache holding this fraction of the data (default: off)")
     p.add_argument("--workdir", default=str(HERE / "data"))
     a = p.parse_args(argv)
 
@@ -102,13 +107,22 @@ def main(argv=None):
             rows.setdefault(("fill", s), []).append(_epoch(dl, ds, 0))
             rows.setdefault(("cached", s), []).append(_epoch(dl, ds, 1))
             st = ds.stats(epoch=1)
-            rows.setdefault(("stats", s), []).append(
-                (st["cache_hit_rate"], st["cache_bytes"] / a.n))
+            hit = st["cache_hits"] / max(1, st["cache_hits"] + st["cache_misses"])
+            rows.setdefault(("stats", s), []).append((hit, st["cache_bytes"] / a.n))
+            if a.partial:
+                size = int(a.partial * st["cache_bytes"] / a.threads)
+                dl, ds = loader(cache=size, cache_short_side=s)
+                for e in (0, 1):
+                    _epoch(dl, ds, e)
+                rows.setdefault(("partial", s), []).append(_epoch(dl, ds, 2))
+                st = ds.stats(epoch=2)
+                hit = st["cache_hits"] / max(1, st["cache_hits"] + st["cache_misses"])
+                rows.setdefault(("pstats", s), []).append((hit, st["cache_bytes"] / a.n))
             del dl, ds
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
 
     med = {k: (statistics.median(v[0] for v in vs), statistics.median(v[1] for v in vs))
-           for k, vs in rows.items() if k[0] != "stats"}
+           for k, vs in rows.items() if k[0] not in ("stats", "pstats")}
     base_ips, base_cpu = med["uncached"]
     print(f"`python benchmarks/bench_cache.py {' '.join(argv if argv is not None else sys.argv[1:])}`"
           f" ({time.strftime('%Y-%m-%d')})\n")
@@ -124,9 +138,14 @@ def main(argv=None):
     print(f"| uncached | | {base_ips:.0f} | 1.00 | {base_cpu:.0f} | 1.00 | | |")
     for s in sides:
         hit, per = rows[("stats", s)][-1]
-        for kind in ("fill", "cached"):
+        for kind in ("fill", "cached", "partial"):
+            if (kind, s) not in med:
+                continue
             ips, cpu = med[(kind, s)]
-            extra = f"{hit:.2f} | {per / 1e3:.0f} KB" if kind == "cached" else " | "
+            if kind == "partial":
+                hit, per = rows[("pstats", s)][-1]
+                kind = f"partial ({a.partial:g}), epoch 3"
+            extra = f"{hit:.2f} | {per / 1e3:.0f} KB" if kind != "fill" else " | "
             print(f"| {kind} | {s or 'full size'} | {ips:.0f} | {ips / base_ips:.2f} | "
                   f"{cpu:.0f} | {base_cpu / cpu:.2f} | {extra} |")
 

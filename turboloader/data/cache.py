@@ -132,7 +132,7 @@ class ByteLRU:
                 "bytes": self.nbytes, "items": len(self._data), "capacity": self.capacity}
 
 
-_SLAB = 64 << 20   # bytes mapped at a time (the last slab is cut to the capacity left)
+_SLAB = 16 << 20   # bytes mapped at a time (the last slab is cut to the capacity left)
 _ALIGN = 64        # every slot starts on a cache line
 
 
@@ -147,7 +147,7 @@ class SampleCache:
 
     Nothing is ever evicted or rewritten, so an entry's memory stays valid as long as
     anything refers to it. :meth:`reserve` hands out a slot of a slab (memory mapped
-    ``64 MiB`` at a time, never more than ``capacity`` in all) that the caller decodes into
+    ``16 MiB`` at a time, never more than ``capacity`` in all) that the caller decodes into
     and then :meth:`put` s; once the slabs are full, :meth:`reserve` answers None and the
     sample is counted as not admitted. Thread-safe (a lock around each operation): the
     thread backend's decode threads may share one (map-style datasets).

@@ -142,22 +142,16 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
 
         hdr = decode_jpeg_header(data)
         size = (hdr.height, hdr.width)
-        if alloc is None:
-            arr = decode_jpeg(data, min_size=(s, s), max_pixels=max_pixels) if s else \
-                decode_jpeg(data, max_pixels=max_pixels)
-            return arr, size
         k = int(pick_scale(size, (s, s)) * 8) if s else 8
-        h, w = (hdr.height * k + 7) // 8, (hdr.width * k + 7) // 8
-        if max_pixels is not None and hdr.height * hdr.width > max_pixels:
-            k = 8   # decode_jpeg refuses it, before anything is allocated
-            buf = None
-        else:
+        out = None
+        # (over max_pixels: decode_jpeg refuses it before anything is allocated)
+        if alloc is not None and (max_pixels is None or hdr.height * hdr.width <= max_pixels):
+            h, w = (hdr.height * k + 7) // 8, (hdr.width * k + 7) // 8
             buf = alloc(h * w * 3)
             if buf is None:
                 return None, size
-        return decode_jpeg(data, scale=Fraction(k, 8),
-                           out=None if buf is None else buf.reshape(h, w, 3),
-                           max_pixels=max_pixels), size
+            out = buf.reshape(h, w, 3)
+        return decode_jpeg(data, scale=Fraction(k, 8), out=out, max_pixels=max_pixels), size
     img = decode_pil(data, max_pixels)
     size = (img.height, img.width)
     if s and min(size) > s:
