@@ -4,13 +4,14 @@ thread backend (``turboloader.DataLoader(..., backend="threads")``) once it exis
 ``--variant tar|tar-batched|folder|threads|threads-seekable|threads-cache-fill|threads-cache``.
 ``threads-seekable`` is the thread backend on the ``shards-seekable/`` copy that run.py makes
 with ``turboloader convert SRC DST --seekable``. ``threads-cache-fill`` and ``threads-cache``
-are the thread backend with ``TarDataset(..., cache=--cache, cache_short_side=--cache-short-side)``:
-``-fill`` starts every epoch with a new dataset and loader (an empty cache; built before the
+are the thread backend with ``TarDataset(..., cache=--cache,
+cache_short_side=--cache-short-side)``: ``-fill`` starts every epoch with a new dataset and loader (an empty cache; built before the
 epoch's clock starts), so each timed epoch is a filling one; ``threads-cache`` keeps one
 loader, whose first (warm-up) epoch fills the cache, so the timed epochs are served from it
-(the thread backend keeps its decode threads' readers, and so their caches, across epochs). The transforms are ``turboloader.transforms`` with
-torchvision's names, which the datasets fuse into one native decode -> crop/resize -> flip ->
-normalise call per sample. Train shuffles (TarDataset shuffles itself; ImageFolder through the
+(the thread backend keeps its decode threads' readers, and so their caches, across epochs).
+
+The transforms are ``turboloader.transforms`` with torchvision's names, which the datasets
+fuse into one native decode -> crop/resize -> flip -> normalise call per sample. Train shuffles (TarDataset shuffles itself; ImageFolder through the
 DataLoader's sampler); val reads in order. ``on_error="skip", max_failures=2`` is used in the
 corrupt-sample pass only (the default, "raise", everywhere else).
 """
