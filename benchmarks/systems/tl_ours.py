@@ -124,7 +124,9 @@ class Loader:
             return ""
         st = self.ds.stats()
         hits, misses = st.get("cache_hits", 0), st.get("cache_misses", 0)
-        return (f"cache over this loader's epochs: {hits} hits, {misses} misses, "
+        rate = st.get("cache_hit_rate")
+        rate = f" (hit rate {rate:.2f})" if isinstance(rate, float) else ""
+        return (f"cache over this loader's epochs: {hits} hits, {misses} misses{rate}, "
                 f"{st.get('cache_bytes', 0) / 2**20:.0f} MiB held")
 
     def epoch(self, e):
