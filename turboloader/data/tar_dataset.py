@@ -364,6 +364,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         from turboloader.data.fields import Fields
 
         self._fields = None if fields is None else Fields(fields)
+        if self._fields is not None:
+            self._fields.check_transform(transform)
         if self._fields is not None and target_transform is not None:
             raise ValueError("target_transform applies to the label of (image, label) samples; "
                              "with fields=, transform the fields you get instead")

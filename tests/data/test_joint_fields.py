@@ -1,0 +1,287 @@
+"""Mask and boxes fields (``MaskField`` / ``BoxesField``) transformed inside the datasets with
+the image's drawn parameters.
+
+The oracle: torchvision v2's own transforms, their ``make_params`` returning the parameters
+that turboloader's classes draw from the sample's generator ``sample_rng(seed, epoch, i)``,
+applied to the decoded image, the stored mask and the stored boxes. Masks and boxes must be
+equal; the image equal to the fused per-sample call (and close to v2's, DCT scaling aside).
+"""
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.utils.data
+from helpers.shards import write_tar
+from PIL import Image
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+
+import turboloader
+from turboloader import transforms as T
+from turboloader.data import BoxesField, MaskField, TarDataset, collate_fields
+from turboloader.errors import SampleError
+from turboloader.transforms._random import sample_rng
+
+H, W = 48, 64
+N = 18
+SEED = 5
+PALETTE = np.array([(240, 240, 240), (220, 40, 40), (40, 60, 220), (40, 200, 60)], np.uint8)
+
+
+def sample_arrays(i):
+    """``(mask (H, W) uint8, boxes [[x0, y0, x1, y1]], labels)`` of sample ``i``."""
+    rng = np.random.default_rng(i)
+    mask = np.zeros((H, W), np.uint8)
+    boxes, labels = [], []
+    for k in range(int(rng.integers(0, 4))):  # 0..3 objects, one per third of the width
+        cls = int(rng.integers(1, 4))
+        x0 = int(rng.integers(k * W // 3, (k + 1) * W // 3 - 10))
+        x1 = int(rng.integers(x0 + 6, (k + 1) * W // 3 + 1))
+        y0 = int(rng.integers(0, H - 12))
+        y1 = int(rng.integers(y0 + 6, H + 1))
+        mask[y0:y1, x0:x1] = cls
+        boxes.append([x0, y0, x1, y1])
+        labels.append(cls)
+    return mask, boxes, labels
+
+
+def encode(arr, fmt, **kw):
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def members(i, *, skip=()):
+    mask, boxes, labels = sample_arrays(i)
+    key = f"s{i:04d}"
+    out = [(f"{key}.jpg", encode(PALETTE[mask], "JPEG", quality=95)),
+           (f"{key}.seg.png", encode(mask, "PNG")),
+           (f"{key}.json", json.dumps({"boxes": boxes, "labels": labels}).encode()),
+           (f"{key}.cls", str(i).encode())]
+    return [m for m in out if m[0].split(".", 1)[1] not in skip]
+
+
+@pytest.fixture
+def shards(tmp_path):
+    all_members = [m for i in range(N) for m in members(i)]
+    third = len(all_members) // 3 // 4 * 4
+    return [write_tar(tmp_path / "j-0.tar", all_members[:third]),
+            write_tar(tmp_path / "j-1.tar", all_members[third:])]
+
+
+FIELDS = ("jpg", MaskField("seg.png"), BoxesField("json", key="boxes"), "json", "cls",
+          "__key__")
+
+
+def pipelines():
+    """name -> (turboloader pipeline, its torchvision v2 geometric transforms, fuses)."""
+    return {
+        "rrc_flip": (T.Compose([T.RandomResizedCrop(24, scale=(0.3, 1.0)),
+                                T.RandomHorizontalFlip(), T.ToTensor()]),
+                     [v2.RandomResizedCrop(24, scale=(0.3, 1.0)), v2.RandomHorizontalFlip()]),
+        "resize_center_flip": (T.Compose([T.Resize(30), T.CenterCrop(28),
+                                           T.RandomHorizontalFlip(), T.ToTensor()]),
+                                [v2.Resize(30), v2.CenterCrop(28), v2.RandomHorizontalFlip()]),
+        "affine": (T.Compose([T.RandomAffine(15, translate=(0.1, 0.1), scale=(0.8, 1.1)),
+                              T.RandomCrop(40), T.ToTensor()]),
+                   [v2.RandomAffine(15, translate=(0.1, 0.1), scale=(0.8, 1.1)),
+                    v2.RandomCrop(40)]),
+    }
+
+
+def v2_reference(name, i, epoch, *, seed=SEED):
+    """torchvision v2's ``(image float, mask, boxes)`` of sample ``i`` with the parameters
+    turboloader's classes draw from ``sample_rng(seed, epoch, i)``."""
+    ours, tvs = pipelines()[name]
+    mask, boxes, _ = sample_arrays(i)
+    img = tv_tensors.Image(torch.from_numpy(np.array(Image.open(io.BytesIO(
+        members(i)[0][1])).convert("RGB"))).permute(2, 0, 1))
+    inputs = (img, tv_tensors.Mask(torch.from_numpy(mask)),
+              tv_tensors.BoundingBoxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
+                                       format="XYXY", canvas_size=(H, W)))
+    rng = sample_rng(seed, epoch, i)
+    for t, tv in zip(ours.transforms, tvs):
+        params = t.make_params(tuple(inputs[0].shape[-2:]), rng=rng)
+        if isinstance(t, (T.RandomHorizontalFlip, T.RandomVerticalFlip)):
+            flip = params.get("flip", params.get("apply"))
+            tv = type(tv)(p=1.0 if flip else 0.0)
+        else:
+            tv.make_params = lambda flat, p=params: dict(p)
+        inputs = tv(*inputs)
+    img, m, b = inputs
+    return img.float() / 255, m, b
+
+
+def check(sample, name, epoch, *, seed=SEED):
+    image, mask, boxes, target, cls, key = sample
+    i = int(key[1:])
+    assert cls == i and target["labels"] == sample_arrays(i)[2]
+    ref_img, ref_mask, ref_boxes = v2_reference(name, i, epoch, seed=seed)
+    assert type(mask) is tv_tensors.Mask or mask.ndim == 2
+    assert torch.equal(torch.as_tensor(mask), torch.as_tensor(ref_mask)), key
+    assert isinstance(boxes, tv_tensors.BoundingBoxes)
+    assert boxes.canvas_size == ref_boxes.canvas_size == tuple(image.shape[-2:])
+    assert boxes.format == tv_tensors.BoundingBoxFormat.XYXY
+    assert torch.allclose(boxes.as_subclass(torch.Tensor), ref_boxes.as_subclass(torch.Tensor),
+                          atol=1e-4), key
+    assert image.shape == ref_img.shape
+    assert (image - ref_img).abs().mean() < 6 / 255  # fused with DCT scaling
+
+
+@pytest.mark.filterwarnings("ignore::turboloader.errors.UnfusedWarning")
+@pytest.mark.parametrize("name", ["rrc_flip", "resize_center_flip", "affine"])
+def test_mask_and_boxes_equal_torchvision_v2(shards, name):
+    pipe = pipelines()[name][0]
+    fuses = T.plan(pipe) is not None
+    assert fuses == (name != "affine")
+    ds = TarDataset(shards, pipe, fields=FIELDS, seed=SEED)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        got = list(ds)
+        assert sorted(s[-1] for s in got) == [f"s{i:04d}" for i in range(N)]
+        for s in got:
+            check(s, name, epoch)
+            if fuses:  # the image is the fused per-sample call's, bit for bit
+                i = int(s[-1][1:])
+                assert torch.equal(s[0], T.plan(pipe).from_jpeg(members(i)[0][1],
+                                                                 rng=sample_rng(SEED, epoch, i)))
+
+
+def test_masks_line_up_with_the_image(shards):
+    ds = TarDataset(shards, pipelines()["rrc_flip"][0], fields=FIELDS, seed=SEED)
+    pal = torch.from_numpy(PALETTE).float() / 255
+    for image, mask, *_ in ds:
+        nearest = ((image.permute(1, 2, 0)[..., None, :] - pal) ** 2).sum(-1).argmin(-1)
+        assert (nearest == mask).float().mean() > 0.9
+
+
+@pytest.mark.parametrize("how", ["torch2", "threads", "processes", "batched"])
+def test_every_loader_every_sample_once(shards, how):
+    name = "rrc_flip"
+    ds = TarDataset(shards, pipelines()[name][0], fields=FIELDS, seed=SEED)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        if how == "torch2":
+            dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2,
+                                             collate_fn=collate_fields)
+        elif how in ("threads", "processes"):
+            dl = turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend=how,
+                                        collate_fn=collate_fields if how == "processes"
+                                        else None)
+            dl.set_epoch(epoch)
+        else:
+            dl = torch.utils.data.DataLoader(ds.batched(4), batch_size=None, num_workers=2)
+        batches = list(dl)  # all kept to the end: no buffer was rewritten under them
+        keys = []
+        for images, masks, boxes, targets, cls, bkeys in batches:
+            assert images.shape[1:] == (3, 24, 24) and masks.shape[1:] == (24, 24)
+            assert isinstance(boxes, list) and len(boxes) == len(bkeys)
+            for k in range(len(bkeys)):
+                # JSON of one shape is collated as default_collate does (transposed lists)
+                target = {"labels": [int(t[k]) for t in targets["labels"]]} \
+                    if isinstance(targets, dict) else targets[k]
+                check((images[k], masks[k], boxes[k], target, int(cls[k]), bkeys[k]),
+                      name, epoch)
+            keys += list(bkeys)
+        assert sorted(keys) == [f"s{i:04d}" for i in range(N)]  # exactly once per epoch
+
+
+def test_with_the_decoded_cache(shards):
+    name = "rrc_flip"
+    ds = TarDataset(shards, pipelines()[name][0], fields=FIELDS, seed=SEED, cache="4MB")
+    for epoch in (0, 1, 2):
+        ds.set_epoch(epoch)
+        got = list(ds)
+        assert len(got) == N
+        for s in got:
+            image, mask, boxes, target, cls, key = s
+            _, ref_mask, ref_boxes = v2_reference(name, int(key[1:]), epoch)
+            assert torch.equal(torch.as_tensor(mask), torch.as_tensor(ref_mask))
+            assert torch.allclose(boxes.as_subclass(torch.Tensor),
+                                  ref_boxes.as_subclass(torch.Tensor), atol=1e-4)
+    assert ds.stats()["cache_hits"] > 0
+
+
+def test_xywh_boxes_and_a_bare_list(tmp_path):
+    mask, boxes, _ = sample_arrays(3)
+    xywh = [[x0, y0, x1 - x0, y1 - y0] for x0, y0, x1, y1 in boxes]
+    path = write_tar(tmp_path / "b.tar", [
+        ("a.jpg", members(3)[0][1]), ("a.boxes.json", json.dumps(xywh).encode())])
+    pipe = T.Compose([T.CenterCrop(40), T.RandomHorizontalFlip(), T.ToTensor()])
+    ds = TarDataset(path, pipe, fields=("jpg", BoxesField("boxes.json", format="XYWH")),
+                    seed=SEED, shuffle=False)
+    ds.set_epoch(0)
+    (image, got), = list(ds)
+    flip = pipe.transforms[1].make_params((40, 40), rng=_after(pipe, 1, (H, W), 0))
+    ref = tv_tensors.BoundingBoxes(torch.tensor(xywh, dtype=torch.float32).reshape(-1, 4),
+                                   format="XYWH", canvas_size=(H, W))
+    ref = v2.CenterCrop(40)(ref)
+    ref = v2.RandomHorizontalFlip(p=1.0 if flip.get("flip", flip.get("apply")) else 0.0)(ref)
+    assert got.format == tv_tensors.BoundingBoxFormat.XYWH and got.canvas_size == (40, 40)
+    assert torch.allclose(got.as_subclass(torch.Tensor), ref.as_subclass(torch.Tensor))
+
+
+def _after(pipe, k, size, epoch):
+    """The sample generator after the draws of the first ``k`` transforms."""
+    rng = sample_rng(SEED, epoch, 0)
+    for t in pipe.transforms[:k]:
+        t.make_params(size, rng=rng)
+    return rng
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("no_mask", r"s0002.*seg\.png"),
+    ("bad_json", r"s0002.*not valid JSON"),
+    ("bad_shape", r"s0002.*N x 4"),
+    ("no_key", r"s0002.*'boxes'"),
+    ("small_mask", r"s0002.*MaskField.*size"),
+])
+def test_bad_annotations_are_typed_errors_or_counted_skips(tmp_path, bad, match):
+    rows = []
+    for i in range(6):
+        ms = members(i, skip=("seg.png",) if (i == 2 and bad == "no_mask") else ())
+        if i == 2:
+            ms = [list(m) for m in ms]
+            for m in ms:
+                if m[0].endswith(".json") and bad == "bad_json":
+                    m[1] = b"{boxes: [1, 2"
+                elif m[0].endswith(".json") and bad == "bad_shape":
+                    m[1] = json.dumps({"boxes": [[1, 2, 3]], "labels": [1]}).encode()
+                elif m[0].endswith(".json") and bad == "no_key":
+                    m[1] = json.dumps({"bbox": [], "labels": []}).encode()
+                elif m[0].endswith(".seg.png") and bad == "small_mask":
+                    m[1] = encode(np.zeros((10, 10), np.uint8), "PNG")
+            ms = [tuple(m) for m in ms]
+        rows += ms
+    path = write_tar(tmp_path / "bad.tar", rows)
+    pipe = pipelines()["rrc_flip"][0]
+    with pytest.raises(SampleError, match=match) as info:
+        list(TarDataset(path, pipe, fields=FIELDS, shuffle=False))
+    assert "bad.tar" in "\n".join(getattr(info.value, "__notes__", [])) + str(info.value)
+    ds = TarDataset(path, pipe, fields=FIELDS, shuffle=False, on_error="skip", max_failures=1)
+    got = list(ds)
+    assert len(got) == 6 and "s0002" not in [s[-1] for s in got]  # replaced, as any failure
+    assert ds.stats()["failures"] == 1 and ds.stats()["skipped"][0]["key"] == "s0002"
+
+
+def test_spec_errors(shards):
+    pipe = pipelines()["rrc_flip"][0]
+    with pytest.raises(ValueError, match="turboloader transform"):
+        TarDataset(shards, v2.RandomResizedCrop(24), fields=("jpg", MaskField("seg.png")))
+    with pytest.raises(ValueError, match="format"):
+        BoxesField("json", format="XYZW")
+    with pytest.raises(ValueError, match="MaskField"):
+        MaskField("")
+    with pytest.raises(ValueError, match="no image entry"):
+        TarDataset(shards, pipe, fields=(MaskField("seg.png"), "cls"))
+    assert MaskField("png") == MaskField("png") and repr(BoxesField("json", key="b")) == \
+        "BoxesField('json', key='b', format='XYXY')"
+    # no transform: the annotations as stored, boxes on the image's canvas
+    ds = TarDataset(shards, None, fields=("jpg", MaskField("seg.png"), BoxesField(
+        "json", key="boxes"), "__key__"), shuffle=False)
+    img, mask, boxes, key = next(iter(ds))
+    assert mask.shape == (H, W) and boxes.canvas_size == (H, W)
+    assert boxes.tolist() == [list(map(float, b)) for b in sample_arrays(int(key[1:]))[1]]
