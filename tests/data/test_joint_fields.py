@@ -7,8 +7,10 @@ applied to the decoded image, the stored mask and the stored boxes. Masks and bo
 equal; the image equal to the fused per-sample call (and close to v2's, DCT scaling aside).
 """
 
+import csv
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -285,3 +287,80 @@ def test_spec_errors(shards):
     img, mask, boxes, key = next(iter(ds))
     assert mask.shape == (H, W) and boxes.canvas_size == (H, W)
     assert boxes.tolist() == [list(map(float, b)) for b in sample_arrays(int(key[1:]))[1]]
+
+
+# -- ManifestDataset: columns as fields ---------------------------------------------------------
+
+
+def write_manifest(root, fmt, n=N):
+    """Images, masks and boxes as files under ``root`` and a manifest naming them."""
+    from turboloader.io.manifest import read_manifest  # noqa: F401 (the reader under test)
+
+    os.makedirs(os.path.join(root, "img"), exist_ok=True)
+    rows = []
+    for i in range(n):
+        jpg, png, js, _ = (m[1] for m in members(i))
+        for name, data in ((f"img/{i:04d}.jpg", jpg), (f"img/{i:04d}.png", png)):
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(data)
+        obj = json.loads(js)
+        rows.append({"path": f"img/{i:04d}.jpg", "mask": f"img/{i:04d}.png",
+                     "boxes": obj["boxes"], "labels": obj["labels"], "caption": f"c{i}"})
+    path = os.path.join(root, f"list.{fmt}")
+    with open(path, "w") as f:
+        if fmt == "jsonl":
+            f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+        else:  # CSV: the boxes a JSON string
+            w = csv.writer(f)
+            w.writerow(["path", "mask", "boxes", "caption"])
+            for r in rows:
+                w.writerow([r["path"], r["mask"], json.dumps(r["boxes"]), r["caption"]])
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+@pytest.mark.parametrize("how", ["direct", "torch2", "threads"])
+def test_manifest_mask_and_boxes_fields(tmp_path, fmt, how):
+    from turboloader.data import ManifestDataset
+
+    path = write_manifest(str(tmp_path), fmt)
+    name = "rrc_flip"
+    ds = ManifestDataset(path, transform=pipelines()[name][0], seed=SEED, fields=(
+        "path", MaskField("mask"), BoxesField("boxes"), "caption", "__key__"))
+    ds.set_epoch(1)
+    if how == "direct":
+        rows = [ds[i] for i in range(N)]
+    else:
+        if how == "torch2":
+            dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, shuffle=True,
+                                             collate_fn=collate_fields)
+        else:
+            dl = turboloader.DataLoader(ds, batch_size=4, num_workers=2, shuffle=True,
+                                        collate_fn=collate_fields)
+            dl.set_epoch(1)
+        rows = [(b[0][k], b[1][k], b[2][k], b[3][k], b[4][k]) for b in list(dl)
+                for k in range(len(b[4]))]
+    assert sorted(r[4] for r in rows) == [f"img/{i:04d}.jpg" for i in range(N)]
+    for image, mask, boxes, caption, key in rows:
+        i = int(key[4:8])
+        assert caption == f"c{i}"
+        check((image, mask, boxes, {"labels": sample_arrays(i)[2]}, i, f"s{i:04d}"), name, 1)
+
+
+def test_manifest_field_errors(tmp_path):
+    from turboloader.data import ManifestDataset
+
+    path = write_manifest(str(tmp_path), "jsonl", n=4)
+    os.remove(os.path.join(str(tmp_path), "img/0002.png"))
+    pipe = pipelines()["rrc_flip"][0]
+    ds = ManifestDataset(path, transform=pipe, fields=("path", MaskField("mask")))
+    with pytest.raises(SampleError, match=r"0002.*MaskField\('mask'\).*cannot read") as info:
+        [ds[i] for i in range(4)]
+    assert "row 2" in "\n".join(info.value.__notes__)
+    ds = ManifestDataset(path, transform=pipe, fields=("path", MaskField("mask")),
+                         on_error="skip", max_failures=1)
+    assert len([ds[i] for i in range(4)]) == 4 and ds.stats()["failures"] == 1
+    with pytest.raises(ValueError, match="image column"):
+        ManifestDataset(path, transform=pipe, fields=("mask", "caption"))
+    with pytest.raises(SampleError, match="'nothere' column"):
+        ManifestDataset(path, transform=pipe, fields=("path", "nothere"))[0]

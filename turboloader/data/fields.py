@@ -106,7 +106,9 @@ def _convert(ext, data, key):
     return bytes(data)
 
 
-def _alternatives(name):
+def _alternatives(name, columns=False):
+    if columns:  # column names keep their case
+        return tuple(a.strip() for a in name.split(";") if a.strip())
     return tuple(a.strip().lower().lstrip(".") for a in name.split(";") if a.strip())
 
 
@@ -303,14 +305,16 @@ def _check_pipeline(transform):
 class Fields:
     """A parsed ``fields=`` spec (see the module docstring).
 
-    ``image_names``: names that are the image entry whatever they are (a ParquetDataset's
-    image column); by default the first entry whose alternatives are all image extensions.
+    ``columns``: the names are columns (of a ParquetDataset or a ManifestDataset), not
+    member extensions: values are passed on as the table holds them (no conversion by
+    extension), and the image entry is the one named in ``image_names``; by default the
+    first entry whose alternatives are all image extensions is the image.
 
     Raises:
         ValueError: an empty spec or entry, or no image entry to carry the transform.
     """
 
-    def __init__(self, spec, *, image_names=()):
+    def __init__(self, spec, *, image_names=(), columns=False):
         if isinstance(spec, (str, _Annotation)):
             spec = (spec,)
         self.spec = tuple(spec)
@@ -318,9 +322,10 @@ class Fields:
             raise ValueError("fields must name at least one field")
         self.entries = []
         self.kinds = []  # per entry: None (a value), or its MaskField / BoxesField
+        self.columns = columns
         for f in self.spec:
             if isinstance(f, _Annotation):
-                self.entries.append((f.name, _alternatives(f.name)))
+                self.entries.append((f.name, _alternatives(f.name, columns)))
                 self.kinds.append(f)
                 continue
             if not isinstance(f, str) or not f.strip():
@@ -332,16 +337,16 @@ class Fields:
             if f in _NAMES:
                 self.entries.append((f, ()))
                 continue
-            self.entries.append((f, _alternatives(f)))
-        image_names = {n.lower() for n in image_names}
+            self.entries.append((f, _alternatives(f, columns)))
+        image_names = set(image_names)
         self.image = next((i for i, (name, alts) in enumerate(self.entries)
                            if self.kinds[i] is None and alts and
-                           (name.lower() in image_names or
-                            (not image_names and all(a in IMAGE_EXTENSIONS for a in alts)))),
+                           (name in image_names or
+                            (not columns and all(a in IMAGE_EXTENSIONS for a in alts)))),
                           None)
         self.joint = any(k is not None for k in self.kinds)
         if self.image is None:
-            if image_names:
+            if columns:
                 raise ValueError(f"fields={self.spec!r} does not name the image column "
                                  f"({', '.join(sorted(image_names))})")
             raise ValueError(f"fields={self.spec!r} has no image entry (one of "
@@ -353,7 +358,7 @@ class Fields:
 
     def values(self, key, url, members):
         """The fields other than the image, in order (None at the image's place), from
-        ``members`` (``{ext: bytes}`` of the sample).
+        ``members`` (``{ext: bytes}`` of the sample; ``{column: value}`` for columns).
 
         Raises:
             SampleError: a field has no member, or its member does not parse.
@@ -368,21 +373,38 @@ class Fields:
             elif name == "__url__":
                 out.append(url)
             else:
-                ext = next((a for a in alts if a in members), None)
-                if ext is None:
-                    raise SampleError(f"sample {key!r} has no {' or '.join('.' + a for a in alts)} "
-                                      f"member (fields={self.spec!r})")
                 kind = self.kinds[i]
+                ext = next((a for a in alts if a in members), None)
+                if ext is not None and self.columns and kind is not None \
+                        and members[ext] is None:
+                    ext = None  # a null mask / boxes: as good as missing
+                if ext is None:
+                    what = (" or ".join(repr(a) for a in alts) + " column" if self.columns
+                            else " or ".join("." + a for a in alts) + " member")
+                    raise SampleError(f"sample {key!r} has no {what} (fields={self.spec!r})")
                 if kind is None:
-                    out.append(_convert(ext, members[ext], key))
+                    out.append(members[ext] if self.columns else
+                               _convert(ext, members[ext], key))
                     continue
-                where = f"sample {key!r}, field {kind!r} (.{ext})"
+                where = (f"sample {key!r}, field {kind!r}" +
+                         (f" (column {ext!r})" if self.columns else f" (.{ext})"))
+                value = members[ext]
                 if isinstance(kind, MaskField):
-                    out.append(_parse_mask(members[ext], where))
+                    if isinstance(value, dict):  # Hugging Face's Image(): {bytes, path}
+                        value = value.get("bytes")
+                    if not isinstance(value, (bytes, bytearray, memoryview, torch.Tensor)):
+                        raise SampleError(f"{where}: a mask is encoded image bytes, got "
+                                          f"{type(value).__name__}")
+                    out.append(_parse_mask(value, where))
                 else:
-                    value = members[ext]
-                    if ext in _JSON or ext == "npy":
+                    if not self.columns and (ext in _JSON or ext == "npy"):
                         value = _convert(ext, value, key)
+                    elif isinstance(value, str):
+                        try:
+                            value = json.loads(value)
+                        except ValueError as exc:
+                            raise SampleError(f"{where}: the boxes are not valid JSON: "
+                                              f"{exc}") from None
                     out.append(_parse_boxes(kind, value, where))
         return out
 
