@@ -364,3 +364,119 @@ def test_manifest_field_errors(tmp_path):
         ManifestDataset(path, transform=pipe, fields=("mask", "caption"))
     with pytest.raises(SampleError, match="'nothere' column"):
         ManifestDataset(path, transform=pipe, fields=("path", "nothere"))[0]
+
+
+# -- ParquetDataset: columns as fields -----------------------------------------------------------
+
+
+def parquet_table(n=N):
+    pa = pytest.importorskip("pyarrow")
+    cols = {"image": [], "mask": [], "boxes": [], "labels": [], "caption": [], "id": []}
+    for i in range(n):
+        jpg, png, js, _ = (m[1] for m in members(i))
+        obj = json.loads(js)
+        cols["image"].append(jpg)
+        cols["mask"].append(png)
+        cols["boxes"].append([[float(v) for v in b] for b in obj["boxes"]])
+        cols["labels"].append(obj["labels"])
+        cols["caption"].append(f"c{i}")
+        cols["id"].append(f"s{i:04d}")
+    return pa.table(cols)
+
+
+PQ_FIELDS = ("image", MaskField("mask"), BoxesField("boxes"), "labels", "caption", "__key__")
+
+
+def check_parquet_rows(rows, name, epoch):
+    assert sorted(r[5] for r in rows) == [f"s{i:04d}" for i in range(N)]
+    for image, mask, boxes, labels, caption, key in rows:
+        i = int(key[1:])
+        want = sample_arrays(i)[2]
+        assert caption == f"c{i}" and (labels is None or list(labels) == want)
+        check((image, mask, boxes, {"labels": want}, i, key), name, epoch)
+
+
+@pytest.mark.parametrize("how", ["direct", "torch2", "threads", "processes"])
+def test_parquet_mask_and_boxes_fields(tmp_path, how):
+    import pyarrow.parquet as pq
+
+    from turboloader.data import ParquetDataset
+
+    path = str(tmp_path / "j.parquet")
+    pq.write_table(parquet_table(), path, row_group_size=7)
+    name = "rrc_flip"
+    ds = ParquetDataset(path, pipelines()[name][0], seed=SEED, key_column="id",
+                        fields=PQ_FIELDS)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        if how == "direct":
+            rows = list(ds)
+        else:
+            if how == "torch2":
+                dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2,
+                                                 collate_fn=collate_fields)
+            else:
+                dl = turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend=how,
+                                            collate_fn=collate_fields)
+                dl.set_epoch(epoch)
+            # (labels: lists collated as default_collate does, transposed or listed)
+            rows = [(b[0][k], b[1][k], b[2][k], None, b[4][k], b[5][k]) for b in list(dl)
+                    for k in range(len(b[5]))]
+        check_parquet_rows(rows, name, epoch)
+
+
+def test_parquet_reads_only_the_named_columns(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from turboloader.data import ParquetDataset
+
+    table = parquet_table().append_column("big", pa.array([b"x" * 1000] * N))
+    path = str(tmp_path / "c.parquet")
+    pq.write_table(table, path, row_group_size=9)
+    read = []
+    orig = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
+                        lambda self, k, columns=None, **kw: read.append(tuple(columns)) or
+                        orig(self, k, columns=columns, **kw))
+    ds = ParquetDataset(path, pipelines()["rrc_flip"][0], fields=("image", "caption"))
+    assert sorted(c for _, c in ds) == sorted(f"c{i}" for i in range(N))
+    assert read and all(set(c) == {"image", "caption"} for c in read)
+    from turboloader.errors import FormatError
+
+    with pytest.raises(FormatError, match="nothere"):
+        ParquetDataset(path, None, fields=("image", "nothere"))
+    with pytest.raises(ValueError, match="image column"):
+        ParquetDataset(path, None, fields=("caption",))
+
+
+def test_parquet_fields_from_hf_datasets(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from turboloader.data import ParquetDataset
+
+    t = parquet_table()
+    hf = datasets.Dataset.from_dict({
+        "image": [{"bytes": b, "path": None} for b in t.column("image").to_pylist()],
+        "mask": [{"bytes": b, "path": None} for b in t.column("mask").to_pylist()],
+        "objects": [{"bbox": b, "category": c} for b, c in
+                    zip(t.column("boxes").to_pylist(), t.column("labels").to_pylist())],
+        "id": t.column("id").to_pylist()},
+        features=datasets.Features({
+            "image": datasets.Image(), "mask": datasets.Image(),
+            "objects": {"bbox": datasets.Sequence(datasets.Sequence(datasets.Value("float32"),
+                                                                    length=4)),
+                        "category": datasets.Sequence(datasets.Value("int64"))},
+            "id": datasets.Value("string")}))
+    path = str(tmp_path / "hf.parquet")
+    hf.to_parquet(path)
+    name = "resize_center_flip"
+    spec = ("image", MaskField("mask"), BoxesField("objects", key="bbox"), "objects", "id")
+    for ds in (ParquetDataset(path, pipelines()[name][0], seed=SEED, fields=spec),
+               ParquetDataset.from_hf(hf, pipelines()[name][0], seed=SEED, fields=spec,
+                                      rows_per_shard=5)):
+        ds.set_epoch(3)
+        rows = [(img, m, b, o["category"], "", k) for img, m, b, o, k in ds]
+        assert sorted(r[5] for r in rows) == [f"s{i:04d}" for i in range(N)]
+        for image, mask, boxes, labels, _, key in rows:
+            i = int(key[1:])
+            check((image, mask, boxes, {"labels": labels}, i, key), name, 3)

@@ -363,7 +363,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         super().__init__()
         from turboloader.data.fields import Fields
 
-        self._fields = None if fields is None else Fields(fields)
+        self._fields = (fields if fields is None or isinstance(fields, Fields)
+                        else Fields(fields))
         if self._fields is not None:
             self._fields.check_transform(transform)
         if self._fields is not None and target_transform is not None:
