@@ -294,8 +294,6 @@ def test_spec_errors(shards):
 
 def write_manifest(root, fmt, n=N):
     """Images, masks and boxes as files under ``root`` and a manifest naming them."""
-    from turboloader.io.manifest import read_manifest  # noqa: F401 (the reader under test)
-
     os.makedirs(os.path.join(root, "img"), exist_ok=True)
     rows = []
     for i in range(n):
