@@ -332,7 +332,9 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
             ``uint8`` ``(C, H, W)`` tensors (masks keep their one channel), ``__key__`` /
             ``__url__`` strings, anything else bytes (see :mod:`turboloader.data.fields`).
             A missing field is a ``SampleError`` (a counted skip under "skip"). Not with
-            ``target_transform``.
+            ``target_transform``. ``MaskField("seg.png")`` / ``BoxesField("json",
+            key="boxes")`` entries give a ``tv_tensors.Mask`` / ``BoundingBoxes``
+            transformed with the image's drawn parameters (the image still fused).
 
     ``classes`` / ``class_to_idx``: from the ``classes.json`` that ``turboloader convert``
     writes next to the shards, as torchvision's ``ImageFolder`` has them (None without it).
