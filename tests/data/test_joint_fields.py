@@ -477,3 +477,22 @@ def test_parquet_fields_from_hf_datasets(tmp_path):
         for image, mask, boxes, labels, _, key in rows:
             i = int(key[1:])
             check((image, mask, boxes, {"labels": labels}, i, key), name, 3)
+
+
+def test_gzipped_shards_and_tbl(tmp_path):
+    path = write_tar(tmp_path / "z.tar.gz", [m for i in range(6) for m in members(i)])
+    name = "rrc_flip"
+    ds = TarDataset(path, pipelines()[name][0], fields=FIELDS, seed=SEED)
+    ds.set_epoch(2)
+    got = list(ds)
+    assert len(got) == 6
+    for s in got:
+        check(s, name, 2)
+    from turboloader.data import TBLDataset
+    from turboloader.io.tbl import TBLWriter
+
+    tbl = str(tmp_path / "x.tbl")
+    with TBLWriter(tbl) as w:
+        w.write(members(0)[0][1], key="a", label=0)
+    with pytest.raises(ValueError, match="TBL record"):
+        TBLDataset(tbl, pipelines()[name][0], fields=("jpg", MaskField("png")))
