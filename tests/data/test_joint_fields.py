@@ -155,9 +155,15 @@ def test_mask_and_boxes_equal_torchvision_v2(shards, name):
 def test_masks_line_up_with_the_image(shards):
     ds = TarDataset(shards, pipelines()["rrc_flip"][0], fields=FIELDS, seed=SEED)
     pal = torch.from_numpy(PALETTE).float() / 255
-    for image, mask, *_ in ds:
-        nearest = ((image.permute(1, 2, 0)[..., None, :] - pal) ** 2).sum(-1).argmin(-1)
-        assert (nearest == mask).float().mean() > 0.9
+    agree = []
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        for image, mask, *_ in ds:
+            nearest = ((image.permute(1, 2, 0)[..., None, :] - pal) ** 2).sum(-1).argmin(-1)
+            agree.append(float((nearest == mask).float().mean()))
+    # a mask that missed its image's crop or flip agrees on far fewer pixels; class edges
+    # blur in a 24-pixel JPEG crop
+    assert min(agree) > 0.8 and np.mean(agree) > 0.95
 
 
 @pytest.mark.parametrize("how", ["torch2", "threads", "processes", "batched"])
@@ -240,6 +246,7 @@ def _after(pipe, k, size, epoch):
     ("bad_shape", r"s0002.*N x 4"),
     ("no_key", r"s0002.*'boxes'"),
     ("small_mask", r"s0002.*MaskField.*size"),
+    ("bad_mask", r"s0002.*MaskField.*does not decode"),
 ])
 def test_bad_annotations_are_typed_errors_or_counted_skips(tmp_path, bad, match):
     rows = []
@@ -256,6 +263,8 @@ def test_bad_annotations_are_typed_errors_or_counted_skips(tmp_path, bad, match)
                     m[1] = json.dumps({"bbox": [], "labels": []}).encode()
                 elif m[0].endswith(".seg.png") and bad == "small_mask":
                     m[1] = encode(np.zeros((10, 10), np.uint8), "PNG")
+                elif m[0].endswith(".seg.png") and bad == "bad_mask":
+                    m[1] = m[1][:40]
             ms = [tuple(m) for m in ms]
         rows += ms
     path = write_tar(tmp_path / "bad.tar", rows)
@@ -273,6 +282,12 @@ def test_spec_errors(shards):
     pipe = pipelines()["rrc_flip"][0]
     with pytest.raises(ValueError, match="turboloader transform"):
         TarDataset(shards, v2.RandomResizedCrop(24), fields=("jpg", MaskField("seg.png")))
+    with pytest.raises(TypeError, match="RandAugment"):
+        TarDataset(shards, T.Compose([T.RandAugment(), T.RandomResizedCrop(24), T.ToTensor()]),
+                   fields=("jpg", MaskField("seg.png")))
+    # colour transforms draw for the image alone and leave masks alone: accepted
+    TarDataset(shards, T.Compose([T.ColorJitter(0.4), T.RandomResizedCrop(24), T.ToTensor()]),
+               fields=("jpg", MaskField("seg.png")))
     with pytest.raises(ValueError, match="format"):
         BoxesField("json", format="XYZW")
     with pytest.raises(ValueError, match="MaskField"):

@@ -207,9 +207,11 @@ def _parse_mask(data, where):
     if isinstance(data, torch.Tensor):
         t = data
     else:
+        from turboloader.errors import DecodeError
+
         try:
             t = _decode_image(bytes(data), where)
-        except Exception as exc:  # noqa: BLE001 (DecodeError: a mask is a sample's problem)
+        except DecodeError as exc:  # a mask that does not decode: the sample's problem
             raise SampleError(f"{where}: the mask does not decode: {exc}") from None
     if t.ndim == 3 and t.shape[0] == 1:
         t = t[0]
@@ -250,9 +252,9 @@ def _image_hw(source, size):
     """``(h, w)`` of a gathered image source as the draws see it (None: unknown)."""
     if size is not None:
         return int(size[0]), int(size[1])
-    if isinstance(source, np.ndarray):
+    if isinstance(source, np.ndarray) and source.ndim >= 2:  # a decoded HWC image
         return int(source.shape[0]), int(source.shape[1])
-    if isinstance(source, (bytes, bytearray, memoryview)):
+    if isinstance(source, (bytes, bytearray, memoryview, np.ndarray)):
         from turboloader.io.codec import Codec, detect_codec, image_size
 
         codec = detect_codec(source)
@@ -279,9 +281,12 @@ def _check_pipeline(transform):
 
     from turboloader.transforms._random import using_rng
 
+    from turboloader.transforms._containers import Compose, RandomApply, RandomChoice, RandomOrder
+    from turboloader.transforms._transform import Transform
+
     if transform is None:
         return
-    if not type(transform).__module__.startswith("turboloader."):
+    if not isinstance(transform, (Transform, Compose, RandomApply, RandomChoice, RandomOrder)):
         raise ValueError(f"MaskField / BoxesField need a turboloader transform pipeline (its "
                          f"parameters are replayed on the annotations), got {transform!r}; "
                          f"for another transform, use plain fields and transform them yourself")
@@ -294,6 +299,11 @@ def _check_pipeline(transform):
         try:
             with using_rng(rng):
                 transform(x)
+        except TypeError as exc:
+            if states:  # the image ran, a mask cannot (AutoAugment, FiveCrop...): say so now
+                exc.add_note("MaskField / BoxesField: the pipeline refuses masks and boxes")
+                raise
+            return
         except Exception:  # noqa: BLE001 (the dataset reports a pipeline that does not run)
             return
         states.append(rng.getstate())
