@@ -463,7 +463,13 @@ def test_parquet_reads_only_the_named_columns(tmp_path, monkeypatch):
 
 
 def test_parquet_fields_from_hf_datasets(tmp_path):
-    datasets = pytest.importorskip("datasets")
+    from helpers.hf import hf_datasets
+
+    with hf_datasets() as datasets:
+        _check_hf(datasets, tmp_path)
+
+
+def _check_hf(datasets, tmp_path):
     from turboloader.data import ParquetDataset
 
     t = parquet_table()
