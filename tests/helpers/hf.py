@@ -20,6 +20,7 @@ def hf_datasets():
     saved_path, saved = sys.path[:], ours()
     for k in saved:
         del sys.modules[k]
+    _unregister()  # a fresh import registers them again
     sys.path[:] = [p for p in sys.path if not os.path.isfile(os.path.join(p or ".",
                                                                           "datasets.py"))]
     try:
@@ -31,5 +32,20 @@ def hf_datasets():
     finally:
         for k in ours():
             del sys.modules[k]
+        _unregister()  # so that the next fresh import (another test's) can register them
         sys.modules.update(saved)
         sys.path[:] = saved_path
+
+
+def _unregister():
+    """Drop the pyarrow extension types ``datasets`` registers when imported (importing it
+    anew after taking it out of ``sys.modules`` would find them defined and fail)."""
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return
+    for n in range(2, 6):
+        try:
+            pa.unregister_extension_type(f"datasets.features.features.Array{n}DExtensionType")
+        except (KeyError, pa.ArrowKeyError):
+            pass
