@@ -7,7 +7,7 @@ import torch.utils.data
 from helpers.shards import labels_of, size_of
 
 from turboloader import ImageFolder, TarDataset
-from turboloader.data.cache import ByteLRU, parse_size
+from turboloader.data.cache import ByteLRU, SampleCache, parse_size
 
 IMG = 64 * 48 * 3  # bytes of one decoded sample
 
@@ -55,16 +55,76 @@ def test_second_epoch_decodes_nothing(make_shards):
 
 
 def test_cache_that_does_not_fit_stays_bounded(make_shards):
-    cap = 3 * IMG + 100
+    cap = 3 * IMG + 100   # three images per stream (each slot starts on 64 bytes)
     ds = TarDataset(make_shards([10, 10]), size_of, cache=cap)
     loader = torch.utils.data.DataLoader(ds, batch_size=5, num_workers=2, persistent_workers=True)
-    for epoch in (0, 1):
+    for epoch in (0, 1, 2):
         ds.set_epoch(epoch)
         assert sorted(torch.cat([y for _, y in loader]).tolist()) == list(range(20))
-    st = ds.stats()
-    assert st["cache_evictions"] > 0 and st["cache_misses"] > 20
-    for w in st["workers"].values():
-        assert 0 < w["cache"]["bytes"] <= cap and w["cache"]["items"] == 3
+    # admitted until full, then kept: the same 3 per worker hit in every later epoch
+    later = ds.stats(epoch=2)
+    assert later["cache_hits"] == 6 and later["cache_misses"] == 14
+    assert later["cache_hit_rate"] == pytest.approx(6 / 20) and later["cache_evictions"] == 0
+    for w in ds.stats()["workers"].values():
+        c = w["cache"]
+        assert c["items"] == 3 and c["bytes"] == 3 * IMG and c["mapped"] <= cap
+        assert c["not_admitted"] == 7 * 3 and c["evictions"] == 0
+
+
+def test_sample_cache_admits_until_full_and_keeps():
+    cache = SampleCache(1000)
+    a = cache.reserve(300)
+    assert a.dtype == np.uint8 and a.shape == (300,) and a.flags.writeable
+    a[:] = 1
+    cache.put("a", (a, (10, 10), 0), 300)
+    b = cache.reserve(300)   # starts on the next 64-byte boundary: 320
+    b[:] = 2
+    cache.put("b", (b, (10, 10), 1), 300)
+    assert cache.reserve(400) is None      # 640 + 400 > 1000: not admitted
+    c = cache.reserve(300)                 # a smaller one still fits
+    assert c is not None and c.ctypes.data % 64 == 0
+    cache.put("c", (c, None, 2), 300)
+    assert cache.get("a")[0].tolist() == [1] * 300 and cache.get("b")[2] == 1   # kept
+    assert cache.get("zz") is None and "c" in cache and len(cache) == 3
+    s = cache.stats()
+    assert (s["hits"], s["misses"], s["not_admitted"], s["evictions"]) == (2, 1, 1, 0)
+    assert s["bytes"] == 900 and s["mapped"] == 1000 and s["hit_rate"] == pytest.approx(2 / 3)
+    assert cache.reserve(2000) is None     # larger than the whole capacity
+
+
+def test_sample_cache_maps_slabs_within_capacity():
+    from turboloader.data import cache as mod
+
+    cache = SampleCache(3 * mod._SLAB // 2)
+    slots = [cache.reserve(mod._SLAB // 2) for _ in range(4)]
+    assert all(s is not None for s in slots[:3]) and slots[3] is None
+    assert cache.mapped == 3 * mod._SLAB // 2
+    # entries stay valid (their memory is never handed out again)
+    for i, s in enumerate(slots[:3]):
+        s[:8] = i
+    assert [int(s[0]) for s in slots[:3]] == [0, 1, 2]
+
+
+def test_full_cache_decodes_the_rest_as_uncached(make_shards):
+    """A sample the full cache did not admit is decoded from its bytes by the fused path:
+    pixel for pixel what the dataset without a cache gives."""
+    from turboloader import transforms as T
+
+    paths = make_shards([12])
+    pipe = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToImage(),
+                      T.ToDtype(torch.float32, scale=True)])
+    plain = TarDataset(paths, pipe, seed=3, shuffle=False)
+    cached = TarDataset(paths, pipe, seed=3, shuffle=False, cache=4 * IMG + 200)
+    for epoch in (0, 1):
+        plain.set_epoch(epoch)
+        cached.set_epoch(epoch)
+        want = {y: x for x, y in plain}
+        got = {y: x for x, y in cached}
+        assert sorted(got) == list(range(12))
+        for y in range(4, 12):   # admitted: the first four read
+            assert torch.equal(got[y], want[y]), (epoch, y)
+    st = cached.stats(epoch=1)
+    assert st["cache_hits"] == 4 and st["cache_misses"] == 8
 
 
 def test_cache_outputs_match_uncached(make_shards):

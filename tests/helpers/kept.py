@@ -33,10 +33,22 @@ def oracle(epochs=(0, 1), n=N):
             for e in epochs for i in range(n)}
 
 
-def make_dataset(kind, root, n=N):
+def cached_oracle(epochs=(0, 1, 2), n=N):
+    """``{(epoch, i): image}`` of samples served from the decoded-sample cache: the full
+    decode of sample ``i`` transformed by the per-sample call from the array."""
+    from turboloader import transforms as T
+    from turboloader.decode import decode_jpeg
+    from turboloader.transforms._random import sample_rng
+
+    plan = T.plan(transform())
+    return {(e, i): plan.from_array(decode_jpeg(jpeg(i)), rng=sample_rng(SEED, e, i))
+            for e in epochs for i in range(n)}
+
+
+def make_dataset(kind, root, n=N, **kw):
     """The same ``n`` images as a TarDataset (2 shards), an ImageFolder (one class per image,
     so the class index is the image's index), a TBLDataset, a ParquetDataset (3 row groups)
-    or a ManifestDataset (a CSV of files)."""
+    or a ManifestDataset (a CSV of files); ``kw`` go to the constructor."""
     from turboloader.data import ImageFolder, TarDataset, TBLDataset
     from turboloader.io.tbl import TBLWriter
 
@@ -46,20 +58,20 @@ def make_dataset(kind, root, n=N):
         half = len(members) // 2
         paths = [write_tar(os.path.join(root, "k-0.tar"), members[:half]),
                  write_tar(os.path.join(root, "k-1.tar"), members[half:])]
-        return TarDataset(paths, transform(), seed=SEED)
+        return TarDataset(paths, transform(), seed=SEED, **kw)
     if kind == "folder":
         for i in range(n):
             d = os.path.join(root, "folder", f"c{i:03d}")
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, "x.jpg"), "wb") as f:
                 f.write(jpeg(i))
-        return ImageFolder(os.path.join(root, "folder"), transform(), seed=SEED)
+        return ImageFolder(os.path.join(root, "folder"), transform(), seed=SEED, **kw)
     if kind == "tbl":
         path = os.path.join(root, "k.tbl")
         with TBLWriter(path, overwrite=True) as w:
             for i in range(n):
                 w.write(jpeg(i), key=f"{i:06d}", label=i)
-        return TBLDataset(path, transform(), seed=SEED)
+        return TBLDataset(path, transform(), seed=SEED, **kw)
     if kind == "parquet":  # 3 row groups
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -69,7 +81,7 @@ def make_dataset(kind, root, n=N):
         path = os.path.join(root, "k.parquet")
         pq.write_table(pa.table({"image": [jpeg(i) for i in range(n)], "label": list(range(n))}),
                        path, row_group_size=max(1, -(-n // 3)))
-        return ParquetDataset(path, transform(), seed=SEED)
+        return ParquetDataset(path, transform(), seed=SEED, **kw)
     if kind == "manifest":
         from turboloader.data import ManifestDataset
 
@@ -82,7 +94,7 @@ def make_dataset(kind, root, n=N):
         with open(os.path.join(root, "files", "list.csv"), "w") as f:
             f.write("\n".join(lines) + "\n")
         return ManifestDataset(os.path.join(root, "files", "list.csv"), transform=transform(),
-                               seed=SEED)
+                               seed=SEED, **kw)
     raise ValueError(kind)
 
 

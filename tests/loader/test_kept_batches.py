@@ -286,3 +286,56 @@ def test_mask_and_boxes_fields_kept_batches(want, how, tmp_path):
                 seen.append(y)
         assert sorted(seen) == list(range(N)), f"epoch {e}: not each sample exactly once"
     assert not bad, f"kept samples changed (epoch, sample): {bad[:8]}"
+
+
+# -- the decoded-sample cache -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def want_cached():
+    return kept.cached_oracle()
+
+
+@pytest.mark.parametrize("kind", ["tar", pytest.param("folder", marks=pytest.mark.slow),
+                                  pytest.param("parquet", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("how", ["threads", pytest.param("persistent", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("fits", ["all", "part"])
+def test_cached_batches_are_intact(want, want_cached, kind, how, fits, tmp_path):
+    """Three epochs with the cache on, every batch kept: a sample is its cached image
+    transformed alone (admitted) or its bytes decoded alone (not admitted), and each epoch
+    holds every sample once. Iterable datasets keep each sample on one stream, so a sample
+    goes the same one way in every epoch; a map-style dataset's sampler deals indices to
+    whichever worker asks, whose cache may or may not hold it."""
+    from helpers.shards import H, W
+
+    size = "1MB" if fits == "all" else 5 * H * W * 3 + 64 * 5   # 5 images per stream
+    ds = kept.make_dataset(kind, tmp_path, cache=size, stats_interval=1)
+    dl = loader(ds, how)
+    runs = epochs(ds, dl, n=3)
+    uncached = kept.oracle(epochs=(2,))
+    way, hits = {}, 0
+    for e, batches in enumerate(runs):
+        seen = []
+        for batch in batches:
+            images, ys = kept.normalise(batch, None)
+            for img, y in zip(images, ys):
+                is_cached = torch.equal(img, want_cached[(e, y)])
+                is_bytes = torch.equal(img, (want if e < 2 else uncached)[(e, y)])
+                assert is_cached or is_bytes, \
+                    f"epoch {e}: sample {y} is neither its cached nor its decoded image"
+                # the fill epoch transforms every admitted sample from the cache; where both
+                # ways give the same pixels (no DCT scaling drawn) the epoch says nothing
+                hits += e > 0 and is_cached and not is_bytes
+                if e > 0 and is_cached != is_bytes and kind in ITERABLE:
+                    got = "cached" if is_cached else "bytes"
+                    assert way.setdefault(y, got) == got, (e, y)
+                seen.append(y)
+        assert sorted(seen) == list(range(N)), f"epoch {e}: not each sample exactly once"
+    if kind not in ITERABLE:   # (persistent workers' counters lag: the pixels say it)
+        assert hits > 0
+        return
+    cached = N if fits == "all" else 10
+    assert sum(w == "cached" for w in way.values()) <= cached
+    assert sum(w == "bytes" for w in way.values()) <= N - cached
+    st = ds.stats(epoch=2)
+    assert st["cache_hits"] == cached and st["cache_hit_rate"] == pytest.approx(cached / N)

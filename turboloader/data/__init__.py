@@ -7,7 +7,7 @@ policy.
 Modules: :mod:`~turboloader.data.reader` (the sample reader the datasets share: decoder,
 cache, failure policy, statistics, per-stream state and the batch path),
 :mod:`~turboloader.data.sharding` (epoch order, rank/worker split), :mod:`~turboloader.data.cache`
-(byte-bounded LRU), :mod:`~turboloader.data.failures` (skip/raise policy),
+(the decoded-sample cache, and a byte-bounded LRU), :mod:`~turboloader.data.failures` (skip/raise policy),
 :mod:`~turboloader.data.epochs` (shared epochs), :mod:`~turboloader.data.telemetry`
 (statistics); shard lists and readers are :mod:`~turboloader.io.shards`.
 
@@ -26,6 +26,7 @@ _LAZY = {
     "MaskField": "turboloader.data.fields",
     "ParquetDataset": "turboloader.data.parquet_dataset",
     "ResumableSampler": "turboloader.data.tbl_dataset",
+    "SampleCache": "turboloader.data.cache",
     "ShardCache": "turboloader.io.remote",
     "delivered_counts": "turboloader.data.checkpoint",
     "TarBatches": "turboloader.data.tar_dataset",

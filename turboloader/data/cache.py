@@ -1,14 +1,28 @@
-"""A byte-bounded LRU of decoded samples, and the sample step that fills and uses it (the
-decoding is :mod:`turboloader.decode.image`'s).
+"""The decoded-sample cache of the datasets, and the sample step that fills and uses it
+(the decoding is :mod:`turboloader.decode.image`'s).
 
-Memory: each process that reads samples (the main process, or each DataLoader worker)
-holds its own cache of up to ``capacity`` bytes of pixel data. The total is therefore
-``capacity x num_workers x local ranks`` (x 2 when the DataLoader's workers and the main
-process both iterate), plus per-entry overhead of about 200 bytes.
+:class:`SampleCache` is what ``cache="4GB"`` makes: decoded images in memory mapped in
+large slabs, admitted until the bound is reached and then kept, never evicted. A training
+epoch visits every sample once in a new order, so an LRU (or FIFO) cache smaller than the
+dataset evicts each sample before its next visit and pays a full decode plus a copy for
+every miss; kept entries give a hit rate of exactly ``capacity / size`` from the second
+epoch on, and a sample that was not admitted takes the uncached path, which decodes only
+its crop window. The slabs are populated by the kernel in one call each (``MAP_POPULATE``),
+which on virtual machines costs less than faulting the same memory in page by page while
+decoding, and an image is decoded straight into its slot.
+
+Memory: each process that reads samples (the main process, each DataLoader worker, each
+decode thread of the thread backend) holds its own cache of up to ``capacity`` bytes. The
+total is therefore ``capacity x streams x local ranks`` (x 2 when the DataLoader's workers
+and the main process both iterate).
+
+:class:`ByteLRU` is the least-recently-used mapping for callers whose accesses repeat
+within a pass (the seed documents' ``HighPerformanceDataset``).
 """
 
 from __future__ import annotations
 
+import mmap
 import threading
 import time
 from collections import OrderedDict
@@ -26,6 +40,7 @@ from turboloader.transforms._random import using_rng
 
 __all__ = [
     "ByteLRU",
+    "SampleCache",
     "Decoder",
     "Timer",
     "decode_pil",
@@ -95,6 +110,12 @@ class ByteLRU:
         entry = self._data.get(key)
         return default if entry is None else entry[0]
 
+    def reserve(self, nbytes):
+        """Memory for a value of ``nbytes`` bytes about to be :meth:`put`: a new uint8
+        array (an LRU admits everything that fits the whole capacity, evicting on ``put``),
+        or None when it never could fit."""
+        return np.empty(nbytes, np.uint8) if nbytes <= self.capacity else None
+
     def __len__(self):
         return len(self._data)
 
@@ -109,6 +130,109 @@ class ByteLRU:
     def stats(self) -> dict:
         return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
                 "bytes": self.nbytes, "items": len(self._data), "capacity": self.capacity}
+
+
+_SLAB = 16 << 20   # bytes mapped at a time (the last slab is cut to the capacity left)
+_ALIGN = 64        # every slot starts on a cache line
+
+
+def _map(nbytes):
+    """``nbytes`` of zeroed private memory, populated now where the kernel can."""
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), np.uint8)
+
+
+class SampleCache:
+    """Decoded samples bounded in bytes: admitted until ``capacity`` is reached, then kept.
+
+    Nothing is ever evicted or rewritten, so an entry's memory stays valid as long as
+    anything refers to it. :meth:`reserve` hands out a slot of a slab (memory mapped
+    ``16 MiB`` at a time, never more than ``capacity`` in all) that the caller decodes into
+    and then :meth:`put` s; once the slabs are full, :meth:`reserve` answers None and the
+    sample is counted as not admitted. Thread-safe (a lock around each operation): the
+    thread backend's decode threads may share one (map-style datasets).
+
+    Example:
+        >>> cache = SampleCache(1000)
+        >>> slot = cache.reserve(600); slot[:] = 7; cache.put("a", (slot, None, 3), 600)
+        0
+        >>> cache.reserve(600) is None, cache.get("a")[2], cache.stats()["not_admitted"]
+        (True, 3, 1)
+    """
+
+    def __init__(self, capacity):
+        self.capacity = parse_size(capacity)
+        self._data = {}
+        self._slab = np.empty(0, np.uint8)   # the slab being filled, and its next free byte
+        self._top = 0
+        self.mapped = 0                      # bytes of every slab mapped so far
+        self.nbytes = 0
+        self.hits = self.misses = self.not_admitted = 0
+        self.evictions = 0                   # always 0: kept for ByteLRU's counters
+        self._lock = threading.Lock()
+
+    def reserve(self, nbytes):
+        """A writable uint8 slot of ``nbytes`` bytes for a sample about to be :meth:`put`,
+        or None when the cache is full (counted in ``not_admitted``). A slot that is
+        never put is lost to the cache (its bytes stay counted in ``mapped``)."""
+        with self._lock:
+            top = -(-self._top // _ALIGN) * _ALIGN
+            if top + nbytes > len(self._slab):
+                size = min(max(_SLAB, nbytes), self.capacity - self.mapped)
+                if size < nbytes:
+                    self.not_admitted += 1
+                    return None
+                self._slab, top = _map(size), 0
+                self.mapped += size
+            self._top = top + nbytes
+            return self._slab[top:top + nbytes]
+
+    def put(self, key, value, nbytes: int) -> int:
+        """Store ``value`` (whose pixels live in a reserved slot) under ``key``. Returns 0,
+        the number of entries evicted (ByteLRU's contract)."""
+        with self._lock:
+            if key not in self._data:
+                self.nbytes += nbytes
+            self._data[key] = value
+        return 0
+
+    def get(self, key):
+        """The value for ``key``, or None; counts a hit or a miss."""
+        value = self._data.get(key)
+        with self._lock:
+            if value is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+        return value
+
+    def peek(self, key, default=None):
+        """The value for ``key`` without counting a hit or a miss."""
+        return self._data.get(key, default)
+
+    def __len__(self):
+        return len(self._data)
+
+    def __contains__(self, key):
+        return key in self._data
+
+    def clear(self):
+        """Forget every entry and drop the slabs (the memory goes back to the system once
+        nothing refers to an entry any more)."""
+        with self._lock:
+            self._data.clear()
+            self._slab, self._top = np.empty(0, np.uint8), 0
+            self.nbytes = self.mapped = 0
+
+    def stats(self) -> dict:
+        """``hits``, ``misses``, ``hit_rate`` (hits / lookups, None before any),
+        ``not_admitted`` (misses that found the cache full), ``evictions`` (0), ``bytes``
+        (pixels stored), ``mapped`` (memory held), ``items``, ``capacity``."""
+        looked = self.hits + self.misses
+        return {"hits": self.hits, "misses": self.misses,
+                "hit_rate": self.hits / looked if looked else None,
+                "not_admitted": self.not_admitted, "evictions": 0, "bytes": self.nbytes,
+                "mapped": self.mapped, "items": len(self._data), "capacity": self.capacity}
 
 
 def get_plan(transform):
@@ -148,8 +272,10 @@ class Decoder:
 
     * plan and JPEG, no cache: ``plan.from_jpeg`` (fused decode + transform; its time is
       counted as decode).
-    * cache: decode (DCT-downscaled when ``short_side``) to an HWC uint8 array once, then
-      ``plan.from_array`` (or the generic path on ``PIL.Image.fromarray``) on every use.
+    * cache: decode (DCT-downscaled when ``short_side``) to an HWC uint8 array once, into
+      the cache's memory, then ``plan.from_array`` (or the generic path on
+      ``PIL.Image.fromarray``) on every use; a sample the full cache did not admit takes
+      the uncached path.
     * otherwise: decode to a PIL RGB image (JPEG with libjpeg-turbo, others with Pillow)
       and call ``transform(img)`` with the sample's generator current.
     """
@@ -157,7 +283,7 @@ class Decoder:
     def __init__(self, transform, *, cache=None, short_side=None, max_pixels=DEFAULT_MAX_PIXELS):
         self.transform = transform
         self.plan = get_plan(transform)
-        self.cache = ByteLRU(cache) if cache else None
+        self.cache = SampleCache(cache) if cache else None
         self.short_side = short_side
         self.max_pixels = max_pixels
 
@@ -166,10 +292,6 @@ class Decoder:
             return img
         with using_rng(rng):
             return self.transform(img)
-
-    def _decode_array(self, data):
-        """(HWC uint8 array, original (h, w)), downscaled to ``short_side`` when set."""
-        return _decode_array(data, short_side=self.short_side, max_pixels=self.max_pixels)
 
     def cached_extra(self, key, default=None):
         """The ``extra`` stored with ``key``'s cached image (e.g. its label), or ``default``."""
@@ -180,22 +302,27 @@ class Decoder:
 
     def cached_array(self, key, data, *, counters=None, extra=None):
         """``(array, original (h, w))`` of the cached image ``key``: from the cache, or on a
-        miss decoded from ``data`` (downscaled to ``short_side`` when set) and stored with
-        ``extra``. Needs the cache on.
+        miss decoded from ``data`` (downscaled to ``short_side`` when set) into memory the
+        cache reserves and stored with ``extra``; ``(None, None)`` when the cache has no
+        room for it (the caller decodes ``data`` as if uncached). Needs the cache on.
 
         Raises:
             DecodeError: ``data`` does not decode (nothing is cached then).
         """
-        hit = self.cache.get(key)
+        cache = self.cache
+        hit = cache.get(key)
         if hit is not None:
             if counters is not None:
                 counters["cache_hits"] += 1
             return hit[0], hit[1]
         if counters is not None:
             counters["cache_misses"] += 1
-        arr, source = self._decode_array(data)
+        arr, source = _decode_array(data, short_side=self.short_side,
+                                    max_pixels=self.max_pixels, alloc=cache.reserve)
+        if arr is None:
+            return None, None
         arr.setflags(write=False)
-        evicted = self.cache.put(key, (arr, source, extra), arr.nbytes)
+        evicted = cache.put(key, (arr, source, extra), arr.nbytes)
         if counters is not None:
             counters["cache_evictions"] += evicted
         return arr, source
@@ -239,6 +366,8 @@ class Decoder:
         size = None
         if self.cache is not None:
             timer = Timer(counters)
-            data, size = self.cached_array(key, data, counters=counters, extra=extra)
+            arr, size = self.cached_array(key, data, counters=counters, extra=extra)
+            if arr is not None:
+                data = arr
             timer.lap("decode_s")
         return self.transform_source(data, rng=rng, source_size=size, counters=counters, out=out)

@@ -338,9 +338,9 @@ class StreamReader:
         return np.array([sample_key(self.seed, epochs[i], slots[i]) for i in rows], np.uint64)
 
     def _through_cache(self, chunk, counters):
-        """Replace cached rows' sources by their decoded arrays: hits first, then misses
-        (decoded and stored now), so storing a miss never evicts a hit of the same chunk
-        before it is read."""
+        """Replace cached rows' sources by their decoded arrays: hits, then misses (decoded
+        into the cache now, when it admits them; a full cache leaves their bytes, which the
+        batch call then decodes as uncached)."""
         dec = self.decoder
         sources, errors, keys = chunk.sources, chunk.errors, chunk.cache_keys
         misses = []
@@ -354,10 +354,13 @@ class StreamReader:
         t = time.perf_counter()
         for i in misses:
             try:
-                sources[i], chunk.sizes[i] = dec.cached_array(
-                    keys[i], sources[i], counters=counters, extra=chunk.labels[i])
+                arr, size = dec.cached_array(keys[i], sources[i], counters=counters,
+                                             extra=chunk.labels[i])
             except TurboLoaderError as exc:
                 errors[i] = exc
+                continue
+            if arr is not None:   # else not admitted: decoded from its bytes, uncached
+                sources[i], chunk.sizes[i] = arr, size
         if misses and counters is not None:
             counters["decode_s"] += time.perf_counter() - t
 
@@ -498,8 +501,9 @@ class ReaderMixin(EpochMixin):
 
         Returns a dict: ``samples``, ``bytes_read``, ``read_s``, ``decode_s`` (a fused
         decode + transform counts here), ``transform_s``, ``failures``, ``cache_hits``,
-        ``cache_misses``, ``cache_evictions``, ``cache_bytes`` (now, summed over
-        streams), ``skipped`` (one dict per skipped sample: ``shard``, ``key``, ``offset``,
+        ``cache_misses``, ``cache_hit_rate`` (hits / lookups, None without the cache),
+        ``cache_evictions`` (0: the cache keeps what it admitted), ``cache_bytes`` (now,
+        summed over streams), ``skipped`` (one dict per skipped sample: ``shard``, ``key``, ``offset``,
         ``reason``, ``epoch``, ``worker``) and ``workers`` (the same counters per stream,
         each with its ``cache`` gauge).
         """

@@ -280,12 +280,18 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     Compressed stream shards keep their sample order; only their position is shuffled.
 
     **Cache.** ``cache="4GB"`` keeps decoded samples (HWC uint8, optionally DCT-downscaled
-    to a short side of at least ``cache_short_side`` pixels) in an LRU bounded in bytes,
-    *per reading process*: the total is ``cache x num_workers x local ranks``. With the
-    cache on, each sample is assigned to the same (rank, worker) in every epoch and only
-    the order within a worker is reshuffled, so from the second epoch on a cache that
-    holds the worker's share serves every sample without decoding (use
-    ``persistent_workers=True``: a new worker process starts with an empty cache).
+    to a short side of at least ``cache_short_side`` pixels) bounded in bytes *per reading
+    process*: the total is ``cache x num_workers x local ranks``. Samples are admitted
+    until the bound is reached and then kept (:class:`~turboloader.data.cache.SampleCache`):
+    with a cache smaller than a worker's share, a fraction ``cache / share`` of the samples
+    is served from memory in every later epoch and the rest decode as uncached (only their
+    crop window). With the cache on, each sample is assigned to the same (rank, worker) in
+    every epoch and only the order within a worker is reshuffled, so from the second epoch
+    on a cache that holds the worker's share serves every sample without decoding (use
+    ``persistent_workers=True``, or the thread backend: a new worker process starts with an
+    empty cache). For RandomResizedCrop at 224, ``cache_short_side=160`` keeps about a
+    quarter of the memory of full-size images for 400-500 pixel photos and decodes them at
+    half scale; cached samples are then cropped from that copy (:doc:`/guide/cache`).
 
     **Failures.** ``on_error="raise"`` (default) raises the typed error (DecodeError,
     SampleError, TarFormatError) with a note naming the shard, key and byte offset.
@@ -894,8 +900,9 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
 
         Returns a dict: ``samples``, ``bytes_read``, ``read_s``, ``decode_s`` (a fused
         decode + transform counts here), ``transform_s``, ``failures``, ``cache_hits``,
-        ``cache_misses``, ``cache_evictions``, ``cache_bytes`` (now, summed over
-        processes), ``skipped`` (one dict per skipped sample: ``shard``, ``key``,
+        ``cache_misses``, ``cache_hit_rate`` (hits / lookups, None without the cache),
+        ``cache_evictions`` (0: the cache keeps what it admitted), ``cache_bytes`` (now,
+        summed over processes), ``skipped`` (one dict per skipped sample: ``shard``, ``key``,
         ``offset``, ``reason``, ``epoch``, ``worker``), ``failed_shards`` and ``workers``
         (the same counters per process, named ``"rank{r}-worker{w}"`` or
         ``"rank{r}-main"``, each with its ``cache`` gauge). Workers report every

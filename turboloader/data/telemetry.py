@@ -114,6 +114,8 @@ class Telemetry:
             workers[snap["name"]] = counters
             skipped.extend(f for f in snap["failures"] if epoch is None or f["epoch"] == epoch)
         total["cache_bytes"] = cache_bytes
+        looked = total["cache_hits"] + total["cache_misses"]
+        total["cache_hit_rate"] = total["cache_hits"] / looked if looked else None
         total["skipped"] = skipped
         total["workers"] = workers
         return total
@@ -138,7 +140,7 @@ class Recorder:
         self.flush_failures = bool(flush_failures)
         self.epochs = {}
         self.listed = 0  # failures in the .failures.jsonl file
-        self.cache = None  # a ByteLRU whose gauge goes in the snapshot
+        self.cache = None  # a SampleCache whose gauge goes in the snapshot
         self._unflushed = 0
         self._flushed_at = time.monotonic()
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import struct
+from fractions import Fraction
 
 import numpy as np
 
@@ -124,22 +125,33 @@ def decode_image(data, /, *, codec=None, strict=False, max_pixels=DEFAULT_MAX_PI
     return np.asarray(decode_pil(data, max_pixels))
 
 
-def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS):
+def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, alloc=None):
     """A dataset sample's bytes to ``(HWC uint8 array, original (height, width))``.
 
     With ``short_side`` the array is reduced while its short side stays at least that: a
     JPEG by the DCT scale (:func:`~turboloader.decode.decode_jpeg` ``min_size``), other
-    formats by Pillow's bilinear resize. Raises DecodeError."""
+    formats by Pillow's bilinear resize.
+
+    ``alloc(nbytes)``: where the array goes, a flat uint8 buffer or None (nowhere: the
+    array is then None). A JPEG's size is known from its header, so it is decoded straight
+    into that buffer, or not at all; another format is decoded, then copied. Raises
+    DecodeError."""
     s = short_side
     if is_jpeg(data):
-        if s:
-            from turboloader.decode.jpeg import decode_jpeg_header
+        from turboloader.decode.jpeg import decode_jpeg_header, pick_scale
 
-            hdr = decode_jpeg_header(data)
-            arr = decode_jpeg(data, min_size=(s, s), max_pixels=max_pixels)
-            return arr, (hdr.height, hdr.width)
-        arr = decode_jpeg(data, max_pixels=max_pixels)
-        return arr, arr.shape[:2]
+        hdr = decode_jpeg_header(data)
+        size = (hdr.height, hdr.width)
+        k = int(pick_scale(size, (s, s)) * 8) if s else 8
+        out = None
+        # (over max_pixels: decode_jpeg refuses it before anything is allocated)
+        if alloc is not None and (max_pixels is None or hdr.height * hdr.width <= max_pixels):
+            h, w = (hdr.height * k + 7) // 8, (hdr.width * k + 7) // 8
+            buf = alloc(h * w * 3)
+            if buf is None:
+                return None, size
+            out = buf.reshape(h, w, 3)
+        return decode_jpeg(data, scale=Fraction(k, 8), out=out, max_pixels=max_pixels), size
     img = decode_pil(data, max_pixels)
     size = (img.height, img.width)
     if s and min(size) > s:
@@ -148,7 +160,15 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS):
         f = s / min(size)
         img = img.resize((max(s, round(img.width * f)), max(s, round(img.height * f))),
                          Image.Resampling.BILINEAR)
-    return np.ascontiguousarray(np.asarray(img)), size
+    arr = np.asarray(img)
+    if alloc is None:
+        return np.ascontiguousarray(arr), size
+    buf = alloc(arr.nbytes)
+    if buf is None:
+        return None, size
+    out = buf.reshape(arr.shape)
+    out[...] = arr
+    return out, size
 
 
 def _decode_rgb(data, /, *, max_pixels=DEFAULT_MAX_PIXELS):
