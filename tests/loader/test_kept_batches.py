@@ -260,11 +260,16 @@ def test_a_forked_child_keeps_its_batches(kind, tmp_path):
 # -- masks and boxes fields: annotations kept with their images ---------------------------------
 
 
-@pytest.mark.parametrize("how", ["torch2", "threads", "processes", "batched"])
-def test_mask_and_boxes_fields_kept_batches(want, how, tmp_path):
+@pytest.mark.parametrize("joint_kind,how", [
+    ("tar", "torch2"), ("tar", "threads"), ("tar", "processes"), ("tar", "batched"),
+    ("parquet", "torch2"), ("manifest", "threads"),
+    pytest.param("parquet", "threads", marks=pytest.mark.slow),
+    pytest.param("manifest", "torch2", marks=pytest.mark.slow),
+    pytest.param("manifest", "processes", marks=pytest.mark.slow)])
+def test_mask_and_boxes_fields_kept_batches(want, joint_kind, how, tmp_path):
     from turboloader.data import collate_fields
 
-    ds = kept.make_joint_dataset(tmp_path)
+    ds = kept.make_joint_dataset(tmp_path, kind=joint_kind)
     if how == "batched":
         dl = torch.utils.data.DataLoader(ds.batched(B), batch_size=None, num_workers=2)
     else:
