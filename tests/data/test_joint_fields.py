@@ -282,6 +282,9 @@ def test_spec_errors(shards):
     pipe = pipelines()["rrc_flip"][0]
     with pytest.raises(ValueError, match="turboloader transform"):
         TarDataset(shards, v2.RandomResizedCrop(24), fields=("jpg", MaskField("seg.png")))
+    with pytest.raises(ValueError, match="torch's global generator"):
+        TarDataset(shards, T.Compose([T.RandomResizedCrop(24), v2.RandomRotation(10),
+                                      T.ToTensor()]), fields=("jpg", MaskField("seg.png")))
     with pytest.raises(TypeError, match="RandAugment"):
         TarDataset(shards, T.Compose([T.RandAugment(), T.RandomResizedCrop(24), T.ToTensor()]),
                    fields=("jpg", MaskField("seg.png")))

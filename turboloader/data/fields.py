@@ -274,14 +274,20 @@ def _image_hw(source, size):
 
 def _check_pipeline(transform):
     """The pipeline must draw the same parameters for a lone annotation as for the image
-    (each turboloader transform does; torchvision's or a user's callable cannot be replayed)."""
+    (each turboloader transform does; torchvision's or a user's callable cannot be replayed).
+
+    Raises:
+        ValueError: not a turboloader pipeline, or one that draws from torch's global
+            generator (a torchvision class inside it) or differently for a mask.
+        TypeError: a pipeline that refuses masks (AutoAugment, FiveCrop...).
+    """
     import random
 
+    from PIL import Image
     from torchvision import tv_tensors
 
-    from turboloader.transforms._random import using_rng
-
     from turboloader.transforms._containers import Compose, RandomApply, RandomChoice, RandomOrder
+    from turboloader.transforms._random import using_rng
     from turboloader.transforms._transform import Transform
 
     if transform is None:
@@ -290,12 +296,11 @@ def _check_pipeline(transform):
         raise ValueError(f"MaskField / BoxesField need a turboloader transform pipeline (its "
                          f"parameters are replayed on the annotations), got {transform!r}; "
                          f"for another transform, use plain fields and transform them yourself")
-    from PIL import Image
-
-    h, w = 37, 53
+    h, w = 257, 383
     states = []
     for x in (Image.new("RGB", (w, h)), tv_tensors.Mask(torch.zeros(h, w, dtype=torch.uint8))):
         rng = random.Random(1234)
+        torch_state = torch.get_rng_state()
         try:
             with using_rng(rng):
                 transform(x)
@@ -306,6 +311,12 @@ def _check_pipeline(transform):
             return
         except Exception:  # noqa: BLE001 (the dataset reports a pipeline that does not run)
             return
+        if not torch.equal(torch.get_rng_state(), torch_state):
+            # e.g. a torchvision v2 class inside a turboloader Compose: its draws cannot be
+            # replayed, so the mask would silently miss the image's geometry
+            raise ValueError(f"{transform!r} draws from torch's global generator (a "
+                             f"torchvision transform?): MaskField / BoxesField can only replay "
+                             f"turboloader transforms' draws")
         states.append(rng.getstate())
     if states[0] != states[1]:
         raise ValueError(f"{transform!r} draws other parameters for a mask than for the image: "
