@@ -520,3 +520,19 @@ def test_gzipped_shards_and_tbl(tmp_path):
         w.write(members(0)[0][1], key="a", label=0)
     with pytest.raises(ValueError, match="TBL record"):
         TBLDataset(tbl, pipelines()[name][0], fields=("jpg", MaskField("png")))
+
+
+@pytest.mark.filterwarnings("ignore::turboloader.errors.UnfusedWarning")
+def test_unfused_pipeline_with_the_cache(shards):
+    name = "affine"
+    ds = TarDataset(shards, pipelines()[name][0], fields=FIELDS, seed=SEED, cache="4MB")
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        for s in ds:
+            check(s, name, epoch)
+    # a cache of downscaled images under a pipeline that does not fuse: the draws see the
+    # smaller image, which the stored mask does not fit - a typed error, never a silent shift
+    rotate = T.Compose([T.RandomRotation(10), T.RandomResizedCrop(16), T.ToTensor()])
+    ds = TarDataset(shards, rotate, fields=FIELDS, seed=SEED, cache="4MB", cache_short_side=24)
+    with pytest.raises(SampleError, match="mask of size"):
+        list(ds)

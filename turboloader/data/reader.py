@@ -319,7 +319,11 @@ class StreamReader:
             if errors[i] is not None:
                 continue
             try:
-                hw = _image_hw(chunk.sources[i], chunk.sizes[i])
+                # the size the image's draws saw: the stored size on the fused path (a cached
+                # array's original), the array's own on the generic path
+                src = chunk.sources[i]
+                hw = _image_hw(src, chunk.sizes[i] if dec.plan is not None
+                               or not isinstance(src, np.ndarray) else None)
                 chunk.labels[i] = fields.annotate(
                     chunk.labels[i], hw, dec.transform,
                     sample_rng(self.seed, chunk.epochs[i], chunk.slots[i]))
