@@ -202,20 +202,33 @@ class _Pending:
 
 
 def _parse_mask(data, where):
+    """A mask member, kept encoded until :meth:`Fields.annotate` (a cached sample's values
+    then hold a few KB of PNG, not the decoded mask, which the cache's budget does not
+    count)."""
+    if not isinstance(data, torch.Tensor):
+        data = bytes(data)
+    return _Pending(data, None, where)
+
+
+def _decode_mask(v):
+    """The ``tv_tensors.Mask`` of a pending mask.
+
+    Raises:
+        SampleError: the mask does not decode.
+    """
     from torchvision import tv_tensors
 
-    if isinstance(data, torch.Tensor):
-        t = data
-    else:
-        from turboloader.errors import DecodeError
+    from turboloader.errors import DecodeError
 
+    t = v.data
+    if not isinstance(t, torch.Tensor):
         try:
-            t = _decode_image(bytes(data), where)
+            t = _decode_image(t, v.where)
         except DecodeError as exc:  # a mask that does not decode: the sample's problem
-            raise SampleError(f"{where}: the mask does not decode: {exc}") from None
+            raise SampleError(f"{v.where}: the mask does not decode: {exc}") from None
     if t.ndim == 3 and t.shape[0] == 1:
         t = t[0]
-    return _Pending(tv_tensors.Mask(t), None, where)
+    return tv_tensors.Mask(t)
 
 
 def _parse_boxes(spec, value, where):
@@ -441,7 +454,8 @@ class Fields:
         A new list (``values`` may be cached).
 
         Raises:
-            SampleError: a mask's size is not the image's; boxes without a known canvas.
+            SampleError: a mask does not decode or its size is not the image's; boxes
+                without a known canvas.
         """
         from torchvision import tv_tensors
 
@@ -453,7 +467,9 @@ class Fields:
                 continue
             v = values[i]
             if v.format is None:  # a mask
-                size = tuple(v.data.shape[-2:])
+                mask = _decode_mask(v)
+                v = _Pending(mask, None, v.where)
+                size = tuple(mask.shape[-2:])
                 if hw is None:
                     hw = size
                 elif size != tuple(hw):
