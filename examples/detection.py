@@ -1,12 +1,15 @@
 """Object detection: (image, boxes, labels) listed in a JSON Lines manifest, augmented together
 with turboloader's transforms and torchvision's ``tv_tensors.BoundingBoxes``.
 
-``turboloader.transforms.transform_jointly(pipeline, jpeg_bytes, boxes)`` draws the
-parameters once per sample: the JPEG is decoded and transformed in one fused native call and
-the boxes (``tv_tensors.BoundingBoxes``) follow the same parameters through torchvision v2's
-functionals (transformed and clamped to the new canvas); torchvision's own
-``SanitizeBoundingBoxes`` then drops the boxes the crop cut away, with their labels. Samples are dicts, as torchvision's detection
-references use them, and the loader keeps them as lists (boxes per image differ in number).
+``ManifestDataset(manifest, transform=pipeline, fields=("path", BoxesField("boxes"),
+"labels"))`` yields ``(image, boxes, labels)``: the JPEG is decoded and transformed in one
+fused native call and the ``boxes`` column becomes a ``tv_tensors.BoundingBoxes`` on the
+image's canvas that follows the image's drawn parameters (transformed and clamped to the new
+canvas, as torchvision v2 does); the collate function runs torchvision's own
+``SanitizeBoundingBoxes`` to drop the boxes the crop cut away, with their labels. Targets
+are dicts, as torchvision's detection references use them, and the loader keeps them as
+lists (boxes per image differ in number). (``TarDataset(urls, pipeline, fields=("jpg",
+BoxesField("json", key="boxes"), "json"))`` does the same for WebDataset shards.)
 
     python examples/detection.py                    # on generated data
     python examples/detection.py --data train.jsonl --root images/ --workers 8
@@ -60,45 +63,23 @@ def make_data(root, n=48, *, seed=0):
     return path
 
 
-class DetectionManifest(torch.utils.data.Dataset):
-    """``(image, {"boxes", "labels"})`` from a manifest, transformed jointly."""
+class Collate:
+    """``(images, targets)`` of a batch of ``(image, boxes, labels)`` samples: torchvision's
+    ``SanitizeBoundingBoxes`` drops the boxes the crop cut away (and their labels)."""
 
-    def __init__(self, manifest, root, transform, *, seed=0):
+    def __init__(self):
         from torchvision.transforms import v2
 
-        from turboloader.io.manifest import read_manifest
-
-        self.rows = read_manifest(manifest)
-        self.root, self.transform, self.seed, self.epoch = root, transform, seed, 0
         self.sanitize = v2.SanitizeBoundingBoxes(min_size=4)
 
-    def set_epoch(self, epoch):
-        self.epoch = epoch
-
-    def __len__(self):
-        return len(self.rows)
-
-    def __getitem__(self, i):
-        from torchvision import tv_tensors
-
-        from turboloader import sample_rng
-        from turboloader.io import Codec, image_size
-        from turboloader.transforms import transform_jointly
-
-        row = self.rows[i]
-        with open(os.path.join(self.root, row["path"]), "rb") as f:
-            data = f.read()
-        w, h = image_size(data, Codec.JPEG)
-        boxes = tv_tensors.BoundingBoxes(row["boxes"], format="XYXY", canvas_size=(h, w))
-        image, boxes = transform_jointly(self.transform, data, boxes,
-                                         rng=sample_rng(self.seed, self.epoch, i))
-        out = self.sanitize({"image": image, "boxes": boxes,
-                             "labels": torch.tensor(row["labels"])})
-        return out["image"], {"boxes": out["boxes"], "labels": out["labels"]}
-
-
-def collate(batch):
-    return tuple(zip(*batch))
+    def __call__(self, batch):
+        images, targets = [], []
+        for image, boxes, labels in batch:
+            out = self.sanitize({"image": image, "boxes": boxes,
+                                 "labels": torch.as_tensor(labels, dtype=torch.int64)})
+            images.append(out["image"])
+            targets.append({"boxes": out["boxes"], "labels": out["labels"]})
+        return images, targets
 
 
 def box_purity(image, boxes, labels):
@@ -124,6 +105,7 @@ def main(argv=None) -> dict:
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: all)")
     args = p.parse_args(argv)
 
+    from turboloader import BoxesField, ManifestDataset
     from turboloader import transforms as T
 
     tmp = None
@@ -136,9 +118,10 @@ def main(argv=None) -> dict:
                        T.RandomHorizontalFlip(), T.ToImage(),
                        T.ToDtype(torch.float32, scale=True)])
     print("fused image path:", T.plan(train) is not None)
-    ds = DetectionManifest(manifest, root, train)
+    ds = ManifestDataset(manifest, root=root, transform=train,
+                         fields=("path", BoxesField("boxes", format="XYXY"), "labels"))
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
-                                         num_workers=args.workers, collate_fn=collate)
+                                         num_workers=args.workers, collate_fn=Collate())
     purity, boxes_seen, step = [], 0, 0
     for epoch in range(args.epochs):
         ds.set_epoch(epoch)

@@ -1,14 +1,16 @@
 """Semantic segmentation: (image, mask) pairs listed in a JSON Lines manifest, augmented
 together with turboloader's transforms and torchvision's ``tv_tensors.Mask``.
 
-``turboloader.transforms.transform_jointly(pipeline, jpeg_bytes, mask)`` draws the
-parameters once per sample: the JPEG is decoded and transformed in one fused native call
-(only the crop window is decoded) and the mask (a ``tv_tensors.Mask``) follows the same
-parameters through torchvision v2's functionals (nearest resampling, so class ids stay
-class ids). A pipeline that does not fuse (``--rotate`` adds a ``RandomRotation``) runs
-transform by transform on the decoded image and the mask, as torchvision v2 would. The
-parameters of sample ``i`` in epoch ``e`` come from ``sample_rng(seed, e, i)``: the same
-augmentation whichever worker reads it.
+``ManifestDataset(manifest, transform=pipeline, fields=("path", MaskField("mask")))`` yields
+``(image, mask)``: the JPEG is decoded and transformed in one fused native call (only the
+crop window is decoded) and the mask file the ``mask`` column names becomes a
+``tv_tensors.Mask`` that follows the image's drawn parameters (nearest resampling, so class
+ids stay class ids), as torchvision v2 transforms a mask given with its image. A pipeline
+that does not fuse (``--rotate`` adds a ``RandomRotation``) runs transform by transform on
+the decoded image, and the mask follows it the same way. The parameters of sample ``i`` in
+epoch ``e`` come from ``sample_rng(seed, e, i)``: the same augmentation whichever worker
+reads it. (``TarDataset(urls, pipeline, fields=("jpg", MaskField("seg.png")))`` does the
+same for WebDataset shards, ``ParquetDataset`` for a mask column.)
 
     python examples/segmentation.py                 # on generated data
     python examples/segmentation.py --data train.jsonl --root images/ --workers 8
@@ -57,39 +59,6 @@ def make_data(root, n=48, *, seed=0):
     return path
 
 
-class SegmentationManifest(torch.utils.data.Dataset):
-    """``(image, mask)`` from a manifest: the image decoded by turboloader (libjpeg-turbo),
-    the mask a ``tv_tensors.Mask``, both through ``transform`` with one set of parameters."""
-
-    def __init__(self, manifest, root, transform, *, seed=0):
-        from turboloader.io.manifest import read_manifest
-
-        self.rows = read_manifest(manifest)
-        self.root, self.transform, self.seed, self.epoch = root, transform, seed, 0
-
-    def set_epoch(self, epoch):
-        self.epoch = epoch
-
-    def __len__(self):
-        return len(self.rows)
-
-    def __getitem__(self, i):
-        from PIL import Image
-        from torchvision import tv_tensors
-
-        from turboloader import sample_rng
-        from turboloader.transforms import transform_jointly
-
-        row = self.rows[i]
-        with open(os.path.join(self.root, row["path"]), "rb") as f:
-            data = f.read()
-        mask = tv_tensors.Mask(torch.from_numpy(
-            np.asarray(Image.open(os.path.join(self.root, row["mask"])))))
-        image, mask = transform_jointly(self.transform, data, mask,
-                                        rng=sample_rng(self.seed, self.epoch, i))
-        return image, mask.long()
-
-
 def agreement_map(images, masks):
     """Per pixel: is the colour nearest to the palette colour of its mask's class?"""
     pal = torch.from_numpy(PALETTE).float() / 255  # (K, 3)
@@ -111,6 +80,7 @@ def main(argv=None) -> dict:
                    help="add RandomRotation(10) (the pipeline then does not fuse)")
     args = p.parse_args(argv)
 
+    from turboloader import ManifestDataset, MaskField
     from turboloader import transforms as T
 
     tmp = None
@@ -123,7 +93,7 @@ def main(argv=None) -> dict:
                        T.RandomHorizontalFlip(), *([T.RandomRotation(10)] if args.rotate else []),
                        T.ToImage(), T.ToDtype(torch.float32, scale=True)])
     print("fused image path:", T.plan(train) is not None)
-    ds = SegmentationManifest(manifest, root, train)
+    ds = ManifestDataset(manifest, root=root, transform=train, fields=("path", MaskField("mask")))
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
                                          num_workers=args.workers, drop_last=True)
     torch.manual_seed(0)
@@ -134,6 +104,7 @@ def main(argv=None) -> dict:
     for epoch in range(args.epochs):
         ds.set_epoch(epoch)
         for images, masks in loader:
+            masks = masks.long()  # class ids, as stored (uint8 in the PNGs)
             assert images.shape[-2:] == masks.shape[-2:] == (args.size, args.size)
             # rotation fills the corners with 0 in both: check the pixels inside the image
             inside = images.sum(1) > 0

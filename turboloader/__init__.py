@@ -43,6 +43,8 @@ _LAZY = {
     "VideoFolder": "turboloader.data",
     "ManifestDataset": "turboloader.data",
     "ParquetDataset": "turboloader.data",
+    "MaskField": "turboloader.data",
+    "BoxesField": "turboloader.data",
     "ShardCache": "turboloader.data",
     # the core loader with seed 001's path-first form (a subclass of turboloader.loader's)
     "DataLoader": "turboloader.compat",

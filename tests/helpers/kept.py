@@ -98,6 +98,104 @@ def make_dataset(kind, root, n=N, **kw):
     raise ValueError(kind)
 
 
+# -- masks and boxes (MaskField / BoxesField) ---------------------------------------------------
+
+
+def joint_arrays(i):
+    """Sample ``i``'s mask (48 x 64, distinct per sample) and ``[[x0, y0, x1, y1]]`` boxes."""
+    import numpy as np
+
+    mask = np.zeros((48, 64), np.uint8)
+    x0, y0 = (i * 7) % 40, (i * 5) % 30
+    mask[y0:y0 + 16, x0:x0 + 20] = 1 + i % 3
+    return mask, [[x0, y0, x0 + 20, y0 + 16], [i % 10, 0, 30 + i % 10, 10]]
+
+
+def joint_fields():
+    from turboloader.data import BoxesField, MaskField
+
+    return ("jpg", MaskField("png"), BoxesField("json", key="boxes"), "cls")
+
+
+def make_joint_dataset(root, n=N, kind="tar"):
+    """``(image, mask, boxes, label = i)`` samples as a TarDataset (2 shards), a
+    ParquetDataset (3 row groups) or a ManifestDataset (JSON Lines + files)."""
+    import io
+    import json
+
+    from PIL import Image
+
+    from turboloader.data import BoxesField, MaskField
+
+    root = str(root)
+    rows = []
+    for i in range(n):
+        mask, boxes = joint_arrays(i)
+        buf = io.BytesIO()
+        Image.fromarray(mask).save(buf, "PNG")
+        rows.append((jpeg(i), buf.getvalue(), boxes))
+    if kind == "tar":
+        from turboloader.data import TarDataset
+
+        members = []
+        for i, (jpg, png, boxes) in enumerate(rows):
+            members += [(f"{i:06d}.jpg", jpg), (f"{i:06d}.png", png),
+                        (f"{i:06d}.json", json.dumps({"boxes": boxes}).encode()),
+                        (f"{i:06d}.cls", str(i).encode())]
+        half = len(members) // 2 // 4 * 4
+        paths = [write_tar(os.path.join(root, "j-0.tar"), members[:half]),
+                 write_tar(os.path.join(root, "j-1.tar"), members[half:])]
+        return TarDataset(paths, transform(), seed=SEED, fields=joint_fields())
+    if kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from turboloader.data import ParquetDataset
+
+        path = os.path.join(root, "j.parquet")
+        pq.write_table(pa.table({"image": [r[0] for r in rows], "mask": [r[1] for r in rows],
+                                 "boxes": [r[2] for r in rows], "label": list(range(n))}),
+                       path, row_group_size=max(1, -(-n // 3)))
+        return ParquetDataset(path, transform(), seed=SEED, fields=(
+            "image", MaskField("mask"), BoxesField("boxes"), "label"))
+    if kind == "manifest":
+        from turboloader.data import ManifestDataset
+
+        os.makedirs(os.path.join(root, "jf"), exist_ok=True)
+        lines = []
+        for i, (jpg, png, boxes) in enumerate(rows):
+            for name, data in ((f"{i:06d}.jpg", jpg), (f"{i:06d}.png", png)):
+                with open(os.path.join(root, "jf", name), "wb") as f:
+                    f.write(data)
+            lines.append(json.dumps({"path": f"{i:06d}.jpg", "mask": f"{i:06d}.png",
+                                     "boxes": boxes, "label": i}))
+        with open(os.path.join(root, "jf", "list.jsonl"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return ManifestDataset(os.path.join(root, "jf", "list.jsonl"), transform=transform(),
+                               seed=SEED, fields=("path", MaskField("mask"), BoxesField("boxes"),
+                                                  "label"))
+    raise ValueError(kind)
+
+
+def joint_oracle(epochs=(0, 1), n=N):
+    """``{(epoch, i): (mask, boxes)}``: each sample's annotations through ``transform()``
+    alone, drawn from ``sample_rng(SEED, epoch, i)`` (the image's draws)."""
+    from torchvision import tv_tensors
+
+    from turboloader.transforms._random import sample_rng, using_rng
+
+    out = {}
+    for e in epochs:
+        for i in range(n):
+            mask, boxes = joint_arrays(i)
+            with using_rng(sample_rng(SEED, e, i)):
+                out[(e, i)] = transform()(
+                    tv_tensors.Mask(torch.from_numpy(mask)),
+                    tv_tensors.BoundingBoxes(torch.tensor(boxes, dtype=torch.float32),
+                                             format="XYXY", canvas_size=(48, 64)))
+    return out
+
+
 # -- collates: what users return from collate_fn -----------------------------------------------
 
 

@@ -257,6 +257,42 @@ def test_a_forked_child_keeps_its_batches(kind, tmp_path):
     assert bad == 0
 
 
+# -- masks and boxes fields: annotations kept with their images ---------------------------------
+
+
+@pytest.mark.parametrize("joint_kind,how", [
+    ("tar", "torch2"), ("tar", "threads"), ("tar", "processes"), ("tar", "batched"),
+    ("parquet", "torch2"), ("manifest", "threads"),
+    pytest.param("parquet", "threads", marks=pytest.mark.slow),
+    pytest.param("manifest", "torch2", marks=pytest.mark.slow),
+    pytest.param("manifest", "processes", marks=pytest.mark.slow)])
+def test_mask_and_boxes_fields_kept_batches(want, joint_kind, how, tmp_path):
+    from turboloader.data import collate_fields
+
+    ds = kept.make_joint_dataset(tmp_path, kind=joint_kind)
+    if how == "batched":
+        dl = torch.utils.data.DataLoader(ds.batched(B), batch_size=None, num_workers=2)
+    else:
+        dl = loader(ds, how, collate_fields if how != "threads" else None)
+    runs = epochs(ds, dl)
+    ann = kept.joint_oracle()
+    gc.collect()
+    bad = []
+    for e, batches in enumerate(runs):
+        seen = []
+        for images, masks, boxes, ys in batches:
+            assert isinstance(boxes, list)
+            for img, mask, box, y in zip(images, masks, boxes, ys.tolist()):
+                ref_mask, ref_boxes = ann[(e, y)]
+                if not (torch.equal(img, want[(e, y)]) and torch.equal(mask, ref_mask)
+                        and torch.equal(box, ref_boxes)
+                        and box.canvas_size == tuple(img.shape[-2:])):
+                    bad.append((e, y))
+                seen.append(y)
+        assert sorted(seen) == list(range(N)), f"epoch {e}: not each sample exactly once"
+    assert not bad, f"kept samples changed (epoch, sample): {bad[:8]}"
+
+
 # -- the decoded-sample cache -------------------------------------------------------------------
 
 

@@ -18,10 +18,12 @@ importing torch and torchvision.
 from turboloader._lazy import lazy_names
 
 _LAZY = {
+    "BoxesField": "turboloader.data.fields",
     "ByteLRU": "turboloader.data.cache",
     "FailurePolicy": "turboloader.data.failures",
     "ImageFolder": "turboloader.data.folder",
     "ManifestDataset": "turboloader.data.manifest",
+    "MaskField": "turboloader.data.fields",
     "ParquetDataset": "turboloader.data.parquet_dataset",
     "ResumableSampler": "turboloader.data.tbl_dataset",
     "SampleCache": "turboloader.data.cache",
@@ -34,6 +36,7 @@ _LAZY = {
     "VideoDataset": "turboloader.data.video",
     "VideoFolder": "turboloader.data.video",
     "braceexpand": "turboloader.io.shards",
+    "collate_fields": "turboloader.data.fields",
     "expand_urls": "turboloader.io.shards",
     "per_rank_count": "turboloader.data.sharding",
     "worker_items": "turboloader.data.sharding",

@@ -18,6 +18,23 @@ alternatives separated by ``;`` (the first the sample has is taken), or ``__key_
 * ``npy``: a NumPy array (``allow_pickle=False``);
 * anything else: the member's ``bytes``.
 
+**Masks and boxes** follow the image's geometry when the entry says so:
+
+* :class:`MaskField` (``MaskField("seg.png")``): the member decoded as a
+  ``torchvision.tv_tensors.Mask`` (``(H, W)`` for a one-channel PNG: class ids or palette
+  indices kept), then put through ``transform`` with the *same drawn parameters* as the
+  image (resampled nearest, cropped, flipped... as torchvision v2 does it);
+* :class:`BoxesField` (``BoxesField("json", key="boxes", format="XYXY")``): ``N`` boxes
+  read from a JSON member (or ``key`` of a JSON object; ``.npy`` arrays too) into a
+  ``tv_tensors.BoundingBoxes`` whose canvas is the image's stored size, then transformed
+  with the image's parameters and clamped to the new canvas, as torchvision v2 does.
+
+The image stays on the fused path: the annotations replay the pipeline from the sample's
+generator (``sample_rng(seed, epoch, index)``, the one the fused plan draws from) on the
+image's stored size, exactly what :func:`turboloader.transforms.transform_jointly` does.
+A mask whose size differs from the image's, or boxes that are not ``N x 4`` numbers, are
+:class:`~turboloader.errors.SampleError` naming the key and the field.
+
 A sample without a member for a field is a :class:`~turboloader.errors.SampleError` naming
 the key and the field (a counted skip under ``on_error="skip"``). Batches (``batched()``,
 the thread backend) collate each field as ``default_collate`` does, or list the values
@@ -35,7 +52,7 @@ import torch
 from turboloader.errors import SampleError
 from turboloader.io.shards import IMAGE_EXTENSIONS
 
-__all__ = ["Fields"]
+__all__ = ["BoxesField", "Fields", "MaskField", "collate_fields"]
 
 _IMAGES = frozenset(IMAGE_EXTENSIONS) | {"ppm", "pgm", "pbm", "pnm", "bmp", "tif", "tiff"}
 _TEXT = frozenset({"txt", "text", "transcript", "caption"})
@@ -89,33 +106,306 @@ def _convert(ext, data, key):
     return bytes(data)
 
 
+def _alternatives(name, columns=False):
+    if columns:  # column names keep their case
+        return tuple(a.strip() for a in name.split(";") if a.strip())
+    return tuple(a.strip().lower().lstrip(".") for a in name.split(";") if a.strip())
+
+
+class _Annotation:
+    """What MaskField and BoxesField share: the member (or column) they read."""
+
+    def __init__(self, name, /):
+        if not isinstance(name, str) or not _alternatives(name) or name.strip() in _NAMES:
+            raise ValueError(f"{type(self).__name__} names a member extension (or 'a;b' "
+                             f"alternatives, or a column), got {name!r}")
+        self.name = name.strip()
+
+    def __eq__(self, other):
+        return type(other) is type(self) and vars(other) == vars(self)
+
+    def __hash__(self):
+        return hash((type(self).__name__, self.name))
+
+
+class MaskField(_Annotation):
+    """A ``fields=`` entry: a segmentation mask transformed with the image.
+
+    The member (``.png`` usually; any image format Pillow reads) is decoded with its stored
+    values kept (class ids, palette indices; 16-bit PNGs as int64) into a
+    ``torchvision.tv_tensors.Mask`` (``(H, W)`` for one channel, else ``(C, H, W)``) and
+    goes through the dataset's ``transform`` with the image's drawn parameters, so it is
+    resampled nearest, cropped, flipped, rotated... exactly as torchvision v2 transforms a
+    ``Mask`` given with the image.
+
+    Args:
+        name: the member extension (``"png"``, ``"seg.png"``, alternatives ``"seg.png;png"``),
+            or the column of a ParquetDataset / ManifestDataset.
+
+    Example:
+        >>> ds = TarDataset(urls, transform, fields=("jpg", MaskField("seg.png")))  # doctest: +SKIP
+        >>> image, mask = ds[0]   # mask: tv_tensors.Mask of the image's output size
+    """
+
+    def __repr__(self):
+        return f"MaskField({self.name!r})"
+
+
+_BOX_FORMATS = ("XYXY", "XYWH", "CXCYWH")
+
+
+class BoxesField(_Annotation):
+    """A ``fields=`` entry: bounding boxes transformed with the image.
+
+    The member is parsed (JSON; ``.npy`` arrays too), ``key`` picked from a JSON object, and
+    the ``N x 4`` numbers become a ``torchvision.tv_tensors.BoundingBoxes`` in ``format``
+    whose ``canvas_size`` is the image's stored ``(height, width)``; it then goes through the
+    dataset's ``transform`` with the image's drawn parameters and comes out on the output
+    image's canvas, clamped to it, as torchvision v2 transforms boxes given with the image.
+    No box is dropped (the labels stay aligned): ``torchvision.transforms.v2.
+    SanitizeBoundingBoxes`` removes degenerate ones afterwards if wanted.
+
+    Args:
+        name: the member extension (``"json"``) or column.
+        key: the JSON object's entry holding the boxes (None: the JSON value is the list).
+        format: ``"XYXY"`` (default), ``"XYWH"`` (COCO) or ``"CXCYWH"``.
+
+    Example:
+        >>> ds = TarDataset(urls, transform,                             # doctest: +SKIP
+        ...                 fields=("jpg", BoxesField("json", key="boxes"), "json"))
+        >>> image, boxes, target = ds[0]   # target["labels"]: the boxes' classes
+    """
+
+    def __init__(self, name, /, *, key=None, format="XYXY"):
+        super().__init__(name)
+        fmt = str(getattr(format, "name", format)).upper()
+        if fmt not in _BOX_FORMATS:
+            raise ValueError(f"format must be one of {', '.join(_BOX_FORMATS)}, got {format!r}")
+        self.key, self.format = key, fmt
+
+    def __hash__(self):
+        return hash((type(self).__name__, self.name, self.key, self.format))
+
+    def __repr__(self):
+        extra = "" if self.key is None else f", key={self.key!r}"
+        return f"BoxesField({self.name!r}{extra}, format={self.format!r})"
+
+
+class _Pending:
+    """A mask or boxes read at gather time, waiting for the image's draws and size (boxes:
+    their canvas). ``format`` None for a mask; ``where`` names the sample and field."""
+
+    __slots__ = ("data", "format", "where")
+
+    def __init__(self, data, format, where):
+        self.data, self.format, self.where = data, format, where
+
+
+def _parse_mask(data, where):
+    """A mask member, kept encoded until :meth:`Fields.annotate` (a cached sample's values
+    then hold a few KB of PNG, not the decoded mask, which the cache's budget does not
+    count)."""
+    if not isinstance(data, torch.Tensor):
+        data = bytes(data)
+    return _Pending(data, None, where)
+
+
+def _decode_mask(v):
+    """The ``tv_tensors.Mask`` of a pending mask.
+
+    Raises:
+        SampleError: the mask does not decode.
+    """
+    from torchvision import tv_tensors
+
+    from turboloader.errors import DecodeError
+
+    t = v.data
+    if not isinstance(t, torch.Tensor):
+        try:
+            t = _decode_image(t, v.where)
+        except DecodeError as exc:  # a mask that does not decode: the sample's problem
+            raise SampleError(f"{v.where}: the mask does not decode: {exc}") from None
+    if t.ndim == 3 and t.shape[0] == 1:
+        t = t[0]
+    return tv_tensors.Mask(t)
+
+
+def _parse_boxes(spec, value, where):
+    """``N x 4`` float32 boxes from a parsed member (JSON value, array, bytes)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        if raw[:6] == b"\x93NUMPY":
+            value = np.load(io.BytesIO(raw), allow_pickle=False)
+        else:
+            try:
+                value = json.loads(raw)
+            except ValueError as exc:
+                raise SampleError(f"{where}: the boxes are not valid JSON: {exc}") from None
+    if spec.key is not None:
+        if not isinstance(value, dict) or spec.key not in value:
+            have = sorted(value) if isinstance(value, dict) else type(value).__name__
+            raise SampleError(f"{where}: no {spec.key!r} entry for the boxes (has {have})")
+        value = value[spec.key]
+    try:
+        arr = np.asarray(value if value is not None else [], dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise SampleError(f"{where}: the boxes are not numbers: {exc}") from None
+    if arr.size == 0:
+        arr = arr.reshape(0, 4)
+    if arr.ndim != 2 or arr.shape[1] != 4:
+        raise SampleError(f"{where}: boxes must be N x 4 numbers ({spec.format}), got shape "
+                          f"{arr.shape}")
+    if not np.isfinite(arr).all():
+        raise SampleError(f"{where}: the boxes hold a NaN or infinite coordinate")
+    return _Pending(torch.from_numpy(np.ascontiguousarray(arr)), spec.format, where)
+
+
+def _image_hw(source, size):
+    """``(h, w)`` of a gathered image source as the draws see it (None: unknown)."""
+    if size is not None:
+        return int(size[0]), int(size[1])
+    if isinstance(source, np.ndarray) and source.ndim >= 2:  # a decoded HWC image
+        return int(source.shape[0]), int(source.shape[1])
+    if isinstance(source, (bytes, bytearray, memoryview, np.ndarray)):
+        from turboloader.io.codec import Codec, detect_codec, image_size
+
+        codec = detect_codec(source)
+        if codec != Codec.BYTES:
+            w, h = image_size(source, codec)
+            return int(h), int(w)
+        from PIL import Image
+
+        try:
+            with Image.open(io.BytesIO(bytes(source))) as im:
+                w, h = im.size
+            return int(h), int(w)
+        except Exception:  # noqa: BLE001 (it decoded: the decoder knows better; unknown here)
+            return None
+    return None
+
+
+def _check_pipeline(transform):
+    """The pipeline must draw the same parameters for a lone annotation as for the image
+    (each turboloader transform does; torchvision's or a user's callable cannot be replayed).
+
+    Raises:
+        ValueError: not a turboloader pipeline, or one that draws from torch's global
+            generator (a torchvision class inside it) or differently for a mask.
+        TypeError: a pipeline that refuses masks (AutoAugment, FiveCrop...).
+    """
+    import random
+
+    from PIL import Image
+    from torchvision import tv_tensors
+
+    from turboloader.transforms._containers import Compose, RandomApply, RandomChoice, RandomOrder
+    from turboloader.transforms._random import using_rng
+    from turboloader.transforms._transform import Transform
+
+    if transform is None:
+        return
+    if not isinstance(transform, (Transform, Compose, RandomApply, RandomChoice, RandomOrder)):
+        raise ValueError(f"MaskField / BoxesField need a turboloader transform pipeline (its "
+                         f"parameters are replayed on the annotations), got {transform!r}; "
+                         f"for another transform, use plain fields and transform them yourself")
+    h, w = 257, 383
+    states = []
+    for x in (Image.new("RGB", (w, h)), tv_tensors.Mask(torch.zeros(h, w, dtype=torch.uint8))):
+        rng = random.Random(1234)
+        torch_state = torch.get_rng_state()
+        try:
+            with using_rng(rng):
+                transform(x)
+        except TypeError as exc:
+            if states:  # the image ran, a mask cannot (AutoAugment, FiveCrop...): say so now
+                exc.add_note("MaskField / BoxesField: the pipeline refuses masks and boxes")
+                raise
+            return
+        except Exception:  # noqa: BLE001 (the dataset reports a pipeline that does not run)
+            return
+        if not torch.equal(torch.get_rng_state(), torch_state):
+            # e.g. a torchvision v2 class inside a turboloader Compose: its draws cannot be
+            # replayed, so the mask would silently miss the image's geometry
+            raise ValueError(f"{transform!r} draws from torch's global generator (a "
+                             f"torchvision transform?): MaskField / BoxesField can only replay "
+                             f"turboloader transforms' draws")
+        states.append(rng.getstate())
+    if states[0] != states[1]:
+        raise ValueError(f"{transform!r} draws other parameters for a mask than for the image: "
+                         f"MaskField / BoxesField cannot follow it")
+
+
+def _annotation_transform(transform):
+    """``transform`` less its top-level members that neither draw nor move pixels
+    (``ToImage``, ``ToDtype``, ``Normalize``...): they pass masks and boxes through, so
+    replaying them on the annotations costs time for nothing (~0.4 ms a sample for those
+    three). Members that draw (``ColorJitter``...) stay: the draws must stay aligned."""
+    from turboloader.transforms._containers import Compose
+    from turboloader.transforms._transform import Transform
+
+    if not isinstance(transform, Compose):
+        return transform
+
+    def inert(m):
+        return (isinstance(m, Transform) and not m._geometric
+                and type(m).make_params is Transform.make_params
+                and type(m)._transform_other is Transform._transform_other)
+
+    keep = [m for m in transform.transforms if not inert(m)]
+    if len(keep) == len(transform.transforms):
+        return transform
+    return Compose(keep) if keep else None
+
+
 class Fields:
     """A parsed ``fields=`` spec (see the module docstring).
+
+    ``columns``: the names are columns (of a ParquetDataset or a ManifestDataset), not
+    member extensions: values are passed on as the table holds them (no conversion by
+    extension), and the image entry is the one named in ``image_names``; by default the
+    first entry whose alternatives are all image extensions is the image.
 
     Raises:
         ValueError: an empty spec or entry, or no image entry to carry the transform.
     """
 
-    def __init__(self, spec):
-        if isinstance(spec, str):
+    def __init__(self, spec, *, image_names=(), columns=False):
+        if isinstance(spec, (str, _Annotation)):
             spec = (spec,)
         self.spec = tuple(spec)
         if not self.spec:
             raise ValueError("fields must name at least one field")
         self.entries = []
+        self.kinds = []  # per entry: None (a value), or its MaskField / BoxesField
+        self.columns = columns
         for f in self.spec:
+            if isinstance(f, _Annotation):
+                self.entries.append((f.name, _alternatives(f.name, columns)))
+                self.kinds.append(f)
+                continue
             if not isinstance(f, str) or not f.strip():
                 raise ValueError(f"a field is a member extension (or 'a;b' alternatives, "
-                                 f"'__key__', '__url__'), got {f!r}")
+                                 f"'__key__', '__url__', MaskField(...), BoxesField(...)), "
+                                 f"got {f!r}")
             f = f.strip()
+            self.kinds.append(None)
             if f in _NAMES:
                 self.entries.append((f, ()))
                 continue
-            alts = tuple(a.strip().lower().lstrip(".") for a in f.split(";") if a.strip())
-            self.entries.append((f, alts))
-        self.image = next((i for i, (_, alts) in enumerate(self.entries)
-                           if alts and all(a in IMAGE_EXTENSIONS for a in alts)), None)
+            self.entries.append((f, _alternatives(f, columns)))
+        image_names = set(image_names)
+        self.image = next((i for i, (name, alts) in enumerate(self.entries)
+                           if self.kinds[i] is None and alts and
+                           (name in image_names or
+                            (not columns and all(a in IMAGE_EXTENSIONS for a in alts)))),
+                          None)
+        self.joint = any(k is not None for k in self.kinds)
+        self._reduced = {}  # id(transform) -> (transform, what annotations replay of it)
         if self.image is None:
+            if columns:
+                raise ValueError(f"fields={self.spec!r} does not name the image column "
+                                 f"({', '.join(sorted(image_names))})")
             raise ValueError(f"fields={self.spec!r} has no image entry (one of "
                              f"{', '.join(IMAGE_EXTENSIONS)}, or alternatives of them): the "
                              f"first one is what transform applies to")
@@ -125,7 +415,7 @@ class Fields:
 
     def values(self, key, url, members):
         """The fields other than the image, in order (None at the image's place), from
-        ``members`` (``{ext: bytes}`` of the sample).
+        ``members`` (``{ext: bytes}`` of the sample; ``{column: value}`` for columns).
 
         Raises:
             SampleError: a field has no member, or its member does not parse.
@@ -140,11 +430,95 @@ class Fields:
             elif name == "__url__":
                 out.append(url)
             else:
+                kind = self.kinds[i]
                 ext = next((a for a in alts if a in members), None)
+                if ext is not None and self.columns and kind is not None \
+                        and members[ext] is None:
+                    ext = None  # a null mask / boxes: as good as missing
                 if ext is None:
-                    raise SampleError(f"sample {key!r} has no {' or '.join('.' + a for a in alts)} "
-                                      f"member (fields={self.spec!r})")
-                out.append(_convert(ext, members[ext], key))
+                    what = (" or ".join(repr(a) for a in alts) + " column" if self.columns
+                            else " or ".join("." + a for a in alts) + " member")
+                    raise SampleError(f"sample {key!r} has no {what} (fields={self.spec!r})")
+                if kind is None:
+                    out.append(members[ext] if self.columns else
+                               _convert(ext, members[ext], key))
+                    continue
+                where = (f"sample {key!r}, field {kind!r}" +
+                         (f" (column {ext!r})" if self.columns else f" (.{ext})"))
+                value = members[ext]
+                if isinstance(kind, MaskField):
+                    if isinstance(value, dict):  # Hugging Face's Image(): {bytes, path}
+                        value = value.get("bytes")
+                    if not isinstance(value, (bytes, bytearray, memoryview, torch.Tensor)):
+                        raise SampleError(f"{where}: a mask is encoded image bytes, got "
+                                          f"{type(value).__name__}")
+                    out.append(_parse_mask(value, where))
+                else:
+                    if not self.columns and (ext in _JSON or ext == "npy"):
+                        value = _convert(ext, value, key)
+                    elif isinstance(value, str):
+                        try:
+                            value = json.loads(value)
+                        except ValueError as exc:
+                            raise SampleError(f"{where}: the boxes are not valid JSON: "
+                                              f"{exc}") from None
+                    out.append(_parse_boxes(kind, value, where))
+        return out
+
+    def check_transform(self, transform):
+        """Raise ValueError when mask / boxes entries cannot follow ``transform``."""
+        if self.joint:
+            _check_pipeline(transform)
+
+    def annotate(self, values, hw, transform, rng):
+        """``values`` (from :meth:`values`) with the masks and boxes transformed by
+        ``transform`` with the draws of ``rng`` (the sample's generator, at draw 0), the
+        image's stored size being ``hw`` (``(h, w)``, or None when unknown: then the mask's).
+        A new list (``values`` may be cached).
+
+        Raises:
+            SampleError: a mask does not decode or its size is not the image's; boxes
+                without a known canvas.
+        """
+        from torchvision import tv_tensors
+
+        from turboloader.transforms._random import using_rng
+
+        at, items = [], []
+        for i, kind in enumerate(self.kinds):
+            if kind is None:
+                continue
+            v = values[i]
+            if v.format is None:  # a mask
+                mask = _decode_mask(v)
+                v = _Pending(mask, None, v.where)
+                size = tuple(mask.shape[-2:])
+                if hw is None:
+                    hw = size
+                elif size != tuple(hw):
+                    raise SampleError(f"{v.where}: a mask of size {size} for an image of "
+                                      f"size {tuple(hw)}")
+            at.append(i)
+            items.append(v)
+        if hw is None and any(v.format is not None for v in items):
+            raise SampleError(f"{items[0].where}: the image's size is unknown, so the boxes "
+                              f"have no canvas")
+        items = [v.data if v.format is None else
+                 tv_tensors.BoundingBoxes(v.data, format=v.format, canvas_size=tuple(hw))
+                 for v in items]
+        if transform is not None:
+            reduced = self._reduced.get(id(transform))
+            if reduced is None or reduced[0] is not transform:
+                reduced = self._reduced[id(transform)] = (transform,
+                                                          _annotation_transform(transform))
+            transform = reduced[1]
+        if transform is not None:
+            with using_rng(rng):
+                res = transform(*items)
+            items = list(res) if len(items) > 1 else [res]
+        out = list(values)
+        for i, v in zip(at, items):
+            out[i] = v
         return out
 
     def sample(self, image, values):
@@ -166,8 +540,34 @@ class Fields:
                 out.append(images)
                 continue
             column = tuple(r[i] for r in rows)  # what torch's collate sees: str stay a tuple
-            try:
-                out.append(default_collate(column))
-            except (RuntimeError, TypeError):  # JSON of varying shapes, ragged arrays
-                out.append(list(column))
+            out.append(_collate_column(column, default_collate))
         return out
+
+
+def _collate_column(column, default_collate):
+    if column and isinstance(column[0], torch.Tensor) and \
+            type(column[0]).__name__ == "BoundingBoxes":
+        return list(column)  # a list of BoundingBoxes, as torchvision's detection references
+    try:
+        return default_collate(column)
+    except (RuntimeError, TypeError):  # JSON of varying shapes, ragged arrays
+        return list(column)
+
+
+def collate_fields(batch):
+    """A ``collate_fn`` for ``fields=`` samples under torch's ``DataLoader``: each field
+    collated as ``default_collate`` does, or kept as a list where it cannot be (boxes of
+    different counts, JSON of varying shapes; ``BoundingBoxes`` always a list of them,
+    as torchvision's detection references have them) - what turboloader's own batches
+    (``batched()``, the thread backend) give.
+
+    Example:
+        >>> loader = torch.utils.data.DataLoader(ds, batch_size=8,      # doctest: +SKIP
+        ...                                      collate_fn=collate_fields)
+    """
+    from torch.utils.data import default_collate
+
+    if not batch or not isinstance(batch[0], (tuple, list)):
+        return default_collate(batch)
+    return [_collate_column(tuple(s[i] for s in batch), default_collate)
+            for i in range(len(batch[0]))]

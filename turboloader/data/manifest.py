@@ -9,7 +9,7 @@ import torch.utils.data
 from turboloader.data.folder import gather_file
 from turboloader.data.reader import MapDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
-from turboloader.errors import ManifestError
+from turboloader.errors import ManifestError, SampleError
 from turboloader.io.manifest import read_manifest
 
 __all__ = ["ManifestDataset"]
@@ -66,6 +66,15 @@ class ManifestDataset(MapDataset, torch.utils.data.Dataset):
         format: ``"csv"``, ``"tsv"`` or ``"jsonl"`` (default: from the extension).
         seed, cache, cache_short_side, on_error, max_failures, max_pixels, stats_interval:
             as in :class:`ImageFolder`.
+        fields: yield tuples of these columns instead of ``(image, target)``, as
+            :class:`TarDataset`'s ``fields`` (see :mod:`turboloader.data.fields`):
+            ``path_column`` is the image (decoded and transformed), ``"__key__"`` the row's
+            path, ``"__url__"`` the manifest, another column its value as the manifest
+            holds it (CSV: a string; JSON Lines: its JSON value), ``MaskField(column)`` the
+            mask file it names (relative to ``root``) transformed with the image,
+            ``BoxesField(column)`` its boxes (a JSON list, a string of one, or a
+            ``.json`` / ``.npy`` file it names) transformed with the image. The label column
+            is then optional.
 
     Raises:
         ManifestError: a malformed manifest, a row without a path or label, a class name
@@ -83,8 +92,17 @@ class ManifestDataset(MapDataset, torch.utils.data.Dataset):
     def __init__(self, manifest, root=None, transform=None, target_transform=None, *,
                  path_column="path", label_column="label", classes=None, missing_label=None,
                  format=None, seed=0, cache=None, cache_short_side=None, on_error="raise",
-                 max_failures=0.01, max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256):
+                 max_failures=0.01, max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256,
+                 fields=None):
         super().__init__()
+        if fields is not None:
+            from turboloader.data.fields import Fields
+
+            self._fields = Fields(fields, image_names=(path_column,), columns=True)
+            self._fields.check_transform(transform)
+            if target_transform is not None:
+                raise ValueError("target_transform applies to the target of (image, target) "
+                                 "samples; with fields=, transform the fields you get instead")
         self.manifest = os.fspath(manifest)
         self.root = os.path.abspath(os.path.dirname(self.manifest) if root is None
                                     else os.fspath(root))
@@ -93,7 +111,7 @@ class ManifestDataset(MapDataset, torch.utils.data.Dataset):
                                   label_column=label_column or "label")
         raw = [None if label_column is None else row.get(label_column) for row in self.rows]
         for k, v in enumerate(raw):
-            if (v is None or v == "") and missing_label is None:
+            if (v is None or v == "") and missing_label is None and fields is None:
                 raise ManifestError(f"{self.manifest!r}: row {k} has no {label_column!r} "
                                     f"(pass missing_label=... for unlabelled rows)")
         present = [v for v in raw if v is not None and v != ""]
@@ -125,7 +143,38 @@ class ManifestDataset(MapDataset, torch.utils.data.Dataset):
 
     def _gather(self, st, chunk, i, slot, epoch, counters):
         path, target = self.samples[i]
+        if self._fields is not None:
+            try:
+                target = self._field_values(i)
+            except SampleError as exc:
+                chunk.fail(exc, i, slot, epoch)
+                return
         gather_file(st, chunk, path, target, i, slot, epoch, counters)
+
+    def _field_values(self, i):
+        """Row ``i``'s ``fields`` values: the files its mask (and boxes file) columns name
+        read from under ``root``."""
+        from turboloader.data.fields import BoxesField, MaskField
+
+        row = self.rows[i]
+        key = row[self.path_column]
+        members = dict(row)
+        for (_, alts), kind in zip(self._fields.entries, self._fields.kinds):
+            if kind is None:
+                continue
+            col = next((a for a in alts if members.get(a) not in (None, "")), None)
+            value = members.get(col)
+            if isinstance(value, str) and (isinstance(kind, MaskField) or (
+                    isinstance(kind, BoxesField) and
+                    value.lower().endswith((".json", ".npy")))):
+                file = os.path.join(self.root, value)
+                try:
+                    with open(file, "rb") as f:
+                        members[col] = f.read()
+                except OSError as exc:
+                    raise SampleError(f"sample {key!r}, field {kind!r}: cannot read {file!r} "
+                                      f"({exc.strerror or exc})") from None
+        return self._fields.values(key, self.manifest, members)
 
     def _where(self, st, i):
         path = self.samples[i][0]

@@ -50,6 +50,17 @@ class ParquetDataset(TarDataset):
         shuffle, seed, missing_label, rank, world_size, pad: as :class:`TarDataset`.
         cache, cache_short_side, on_error, max_failures: as :class:`TarDataset`.
         max_pixels, stats_interval, mix_shards: as :class:`TarDataset`.
+        fields: yield tuples of these columns instead of ``(image, label)``, as
+            :class:`TarDataset`'s ``fields`` (see :mod:`turboloader.data.fields`):
+            ``image_column`` is the image (decoded and transformed, fused when it can be),
+            ``"__key__"`` the row's key (``key_column``, else its row number in the file),
+            ``"__url__"`` its shard (``"<file>#rg=<k>"``), another column its value as
+            ``pyarrow``'s ``to_pylist`` gives it (strings, ints, lists, dicts, ``bytes``),
+            ``MaskField(column)`` an encoded mask image (binary, or ``Image()``'s
+            ``{bytes, path}``) transformed with the image, ``BoxesField(column)`` boxes (a
+            list of 4-number lists, a JSON string of one, or ``key`` of a struct) transformed
+            with the image. Only the image, key and named columns are read; the label
+            column is then read only when a field names it.
 
     Raises:
         FileNotFoundError: a file or glob does not exist.
@@ -72,11 +83,19 @@ class ParquetDataset(TarDataset):
                  missing_label=None, rank=None, world_size=None, pad=True, cache=None,
                  cache_short_side=None, on_error="raise", max_failures=0.01,
                  max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16,
-                 rows_per_shard=1000, _table=None, _table_name="table"):
+                 rows_per_shard=1000, fields=None, _table=None, _table_name="table"):
+        extra = ()
+        if fields is not None:
+            from turboloader.data.fields import Fields
+
+            fields = Fields(fields, image_names=(image_column,), columns=True)
+            extra = tuple(a for i, (_, alts) in enumerate(fields.entries)
+                          if i != fields.image for a in alts)
+            label_column = None  # a field names it when it is wanted
         if label_column is None and missing_label is None:
             missing_label = -1
         self._columns = dict(image_column=image_column, label_column=label_column,
-                             key_column=key_column)
+                             key_column=key_column, extra_columns=extra)
         self._source = dict(filesystem=filesystem, table=_table, table_name=_table_name,
                             rows_per_shard=rows_per_shard)
         super().__init__(urls, transform, target_transform, shuffle=shuffle, seed=seed,
@@ -84,7 +103,7 @@ class ParquetDataset(TarDataset):
                          world_size=world_size, pad=pad, cache=cache,
                          cache_short_side=cache_short_side, on_error=on_error,
                          max_failures=max_failures, max_pixels=max_pixels,
-                         stats_interval=stats_interval, mix_shards=mix_shards)
+                         stats_interval=stats_interval, mix_shards=mix_shards, fields=fields)
         self.image_column, self.label_column = image_column, label_column
         self.key_column = key_column
         self._source = None  # the table lives on in self._io (pickled once)

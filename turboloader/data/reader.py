@@ -160,6 +160,9 @@ class StreamReader:
         self._seen = None  # map-style: indices read in the current pass
         self._pass = None  # map-style: (epoch, FailureLog) of the current pass
         self.buffers = BufferPool(capacity=4)
+        fields = getattr(dataset, "_fields", None)
+        # fields with masks / boxes: transformed with each image's draws after the batch call
+        self.joint = fields if fields is not None and fields.joint else None
         self._gather = np.empty(0, np.uint8)
         self._sample_bytes = 0.0  # mean encoded size in the last chunk read (0: none yet)
 
@@ -295,11 +298,37 @@ class StreamReader:
                 continue
             if slot is None or not _is_slot(img, slot):
                 objs[i] = img
+        if self.joint is not None:
+            self._annotate(chunk, dec)
         if timing is not None:
             # the native batch call's time without the GIL plus the rows that ran one by one;
             # the rest of this call (drawing parameters, bookkeeping) is Python
             timing("decode", native + (time.perf_counter() - t_generic))
         return errors, objs
+
+    def _annotate(self, chunk, dec):
+        """The masks and boxes of every decoded row of ``chunk`` (its ``labels``, the
+        ``fields`` values) through ``dec``'s transform with the row's own draws: the
+        generator the image drew from (``sample_rng(seed, epoch, slot)``, which the fused
+        batch call's keys are), on the image's stored size. A row whose annotations do not
+        fit its image fails like an image that does not decode."""
+        from turboloader.data.fields import _image_hw
+
+        fields, errors = self.joint, chunk.errors
+        for i in range(len(chunk)):
+            if errors[i] is not None:
+                continue
+            try:
+                # the size the image's draws saw: the stored size on the fused path (a cached
+                # array's original), the array's own on the generic path
+                src = chunk.sources[i]
+                hw = _image_hw(src, chunk.sizes[i] if dec.plan is not None
+                               or not isinstance(src, np.ndarray) else None)
+                chunk.labels[i] = fields.annotate(
+                    chunk.labels[i], hw, dec.transform,
+                    sample_rng(self.seed, chunk.epochs[i], chunk.slots[i]))
+            except TurboLoaderError as exc:
+                errors[i] = exc
 
     def _keys(self, chunk, rows) -> np.ndarray:
         """uint64 keys (``sample_keys``) of ``rows``: one vectorized call when they share an

@@ -338,7 +338,9 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
             ``uint8`` ``(C, H, W)`` tensors (masks keep their one channel), ``__key__`` /
             ``__url__`` strings, anything else bytes (see :mod:`turboloader.data.fields`).
             A missing field is a ``SampleError`` (a counted skip under "skip"). Not with
-            ``target_transform``.
+            ``target_transform``. ``MaskField("seg.png")`` / ``BoxesField("json",
+            key="boxes")`` entries give a ``tv_tensors.Mask`` / ``BoundingBoxes``
+            transformed with the image's drawn parameters (the image still fused).
 
     ``classes`` / ``class_to_idx``: from the ``classes.json`` that ``turboloader convert``
     writes next to the shards, as torchvision's ``ImageFolder`` has them (None without it).
@@ -369,7 +371,10 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         super().__init__()
         from turboloader.data.fields import Fields
 
-        self._fields = None if fields is None else Fields(fields)
+        self._fields = (fields if fields is None or isinstance(fields, Fields)
+                        else Fields(fields))
+        if self._fields is not None:
+            self._fields.check_transform(transform)
         if self._fields is not None and target_transform is not None:
             raise ValueError("target_transform applies to the label of (image, label) samples; "
                              "with fields=, transform the fields you get instead")

@@ -137,9 +137,11 @@ class ColumnShard:
     random_access = True
 
     def __init__(self, url, table, /, *, image_column, label_column=None, key_column=None,
-                 first_row=0):
+                 first_row=0, extra_columns=()):
         self.url = url
         self.image_column = image_column
+        # other columns a dataset's fields name: Python values, converted once per shard
+        self._extra = {c: table.column(c).to_pylist() for c in extra_columns}
         self._first_row = int(first_row)
         self._n = table.num_rows
         self._offsets, self._data, self._valid = _image_values(
@@ -162,6 +164,15 @@ class ColumnShard:
         if self._keys is not None:
             return self._keys[j]
         return f"{self._first_row + j}"
+
+    def use_image_extensions(self, exts, /) -> None:
+        """The image is :attr:`image_column` (a ``fields`` spec's image entry names it)."""
+
+    def members(self, j: int, columns, /) -> dict:
+        """``{column: value}`` of row ``j`` for those of ``columns`` that were read (the
+        ``extra_columns``), as Python values (``to_pylist``: binary as ``bytes``, a
+        ``{bytes, path}`` struct as a dict, lists as lists)."""
+        return {c: self._extra[c][j] for c in columns if c in self._extra}
 
     def _local_path(self, j):
         """The local file of a ``{bytes: null, path}`` row (Hugging Face keeps local images
@@ -236,6 +247,7 @@ class ColumnShard:
 
     def close(self) -> None:
         self._offsets = self._data = self._valid = None
+        self._extra = {}
 
 
 class ParquetShards:
@@ -250,12 +262,16 @@ class ParquetShards:
     """
 
     def __init__(self, urls=None, *, image_column, label_column=None, key_column=None,
-                 filesystem=None, table=None, table_name="table", rows_per_shard=1000):
+                 filesystem=None, table=None, table_name="table", rows_per_shard=1000,
+                 extra_columns=()):
         _pa()
         self.image_column, self.label_column = image_column, label_column
         self.key_column = key_column
         self.filesystem = filesystem
-        self.columns = [c for c in (image_column, label_column, key_column) if c is not None]
+        base = [c for c in (image_column, label_column, key_column) if c is not None]
+        self.extra_columns = [c for c in dict.fromkeys(extra_columns) if c not in
+                              (image_column,)]
+        self.columns = list(dict.fromkeys(base + self.extra_columns))
         self._table = table
         self._local = threading.local()  # per thread: open ParquetFiles (see _file)
         self._shards = {}  # shard name -> (file or None, row group or (start, stop), rows, first row)
@@ -349,7 +365,7 @@ class ParquetShards:
         try:
             return ColumnShard(name, table, image_column=self.image_column,
                                label_column=self.label_column, key_column=self.key_column,
-                               first_row=first)
+                               first_row=first, extra_columns=self.extra_columns)
         except TurboLoaderError:
             raise
         except (pyarrow.ArrowException, ValueError) as exc:

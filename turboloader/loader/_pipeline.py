@@ -150,7 +150,10 @@ class BatchBuffer:
     def collate(self, n=None, collate_fn=None):
         n = self.n if n is None else n
         if self.samples is not None:
-            return (collate_fn or default_collate)(self.samples[:n])
+            if collate_fn is None:  # default_collate, with lists where it cannot (boxes of
+                # different counts per image), as a dataset's own fields batches
+                from turboloader.data.fields import collate_fields as collate_fn
+            return collate_fn(self.samples[:n])
         images = self.images if n == self.images.shape[0] else self.images[:n]
         return [images, default_collate(self.labels[:n])]
 

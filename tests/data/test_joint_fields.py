@@ -1,0 +1,549 @@
+"""Mask and boxes fields (``MaskField`` / ``BoxesField``) transformed inside the datasets with
+the image's drawn parameters.
+
+The oracle: torchvision v2's own transforms, their ``make_params`` returning the parameters
+that turboloader's classes draw from the sample's generator ``sample_rng(seed, epoch, i)``,
+applied to the decoded image, the stored mask and the stored boxes. Masks and boxes must be
+equal; the image equal to the fused per-sample call (and close to v2's, DCT scaling aside).
+"""
+
+import csv
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.utils.data
+from helpers.shards import write_tar
+from PIL import Image
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+
+import turboloader
+from turboloader import transforms as T
+from turboloader.data import BoxesField, MaskField, TarDataset, collate_fields
+from turboloader.errors import SampleError
+from turboloader.transforms._random import sample_rng
+
+H, W = 48, 64
+N = 18
+SEED = 5
+PALETTE = np.array([(240, 240, 240), (220, 40, 40), (40, 60, 220), (40, 200, 60)], np.uint8)
+
+
+def sample_arrays(i):
+    """``(mask (H, W) uint8, boxes [[x0, y0, x1, y1]], labels)`` of sample ``i``."""
+    rng = np.random.default_rng(i)
+    mask = np.zeros((H, W), np.uint8)
+    boxes, labels = [], []
+    for k in range(int(rng.integers(0, 4))):  # 0..3 objects, one per third of the width
+        cls = int(rng.integers(1, 4))
+        x0 = int(rng.integers(k * W // 3, (k + 1) * W // 3 - 10))
+        x1 = int(rng.integers(x0 + 6, (k + 1) * W // 3 + 1))
+        y0 = int(rng.integers(0, H - 12))
+        y1 = int(rng.integers(y0 + 6, H + 1))
+        mask[y0:y1, x0:x1] = cls
+        boxes.append([x0, y0, x1, y1])
+        labels.append(cls)
+    return mask, boxes, labels
+
+
+def encode(arr, fmt, **kw):
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def members(i, *, skip=()):
+    mask, boxes, labels = sample_arrays(i)
+    key = f"s{i:04d}"
+    out = [(f"{key}.jpg", encode(PALETTE[mask], "JPEG", quality=95)),
+           (f"{key}.seg.png", encode(mask, "PNG")),
+           (f"{key}.json", json.dumps({"boxes": boxes, "labels": labels}).encode()),
+           (f"{key}.cls", str(i).encode())]
+    return [m for m in out if m[0].split(".", 1)[1] not in skip]
+
+
+@pytest.fixture
+def shards(tmp_path):
+    all_members = [m for i in range(N) for m in members(i)]
+    third = len(all_members) // 3 // 4 * 4
+    return [write_tar(tmp_path / "j-0.tar", all_members[:third]),
+            write_tar(tmp_path / "j-1.tar", all_members[third:])]
+
+
+FIELDS = ("jpg", MaskField("seg.png"), BoxesField("json", key="boxes"), "json", "cls",
+          "__key__")
+
+
+def pipelines():
+    """name -> (turboloader pipeline, its torchvision v2 geometric transforms, fuses)."""
+    return {
+        "rrc_flip": (T.Compose([T.RandomResizedCrop(24, scale=(0.3, 1.0)),
+                                T.RandomHorizontalFlip(), T.ToTensor()]),
+                     [v2.RandomResizedCrop(24, scale=(0.3, 1.0)), v2.RandomHorizontalFlip()]),
+        "resize_center_flip": (T.Compose([T.Resize(30), T.CenterCrop(28),
+                                           T.RandomHorizontalFlip(), T.ToTensor()]),
+                                [v2.Resize(30), v2.CenterCrop(28), v2.RandomHorizontalFlip()]),
+        # colour draws between the geometric ones, and members that leave annotations alone
+        "rrc_jitter_normalize": (T.Compose([T.RandomResizedCrop(24, scale=(0.3, 1.0)),
+                                            T.ColorJitter(0.3, 0.3), T.RandomHorizontalFlip(),
+                                            T.ToImage(), T.ToDtype(torch.float32, scale=True),
+                                            T.Normalize((0.5,) * 3, (0.25,) * 3)]),
+                                 [v2.RandomResizedCrop(24, scale=(0.3, 1.0)), None,
+                                  v2.RandomHorizontalFlip()]),
+        "affine": (T.Compose([T.RandomAffine(15, translate=(0.1, 0.1), scale=(0.8, 1.1)),
+                              T.RandomCrop(40), T.ToTensor()]),
+                   [v2.RandomAffine(15, translate=(0.1, 0.1), scale=(0.8, 1.1)),
+                    v2.RandomCrop(40)]),
+    }
+
+
+def v2_reference(name, i, epoch, *, seed=SEED):
+    """torchvision v2's ``(image float, mask, boxes)`` of sample ``i`` with the parameters
+    turboloader's classes draw from ``sample_rng(seed, epoch, i)``."""
+    ours, tvs = pipelines()[name]
+    mask, boxes, _ = sample_arrays(i)
+    img = tv_tensors.Image(torch.from_numpy(np.array(Image.open(io.BytesIO(
+        members(i)[0][1])).convert("RGB"))).permute(2, 0, 1))
+    inputs = (img, tv_tensors.Mask(torch.from_numpy(mask)),
+              tv_tensors.BoundingBoxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
+                                       format="XYXY", canvas_size=(H, W)))
+    rng = sample_rng(seed, epoch, i)
+    for t, tv in zip(ours.transforms, tvs):
+        params = t.make_params(tuple(inputs[0].shape[-2:]), rng=rng)
+        if tv is None:  # a colour transform: its draws only
+            continue
+        if isinstance(t, (T.RandomHorizontalFlip, T.RandomVerticalFlip)):
+            flip = params.get("flip", params.get("apply"))
+            tv = type(tv)(p=1.0 if flip else 0.0)
+        else:
+            tv.make_params = lambda flat, p=params: dict(p)
+        inputs = tv(*inputs)
+    img, m, b = inputs
+    return img.float() / 255, m, b
+
+
+def check(sample, name, epoch, *, seed=SEED):
+    image, mask, boxes, target, cls, key = sample
+    i = int(key[1:])
+    assert cls == i and target["labels"] == sample_arrays(i)[2]
+    ref_img, ref_mask, ref_boxes = v2_reference(name, i, epoch, seed=seed)
+    assert type(mask) is tv_tensors.Mask or mask.ndim == 2
+    assert torch.equal(torch.as_tensor(mask), torch.as_tensor(ref_mask)), key
+    assert isinstance(boxes, tv_tensors.BoundingBoxes)
+    assert boxes.canvas_size == ref_boxes.canvas_size == tuple(image.shape[-2:])
+    assert boxes.format == tv_tensors.BoundingBoxFormat.XYXY
+    assert torch.allclose(boxes.as_subclass(torch.Tensor), ref_boxes.as_subclass(torch.Tensor),
+                          atol=1e-4), key
+    assert image.shape == ref_img.shape
+    if "jitter" not in name:  # (the image oracle there: the fused per-sample call)
+        assert (image - ref_img).abs().mean() < 6 / 255  # fused with DCT scaling
+
+
+@pytest.mark.filterwarnings("ignore::turboloader.errors.UnfusedWarning")
+@pytest.mark.parametrize("name", ["rrc_flip", "resize_center_flip", "rrc_jitter_normalize",
+                                  "affine"])
+def test_mask_and_boxes_equal_torchvision_v2(shards, name):
+    pipe = pipelines()[name][0]
+    fuses = T.plan(pipe) is not None
+    assert fuses == (name != "affine")
+    ds = TarDataset(shards, pipe, fields=FIELDS, seed=SEED)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        got = list(ds)
+        assert sorted(s[-1] for s in got) == [f"s{i:04d}" for i in range(N)]
+        for s in got:
+            check(s, name, epoch)
+            if fuses:  # the image is the fused per-sample call's, bit for bit
+                i = int(s[-1][1:])
+                assert torch.equal(s[0], T.plan(pipe).from_jpeg(members(i)[0][1],
+                                                                 rng=sample_rng(SEED, epoch, i)))
+
+
+def test_masks_line_up_with_the_image(shards):
+    ds = TarDataset(shards, pipelines()["rrc_flip"][0], fields=FIELDS, seed=SEED)
+    pal = torch.from_numpy(PALETTE).float() / 255
+    agree = []
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        for image, mask, *_ in ds:
+            nearest = ((image.permute(1, 2, 0)[..., None, :] - pal) ** 2).sum(-1).argmin(-1)
+            agree.append(float((nearest == mask).float().mean()))
+    # a mask that missed its image's crop or flip agrees on far fewer pixels; class edges
+    # blur in a 24-pixel JPEG crop
+    assert min(agree) > 0.8 and np.mean(agree) > 0.95
+
+
+@pytest.mark.parametrize("how", ["torch2", "threads", "processes", "batched"])
+def test_every_loader_every_sample_once(shards, how):
+    name = "rrc_flip"
+    ds = TarDataset(shards, pipelines()[name][0], fields=FIELDS, seed=SEED)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        if how == "torch2":
+            dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2,
+                                             collate_fn=collate_fields)
+        elif how in ("threads", "processes"):
+            dl = turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend=how,
+                                        collate_fn=collate_fields if how == "processes"
+                                        else None)
+            dl.set_epoch(epoch)
+        else:
+            dl = torch.utils.data.DataLoader(ds.batched(4), batch_size=None, num_workers=2)
+        batches = list(dl)  # all kept to the end: no buffer was rewritten under them
+        keys = []
+        for images, masks, boxes, targets, cls, bkeys in batches:
+            assert images.shape[1:] == (3, 24, 24) and masks.shape[1:] == (24, 24)
+            assert isinstance(boxes, list) and len(boxes) == len(bkeys)
+            for k in range(len(bkeys)):
+                # JSON of one shape is collated as default_collate does (transposed lists)
+                target = {"labels": [int(t[k]) for t in targets["labels"]]} \
+                    if isinstance(targets, dict) else targets[k]
+                check((images[k], masks[k], boxes[k], target, int(cls[k]), bkeys[k]),
+                      name, epoch)
+            keys += list(bkeys)
+        assert sorted(keys) == [f"s{i:04d}" for i in range(N)]  # exactly once per epoch
+
+
+def test_with_the_decoded_cache(shards):
+    name = "rrc_flip"
+    ds = TarDataset(shards, pipelines()[name][0], fields=FIELDS, seed=SEED, cache="4MB")
+    for epoch in (0, 1, 2):
+        ds.set_epoch(epoch)
+        got = list(ds)
+        assert len(got) == N
+        for s in got:
+            image, mask, boxes, target, cls, key = s
+            _, ref_mask, ref_boxes = v2_reference(name, int(key[1:]), epoch)
+            assert torch.equal(torch.as_tensor(mask), torch.as_tensor(ref_mask))
+            assert torch.allclose(boxes.as_subclass(torch.Tensor),
+                                  ref_boxes.as_subclass(torch.Tensor), atol=1e-4)
+    assert ds.stats()["cache_hits"] > 0
+
+
+def test_xywh_boxes_and_a_bare_list(tmp_path):
+    mask, boxes, _ = sample_arrays(3)
+    xywh = [[x0, y0, x1 - x0, y1 - y0] for x0, y0, x1, y1 in boxes]
+    path = write_tar(tmp_path / "b.tar", [
+        ("a.jpg", members(3)[0][1]), ("a.boxes.json", json.dumps(xywh).encode())])
+    pipe = T.Compose([T.CenterCrop(40), T.RandomHorizontalFlip(), T.ToTensor()])
+    ds = TarDataset(path, pipe, fields=("jpg", BoxesField("boxes.json", format="XYWH")),
+                    seed=SEED, shuffle=False)
+    ds.set_epoch(0)
+    (image, got), = list(ds)
+    flip = pipe.transforms[1].make_params((40, 40), rng=_after(pipe, 1, (H, W), 0))
+    ref = tv_tensors.BoundingBoxes(torch.tensor(xywh, dtype=torch.float32).reshape(-1, 4),
+                                   format="XYWH", canvas_size=(H, W))
+    ref = v2.CenterCrop(40)(ref)
+    ref = v2.RandomHorizontalFlip(p=1.0 if flip.get("flip", flip.get("apply")) else 0.0)(ref)
+    assert got.format == tv_tensors.BoundingBoxFormat.XYWH and got.canvas_size == (40, 40)
+    assert torch.allclose(got.as_subclass(torch.Tensor), ref.as_subclass(torch.Tensor))
+
+
+def _after(pipe, k, size, epoch):
+    """The sample generator after the draws of the first ``k`` transforms."""
+    rng = sample_rng(SEED, epoch, 0)
+    for t in pipe.transforms[:k]:
+        t.make_params(size, rng=rng)
+    return rng
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("no_mask", r"s0002.*seg\.png"),
+    ("bad_json", r"s0002.*not valid JSON"),
+    ("bad_shape", r"s0002.*N x 4"),
+    ("no_key", r"s0002.*'boxes'"),
+    ("small_mask", r"s0002.*MaskField.*size"),
+    ("bad_mask", r"s0002.*MaskField.*does not decode"),
+])
+def test_bad_annotations_are_typed_errors_or_counted_skips(tmp_path, bad, match):
+    rows = []
+    for i in range(6):
+        ms = members(i, skip=("seg.png",) if (i == 2 and bad == "no_mask") else ())
+        if i == 2:
+            ms = [list(m) for m in ms]
+            for m in ms:
+                if m[0].endswith(".json") and bad == "bad_json":
+                    m[1] = b"{boxes: [1, 2"
+                elif m[0].endswith(".json") and bad == "bad_shape":
+                    m[1] = json.dumps({"boxes": [[1, 2, 3]], "labels": [1]}).encode()
+                elif m[0].endswith(".json") and bad == "no_key":
+                    m[1] = json.dumps({"bbox": [], "labels": []}).encode()
+                elif m[0].endswith(".seg.png") and bad == "small_mask":
+                    m[1] = encode(np.zeros((10, 10), np.uint8), "PNG")
+                elif m[0].endswith(".seg.png") and bad == "bad_mask":
+                    m[1] = m[1][:40]
+            ms = [tuple(m) for m in ms]
+        rows += ms
+    path = write_tar(tmp_path / "bad.tar", rows)
+    pipe = pipelines()["rrc_flip"][0]
+    with pytest.raises(SampleError, match=match) as info:
+        list(TarDataset(path, pipe, fields=FIELDS, shuffle=False))
+    assert "bad.tar" in "\n".join(getattr(info.value, "__notes__", [])) + str(info.value)
+    ds = TarDataset(path, pipe, fields=FIELDS, shuffle=False, on_error="skip", max_failures=1)
+    got = list(ds)
+    assert len(got) == 6 and "s0002" not in [s[-1] for s in got]  # replaced, as any failure
+    assert ds.stats()["failures"] == 1 and ds.stats()["skipped"][0]["key"] == "s0002"
+
+
+def test_spec_errors(shards):
+    pipe = pipelines()["rrc_flip"][0]
+    with pytest.raises(ValueError, match="turboloader transform"):
+        TarDataset(shards, v2.RandomResizedCrop(24), fields=("jpg", MaskField("seg.png")))
+    with pytest.raises(ValueError, match="torch's global generator"):
+        TarDataset(shards, T.Compose([T.RandomResizedCrop(24), v2.RandomRotation(10),
+                                      T.ToTensor()]), fields=("jpg", MaskField("seg.png")))
+    with pytest.raises(TypeError, match="RandAugment"):
+        TarDataset(shards, T.Compose([T.RandAugment(), T.RandomResizedCrop(24), T.ToTensor()]),
+                   fields=("jpg", MaskField("seg.png")))
+    # colour transforms draw for the image alone and leave masks alone: accepted
+    TarDataset(shards, T.Compose([T.ColorJitter(0.4), T.RandomResizedCrop(24), T.ToTensor()]),
+               fields=("jpg", MaskField("seg.png")))
+    with pytest.raises(ValueError, match="format"):
+        BoxesField("json", format="XYZW")
+    with pytest.raises(ValueError, match="MaskField"):
+        MaskField("")
+    with pytest.raises(ValueError, match="no image entry"):
+        TarDataset(shards, pipe, fields=(MaskField("seg.png"), "cls"))
+    assert MaskField("png") == MaskField("png") and repr(BoxesField("json", key="b")) == \
+        "BoxesField('json', key='b', format='XYXY')"
+    # no transform: the annotations as stored, boxes on the image's canvas
+    ds = TarDataset(shards, None, fields=("jpg", MaskField("seg.png"), BoxesField(
+        "json", key="boxes"), "__key__"), shuffle=False)
+    img, mask, boxes, key = next(iter(ds))
+    assert mask.shape == (H, W) and boxes.canvas_size == (H, W)
+    assert boxes.tolist() == [list(map(float, b)) for b in sample_arrays(int(key[1:]))[1]]
+
+
+# -- ManifestDataset: columns as fields ---------------------------------------------------------
+
+
+def write_manifest(root, fmt, n=N):
+    """Images, masks and boxes as files under ``root`` and a manifest naming them."""
+    os.makedirs(os.path.join(root, "img"), exist_ok=True)
+    rows = []
+    for i in range(n):
+        jpg, png, js, _ = (m[1] for m in members(i))
+        for name, data in ((f"img/{i:04d}.jpg", jpg), (f"img/{i:04d}.png", png)):
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(data)
+        obj = json.loads(js)
+        rows.append({"path": f"img/{i:04d}.jpg", "mask": f"img/{i:04d}.png",
+                     "boxes": obj["boxes"], "labels": obj["labels"], "caption": f"c{i}"})
+    path = os.path.join(root, f"list.{fmt}")
+    with open(path, "w") as f:
+        if fmt == "jsonl":
+            f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+        else:  # CSV: the boxes a JSON string
+            w = csv.writer(f)
+            w.writerow(["path", "mask", "boxes", "caption"])
+            for r in rows:
+                w.writerow([r["path"], r["mask"], json.dumps(r["boxes"]), r["caption"]])
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+@pytest.mark.parametrize("how", ["direct", "torch2", "threads"])
+def test_manifest_mask_and_boxes_fields(tmp_path, fmt, how):
+    from turboloader.data import ManifestDataset
+
+    path = write_manifest(str(tmp_path), fmt)
+    name = "rrc_flip"
+    ds = ManifestDataset(path, transform=pipelines()[name][0], seed=SEED, fields=(
+        "path", MaskField("mask"), BoxesField("boxes"), "caption", "__key__"))
+    ds.set_epoch(1)
+    if how == "direct":
+        rows = [ds[i] for i in range(N)]
+    else:
+        if how == "torch2":
+            dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, shuffle=True,
+                                             collate_fn=collate_fields)
+        else:  # the thread backend lists the boxes without a collate_fn
+            dl = turboloader.DataLoader(ds, batch_size=4, num_workers=2, shuffle=True)
+            dl.set_epoch(1)
+        rows = [(b[0][k], b[1][k], b[2][k], b[3][k], b[4][k]) for b in list(dl)
+                for k in range(len(b[4]))]
+    assert sorted(r[4] for r in rows) == [f"img/{i:04d}.jpg" for i in range(N)]
+    for image, mask, boxes, caption, key in rows:
+        i = int(key[4:8])
+        assert caption == f"c{i}"
+        check((image, mask, boxes, {"labels": sample_arrays(i)[2]}, i, f"s{i:04d}"), name, 1)
+
+
+def test_manifest_field_errors(tmp_path):
+    from turboloader.data import ManifestDataset
+
+    path = write_manifest(str(tmp_path), "jsonl", n=4)
+    os.remove(os.path.join(str(tmp_path), "img/0002.png"))
+    pipe = pipelines()["rrc_flip"][0]
+    ds = ManifestDataset(path, transform=pipe, fields=("path", MaskField("mask")))
+    with pytest.raises(SampleError, match=r"0002.*MaskField\('mask'\).*cannot read") as info:
+        [ds[i] for i in range(4)]
+    assert "row 2" in "\n".join(info.value.__notes__)
+    ds = ManifestDataset(path, transform=pipe, fields=("path", MaskField("mask")),
+                         on_error="skip", max_failures=1)
+    assert len([ds[i] for i in range(4)]) == 4 and ds.stats()["failures"] == 1
+    with pytest.raises(ValueError, match="image column"):
+        ManifestDataset(path, transform=pipe, fields=("mask", "caption"))
+    with pytest.raises(SampleError, match="'nothere' column"):
+        ManifestDataset(path, transform=pipe, fields=("path", "nothere"))[0]
+
+
+# -- ParquetDataset: columns as fields -----------------------------------------------------------
+
+
+def parquet_table(n=N):
+    pa = pytest.importorskip("pyarrow")
+    cols = {"image": [], "mask": [], "boxes": [], "labels": [], "caption": [], "id": []}
+    for i in range(n):
+        jpg, png, js, _ = (m[1] for m in members(i))
+        obj = json.loads(js)
+        cols["image"].append(jpg)
+        cols["mask"].append(png)
+        cols["boxes"].append([[float(v) for v in b] for b in obj["boxes"]])
+        cols["labels"].append(obj["labels"])
+        cols["caption"].append(f"c{i}")
+        cols["id"].append(f"s{i:04d}")
+    return pa.table(cols)
+
+
+PQ_FIELDS = ("image", MaskField("mask"), BoxesField("boxes"), "labels", "caption", "__key__")
+
+
+def check_parquet_rows(rows, name, epoch):
+    assert sorted(r[5] for r in rows) == [f"s{i:04d}" for i in range(N)]
+    for image, mask, boxes, labels, caption, key in rows:
+        i = int(key[1:])
+        want = sample_arrays(i)[2]
+        assert caption == f"c{i}" and (labels is None or list(labels) == want)
+        check((image, mask, boxes, {"labels": want}, i, key), name, epoch)
+
+
+@pytest.mark.parametrize("how", ["direct", "torch2", "threads", "processes"])
+def test_parquet_mask_and_boxes_fields(tmp_path, how):
+    import pyarrow.parquet as pq
+
+    from turboloader.data import ParquetDataset
+
+    path = str(tmp_path / "j.parquet")
+    pq.write_table(parquet_table(), path, row_group_size=7)
+    name = "rrc_flip"
+    ds = ParquetDataset(path, pipelines()[name][0], seed=SEED, key_column="id",
+                        fields=PQ_FIELDS)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        if how == "direct":
+            rows = list(ds)
+        else:
+            if how == "torch2":
+                dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2,
+                                                 collate_fn=collate_fields)
+            else:
+                dl = turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend=how,
+                                            collate_fn=collate_fields)
+                dl.set_epoch(epoch)
+            # (labels: lists collated as default_collate does, transposed or listed)
+            rows = [(b[0][k], b[1][k], b[2][k], None, b[4][k], b[5][k]) for b in list(dl)
+                    for k in range(len(b[5]))]
+        check_parquet_rows(rows, name, epoch)
+
+
+def test_parquet_reads_only_the_named_columns(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from turboloader.data import ParquetDataset
+
+    table = parquet_table().append_column("big", pa.array([b"x" * 1000] * N))
+    path = str(tmp_path / "c.parquet")
+    pq.write_table(table, path, row_group_size=9)
+    read = []
+    orig = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
+                        lambda self, k, columns=None, **kw: read.append(tuple(columns)) or
+                        orig(self, k, columns=columns, **kw))
+    ds = ParquetDataset(path, pipelines()["rrc_flip"][0], fields=("image", "caption"))
+    assert sorted(c for _, c in ds) == sorted(f"c{i}" for i in range(N))
+    assert read and all(set(c) == {"image", "caption"} for c in read)
+    from turboloader.errors import FormatError
+
+    with pytest.raises(FormatError, match="nothere"):
+        ParquetDataset(path, None, fields=("image", "nothere"))
+    with pytest.raises(ValueError, match="image column"):
+        ParquetDataset(path, None, fields=("caption",))
+
+
+def test_parquet_fields_from_hf_datasets(tmp_path):
+    from helpers.hf import hf_datasets
+
+    with hf_datasets() as datasets:
+        _check_hf(datasets, tmp_path)
+
+
+def _check_hf(datasets, tmp_path):
+    from turboloader.data import ParquetDataset
+
+    t = parquet_table()
+    hf = datasets.Dataset.from_dict({
+        "image": [{"bytes": b, "path": None} for b in t.column("image").to_pylist()],
+        "mask": [{"bytes": b, "path": None} for b in t.column("mask").to_pylist()],
+        "objects": [{"bbox": b, "category": c} for b, c in
+                    zip(t.column("boxes").to_pylist(), t.column("labels").to_pylist())],
+        "id": t.column("id").to_pylist()},
+        features=datasets.Features({
+            "image": datasets.Image(), "mask": datasets.Image(),
+            "objects": {"bbox": datasets.Sequence(datasets.Sequence(datasets.Value("float32"),
+                                                                    length=4)),
+                        "category": datasets.Sequence(datasets.Value("int64"))},
+            "id": datasets.Value("string")}))
+    path = str(tmp_path / "hf.parquet")
+    hf.to_parquet(path)
+    name = "resize_center_flip"
+    spec = ("image", MaskField("mask"), BoxesField("objects", key="bbox"), "objects", "id")
+    for ds in (ParquetDataset(path, pipelines()[name][0], seed=SEED, fields=spec),
+               ParquetDataset.from_hf(hf, pipelines()[name][0], seed=SEED, fields=spec,
+                                      rows_per_shard=5)):
+        ds.set_epoch(3)
+        rows = [(img, m, b, o["category"], "", k) for img, m, b, o, k in ds]
+        assert sorted(r[5] for r in rows) == [f"s{i:04d}" for i in range(N)]
+        for image, mask, boxes, labels, _, key in rows:
+            i = int(key[1:])
+            check((image, mask, boxes, {"labels": labels}, i, key), name, 3)
+
+
+def test_gzipped_shards_and_tbl(tmp_path):
+    path = write_tar(tmp_path / "z.tar.gz", [m for i in range(6) for m in members(i)])
+    name = "rrc_flip"
+    ds = TarDataset(path, pipelines()[name][0], fields=FIELDS, seed=SEED)
+    ds.set_epoch(2)
+    got = list(ds)
+    assert len(got) == 6
+    for s in got:
+        check(s, name, 2)
+    from turboloader.data import TBLDataset
+    from turboloader.io.tbl import TBLWriter
+
+    tbl = str(tmp_path / "x.tbl")
+    with TBLWriter(tbl) as w:
+        w.write(members(0)[0][1], key="a", label=0)
+    with pytest.raises(ValueError, match="TBL record"):
+        TBLDataset(tbl, pipelines()[name][0], fields=("jpg", MaskField("png")))
+
+
+@pytest.mark.filterwarnings("ignore::turboloader.errors.UnfusedWarning")
+def test_unfused_pipeline_with_the_cache(shards):
+    name = "affine"
+    ds = TarDataset(shards, pipelines()[name][0], fields=FIELDS, seed=SEED, cache="4MB")
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        for s in ds:
+            check(s, name, epoch)
+    # a cache of downscaled images under a pipeline that does not fuse: the draws see the
+    # smaller image, which the stored mask does not fit - a typed error, never a silent shift
+    rotate = T.Compose([T.RandomRotation(10), T.RandomResizedCrop(16), T.ToTensor()])
+    ds = TarDataset(shards, rotate, fields=FIELDS, seed=SEED, cache="4MB", cache_short_side=24)
+    with pytest.raises(SampleError, match="mask of size"):
+        list(ds)
