@@ -159,3 +159,40 @@ def test_image_folder_cache(tmp_path):
         assert [ds[i][1] for i in range(6)] == ds.targets
     st = ds.stats(epoch=1)
     assert st["cache_hits"] == 6 and st["cache_misses"] == 0 and st["bytes_read"] == 0
+
+
+@pytest.mark.parametrize("size", [(375, 500), (500, 375), (161, 300), (40, 60)])
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_cache_short_side_is_the_stored_short_side(size, fmt):
+    """``cache_short_side=S`` stores the image resized to short side S (never enlarged):
+    a JPEG decoded at the smallest DCT scale still at least S, then resampled as Pillow's
+    antialiased bilinear resize does (torchvision's ``Resize(S)``)."""
+    import io
+
+    from PIL import Image
+
+    from turboloader.decode import decode_jpeg, pick_scale
+    from turboloader.decode.image import _decode_array
+
+    rng = np.random.default_rng(sum(size))
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (*size, 3), np.uint8)).save(buf, fmt)
+    data = buf.getvalue()
+    cache = SampleCache(10**7)
+    arr, source = _decode_array(data, short_side=160, alloc=cache.reserve)
+    assert source == size
+    h, w = size
+    if min(size) <= 160:
+        want_hw = size
+    else:
+        f = 160 / min(size)
+        want_hw = (max(160, round(h * f)), max(160, round(w * f)))
+    assert arr.shape == (*want_hw, 3) and min(want_hw) == min(160, min(size))
+    if fmt == "JPEG":
+        decoded = Image.fromarray(decode_jpeg(data, scale=pick_scale(size, (160, 160))))
+    else:
+        decoded = Image.open(io.BytesIO(data)).convert("RGB")
+    if decoded.size != want_hw[::-1]:
+        decoded = decoded.resize(want_hw[::-1], Image.Resampling.BILINEAR)
+    assert (arr == np.asarray(decoded)).all()
+    assert cache.stats()["mapped"] >= arr.nbytes   # it lives in the cache's memory

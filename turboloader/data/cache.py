@@ -272,7 +272,7 @@ class Decoder:
 
     * plan and JPEG, no cache: ``plan.from_jpeg`` (fused decode + transform; its time is
       counted as decode).
-    * cache: decode (DCT-downscaled when ``short_side``) to an HWC uint8 array once, into
+    * cache: decode (resized to ``short_side`` when set) to an HWC uint8 array once, into
       the cache's memory, then ``plan.from_array`` (or the generic path on
       ``PIL.Image.fromarray``) on every use; a sample the full cache did not admit takes
       the uncached path.

@@ -279,9 +279,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     samples within each window of ``mix_shards`` consecutive shards of a worker's share.
     Compressed stream shards keep their sample order; only their position is shuffled.
 
-    **Cache.** ``cache="4GB"`` keeps decoded samples (HWC uint8, optionally DCT-downscaled
-    to a short side of at least ``cache_short_side`` pixels) bounded in bytes *per reading
-    process*: the total is ``cache x num_workers x local ranks``. Samples are admitted
+    **Cache.** ``cache="4GB"`` keeps decoded samples (HWC uint8, optionally resized to a
+    short side of ``cache_short_side`` pixels) bounded in bytes *per reading process*: the total is ``cache x num_workers x local ranks``. Samples are admitted
     until the bound is reached and then kept (:class:`~turboloader.data.cache.SampleCache`):
     with a cache smaller than a worker's share, a fraction ``cache / share`` of the samples
     is served from memory in every later epoch and the rest decode as uncached (only their
@@ -289,9 +288,10 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     every epoch and only the order within a worker is reshuffled, so from the second epoch
     on a cache that holds the worker's share serves every sample without decoding (use
     ``persistent_workers=True``, or the thread backend: a new worker process starts with an
-    empty cache). For RandomResizedCrop at 224, ``cache_short_side=160`` keeps about a
-    quarter of the memory of full-size images for 400-500 pixel photos and decodes them at
-    half scale; cached samples are then cropped from that copy (:doc:`/guide/cache`).
+    empty cache). For RandomResizedCrop at 224 on 400-500 pixel photos,
+    ``cache_short_side=160`` keeps about a sixth of the memory of full-size images and
+    decodes them at half scale; cached samples are then cropped from that copy
+    (:doc:`/guide/cache`).
 
     **Failures.** ``on_error="raise"`` (default) raises the typed error (DecodeError,
     SampleError, TarFormatError) with a note naming the shard, key and byte offset.
@@ -319,8 +319,9 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
             ``torch.distributed`` if initialised, else 0 and 1).
         pad: pad (True, default) or drop (False) to make ranks equal.
         cache: per-process decoded-sample cache size in bytes (int or ``"4GB"``); None/0: off.
-        cache_short_side: decode cached JPEGs at the smallest DCT scale keeping the short
-            side at least this many pixels (other formats resized to it); None: full size.
+        cache_short_side: store cached images resized to this short side (never enlarged;
+            a JPEG is decoded at the smallest DCT scale still at least that large, then
+            resized as ``Resize(cache_short_side)`` would); None: full size.
         on_error: ``"raise"`` or ``"skip"``.
         max_failures: skip budget per process per epoch: int count or fraction in [0, 1).
         max_pixels: refuse larger images (decompression-bomb guard).

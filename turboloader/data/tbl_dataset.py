@@ -50,7 +50,7 @@ class TBLDataset(MapDataset, torch.utils.data.Dataset):
         transform, target_transform: applied to the image and the label.
         seed: seed of the per-sample transform parameters (int >= 0).
         cache, cache_short_side: decoded-image cache size (int bytes or ``"4GB"``) and the
-            optional DCT pre-downscale of cached JPEGs.
+            optional short side cached images are resized to (as TarDataset's).
         on_error, max_failures: the failure policy (``"raise"`` or ``"skip"``; default
             budget 0.01).
         check_crc: verify each record's CRC-32 when read.

@@ -125,17 +125,29 @@ def decode_image(data, /, *, codec=None, strict=False, max_pixels=DEFAULT_MAX_PI
     return np.asarray(decode_pil(data, max_pixels))
 
 
+def _short_side_size(size, s):
+    """``(height, width)`` of ``size`` resized to short side ``s`` (never enlarged), as
+    torchvision's ``Resize(s)`` rounds it."""
+    h, w = size
+    if not s or min(h, w) <= s:
+        return h, w
+    f = s / min(h, w)
+    return max(s, round(h * f)), max(s, round(w * f))
+
+
 def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, alloc=None):
     """A dataset sample's bytes to ``(HWC uint8 array, original (height, width))``.
 
-    With ``short_side`` the array is reduced while its short side stays at least that: a
-    JPEG by the DCT scale (:func:`~turboloader.decode.decode_jpeg` ``min_size``), other
-    formats by Pillow's bilinear resize.
+    With ``short_side`` the array is resized to that short side when it is longer
+    (bilinear with antialiasing, as torchvision's ``Resize(short_side)``); a JPEG is first
+    decoded at the smallest DCT scale that keeps it at least that large.
 
     ``alloc(nbytes)``: where the array goes, a flat uint8 buffer or None (nowhere: the
-    array is then None). A JPEG's size is known from its header, so it is decoded straight
-    into that buffer, or not at all; another format is decoded, then copied. Raises
+    array is then None). Sizes are known from a JPEG's header, so nothing is decoded when
+    there is no room; a JPEG at its final size is decoded straight into the buffer. Raises
     DecodeError."""
+    from turboloader._native import _resample
+
     s = short_side
     if is_jpeg(data):
         from turboloader.decode.jpeg import decode_jpeg_header, pick_scale
@@ -143,31 +155,39 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
         hdr = decode_jpeg_header(data)
         size = (hdr.height, hdr.width)
         k = int(pick_scale(size, (s, s)) * 8) if s else 8
+        decoded = ((hdr.height * k + 7) // 8, (hdr.width * k + 7) // 8)
+        final = _short_side_size(size, s)
+        if final[0] > decoded[0] or final[1] > decoded[1]:   # (a rounding pixel short)
+            final = decoded
         out = None
         # (over max_pixels: decode_jpeg refuses it before anything is allocated)
         if alloc is not None and (max_pixels is None or hdr.height * hdr.width <= max_pixels):
-            h, w = (hdr.height * k + 7) // 8, (hdr.width * k + 7) // 8
-            buf = alloc(h * w * 3)
+            buf = alloc(final[0] * final[1] * 3)
             if buf is None:
                 return None, size
-            out = buf.reshape(h, w, 3)
-        return decode_jpeg(data, scale=Fraction(k, 8), out=out, max_pixels=max_pixels), size
-    img = decode_pil(data, max_pixels)
-    size = (img.height, img.width)
-    if s and min(size) > s:
-        from PIL import Image
-
-        f = s / min(size)
-        img = img.resize((max(s, round(img.width * f)), max(s, round(img.height * f))),
-                         Image.Resampling.BILINEAR)
-    arr = np.asarray(img)
-    if alloc is None:
-        return np.ascontiguousarray(arr), size
-    buf = alloc(arr.nbytes)
-    if buf is None:
-        return None, size
-    out = buf.reshape(arr.shape)
-    out[...] = arr
+            out = buf.reshape(*final, 3)
+        if final == decoded:
+            return decode_jpeg(data, scale=Fraction(k, 8), out=out, max_pixels=max_pixels), size
+        arr = decode_jpeg(data, scale=Fraction(k, 8), max_pixels=max_pixels)
+    else:
+        arr = np.asarray(decode_pil(data, max_pixels))
+        size = arr.shape[:2]
+        final = _short_side_size(size, s)
+        out = None
+        if alloc is not None:
+            buf = alloc(final[0] * final[1] * 3)
+            if buf is None:
+                return None, size
+            out = buf.reshape(*final, 3)
+        if final == size:
+            if out is None:
+                return np.ascontiguousarray(arr), size
+            out[...] = arr
+            return out, size
+        arr = np.ascontiguousarray(arr)
+    if out is None:
+        out = np.empty((*final, 3), np.uint8)
+    _resample.resample_into(arr, out, filter=_resample.BILINEAR)
     return out, size
 
 
