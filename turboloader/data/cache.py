@@ -287,6 +287,16 @@ class Decoder:
         self.short_side = short_side
         self.max_pixels = max_pixels
 
+    def _scratch(self, nbytes):
+        """A flat uint8 buffer of at least ``nbytes``, reused by the calling thread: the
+        full-size decode of an image the cache stores smaller, without faulting in fresh
+        memory for each."""
+        local = self.__dict__.setdefault("_local", threading.local())
+        buf = getattr(local, "buf", None)
+        if buf is None or buf.nbytes < nbytes:
+            buf = local.buf = np.empty(nbytes + nbytes // 4, np.uint8)
+        return buf
+
     def _generic(self, img, rng):
         if self.transform is None:
             return img
@@ -318,7 +328,8 @@ class Decoder:
         if counters is not None:
             counters["cache_misses"] += 1
         arr, source = _decode_array(data, short_side=self.short_side,
-                                    max_pixels=self.max_pixels, alloc=cache.reserve)
+                                    max_pixels=self.max_pixels, alloc=cache.reserve,
+                                    scratch=self._scratch)
         if arr is None:
             return None, None
         arr.setflags(write=False)

@@ -135,7 +135,8 @@ def _short_side_size(size, s):
     return max(s, round(h * f)), max(s, round(w * f))
 
 
-def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, alloc=None):
+def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, alloc=None,
+                  scratch=None):
     """A dataset sample's bytes to ``(HWC uint8 array, original (height, width))``.
 
     With ``short_side`` the array is resized to that short side when it is longer
@@ -144,31 +145,44 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
 
     ``alloc(nbytes)``: where the array goes, a flat uint8 buffer or None (nowhere: the
     array is then None). Sizes are known from a JPEG's header, so nothing is decoded when
-    there is no room; a JPEG at its final size is decoded straight into the buffer. Raises
-    DecodeError."""
+    there is no room; a JPEG at its final size is decoded straight into the buffer.
+    ``scratch(nbytes)``: a reusable flat uint8 buffer for a JPEG decoded at a larger size
+    than it is stored (default: a new array). Raises DecodeError."""
     from turboloader._native import _resample
 
     s = short_side
     if is_jpeg(data):
-        from turboloader.decode.jpeg import decode_jpeg_header, pick_scale
+        from turboloader._native import _jpeg
+        from turboloader.decode.jpeg import _open, _warn
 
-        hdr = decode_jpeg_header(data)
+        buf, hdr, limit = _open(data, max_pixels)   # DecodeError over max_pixels
         size = (hdr.height, hdr.width)
-        k = int(pick_scale(size, (s, s)) * 8) if s else 8
+        k = 8
+        if s:   # the smallest fast DCT scale at least s on both sides (pick_scale's)
+            k = next((k for k in (1, 2, 4) if (min(size) * k + 7) // 8 >= s), 8)
         decoded = ((hdr.height * k + 7) // 8, (hdr.width * k + 7) // 8)
         final = _short_side_size(size, s)
         if final[0] > decoded[0] or final[1] > decoded[1]:   # (a rounding pixel short)
             final = decoded
         out = None
-        # (over max_pixels: decode_jpeg refuses it before anything is allocated)
-        if alloc is not None and (max_pixels is None or hdr.height * hdr.width <= max_pixels):
-            buf = alloc(final[0] * final[1] * 3)
-            if buf is None:
+        if alloc is not None:
+            slot = alloc(final[0] * final[1] * 3)
+            if slot is None:
                 return None, size
-            out = buf.reshape(*final, 3)
+            out = slot.reshape(*final, 3)
+        if final != decoded:   # decoded larger than stored: into scratch, resampled below
+            n = decoded[0] * decoded[1] * 3
+            flat = np.empty(n, np.uint8) if scratch is None else scratch(n)[:n]
+            into = flat.reshape(*decoded, 3)
+        else:
+            into = np.empty((*decoded, 3), np.uint8) if out is None else out
+        n_warnings, message = _jpeg.decode_into(
+            buf, into, scale_num=k, crop_x=0, crop_y=0, crop_w=0, crop_h=0, flags=0,
+            max_pixels=limit)
+        _warn(n_warnings, message, stacklevel=3)
         if final == decoded:
-            return decode_jpeg(data, scale=Fraction(k, 8), out=out, max_pixels=max_pixels), size
-        arr = decode_jpeg(data, scale=Fraction(k, 8), max_pixels=max_pixels)
+            return into, size
+        arr = into
     else:
         arr = np.asarray(decode_pil(data, max_pixels))
         size = arr.shape[:2]
