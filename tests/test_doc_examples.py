@@ -9,6 +9,8 @@ fresh folder that holds small generated data under the names the pages use:
     imagenet/train/<class>/*.jpg, imagenet/val/...   the same images as class folders
     train-00000.tar                                  a copy of the first shard
     train.tbl                                        the train images as a TBL file
+    train.parquet                                    the train images: image, label, caption
+    train.csv                                        a manifest of imagenet/train (path,label)
 
 Two substitutions apply to every block, so the examples keep realistic values and still run
 in seconds: ``num_workers=8`` runs as ``num_workers=2`` and ``range(90)`` as ``range(1)``.
@@ -113,6 +115,14 @@ def data(tmp_path_factory):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{key}.jpg").write_bytes(blob)
     write_tbl(str(root / "train.tbl"), [(key, blob, label) for key, blob, label in train])
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"image": [b for _, b, _ in train], "label": [y for _, _, y in train],
+                             "caption": [f"image {k}" for k, _, _ in train]}),
+                   root / "train.parquet", row_group_size=16)
+    (root / "train.csv").write_text("path,label\n" + "".join(
+        f"class{label}/{key}.jpg,{label}\n" for key, _, label in train))
     return root
 
 
