@@ -33,17 +33,6 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _train():
     from turboloader import transforms as T
 
@@ -123,7 +112,8 @@ def main(argv=None):
             best[name] = max(best[name], count / (time.perf_counter() - t))
             assert count == n, (name, count)
 
-    print(f"machine: {os.cpu_count()} CPUs ({_cpu_model()}), {platform.system()} "
+    from turboloader.tools.demo import cpu_model
+    print(f"machine: {os.cpu_count()} CPUs ({cpu_model()}), {platform.system()} "
           f"{platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}")
     print(f"data: {n} {'hires' if args.hires else 'ImageNet-sized'} JPEGs (benchmarks/"
           f"datasets.py, seed {args.seed}), {args.shard_size} per shard / row group; "

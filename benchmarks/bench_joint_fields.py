@@ -42,17 +42,6 @@ sys.path.insert(0, str(HERE.parent))
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def annotations(data, i):
     """A PNG mask of the image's size (a few class rectangles) and their boxes."""
     import numpy as np
@@ -200,7 +189,8 @@ def main(argv=None):
             best[name] = max(best[name], count / (time.perf_counter() - t))
             assert count == n, (name, count)
 
-    print(f"machine: {os.cpu_count()} CPUs ({_cpu_model()}), {platform.system()} "
+    from turboloader.tools.demo import cpu_model
+    print(f"machine: {os.cpu_count()} CPUs ({cpu_model()}), {platform.system()} "
           f"{platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}")
     print(f"data: {n} ImageNet-sized JPEGs (benchmarks/datasets.py, seed {args.seed}) with a "
           f"PNG mask and 1-3 boxes each; DataLoader(batch_size={args.batch}, num_workers="

@@ -34,7 +34,6 @@ import platform
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -42,17 +41,6 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _transform(pipeline):
@@ -251,7 +239,8 @@ def main(argv=None):
                                 batch_size=args.batch, num_workers=1, backend="threads")))[0]
     identical = bool(torch.equal(a, b))
 
-    print(f"machine: {os.cpu_count()} CPUs ({_cpu_model()}), {platform.system()} "
+    from turboloader.tools.demo import cpu_model
+    print(f"machine: {os.cpu_count()} CPUs ({cpu_model()}), {platform.system()} "
           f"{platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}")
     print(f"data: {n} {'hires' if args.hires else 'ImageNet-sized'} JPEGs"
           f"{' from ' + args.data if args.data else f' (benchmarks/datasets.py, seed {args.seed})'}, "

@@ -2,15 +2,13 @@
 hub), against a Pillow oracle; exactly once per epoch across ranks x workers, set_epoch
 shuffling, resume, the failure policy, from_hf."""
 
-import contextlib
 import io
-import os
-import sys
 
 import numpy as np
 import pytest
 import torch
 import torch.utils.data
+from helpers.hf import hf_datasets
 from helpers.shards import jpeg, size_of
 from PIL import Image
 from torchvision import transforms as tvt
@@ -200,35 +198,8 @@ def test_bad_files_and_columns(tmp_path, files):
     assert _labels(ds) == [-1] * 12
 
 
-@contextlib.contextmanager
-def _hf_datasets():
-    """Hugging Face's ``datasets``, imported past ``benchmarks/datasets.py`` (which
-    tests/test_bench_smoke.py puts first on sys.path) and taken out of ``sys.modules``
-    afterwards, so that the benchmarks' ``from datasets import ...`` still finds theirs."""
-    def ours():
-        return {k: v for k, v in sys.modules.items()
-                if k == "datasets" or k.startswith("datasets.")}
-
-    saved_path, saved = sys.path[:], ours()
-    for k in saved:
-        del sys.modules[k]
-    sys.path[:] = [p for p in sys.path if not os.path.isfile(os.path.join(p or ".",
-                                                                          "datasets.py"))]
-    try:
-        try:
-            import datasets
-        except ImportError:
-            pytest.skip("Hugging Face datasets is not installed")
-        yield datasets
-    finally:
-        for k in ours():
-            del sys.modules[k]
-        sys.modules.update(saved)
-        sys.path[:] = saved_path
-
-
 def test_hugging_face_datasets(tmp_path):
-    with _hf_datasets() as datasets:
+    with hf_datasets() as datasets:
         _check_hugging_face(datasets, tmp_path)
 
 

@@ -11,8 +11,7 @@ import pytest
 def hf_datasets():
     """Hugging Face's ``datasets``, imported past ``benchmarks/datasets.py`` (which
     tests/test_bench_smoke.py puts first on sys.path) and taken out of ``sys.modules``
-    afterwards, so that the benchmarks' ``from datasets import ...`` still finds theirs
-    (the same as tests/data/test_parquet.py's)."""
+    afterwards, so that the benchmarks' ``from datasets import ...`` still finds theirs."""
     def ours():
         return {k: v for k, v in sys.modules.items()
                 if k == "datasets" or k.startswith("datasets.")}
