@@ -279,8 +279,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     samples within each window of ``mix_shards`` consecutive shards of a worker's share.
     Compressed stream shards keep their sample order; only their position is shuffled.
 
-    **Cache.** ``cache="4GB"`` keeps decoded samples (HWC uint8, optionally reduced to a
-    short side of about ``cache_short_side`` pixels) bounded in bytes *per reading process*: the total is ``cache x num_workers x local ranks``. Samples are admitted
+    **Cache.** ``cache="4GB"`` keeps decoded samples (HWC uint8, optionally resized to a
+    short side of ``cache_short_side`` pixels) bounded in bytes *per reading process*: the total is ``cache x num_workers x local ranks``. Samples are admitted
     until the bound is reached and then kept (:class:`~turboloader.data.cache.SampleCache`):
     with a cache smaller than a worker's share, a fraction ``cache / share`` of the samples
     is served from memory in every later epoch and the rest decode as uncached (only their
@@ -289,7 +289,7 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     on a cache that holds the worker's share serves every sample without decoding (use
     ``persistent_workers=True``, or the thread backend: a new worker process starts with an
     empty cache). For RandomResizedCrop at 224 on 400-500 pixel photos,
-    ``cache_short_side=160`` decodes them at half scale and keeps about a third of the
+    ``cache_short_side=160`` decodes them at half scale and keeps about a fifth of the
     memory of full-size images; cached samples are then cropped from that copy
     (:doc:`/guide/cache`).
 
@@ -319,10 +319,9 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
             ``torch.distributed`` if initialised, else 0 and 1).
         pad: pad (True, default) or drop (False) to make ranks equal.
         cache: per-process decoded-sample cache size in bytes (int or ``"4GB"``); None/0: off.
-        cache_short_side: store cached images with a short side from this to 1.25 x this
-            (never enlarged; a JPEG is decoded at the smallest DCT scale still at least
-            that large, then resized as ``Resize(cache_short_side)`` would when more than a
-            quarter larger); None: full size.
+        cache_short_side: store cached images resized to this short side (never enlarged;
+            a JPEG is decoded at the smallest DCT scale still at least that large, then
+            resized as ``Resize(cache_short_side)`` would); None: full size.
         on_error: ``"raise"`` or ``"skip"``.
         max_failures: skip budget per process per epoch: int count or fraction in [0, 1).
         max_pixels: refuse larger images (decompression-bomb guard).
