@@ -31,7 +31,6 @@ import shutil
 import tarfile
 import textwrap
 import warnings
-from pathlib import Path
 
 import pytest
 

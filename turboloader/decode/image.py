@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import struct
-from fractions import Fraction
 
 import numpy as np
 
