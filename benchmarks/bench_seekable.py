@@ -74,6 +74,10 @@ def main(argv=None):
                         "and add kernel rows and sizes for them")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality of pre-sized images")
     p.add_argument("--no-loader", action="store_true", help="kernel rows only")
+    p.add_argument("--finest", action="store_true",
+                   help="also convert with one MCU per restart interval (the finest cut, "
+                        "whatever the size), add its kernel rows, and split the val step "
+                        "into its parts (window decode, resample) on every shard set")
     args = p.parse_args(argv)
 
     import numpy as np
@@ -111,11 +115,14 @@ def main(argv=None):
 
     from turboloader._native import _jpeg
     from turboloader.decode._slot import resample_into_slot
-    from turboloader.decode.jpeg import _open
+    from turboloader.decode.jpeg import _open, _window_k
 
     blobs = [d for d, _ in items]
     seek = [_jpeg.transcode_restart(d)[0] for d in blobs]
-    opened = [(_open(a, None)[:2], _open(b, None)[:2]) for a, b in zip(blobs, seek)]
+    finest = [_jpeg.transcode_restart(d, restart_mcus=1)[0] for d in blobs] \
+        if args.finest else seek
+    opened = [(_open(a, None)[:2], _open(b, None)[:2], _open(c, None)[:2])
+              for a, b, c in zip(blobs, seek, finest)]
     rng = np.random.default_rng(args.seed)
 
     def rrc_box(W, H):  # torchvision's RandomResizedCrop.get_params, default scale / ratio
@@ -153,6 +160,46 @@ def main(argv=None):
     for pipeline in ("train", "val"):
         ksys[f"{pipeline}: fused decode+crop+resize, original"] = kernel(0, pipeline)
         ksys[f"{pipeline}: fused decode+crop+resize, seekable"] = kernel(1, pipeline)
+        if args.finest:
+            ksys[f"{pipeline}: fused decode+crop+resize, seekable, 1 MCU per interval"] = \
+                kernel(2, pipeline)
+
+    # the val step in parts: the window's decode (the restart path where it applies), and
+    # the resample of the decoded window (HWC, as the fused step runs it, without the CHW
+    # normalize): the window maths of decode/_slot.py
+    from turboloader._native import _resample
+    from turboloader.decode._window import window_of_one
+
+    val_windows = []
+    for o, (box, clip) in zip(opened, boxes["val"]):
+        W, H = o[0][1].width, o[0][1].height
+        k = _window_k(box[2] - box[0], box[3] - box[1], 224, 224)
+        dw, dh = (W * k + 7) // 8, (H * k + 7) // 8
+        val_windows.append((k, *window_of_one(box, clip, (224, 224), (dh, dw), (k / 8, k / 8),
+                                              1)))
+    win_bufs = {}
+    for _, _, _, ww, wh, _ in val_windows:
+        win_bufs.setdefault((wh, ww), np.empty((wh, ww, 3), np.uint8))
+    resized = np.empty((224, 224, 3), np.uint8)
+
+    def window_decode(which):
+        def go():
+            for o, (k, wx, wy, ww, wh, _) in zip(opened, val_windows):
+                _jpeg.decode_into(o[which][0], win_bufs[(wh, ww)], scale_num=k, crop_x=wx,
+                                  crop_y=wy, crop_w=ww, crop_h=wh, restart=which > 0)
+            return len(opened)
+        return go
+
+    def window_resample():
+        for (_, _, _, ww, wh, inner) in val_windows:
+            _resample.resample_into(win_bufs[(wh, ww)], resized, box=inner,
+                                    filter=_resample.BILINEAR)
+        return len(val_windows)
+
+    if args.finest:
+        for which, label in ((0, "original"), (1, "seekable"), (2, "seekable, 1 MCU per interval")):
+            ksys[f"val, part: window decode only, {label}"] = window_decode(which)
+        ksys["val, part: resample of the decoded window to 224 x 224 (HWC)"] = window_resample
 
     # pre-sized copies (part 4 of issue 22): the same boxes, scaled to the smaller images
     import tarfile
@@ -249,13 +296,22 @@ def main(argv=None):
     print("| conversion | images/s | image bytes in | out | out / in |")
     print("|---|---:|---:|---:|---:|")
     print(f"| convert --seekable (TAR -> TAR, {args.threads} threads) | {rate:.0f} | "
-          f"{img_in / 1e6:.2f} MB | {img_out / 1e6:.2f} MB | {img_out / img_in:.3f} |\n")
+          f"{img_in / 1e6:.2f} MB | {img_out / 1e6:.2f} MB | {img_out / img_in:.3f} |")
+    if args.finest:
+        fb = sum(map(len, finest))
+        print(f"| one MCU per restart interval (transcode_restart(restart_mcus=1), not a "
+              f"convert option) | | {img_in / 1e6:.2f} MB | {fb / 1e6:.2f} MB | "
+              f"{fb / img_in:.3f} |")
+    print()
     klim = kbest["full decode of the original JPEGs (limit)"]
     print("| kernel, 1 thread, CPU time | images/s | x full decode | x original bytes |")
     print("|---|---:|---:|---:|")
     for name, r in kbest.items():
         if "limit" in name:
             print(f"| {name} | {r:.0f} | 1.00 | |")
+            continue
+        if name.startswith("val, part"):
+            print(f"| {name} | {r:.0f} | {r / klim:.2f} | |")
             continue
         pipeline = name.split(":")[0]
         base = kbest[f"{pipeline}: fused decode+crop+resize, original"]

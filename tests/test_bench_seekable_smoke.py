@@ -14,10 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_bench_seekable_runs(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_seekable.py"),
                         "--n", "8", "--repeat", "1", "--batch", "4", "--short-sides", "128",
-                        "--workdir", str(tmp_path)],
+                        "--finest", "--workdir", str(tmp_path)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     for row in ("convert --seekable", "train: fused decode+crop+resize, seekable",
-                "short side 128, q90, seekable", "val: seekable shards"):
+                "short side 128, q90, seekable", "val: seekable shards",
+                "seekable, 1 MCU per interval", "val, part: window decode only, seekable",
+                "val, part: resample of the decoded window"):
         assert row in r.stdout, r.stdout
     assert "val tensors identical" in r.stdout
