@@ -107,6 +107,23 @@ def test_corrupt_jpeg_is_copied_as_is(tmp_path, folder):
         assert "copied as is" in report.summary()
 
 
+def test_jpeg_that_cannot_be_rewritten_is_named(tmp_path, folder):
+    # a truncated JPEG (its header reads, its data ends early): written as it is, counted,
+    # and named with libjpeg's reason in the report and the summary
+    root, originals = folder
+    cut = originals["ant/ant0"][: len(originals["ant/ant0"]) * 2 // 3]
+    (root / "ant" / "ant0.jpg").write_bytes(cut)
+    report = convert(root, tmp_path / "out.tar", seekable=True, shuffle=False)
+    assert (report.written, report.seekable, report.seekable_kept) == (8, 7, 1)
+    [kept] = report.not_seekable
+    assert kept.key == "ant/ant0" and kept.source.endswith("ant0.jpg")
+    assert kept.reason.startswith("DecodeError: ") and "JPEG" in kept.reason
+    with tarfile.open(tmp_path / "out.tar") as t:
+        assert t.extractfile("ant/ant0.jpg").read() == cut
+    summary = report.summary()
+    assert "1 copied as is" in summary and "key 'ant/ant0': DecodeError" in summary
+
+
 def test_seekable_with_raw_is_refused(tmp_path, folder):
     root, _ = folder
     with pytest.raises(ValueError, match="seekable"):

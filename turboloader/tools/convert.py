@@ -89,6 +89,7 @@ class Sample:
     reencoded: bool = False
     size_in: int = 0
     seekable: bool = False
+    not_seekable: str | None = None   # why a JPEG could not be rewritten with restart markers
 
 
 @dataclass
@@ -100,6 +101,12 @@ class Skip:
     reason: str
 
 
+def _shown_key(key):
+    """A sample key for a summary line: repr'd, long ones cut."""
+    return repr(key) if key is None or len(key) <= 80 else \
+        f"{key[:60]!r}... ({len(key)} characters)"
+
+
 @dataclass
 class ConvertReport:
     """What a conversion did.
@@ -108,7 +115,9 @@ class ConvertReport:
         written: samples written. skipped: :class:`Skip` entries (source, key, reason).
         bytes_in / bytes_out: image bytes read / written. reencoded: samples re-encoded.
         seekable: JPEGs rewritten with restart markers (``seekable=True``);
-        seekable_kept: JPEGs that could not be rewritten (corrupt data) and were copied as is.
+        seekable_kept: JPEGs that could not be rewritten (corrupt data) and were copied as is;
+        ``not_seekable`` lists them as :class:`Skip` entries (source, key, libjpeg's reason),
+        although they were written.
         seconds: wall time. outputs: the files (or the directory) written.
     """
 
@@ -119,6 +128,7 @@ class ConvertReport:
     reencoded: int = 0
     seekable: int = 0
     seekable_kept: int = 0
+    not_seekable: list = field(default_factory=list)
     seconds: float = 0.0
     outputs: list = field(default_factory=list)
 
@@ -132,6 +142,10 @@ class ConvertReport:
             lines.append(f"seekable: {self.seekable} JPEGs rewritten with restart markers"
                          + (f", {self.seekable_kept} copied as is (could not be rewritten)"
                             if self.seekable_kept else ""))
+            for s in self.not_seekable[:max_listed]:
+                lines.append(f"  - {s.source}: key {_shown_key(s.key)}: {s.reason[:300]}")
+            if len(self.not_seekable) > max_listed:
+                lines.append(f"  ... and {len(self.not_seekable) - max_listed} more")
         if len(self.outputs) == 1:
             lines.append(f"output: {self.outputs[0]}")
         elif self.outputs:
@@ -143,9 +157,7 @@ class ConvertReport:
             for reason, n in reasons.most_common():
                 lines.append(f"  {n:6d}  {reason}")
             for s in self.skipped[:max_listed]:
-                key = repr(s.key) if s.key is None or len(s.key) <= 80 else \
-                    f"{s.key[:60]!r}... ({len(s.key)} characters)"
-                lines.append(f"  - {s.source}: key {key}: {s.reason[:300]}")
+                lines.append(f"  - {s.source}: key {_shown_key(s.key)}: {s.reason[:300]}")
             if len(self.skipped) > max_listed:
                 lines.append(f"  ... and {len(self.skipped) - max_listed} more")
         return "\n".join(lines)
@@ -692,7 +704,8 @@ class _Processor:
 
         try:
             s.data, _ = _jpeg.transcode_restart(s.data, restart_mcus=self.restart_mcus)
-        except DecodeError:
+        except DecodeError as exc:
+            s.not_seekable = f"{type(exc).__name__}: {exc}"
             return
         s.seekable = True
 
@@ -1273,6 +1286,9 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
                     if seekable and item.codec == Codec.JPEG:
                         report.seekable += item.seekable
                         report.seekable_kept += not item.seekable
+                        if not item.seekable:
+                            report.not_seekable.append(Skip(item.source, item.key,
+                                                            item.not_seekable or "not rewritten"))
                     continue
             if strict:
                 key = item.key if item.key is None or len(item.key) <= 80 else \
