@@ -254,6 +254,11 @@ for level in _cpu.supported():
         for filt in (_resample.BILINEAR, _resample.BICUBIC):
             for ow in (1, max(w // 2, 1), w + 3):
                 _resample.resample_into(img, np.empty((2, ow, 3), np.uint8), filter=filt)
+    # and nothing is written past the destination (the passes store up to 8 bytes at once)
+    src = guarded((37, 61, 3))
+    for oh in (1, 2, 3, 4, 5, 9):
+        for ow in (1, 2, 3, 4, 5, 30, 31, 61, 90):
+            _resample.resample_into(src, guarded((oh, ow, 3)), filter=_resample.BILINEAR)
 print("ok")
 """
 
@@ -261,7 +266,8 @@ print("ok")
 @pytest.mark.slow   # a fresh interpreter
 def test_kernels_read_nothing_past_the_source():
     # The wide variants load 4 to 96 bytes at a time; the source here ends right before an
-    # inaccessible page, so a load past its last row would crash the child process.
+    # inaccessible page, so a load past its last row would crash the child process (and so
+    # would a store past the end of a destination that ends there).
     proc = subprocess.run([sys.executable, "-c", GUARDED], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode,

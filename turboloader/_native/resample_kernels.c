@@ -115,24 +115,13 @@ TL_INLINE int32_t tl_pair_lo(int32_t a, int32_t b)
 
 /* Horizontal pass, 3 channels: two output pixels per vector, lane 0 pixel xx and lane 1
  * pixel xx + 1, over the union of their taps (a lane's coefficients are zero outside its
- * own). One 8-byte load holds source pixels x and x + 1, shuffled into int16 (R_x, R_x+1,
- * G_x, G_x+1, B_x, B_x+1, 0, 0) in both lanes. The coefficient vectors are built once per
- * chunk of pairs and reused for every row. An 8-byte load reads up to 2 bytes past its
- * second pixel, so a pair whose taps reach the row's last 2 pixels takes the scalar loop. */
-/* pixels xx and xx + 1 (3 bytes each, in the low bytes of a and b) at d; with `room` the
- * 4-byte stores may write the byte after them (pixel xx + 2's, written later) */
-TL_INLINE void store_pair(uint8_t *d, uint32_t a, uint32_t b, int room)
-{
-    memcpy(d, &a, 4);   /* its 4th byte is pixel xx + 1's, written next */
-    if (room) {
-        memcpy(d + 3, &b, 4);
-    } else {
-        d[3] = (uint8_t)b;
-        d[4] = (uint8_t)(b >> 8);
-        d[5] = (uint8_t)(b >> 16);
-    }
-}
-
+ * own), for four rows at once. One 8-byte load holds source pixels x and x + 1, shuffled into
+ * int16 (R_x, R_x+1, G_x, G_x+1, B_x, B_x+1, 0, 0) in both lanes. The coefficient vectors are
+ * built once per chunk of pairs and reused for every row. An 8-byte load reads up to 2 bytes
+ * past its second pixel, so a pair whose taps reach the row's last 2 pixels takes the scalar
+ * loop. (Four rows rather than two: 17-19% faster on the 2-core machine, the sums of four rows
+ * being independent chains behind one coefficient load; separate loads per lane instead of
+ * the union of the pair's taps were measured slower.) */
 enum { TL_MADD_TABLE = 256 };   /* tap pairs per chunk: 2 x 8 KiB of vectors on the stack */
 
 TL_TARGET_AVX2 static void hpass3_avx2_madd(const uint8_t *src, ptrdiff_t src_stride,
@@ -145,6 +134,7 @@ TL_TARGET_AVX2 static void hpass3_avx2_madd(const uint8_t *src, ptrdiff_t src_st
     int32_t pfirst[TL_MADD_TABLE], ppairs[TL_MADD_TABLE], poff[TL_MADD_TABLE];
     const __m256i shuf = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
                                           0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+    const __m128i pack6 = _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, 8, 9, 10, 12, 13, 14, -1, -1);
     const ptrdiff_t npairs = out_w / 2;
     ptrdiff_t p0 = 0;
     while (p0 < npairs) {
@@ -188,21 +178,24 @@ TL_TARGET_AVX2 static void hpass3_avx2_madd(const uint8_t *src, ptrdiff_t src_st
             p0++;
             continue;
         }
-        /* two rows at a time (they share the coefficient loads and the loop), then the odd
-         * last row alone */
-        for (ptrdiff_t y = 0; y < nrows; y += 2) {
-            const int two = y + 1 < nrows;
-            const uint8_t *s0 = src + y * src_stride, *s1 = two ? s0 + src_stride : s0;
-            uint8_t *d0 = dst + y * dst_stride, *d1 = d0 + dst_stride;
+        /* four rows at a time (they share the coefficient loads and the loop; the sums of
+         * the four are independent chains), the last rows with copies of the first */
+        for (ptrdiff_t y = 0; y < nrows; y += 4) {
+            const int nr = nrows - y < 4 ? (int)(nrows - y) : 4;
+            const uint8_t *s0 = src + y * src_stride;
+            const uint8_t *s1 = nr > 1 ? s0 + src_stride : s0;
+            const uint8_t *s2 = nr > 2 ? s0 + 2 * src_stride : s0;
+            const uint8_t *s3 = nr > 3 ? s0 + 3 * src_stride : s0;
+            uint8_t *d0 = dst + y * dst_stride;
             for (ptrdiff_t c = 0; c < count; c++) {
                 const ptrdiff_t xx = 2 * (p0 + c);
                 const ptrdiff_t lo = pfirst[c], np = ppairs[c];
                 const __m256i *kh = thi + poff[c], *kl = tlo + poff[c];
                 if (lo + 2 * np + 1 > in_w) {
                     /* the last load ends at byte 3 * (lo + 2 * np) + 2 of the row */
-                    for (int r = 0; r <= two; r++) {
-                        const uint8_t *srow = r ? s1 : s0;
-                        uint8_t *d = (r ? d1 : d0) + 3 * xx;
+                    for (int r = 0; r < nr; r++) {
+                        const uint8_t *srow = s0 + r * src_stride;
+                        uint8_t *d = d0 + r * dst_stride + 3 * xx;
                         hpass3_scalar_px(srow + 3 * (ptrdiff_t)bounds[2 * xx], kk + xx * ksize,
                                          bounds[2 * xx + 1], d);
                         hpass3_scalar_px(srow + 3 * (ptrdiff_t)bounds[2 * xx + 2],
@@ -210,33 +203,56 @@ TL_TARGET_AVX2 static void hpass3_avx2_madd(const uint8_t *src, ptrdiff_t src_st
                     }
                     continue;
                 }
-                const uint8_t *p0s = s0 + 3 * lo, *p1s = s1 + 3 * lo;
+                const ptrdiff_t off = 3 * lo;
                 __m256i h0 = _mm256_setzero_si256(), l0 = _mm256_set1_epi32(TL_HALF);
-                __m256i h1 = h0, l1 = l0;
+                __m256i h1 = h0, l1 = l0, h2 = h0, l2 = l0, h3 = h0, l3 = l0;
                 for (ptrdiff_t q = 0; q < np; q++) {
-                    int64_t x0, x1;
-                    memcpy(&x0, p0s + 6 * q, 8);
-                    memcpy(&x1, p1s + 6 * q, 8);
+                    int64_t x0, x1, x2, x3;
+                    memcpy(&x0, s0 + off + 6 * q, 8);
+                    memcpy(&x1, s1 + off + 6 * q, 8);
+                    memcpy(&x2, s2 + off + 6 * q, 8);
+                    memcpy(&x3, s3 + off + 6 * q, 8);
+                    const __m256i ch = _mm256_load_si256(kh + q), cl = _mm256_load_si256(kl + q);
                     const __m256i v0 = _mm256_shuffle_epi8(_mm256_set1_epi64x(x0), shuf);
                     const __m256i v1 = _mm256_shuffle_epi8(_mm256_set1_epi64x(x1), shuf);
-                    const __m256i ch = _mm256_load_si256(kh + q), cl = _mm256_load_si256(kl + q);
                     h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(v0, ch));
                     l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(v0, cl));
                     h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(v1, ch));
                     l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(v1, cl));
+                    const __m256i v2 = _mm256_shuffle_epi8(_mm256_set1_epi64x(x2), shuf);
+                    const __m256i v3 = _mm256_shuffle_epi8(_mm256_set1_epi64x(x3), shuf);
+                    h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(v2, ch));
+                    l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(v2, cl));
+                    h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(v3, ch));
+                    l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(v3, cl));
                 }
-                /* int16 lanes: row 0's pixel xx, row 1's xx | row 0's xx + 1, row 1's xx + 1;
-                 * bytes after the unsigned pack (clip8): the same, 4 bytes each */
-                const __m256i w = _mm256_packs_epi32(TL_SPLIT_SUM(h0, l0), TL_SPLIT_SUM(h1, l1));
-                const __m256i v = _mm256_packus_epi16(w, w);
-                const __m128i lane0 = _mm256_castsi256_si128(v);
-                const __m128i lane1 = _mm256_extracti128_si256(v, 1);
-                const int room = xx + 2 < out_w;  /* a 4th byte may be written after xx + 1 */
-                store_pair(d0 + 3 * xx, (uint32_t)_mm_cvtsi128_si32(lane0),
-                           (uint32_t)_mm_cvtsi128_si32(lane1), room);
-                if (two)
-                    store_pair(d1 + 3 * xx, (uint32_t)_mm_extract_epi32(lane0, 1),
-                               (uint32_t)_mm_extract_epi32(lane1, 1), room);
+                /* lane 0 of v: rows 0-3 of pixel xx, 4 bytes each (R, G, B, 0); lane 1: the
+                 * same of pixel xx + 1 (saturating packs == clip8's clamp). Interleaved and
+                 * compressed, each 8-byte half of r01 / r23 is one row's two pixels, 6 bytes */
+                const __m256i v = _mm256_packus_epi16(
+                    _mm256_packs_epi32(TL_SPLIT_SUM(h0, l0), TL_SPLIT_SUM(h1, l1)),
+                    _mm256_packs_epi32(TL_SPLIT_SUM(h2, l2), TL_SPLIT_SUM(h3, l3)));
+                const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
+                const __m128i r01 = _mm_shuffle_epi8(_mm_unpacklo_epi32(a, b), pack6);
+                const __m128i r23 = _mm_shuffle_epi8(_mm_unpackhi_epi32(a, b), pack6);
+                /* 8-byte stores write 2 bytes of pixel xx + 2, which is written after this;
+                 * the row's last pair stores its 6 bytes alone */
+                uint8_t *e = d0 + 3 * xx;
+                if (xx + 2 < out_w) {
+                    _mm_storel_epi64((__m128i *)e, r01);
+                    if (nr > 1)
+                        _mm_storeh_pd((double *)(e + dst_stride), _mm_castsi128_pd(r01));
+                    if (nr > 2)
+                        _mm_storel_epi64((__m128i *)(e + 2 * dst_stride), r23);
+                    if (nr > 3)
+                        _mm_storeh_pd((double *)(e + 3 * dst_stride), _mm_castsi128_pd(r23));
+                } else {
+                    uint8_t six[32];
+                    _mm_storeu_si128((__m128i *)six, r01);
+                    _mm_storeu_si128((__m128i *)(six + 16), r23);
+                    for (int r = 0; r < nr; r++)
+                        memcpy(e + r * dst_stride, six + 8 * r, 6);
+                }
             }
         }
         p0 += count;
