@@ -196,6 +196,17 @@ def main(argv=None):
                                     filter=_resample.BILINEAR)
         return len(val_windows)
 
+    def sub_image_share(which):
+        """(share of the val windows the restart path takes, mean area of the sub-image it
+        decodes as a share of the image, 1 where it does not apply)"""
+        took, area = 0, 0.0
+        for o, (k, wx, wy, ww, wh, _) in zip(opened, val_windows):
+            sub = _jpeg.restart_window(o[which][0], scale_num=k, crop_x=wx, crop_y=wy,
+                                       crop_w=ww, crop_h=wh)
+            took += sub is not None
+            area += sub[2] * sub[3] / (o[which][1].width * o[which][1].height) if sub else 1.0
+        return took / len(opened), area / len(opened)
+
     if args.finest:
         for which, label in ((0, "original"), (1, "seekable"), (2, "seekable, 1 MCU per interval")):
             ksys[f"val, part: window decode only, {label}"] = window_decode(which)
@@ -316,6 +327,12 @@ def main(argv=None):
         pipeline = name.split(":")[0]
         base = kbest[f"{pipeline}: fused decode+crop+resize, original"]
         print(f"| {name} | {r:.0f} | {r / klim:.2f} | {r / base:.2f} |")
+    if args.finest:
+        for which, label in ((1, "seekable"), (2, "seekable, 1 MCU per interval")):
+            took, area = sub_image_share(which)
+            print(f"val windows, {label}: the restart path takes {took:.0%} of them; the "
+                  f"sub-image it decodes is {area:.0%} of the image on average (100% where "
+                  f"it does not apply)")
     print()
     if sized:
         print("| pre-sized copy (convert --max-short-side) | convert images/s | image bytes "

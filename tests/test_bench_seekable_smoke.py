@@ -20,6 +20,6 @@ def test_bench_seekable_runs(tmp_path):
     for row in ("convert --seekable", "train: fused decode+crop+resize, seekable",
                 "short side 128, q90, seekable", "val: seekable shards",
                 "seekable, 1 MCU per interval", "val, part: window decode only, seekable",
-                "val, part: resample of the decoded window"):
+                "val, part: resample of the decoded window", "the restart path takes"):
         assert row in r.stdout, r.stdout
     assert "val tensors identical" in r.stdout

@@ -119,9 +119,10 @@ TL_INLINE int32_t tl_pair_lo(int32_t a, int32_t b)
  * int16 (R_x, R_x+1, G_x, G_x+1, B_x, B_x+1, 0, 0) in both lanes. The coefficient vectors are
  * built once per chunk of pairs and reused for every row. An 8-byte load reads up to 2 bytes
  * past its second pixel, so a pair whose taps reach the row's last 2 pixels takes the scalar
- * loop. (Four rows rather than two: 17-19% faster on the 2-core machine, the sums of four rows
- * being independent chains behind one coefficient load; separate loads per lane instead of
- * the union of the pair's taps were measured slower.) */
+ * loop. (Four rows rather than two: 1.09-1.34x in benchmarks/bench_kernels.py's resize rows
+ * on the 2-core machine, the sums of four rows being independent chains behind one
+ * coefficient load; separate loads per lane instead of the union of the pair's taps were
+ * measured slower.) */
 enum { TL_MADD_TABLE = 256 };   /* tap pairs per chunk: 2 x 8 KiB of vectors on the stack */
 
 TL_TARGET_AVX2 static void hpass3_avx2_madd(const uint8_t *src, ptrdiff_t src_stride,
