@@ -23,24 +23,24 @@ def _rows(md, section):
     return [ln for ln in body.splitlines() if ln.startswith("| ") and not ln.startswith("| system")]
 
 
+def _run_with_failed_venv(venv, reason, argv):
+    """``run.main(argv)`` with ``setup_envs`` reporting that ``venv`` failed to install."""
+    real_status = run.setup_envs.status
+    run.setup_envs.status = lambda name: ("failed", reason) if name == venv else real_status(name)
+    try:
+        return run.main(argv)
+    finally:
+        run.setup_envs.status = real_status
+
+
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench")
     systems = "torchvision,turboloader-tar,turboloader-folder,turboloader-threads,pillow-simd,decode-limit"
-    real_status = run.setup_envs.status
-
-    def status(name):  # pretend the pillow-simd venv failed to install
-        if name == "simd":
-            return "failed", "pip install pillow-simd: ERROR: simulated failure"
-        return real_status(name)
-
-    run.setup_envs.status = status
-    try:
-        rc = run.main(["--quick", "--n", "24", "--batch", "8", "--workers", "1",
-                       "--systems", systems, "--data-root", str(tmp / "data"),
-                       "--out-dir", str(tmp / "results"), "--tag", "smoke"])
-    finally:
-        run.setup_envs.status = real_status
+    rc = _run_with_failed_venv(  # pretend the pillow-simd venv failed to install
+        "simd", "pip install pillow-simd: ERROR: simulated failure",
+        ["--quick", "--n", "24", "--batch", "8", "--workers", "1", "--systems", systems,
+         "--data-root", str(tmp / "data"), "--out-dir", str(tmp / "results"), "--tag", "smoke"])
     assert rc == 0
     return tmp / "results"
 
@@ -149,23 +149,13 @@ def test_issue22_ratio_section_divides_rows_of_the_run():
 def test_issue22_rows_run(tmp_path):
     """The seekable and cache rows run on tiny data and deliver every sample once; a DALI
     venv that failed to install shows its reason in the row."""
-    real_status = run.setup_envs.status
-
-    def status(name):
-        if name == "dali":
-            return "failed", "pip install nvidia-dali-cuda120==2.4.0: ERROR: simulated failure"
-        return real_status(name)
-
-    run.setup_envs.status = status
-    try:
-        rc = run.main(["--quick", "--n", "16", "--batch", "8", "--workers", "1",
-                       "--systems", "turboloader-threads,dali,turboloader-seekable,"
-                       "turboloader-cache-fill,turboloader-cache,decode-limit",
-                       "--cache-short-side", "0,128", "--cache-epochs", "2",
-                       "--data-root", str(tmp_path / "data"), "--out-dir", str(tmp_path),
-                       "--tag", "i22"])
-    finally:
-        run.setup_envs.status = real_status
+    rc = _run_with_failed_venv(
+        "dali", "pip install nvidia-dali-cuda120==2.4.0: ERROR: simulated failure",
+        ["--quick", "--n", "16", "--batch", "8", "--workers", "1",
+         "--systems", "turboloader-threads,dali,turboloader-seekable,"
+         "turboloader-cache-fill,turboloader-cache,decode-limit",
+         "--cache-short-side", "0,128", "--cache-epochs", "2",
+         "--data-root", str(tmp_path / "data"), "--out-dir", str(tmp_path), "--tag", "i22"])
     assert rc == 0
     md = (tmp_path / "i22.md").read_text()
     res = json.loads((tmp_path / "i22.json").read_text())["results"]
