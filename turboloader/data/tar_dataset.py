@@ -31,12 +31,21 @@ _MISSING = object()
 
 class _TarReader(StreamReader):
     """A TarDataset stream's reader: the shared one plus its open shards (an LRU) and the
-    labels of every shard it touched, parsed once."""
+    labels of every shard it touched, parsed once.
+
+    Every shard source (``.tar``, ``.tar.gz``, remote, Parquet row groups: whatever the
+    dataset's shard I/O opens) is opened here and closed only here. The LRU's bound,
+    ``max_open``, is soft: a shard a chunk still has to read is *pinned* (see
+    :meth:`shard`, :meth:`unpin`) and never closed, so a chunk that spans more shards than
+    the bound (the end of one mixing window and the start of the next, rare buckets,
+    tiny shards) keeps them all open until its reads are done; the LRU then shrinks back.
+    """
 
     def __init__(self, dataset, name):
         super().__init__(dataset, name)
         self.shards = OrderedDict()
         self.max_open = dataset.mix_shards + 4  # the window, plus pads and replacements
+        self.pinned = {}  # url -> pins held on it (chunks still reading it)
         self.shard_cache = dataset.shard_cache
         self.open_shard = dataset._io.open
         self.upcoming = []  # the shards of the current pass, in order of first use (prefetch)
@@ -46,7 +55,14 @@ class _TarReader(StreamReader):
         self.image_exts = (dataset._fields.image_exts if dataset._fields is not None
                            else dataset._image_exts)
 
-    def shard(self, url):
+    def shard(self, url, pin=None):
+        """The open shard ``url`` (opened now if it is not), the most recently used.
+
+        ``pin``: a set owned by a reader of several shards (a chunk being gathered); the
+        shard is added to it and stays open, even past ``max_open``, until
+        :meth:`unpin` releases the set. Without a pin the shard returned is still open,
+        but a later call may close it.
+        """
         reader = self.shards.get(url)
         if reader is None:
             reader = self.shards[url] = self.open_shard(url)
@@ -62,11 +78,35 @@ class _TarReader(StreamReader):
                     i = -1
                 self.shard_cache.prefetch(
                     self.upcoming[i + 1:i + 1 + self.shard_cache.prefetch_count])
-            while len(self.shards) > self.max_open:
-                self.shards.popitem(last=False)[1].close()
+            opened = True
         else:
             self.shards.move_to_end(url)
+            opened = False
+        if pin is not None and url not in pin:
+            pin.add(url)
+            self.pinned[url] = self.pinned.get(url, 0) + 1
+        if opened:
+            self._shrink(keep=url)
         return reader
+
+    def unpin(self, pin):
+        """Release the shards of ``pin`` (see :meth:`shard`) and close the least recently
+        used unpinned shards beyond ``max_open``."""
+        pinned = self.pinned
+        for url in pin:
+            n = pinned.pop(url) - 1
+            if n:
+                pinned[url] = n
+        pin.clear()
+        self._shrink()
+
+    def _shrink(self, keep=None):
+        excess = len(self.shards) - self.max_open
+        if excess <= 0:
+            return
+        pinned = self.pinned
+        for url in [u for u in self.shards if u not in pinned and u != keep][:excess]:
+            self.shards.pop(url).close()
 
     def label_table(self, url, shard):
         table = self.labels.get(url)
@@ -80,6 +120,7 @@ class _TarReader(StreamReader):
         for reader in self.shards.values():
             reader.close()
         self.shards.clear()
+        self.pinned.clear()
 
 
 class _Cursor:
@@ -498,7 +539,15 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         """A :class:`~turboloader.data.reader.Chunk` of the ``(global index, slot)`` items:
         cached images by key, a ``.tar`` shard's images read into the stream's gather buffer
         (one ``pread`` each) with their labels from the shard's parsed label table, a
-        ``.tar.gz`` shard's records as they come."""
+        ``.tar.gz`` shard's records as they come. The chunk pins every shard it reads
+        (see :meth:`_TarReader.shard`) until its reads are done, however many it spans."""
+        pin = set()
+        try:
+            return self._gather_pinned(st, items, epoch, counters, timing, pin)
+        finally:
+            st.unpin(pin)
+
+    def _gather_pinned(self, st, items, epoch, counters, timing, pin):
         t0 = time.perf_counter()
         chunk = Chunk()
         cache = st.decoder.cache
@@ -525,7 +574,7 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                 if entry is None:
                     where = ("tar", self.urls[s], j, None)
                     url = self.urls[s]
-                    shard = st.shard(url)
+                    shard = st.shard(url, pin)
                     table = ((None, None) if fields is not None or not shard.random_access
                              else st.label_table(url, shard))
                     entry = opened[s] = (url, shard, len(shard) if shard.random_access else -1,
