@@ -18,6 +18,7 @@ __all__ = [
     "DecodeWarning",
     "UnreadableFileError",
     "ManifestError",
+    "StateMismatchError",
     "TruncatedArchiveWarning",
     "UnfusedWarning",
     "MissingDependencyError",
@@ -116,6 +117,15 @@ class ManifestError(TurboLoaderError, ValueError):
     differs. The message names the manifest and the shard. Also raised for a malformed
     dataset manifest (:class:`turboloader.ManifestDataset`'s CSV / JSON Lines list), naming
     the file and line or row.
+    """
+
+
+class StateMismatchError(TurboLoaderError, ValueError):
+    """A checkpoint state (``load_state_dict``) was taken over other data or another
+    topology than the dataset it is loaded into: other shards, the same shards in another
+    order or cut differently, another seed, world size, ... Continuing would deliver some
+    samples twice and others never. The message names what differs (for shards: the first
+    shard whose name or sample count differs, with both values).
     """
 
 

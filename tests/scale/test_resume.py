@@ -206,3 +206,105 @@ def test_tbl_resumable_sampler(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(head + tail, full))
     with pytest.raises(ValueError):
         ResumableSampler(fresh, num_replicas=3, rank=0).load_state_dict(state["sampler"])
+
+
+def _mid_epoch_state(urls, k=2):
+    """A state after ``k`` batches of 2 (main process), and the labels delivered."""
+    ds = _at(0, urls, size_of, seed=3)
+    head = sum(batches(loader(ds, 0, 2), k), [])
+    return ds.state_dict(), head
+
+
+@pytest.mark.parametrize("change", ["reordered", "recut", "other"])
+def test_state_over_other_shards_is_refused(tmp_path, change):
+    """#30 finding 7: the state names its shards and their sizes. The same shards listed
+    in another order, or re-cut into shards of other sizes with the same total (which
+    before this check resumed silently, delivering some samples twice and others never),
+    raise a StateMismatchError naming the shard that differs."""
+    from turboloader.errors import StateMismatchError
+
+    urls = write_shards(str(tmp_path / "s"), SIZES)
+    state, _ = _mid_epoch_state(urls)
+    if change == "reordered":
+        other, match = [urls[1], urls[0], *urls[2:]], r"shard #0 is 'shard-0000.tar' there"
+    elif change == "recut":  # same names, same total (20), other sizes
+        other = write_shards(str(tmp_path / "r"), [5, 3, 7, 5])
+        match = r"shard #0 \('shard-0000.tar'\) holds 6 samples there, 5 here"
+    else:
+        other = write_shards(str(tmp_path / "o"), SIZES, name="other")
+        match = r"shard #0 is 'shard-0000.tar' there, 'other-0000.tar' here"
+    ds = TarDataset(other, size_of, seed=3)
+    assert ds.num_samples == N  # the old fingerprint (counts only) matched
+    with pytest.raises(StateMismatchError, match=match):
+        ds.load_state_dict(state)
+    with pytest.raises(ValueError):  # still the builtin callers catch
+        ds.load_state_dict(state)
+
+
+def test_state_resumes_over_moved_shards(tmp_path):
+    """The same shards in another directory (a copy on a new node) resume exactly: the
+    rest of the epoch, each sample once."""
+    import shutil
+
+    urls = write_shards(str(tmp_path / "s"), SIZES)
+    state, head = _mid_epoch_state(urls)
+    moved = shutil.copytree(tmp_path / "s", tmp_path / "elsewhere" / "s")
+    fresh = TarDataset(sorted(str(p) for p in moved.glob("*.tar")), size_of, seed=3)
+    fresh.load_state_dict(state)
+    tail = sum(batches(loader(fresh, 0, 2)), [])
+    assert sorted(head + tail) == list(range(N)) and len(head) == 4
+
+
+def test_state_without_shard_list_is_refused(urls):
+    from turboloader.errors import StateMismatchError
+
+    state, _ = _mid_epoch_state(urls)
+    del state["shards"], state["shard_sizes"]
+    with pytest.raises(StateMismatchError, match="no shard list"):
+        TarDataset(urls, size_of, seed=3).load_state_dict(state)
+
+
+def test_parquet_state_over_reordered_files_is_refused(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from helpers.shards import jpeg
+    from turboloader import ParquetDataset
+    from turboloader.errors import StateMismatchError
+
+    paths = []
+    for f in range(2):
+        ids = list(range(f * 10, f * 10 + 10))
+        path = str(tmp_path / f"p{f}.parquet")
+        pq.write_table(pa.table({"image": [jpeg(i) for i in ids], "label": ids}), path,
+                       row_group_size=5)
+        paths.append(path)
+    ds = ParquetDataset(paths, size_of, seed=1)
+    ds.set_epoch(0)
+    next(iter(loader(ds, 0, 2)))
+    state = ds.state_dict()
+    with pytest.raises(StateMismatchError, match=r"shard #0 is 'p0.parquet#rg=0' there"):
+        ParquetDataset(paths[::-1], size_of, seed=1).load_state_dict(state)
+    ParquetDataset(paths, size_of, seed=1).load_state_dict(state)  # the same files: fine
+
+
+def test_tbl_state_over_reordered_files_is_refused(tmp_path):
+    """A map-style sampler's indices name samples through the file order: TBLDataset's
+    state records the files and their record counts."""
+    from turboloader.data.tbl_dataset import TBLDataset
+    from turboloader.errors import StateMismatchError
+    from helpers.shards import jpeg
+    from turboloader.io.tbl import TBLWriter
+
+    paths = []
+    for f, n in enumerate([3, 4]):
+        path = str(tmp_path / f"t{f}.tbl")
+        with TBLWriter(path) as w:
+            for i in range(n):
+                w.write(jpeg(i), key=f"k{f}-{i}", label=i)
+        paths.append(path)
+    state = TBLDataset(paths).state_dict()
+    assert state["shards"] == ["t0.tbl", "t1.tbl"] and state["shard_sizes"] == [3, 4]
+    with pytest.raises(StateMismatchError, match=r"shard #0 is 't0.tbl' there"):
+        TBLDataset(paths[::-1]).load_state_dict(state)
+    TBLDataset(paths).load_state_dict(state)

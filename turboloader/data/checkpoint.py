@@ -4,8 +4,8 @@ pass skips what was delivered.
 
 A state names, per logical worker stream of the rank, how far the stream's item list was
 consumed (``pos``), which items it skipped (``failed_pos``) and how many replacements it
-yielded; plus the fingerprint it must match (data, seed, shuffle, pad, world size, shard
-mixing, cache). Which samples were *delivered* decides it: the streams this process ran,
+yielded; plus the fingerprint it must match (the shard list in order with each shard's
+sample count, seed, shuffle, pad, world size, shard mixing, cache). Which samples were *delivered* decides it: the streams this process ran,
 torch's round-robin over its workers (``delivered_counts``), or counts a loader tracked. A
 stream another process ran is known through what that process reported: the items it
 skipped, reported before the batch that skips them was handed out.
@@ -13,11 +13,15 @@ skipped, reported before the batch that skips them was handed out.
 
 from __future__ import annotations
 
+import os
+
 import torch.utils.data
 
 from turboloader.data.epochs import AUTO_EPOCH, torch_epoch_word
+from turboloader.errors import StateMismatchError
 
-__all__ = ["TarCheckpoints", "delivered_counts", "topology"]
+__all__ = ["TarCheckpoints", "check_fingerprint", "delivered_counts", "shard_fingerprint",
+           "topology"]
 
 
 def topology(rank, world_size):
@@ -30,6 +34,66 @@ def topology(rank, world_size):
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def shard_fingerprint(names, sizes) -> dict:
+    """The part of a state's fingerprint that names the data: ``shards``, the shard names in
+    order relative to their common directory (a copy of the data moved elsewhere still
+    matches), and ``shard_sizes``, each shard's sample count.
+
+    Example:
+        >>> shard_fingerprint(["/d/a-0.tar", "/d/a-1.tar"], [3, 2])
+        {'shards': ['a-0.tar', 'a-1.tar'], 'shard_sizes': [3, 2]}
+    """
+    names = [str(n) for n in names]
+    cut = os.path.commonprefix(names).rfind("/") + 1 if names else 0
+    return {"shards": [n[cut:] for n in names], "shard_sizes": [int(c) for c in sizes]}
+
+
+def check_fingerprint(what, state, mine) -> None:
+    """Refuse a ``state`` whose fingerprint differs from ``mine`` (a dict of the keys it
+    must match), naming what differs; for the shard list, the first shard whose name or
+    sample count differs.
+
+    Raises:
+        StateMismatchError: a key differs or is missing from ``state``.
+    """
+    diffs = []
+    if "shards" in mine:
+        if "shards" not in state or "shard_sizes" not in state:
+            diffs.append("the state has no shard list (taken by an older turboloader, "
+                         "which could not tell whether the shards are the same)")
+        else:
+            diffs.extend(_shard_diff(state["shards"], state["shard_sizes"], mine["shards"],
+                                     mine["shard_sizes"]))
+    for k, v in mine.items():
+        if k not in ("shards", "shard_sizes") and state.get(k) != v:
+            diffs.append(f"{k}={state.get(k)!r} there, {v!r} here")
+    if diffs:
+        raise StateMismatchError(
+            f"{what}: the state was taken over other data or another topology, so resuming "
+            f"would deliver samples twice or never: " + "; ".join(diffs))
+
+
+def _shard_diff(names, sizes, my_names, my_sizes):
+    """What differs between two shard lists (empty: nothing)."""
+    names, sizes = list(names), [int(c) for c in sizes]
+    out = []
+    if len(names) != len(my_names):
+        out.append(f"{len(names)} shards there, {len(my_names)} here")
+    for i, (a, b) in enumerate(zip(names, my_names)):
+        if a != b:
+            where = (f" (here at position {my_names.index(a)})" if a in my_names else "")
+            out.append(f"shard #{i} is {a!r} there{where}, {b!r} here (the shards are "
+                       f"listed in another order, or are other shards)")
+            break
+    else:
+        for i, (a, b) in enumerate(zip(sizes, my_sizes)):
+            if a != b:
+                out.append(f"shard #{i} ({my_names[i]!r}) holds {a} samples there, {b} here "
+                           f"(the shards were re-cut or changed)")
+                break
+    return out
 
 
 def delivered_counts(sizes, batches, batch_size, *, drop_last=False):
@@ -75,8 +139,9 @@ class TarCheckpoints:
 
     def _fingerprint(self):
         _, world = topology(self.rank, self.world_size)
-        return {"num_samples": self.num_samples, "seed": self.seed, "shuffle": self.shuffle,
-                "pad": self.pad, "world_size": world, "mix_shards": self.mix_shards,
+        return {"num_samples": self.num_samples, **shard_fingerprint(self.urls, self._counts),
+                "seed": self.seed, "shuffle": self.shuffle, "pad": self.pad,
+                "world_size": world, "mix_shards": self.mix_shards,
                 "fixed": bool(self.cache_bytes)}
 
     def _take_resume(self, epoch, worker, num_workers):
@@ -138,8 +203,10 @@ class TarCheckpoints:
             ``workers`` (``{"<logical worker>": {"pos": items of its list consumed,
             "failed_pos": positions skipped, "replaced": replacements yielded,
             "failures": failures counted}}``), ``delivered`` (samples this rank delivered in the epoch) and the
-            fingerprint it must match: ``num_samples``, ``seed``, ``shuffle``, ``pad``,
-            ``world_size``, ``mix_shards``, ``fixed``.
+            fingerprint it must match: ``num_samples``, ``shards`` (the shard names in
+            order, relative to their common directory), ``shard_sizes`` (samples per
+            shard), ``seed``, ``shuffle``, ``pad``, ``world_size``, ``mix_shards``,
+            ``fixed``.
 
         Raises:
             ValueError: inconsistent arguments.
@@ -281,16 +348,16 @@ class TarCheckpoints:
         each worker with that worker's state, which is also supported.
 
         Raises:
-            ValueError: the state is not a TarDataset state, or was taken over other data
-                or another topology (shards, seed, shuffle, pad, world size, cache).
+            StateMismatchError: the state was taken over other data or another topology:
+                other shards, the same shards in another order or cut into other sizes,
+                another seed, shuffle, pad, world size, shard mixing or cache (a
+                ``ValueError``; the message names what differs).
+            ValueError: the state is not a TarDataset state, or names impossible positions.
         """
         if not isinstance(state, dict) or state.get("format") != "turboloader.TarDataset/1":
             raise ValueError("not a TarDataset state (expected format 'turboloader.TarDataset/1')")
-        mine = self._fingerprint()
-        diff = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
-        if diff:
-            raise ValueError("the state was taken over other data or another topology: " +
-                             ", ".join(f"{k}={a!r} there, {b!r} here" for k, (a, b) in diff.items()))
+        check_fingerprint(f"{type(self).__name__}.load_state_dict", state,
+                          self._fingerprint())
         rank, _ = topology(self.rank, self.world_size)
         self._check_state_positions(state)
         workers = {}

@@ -7,6 +7,7 @@ import time
 import numpy as np
 import torch.utils.data
 
+from turboloader.data.checkpoint import check_fingerprint, shard_fingerprint
 from turboloader.data.reader import MapDataset, StreamReader
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import SampleError, TurboLoaderError
@@ -192,15 +193,27 @@ class TBLDataset(MapDataset, torch.utils.data.Dataset):
                 f"{offset} (index {i})", f.path, f.key(j), offset)
 
     def state_dict(self) -> dict:
-        """``{"format": "turboloader.TBLDataset/1", "epoch": e}``. A map-style dataset
-        has no position: where the epoch stands is the sampler's state (see
-        :class:`ResumableSampler`)."""
-        return {"format": "turboloader.TBLDataset/1", "epoch": self._epoch.value}
+        """``{"format": "turboloader.TBLDataset/1", "epoch": e, "shards": [...],
+        "shard_sizes": [...]}``: the epoch, and the files in order (relative to their common
+        directory) with their record counts, which the sampler's indices depend on. A
+        map-style dataset has no position: where the epoch stands is the sampler's state
+        (see :class:`ResumableSampler`)."""
+        return {"format": "turboloader.TBLDataset/1", "epoch": self._epoch.value,
+                **shard_fingerprint(self.paths, self._counts)}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore the epoch of the per-sample transform parameters (main process)."""
+        """Restore the epoch of the per-sample transform parameters (main process).
+
+        Raises:
+            StateMismatchError: the state was taken over other files, or the same files in
+                another order or with other record counts (a sampler's indices would name
+                other samples); the message names the first file that differs.
+            ValueError: not a TBLDataset state.
+        """
         if not isinstance(state, dict) or state.get("format") != "turboloader.TBLDataset/1":
             raise ValueError("not a TBLDataset state (expected format 'turboloader.TBLDataset/1')")
+        check_fingerprint("TBLDataset.load_state_dict", state,
+                          shard_fingerprint(self.paths, self._counts))
         if int(state["epoch"]) < 0:  # taken while epochs were automatic: stay automatic
             self._epoch.value = -1
         else:
