@@ -39,15 +39,15 @@ def test_k40_torch_dataloader(k40):
     assert_epochs(passes(ds, lambda: torch_loader(ds, 1, 120)), 40_000, "k40, torch, 1 worker")
 
 
-def test_k40_thread_backend(k40):
-    """The thread backend with batches of 256 (issue #30's second crash)."""
-    runs = loader_passes(tl_loader(TarDataset(k40, transform()), "threads", 2, 256))
-    assert_epochs(runs, 40_000, "k40, threads, 2 workers")
-
-
-def test_k40_processes_backend(k40):
-    runs = loader_passes(tl_loader(TarDataset(k40, transform()), "processes", 2, 256))
-    assert_epochs(runs, 40_000, "k40, processes, 2 workers")
+@pytest.mark.parametrize("backend,batch_size", [("threads", 256), ("processes", 120)])
+def test_k40_turboloader(k40, backend, batch_size):
+    """Both backends, one stream (with more, a stream's 20 or fewer shards make one window
+    and a short one). The thread backend gathers whole batches of 256 (issue #30's second
+    crash), so a chunk ends the first mixing window of 16 shards and starts the next; the
+    processes backend's workers gather 64 samples at a time, so batches of 120 put a chunk
+    across that boundary."""
+    runs = loader_passes(tl_loader(TarDataset(k40, transform()), backend, 1, batch_size))
+    assert_epochs(runs, 40_000, f"k40, {backend}, 1 worker")
 
 
 # -- ImageNet's 1024 shards over 8 workers --------------------------------------------------
