@@ -122,3 +122,24 @@ def test_images_match_pillow(tmp_path, make_shards):
         assert img.size == (64, 48)
         assert np.abs(np.asarray(img, dtype=np.int16) - ref).mean() < 1
     assert os.path.exists(path)
+
+
+def test_a_chunk_pins_its_shards_past_the_open_bound(make_shards):
+    """#30 finding 1, at the reader: a chunk over more shards than the stream keeps open
+    (``mix_shards + 4``) reads them all (none is closed under it), and the reader shrinks
+    back to its bound once the chunk is read."""
+    paths = make_shards([2] * 12)
+    ds = TarDataset(paths, size_of, shuffle=False, mix_shards=1)
+    st = ds._lease("test")
+    try:
+        assert st.max_open == 5
+        items = [(g, g) for g in range(0, 24, 2)]  # one sample of each of the 12 shards
+        chunk = ds._gather_chunk(st, items, 0, st.recorder.counters(0))
+        assert chunk.errors == [None] * 12
+        assert [bytes(s) for s in chunk.sources] == [jpeg(g) for g, _ in items]
+        assert chunk.labels == [g for g, _ in items]
+        assert len(st.shards) == 5 and not st.pinned
+        assert all(not st.shards[u]._index.closed for u in st.shards)
+        assert list(st.shards) == paths[-5:]  # the most recently used kept
+    finally:
+        ds._release(st)

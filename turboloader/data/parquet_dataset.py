@@ -25,7 +25,7 @@ class ParquetDataset(TarDataset):
     corrupt image, a null image or a null label and replaces it), ``stats()``, ``batched``
     and the thread backend. Only the image, label and key columns are read, a row group at
     a time when a worker first needs it (kept while the shard is open: up to
-    ``mix_shards + 4`` row groups per worker).
+    ``mix_shards + 4`` row groups per worker, more while a chunk being read spans more).
 
     The image column holds encoded images (JPEG natively; PNG/WebP/... via Pillow) as
     ``binary`` or as Hugging Face's ``Image()`` feature (``struct<bytes, path>``); a row

@@ -369,7 +369,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         stats_interval: samples between statistics snapshots from each process (at most
             one a second).
         mix_shards: a worker shuffles together the samples of up to this many consecutive
-            shards of its share at a time, and keeps that many open (default 16).
+            shards of its share at a time, and keeps that many open, plus 4 (default 16;
+            more while a chunk being read spans more shards, e.g. tiny shards).
         strict_tar: a ``.tar`` shard without end-of-archive blocks (cut at a member
             boundary) is malformed (``TarFormatError``; left out under "skip") instead of
             a ``TruncatedArchiveWarning``.
