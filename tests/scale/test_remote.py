@@ -177,3 +177,18 @@ def test_a_server_trickling_bytes_is_given_up_on(http_root, tmp_path):
                          timeout=0.3) as f:
             f.read()
     assert time.monotonic() - t < 10
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_http_many_tiny_shards_every_sample_once(http_root, tmp_path, cached):
+    """#30 finding 1 for remote shards (the real-shape tier's 2-sample shards, over HTTP):
+    a chunk spans 32 shards, more than the stream keeps open; with the node cache they are
+    random-access ``.tar`` readers the LRU closed under the chunk before chunks pinned
+    their shards."""
+    url = publish(http_root, tmp_path, sizes=[2] * 40)
+    cache = ShardCache(tmp_path / "cache", max_bytes="10MB", prefetch=0) if cached else None
+    ds = TarDataset(url, size_of, seed=1, shard_cache=cache)
+    assert ds._random_access == [cached] * 40
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        assert sorted(labels(ds, batch_size=64)) == list(range(80)), epoch
