@@ -7,15 +7,19 @@ the rule that makes that safe is one of ownership, not of detecting references:
 
 * **A block is handed out as a tensor of its own storage.** The pool owns each block's
   memory; :meth:`BufferPool.get` returns ``torch.from_numpy`` of a NumPy view of it, a new
-  torch storage whose deleter is that view. The block goes back to the pool only when that
-  storage lets go of the memory: when every tensor, view, NumPy array, DLPack capsule or
-  ``pin_memory()`` source of the hand-out is gone, or when torch moves the storage elsewhere
-  (``share_memory_()``, or pickling it to another process, which copies a storage that is not
-  torch's shared memory into new shared memory and repoints the storage there).
+  torch storage. The block goes back to the pool only when that storage *dies*: when every
+  tensor, view, NumPy array, DLPack capsule or ``pin_memory()`` source of the hand-out is
+  gone. Not when the storage lets go of the memory: torch moves a storage that is not its
+  shared memory elsewhere (``share_memory_()``, or pickling it to another process copies it
+  into new shared memory and repoints the storage there), while a NumPy array or DLPack
+  capsule taken before still points at the old memory; they hold the storage, so the block
+  stays out, and mapped, until the storage dies (:func:`_own_storage`). Untracked memory
+  (past ``capacity``) is handed out the same way.
 * **Memory leaves the process only through the pool.** Because a hand-out is never torch's
   shared memory, torch's own pickler always *copies* it (see above): a view, a slice, a
   ``tv_tensors.Image``, a batch a custom ``collate_fn`` returns, a row a wrapper dataset
-  yields all reach other processes as copies, and the block is free again here. The one way
+  yields all reach other processes as copies, and the block is free again here once the
+  tensors here are gone. The one way
   a block's memory crosses processes without a copy is :meth:`BufferPool.send`, in a
   DataLoader worker: the batch pickles (through ``ForkingPickler``, the worker queue's
   pickler) to the block's shared-memory handle and counts a *send*; the receiving process
@@ -65,6 +69,36 @@ _NUMPY = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: n
           torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16,
           torch.int32: np.int32, torch.int64: np.int64, torch.bool: np.bool_}
 _BY_NAME = {str(d): d for d in _NUMPY}
+
+
+def _own_storage(array, release, *args) -> torch.Tensor:
+    """``torch.from_numpy(array)``, calling ``release(*args)`` when its torch storage dies.
+
+    Not when the storage lets go of the memory: ``share_memory_()``, or pickling the tensor
+    to another process (a ``torch.multiprocessing`` queue), copies a storage that is not
+    torch's shared memory into new shared memory and frees the old memory at once, while a
+    NumPy array (``.numpy()``) or DLPack capsule of the tensor still points there. Those
+    hold the storage (through the tensor), never the memory, so the memory (``array``) is
+    kept until the storage itself dies, and only then may the pool rewrite or unmap it.
+    (torch keeps a storage's Python object alive, for the weak reference, as long as the
+    storage lives.)"""
+    out = torch.from_numpy(array)
+    weakref.finalize(out.untyped_storage(), _release, release, args, array).atexit = False
+    return out
+
+
+def _release(release, args, _memory):
+    release(*args)
+
+
+def _nothing():
+    pass
+
+
+def _aligned(nbytes) -> np.ndarray:
+    """``nbytes`` (at least 1) of process memory, from torch's allocator: 64-byte aligned
+    rows for the kernels' stores."""
+    return torch.empty(max(nbytes, 1), dtype=torch.uint8).numpy()
 
 
 def _nbytes(shape, dtype) -> int:
@@ -218,7 +252,12 @@ class BufferPool:
                         self.waited += 1
                         return got
         self.allocated += 1
-        return new_shared(shape, dtype) if self.shared else torch.empty(shape, dtype=dtype)
+        if self.shared:
+            return new_shared(shape, dtype)
+        if dtype in _NUMPY:  # untracked, but as safe to move as a block's hand-out
+            memory = _aligned(_nbytes(shape, dtype))[:_nbytes(shape, dtype)]
+            return _own_storage(memory.view(_NUMPY[dtype]).reshape(shape), _nothing)
+        return torch.empty(shape, dtype=dtype)
 
     def _take(self, key, *, fresh):
         """A hand-out of a free block of ``key``, or (``fresh``) of a new one when there is
@@ -241,8 +280,8 @@ class BufferPool:
         return self._hand_out(block)
 
     def _new(self, key, nbytes):
-        if not self.shared:  # torch's allocator: 64-byte aligned rows for the kernels' stores
-            return _Block(key, nbytes, torch.empty(max(nbytes, 1), dtype=torch.uint8).numpy())
+        if not self.shared:
+            return _Block(key, nbytes, _aligned(nbytes))
         at = -(-nbytes // _ALIGN) * _ALIGN
         _check_shm(at + _ALIGN)
         storage = torch.UntypedStorage._new_shared(at + _ALIGN)
@@ -253,13 +292,11 @@ class BufferPool:
         return _Block(key, nbytes, array, base, counter)
 
     def _hand_out(self, block):
-        """A new torch storage over ``block``: the block is out until that storage lets go
-        of the memory (its deleter, the NumPy view, dies)."""
+        """A new torch storage over ``block``: the block is out until that storage dies."""
         shape, dtype = block.key
         view = block.array[:block.nbytes].view(_NUMPY[dtype]).reshape(shape)
         block.out += 1
-        weakref.finalize(view, self._given_back, block).atexit = False
-        return torch.from_numpy(view)
+        return _own_storage(view, self._given_back, block)
 
     def _given_back(self, block):
         with self._lock:
@@ -370,15 +407,14 @@ os.register_at_fork(before=_pin_receipts)
 
 def _received(base, offset, shape, stride, dtype, at):
     """The receiving side of :func:`_reduce_recycled`: the block's memory as a tensor of its
-    own storage, whose letting go of the memory counts the release."""
+    own storage, whose death counts the release (and unmaps the block here)."""
     dtype = _BY_NAME[dtype]
     array = base.numpy()
     span = _span(shape, stride, torch.empty((), dtype=dtype).element_size())
     flat = array[offset:offset + span].view(_NUMPY[dtype])
     receipt = _Receipt(array[at:at + 8].view(np.uint64))
     _receipts.add(receipt)
-    weakref.finalize(flat, receipt.release).atexit = False
-    return torch.from_numpy(flat).as_strided(shape, stride)
+    return _own_storage(flat, receipt.release).as_strided(shape, stride)
 
 
 _shared = (None, None)  # (pid, pool): a forked child makes its own
