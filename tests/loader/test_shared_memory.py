@@ -36,6 +36,45 @@ def test_the_budget_is_configurable_and_shared_by_the_nodes_workers(monkeypatch)
     assert shm_budget(8) < (1 << 20)  # a small /dev/shm: no recycling, torch's behaviour
 
 
+def test_a_bad_budget_variable_is_an_error_naming_it_where_the_loader_is_made(monkeypatch,
+                                                                              tmp_path):
+    import turboloader
+
+    monkeypatch.setenv("TURBOLOADER_SHM_BUDGET", "abc")
+    ds = kept.make_dataset("tar", tmp_path)
+    with pytest.raises(ValueError, match="TURBOLOADER_SHM_BUDGET='abc'"):
+        turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend="processes")
+    with pytest.raises(ValueError, match="TURBOLOADER_SHM_BUDGET='abc'"):  # in a worker too
+        shm_budget(2)
+    turboloader.DataLoader(ds, batch_size=4, num_workers=2)  # threads: no shared memory
+    monkeypatch.setenv("TURBOLOADER_SHM_BUDGET", "64MB")
+    turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend="processes")
+
+
+@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
+def test_dev_shm_filled_after_the_check_is_a_shared_memory_error(strategy, monkeypatch):
+    """Two workers can pass the free-space check together and then not both fit: torch's
+    allocation fails with ENOSPC, which must be the same SharedMemoryError. (A request
+    larger than all of /dev/shm makes torch's allocation fail at once, for real.)"""
+    import os
+
+    import torch.multiprocessing
+
+    monkeypatch.setattr(_buffers, "_check_shm", lambda nbytes: None)  # the check passed
+    before = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    try:
+        st = os.statvfs("/dev/shm")
+        too_big = st.f_blocks * st.f_frsize + (1 << 20)
+        for make in (lambda: BufferPool(3, shared=True).get((too_big,), torch.uint8),
+                     lambda: _buffers.new_shared((too_big,), torch.uint8)):
+            with pytest.raises(SharedMemoryError, match="--shm-size") as info:
+                make()
+            assert "No space left on device" in str(info.value.__cause__)
+    finally:
+        torch.multiprocessing.set_sharing_strategy(before)
+
+
 def test_past_the_budget_batches_are_fresh_memory():
     pool = BufferPool(3, shared=True, budget=100)
     a = pool.get((4, 8))  # 128 bytes: over the budget, never kept

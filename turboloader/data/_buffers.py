@@ -49,6 +49,7 @@ the rows' own block when the batch is exactly its leading rows.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -60,8 +61,8 @@ import torch
 from turboloader.errors import SharedMemoryError
 from turboloader.io.sizes import parse_size
 
-__all__ = ["BufferPool", "as_row", "collated_batch_size", "new_shared", "shared_pool",
-           "shm_budget"]
+__all__ = ["BufferPool", "as_row", "collated_batch_size", "env_budget", "new_shared",
+           "shared_pool", "shm_budget"]
 
 _ALIGN = 64  # a shared block's release counter sits at the first multiple of this after the data
 
@@ -124,18 +125,40 @@ def _shm_free():
     return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
 
 
+def _no_room(nbytes, room, after="") -> SharedMemoryError:
+    mb = 1 << 20
+    free = "" if room is None else (f" but /dev/shm has {room[0] / mb:.0f} MiB free of "
+                                    f"{room[1] / mb:.0f} MiB{after}")
+    return SharedMemoryError(
+        f"a DataLoader worker needs {nbytes / mb:.0f} MiB of shared memory for one batch"
+        f"{free}. In Docker, start the container with a larger --shm-size (e.g. "
+        f"--shm-size=8g); otherwise lower batch_size or num_workers, or use "
+        f"turboloader.DataLoader(backend='threads'), which needs no shared memory")
+
+
 def _check_shm(nbytes):
     """Raise SharedMemoryError when ``/dev/shm`` cannot hold ``nbytes`` more (torch would
     die of a bus error on first touch instead)."""
     room = _shm_free()
     if room is not None and room[0] < nbytes:
-        mb = 1 << 20
-        raise SharedMemoryError(
-            f"a DataLoader worker needs {nbytes / mb:.0f} MiB of shared memory for one batch but "
-            f"/dev/shm has {room[0] / mb:.0f} MiB free of {room[1] / mb:.0f} MiB. In Docker, "
-            f"start the container with a larger --shm-size (e.g. --shm-size=8g); otherwise "
-            f"lower batch_size or num_workers, or use turboloader.DataLoader(backend='threads'), "
-            f"which needs no shared memory")
+        raise _no_room(nbytes, room)
+
+
+def _new_shared_storage(nbytes) -> torch.UntypedStorage:
+    """``nbytes`` of torch's shared memory, after :func:`_check_shm`.
+
+    Raises:
+        SharedMemoryError: no room, also when other processes took it between the check and
+            the allocation (torch's ``RuntimeError``, ENOSPC, is its cause).
+    """
+    _check_shm(nbytes)
+    try:
+        return torch.UntypedStorage._new_shared(nbytes)
+    except RuntimeError as exc:
+        text = str(exc)
+        if "No space left on device" not in text and f"({errno.ENOSPC})" not in text:
+            raise
+        raise _no_room(nbytes, _shm_free(), " (other processes filled it meanwhile)") from exc
 
 
 def new_shared(shape, dtype) -> torch.Tensor:
@@ -145,9 +168,7 @@ def new_shared(shape, dtype) -> torch.Tensor:
     Raises:
         SharedMemoryError: ``/dev/shm`` has no room for it.
     """
-    nbytes = _nbytes(shape, dtype)
-    _check_shm(nbytes)
-    storage = torch.UntypedStorage._new_shared(nbytes)
+    storage = _new_shared_storage(_nbytes(shape, dtype))
     return torch.empty((0,), dtype=dtype).set_(storage, 0, tuple(shape))
 
 
@@ -159,14 +180,31 @@ def shm_budget(num_workers=1) -> int:
     ``LOCAL_WORLD_SIZE`` that torchrun sets). Past it a worker's batches are fresh shared
     memory, freed when dropped (torch's own behaviour).
     """
-    env = os.environ.get("TURBOLOADER_SHM_BUDGET")
-    if env:
-        return parse_size(env)
+    env = env_budget()
+    if env is not None:
+        return env
     room = _shm_free()
     if room is None:
         return 0
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     return room[1] // 8 // (max(1, int(num_workers)) * local)
+
+
+def env_budget():
+    """Bytes ``TURBOLOADER_SHM_BUDGET`` sets, or None when it is not set (or empty).
+
+    Raises:
+        ValueError: the variable is not a size (the message names it). A loader checks it
+            in the main process, where it is made, rather than from its workers.
+    """
+    env = os.environ.get("TURBOLOADER_SHM_BUDGET")
+    if not env:
+        return None
+    try:
+        return parse_size(env)
+    except ValueError as exc:
+        raise ValueError(f"the environment variable TURBOLOADER_SHM_BUDGET={env!r} is not a "
+                         f"size of shared memory ({exc}; '0' turns recycling off)") from None
 
 
 class _Block:
@@ -283,8 +321,7 @@ class BufferPool:
         if not self.shared:
             return _Block(key, nbytes, _aligned(nbytes))
         at = -(-nbytes // _ALIGN) * _ALIGN
-        _check_shm(at + _ALIGN)
-        storage = torch.UntypedStorage._new_shared(at + _ALIGN)
+        storage = _new_shared_storage(at + _ALIGN)
         base = torch.empty((0,), dtype=torch.uint8).set_(storage, 0, (at + _ALIGN,))
         array = base.numpy()
         counter = array[at:at + 8].view(np.uint64)
