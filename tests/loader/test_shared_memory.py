@@ -141,3 +141,52 @@ def test_shared_memory_is_returned_when_workers_exit(strategy, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     counts = eval(out.stdout.strip().splitlines()[-1])
     assert counts[-1] <= counts[0] + 1, counts
+
+
+KILLED = textwrap.dedent("""
+    import gc, os, signal, sys, time
+    import torch.multiprocessing
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    import turboloader
+    from helpers import kept
+    root = sys.argv[1]
+    ds = kept.make_dataset("tar", root, n=240)
+
+    def init(_):
+        open(os.path.join(root, f"pid-{os.getpid()}"), "w").close()
+
+    def sizes(pid):  # the worker's shared-memory files: their sizes
+        return sorted(os.path.getsize("/dev/shm/" + f) for f in os.listdir("/dev/shm")
+                      if f.startswith(f"torch_{pid}_"))
+
+    dl = turboloader.DataLoader(ds, batch_size=kept.B, num_workers=2, backend="processes",
+                                worker_init_fn=init)
+    try:
+        for i, batch in enumerate(dl):
+            del batch
+            if i == 12:
+                victim = int(next(p for p in os.listdir(root) if p.startswith("pid-"))[4:])
+                before = sizes(victim)
+                os.kill(victim, signal.SIGKILL)
+                time.sleep(1)
+    except RuntimeError as exc:
+        assert "killed by signal" in str(exc), exc
+    else:
+        raise AssertionError("the killed worker went unnoticed")
+    gc.collect()
+    print((before, sizes(victim)))
+""")
+
+
+@pytest.mark.slow
+def test_a_killed_workers_blocks_are_freed_under_file_system_sharing(tmp_path):
+    """A SIGKILLed worker never lets go of its recycled blocks (files in /dev/shm under the
+    file_system strategy): once the loader has seen it die, none of its batch-sized files
+    is left (torch's own small label tensors in flight may be, as with plain torch)."""
+    out = subprocess.run([sys.executable, "-c", KILLED, str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, env=subprocess_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    before, after = eval(out.stdout.strip().splitlines()[-1])
+    batch = kept.B * 3 * 16 * 16 * 4  # a float32 batch of 16 x 16 images
+    assert sum(size >= batch for size in before) >= 2, before  # the pool's blocks were there
+    assert [size for size in after if size >= batch] == [], (before, after)

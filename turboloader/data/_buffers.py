@@ -36,7 +36,9 @@ left by a route the library does not control is simply never reused.
 Shared memory is bounded: each worker keeps at most ``capacity`` blocks per batch shape and
 at most :func:`shm_budget` bytes in all (``TURBOLOADER_SHM_BUDGET``; default a share of
 ``/dev/shm``), past which batches are fresh shared memory freed when dropped, as torch's own
-collate makes them. A worker frees its blocks when it exits (both sharing strategies). When
+collate makes them. A worker frees its blocks when it exits (both sharing strategies); those
+of a killed worker that the main process received are unlinked when the loader sees it die
+(:func:`workers_exited`). When
 ``/dev/shm`` cannot hold even one batch, :class:`~turboloader.errors.SharedMemoryError` says
 so (and names Docker's ``--shm-size``) instead of a bus error.
 
@@ -62,7 +64,7 @@ from turboloader.errors import SharedMemoryError
 from turboloader.io.sizes import parse_size
 
 __all__ = ["BufferPool", "as_row", "collated_batch_size", "env_budget", "new_shared",
-           "shared_pool", "shm_budget"]
+           "shared_pool", "shm_budget", "workers_exited"]
 
 _ALIGN = 64  # a shared block's release counter sits at the first multiple of this after the data
 
@@ -210,11 +212,12 @@ def env_budget():
 class _Block:
     """One buffer of a pool: its memory and who may still read it."""
 
-    __slots__ = ("key", "nbytes", "array", "base", "ptr", "out", "sent", "counter")
+    __slots__ = ("key", "nbytes", "array", "base", "ptr", "out", "sent", "counter", "name")
 
-    def __init__(self, key, nbytes, array, base=None, counter=None):
+    def __init__(self, key, nbytes, array, base=None, counter=None, name=None):
         self.key, self.nbytes, self.array = key, nbytes, array
         self.base = base  # shared: the uint8 tensor over the whole block, sent by handle
+        self.name = name  # its shared-memory file under the file_system strategy, else None
         self.ptr = array.ctypes.data
         self.out = 0  # live hand-outs in this process
         self.sent = 0  # sends to other processes (shared blocks)
@@ -322,11 +325,14 @@ class BufferPool:
             return _Block(key, nbytes, _aligned(nbytes))
         at = -(-nbytes // _ALIGN) * _ALIGN
         storage = _new_shared_storage(at + _ALIGN)
+        name = None
+        if torch.multiprocessing.get_sharing_strategy() == "file_system":
+            name = storage._share_filename_cpu_()[1].decode()  # (already a file: no copy)
         base = torch.empty((0,), dtype=torch.uint8).set_(storage, 0, (at + _ALIGN,))
         array = base.numpy()
         counter = array[at:at + 8].view(np.uint64)
         counter[0] = 0
-        return _Block(key, nbytes, array, base, counter)
+        return _Block(key, nbytes, array, base, counter, name)
 
     def _hand_out(self, block):
         """A new torch storage over ``block``: the block is out until that storage dies."""
@@ -412,7 +418,7 @@ def _reduce_recycled(tensor):
     block, offset = sending
     at = int(block.counter.ctypes.data - block.ptr)
     return _received, (block.base, offset, tuple(plain.shape), tuple(plain.stride()),
-                       str(plain.dtype), at)
+                       str(plain.dtype), at, block.name, os.getpid())
 
 
 class _Receipt:
@@ -442,9 +448,16 @@ def _pin_receipts():
 os.register_at_fork(before=_pin_receipts)
 
 
-def _received(base, offset, shape, stride, dtype, at):
+_worker_files = {}  # worker pid -> names of its blocks' shared-memory files (file_system)
+
+
+def _received(base, offset, shape, stride, dtype, at, name=None, pid=None):
     """The receiving side of :func:`_reduce_recycled`: the block's memory as a tensor of its
     own storage, whose death counts the release (and unmaps the block here)."""
+    if name is not None:
+        if pid not in _worker_files and len(_worker_files) >= 64:
+            _forget_gone_workers()  # torch's own DataLoader never tells workers_exited
+        _worker_files.setdefault(pid, set()).add(name)
     dtype = _BY_NAME[dtype]
     array = base.numpy()
     span = _span(shape, stride, torch.empty((), dtype=dtype).element_size())
@@ -452,6 +465,44 @@ def _received(base, offset, shape, stride, dtype, at):
     receipt = _Receipt(array[at:at + 8].view(np.uint64))
     _receipts.add(receipt)
     return _own_storage(flat, receipt.release).as_strided(shape, stride)
+
+
+def _forget_gone_workers():
+    for pid in list(_worker_files):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            del _worker_files[pid]
+        except OSError:
+            pass
+
+
+def workers_exited(exitcodes) -> int:
+    """Tell the receiving process that DataLoader workers exited (``{pid: exitcode}``).
+
+    Under the ``file_system`` sharing strategy, a worker's blocks are files in ``/dev/shm``
+    that torch unlinks when the last process mapping one lets go; a worker that dies
+    (SIGKILL, the OOM killer) never lets go, so its blocks would stay until torch's
+    manager exits with the main process. A dead worker's (non-zero exit code) blocks that
+    this process has received are unlinked here: the memory lives on for whoever still maps
+    it (a batch still held) and is freed when they let go. (The worker's share of torch's
+    reference count keeps torch from unlinking the name again.) A worker that exited
+    cleanly freed its own; its names are forgotten.
+
+    Returns the number of files unlinked.
+    """
+    freed = 0
+    for pid, code in exitcodes.items():
+        names = _worker_files.pop(pid, ())
+        if not code:
+            continue
+        for name in names:
+            try:
+                os.unlink("/dev/shm/" + name.lstrip("/"))
+                freed += 1
+            except OSError:
+                pass
+    return freed
 
 
 _shared = (None, None)  # (pid, pool): a forked child makes its own
