@@ -38,9 +38,9 @@ at most :func:`shm_budget` bytes in all (``TURBOLOADER_SHM_BUDGET``; default a s
 ``/dev/shm``), past which batches are fresh shared memory freed when dropped, as torch's own
 collate makes them. A worker frees its blocks when it exits (both sharing strategies); those
 of a killed worker that the main process received are unlinked when the loader sees it die
-(:func:`workers_exited`). When
-``/dev/shm`` cannot hold even one batch, :class:`~turboloader.errors.SharedMemoryError` says
-so (and names Docker's ``--shm-size``) instead of a bus error.
+(:func:`workers_exited`). When ``/dev/shm`` cannot hold even one batch,
+:class:`~turboloader.errors.SharedMemoryError` says so (and names Docker's ``--shm-size``)
+instead of a bus error.
 
 Samples (``DataLoader(dataset, batch_size=B)``) reach the same shared blocks through torch's
 collate: in a worker, the images a dataset yields from its recycled blocks are :class:`_Row`
