@@ -378,7 +378,8 @@ def test_a_batch_pickled_by_pickle_is_a_copy_and_frees_the_block():
                          ids=["permute", "slice", "detach", "split"])
 def test_a_view_that_leaves_by_torchs_pickler_is_a_copy_and_never_rewritten(make):
     """Memory leaves a worker without a copy only through the pool's own send: a view
-    pickled by torch's reduction is copied out (and the block is free again here)."""
+    pickled by torch's reduction is copied out (and the block is free again here once the
+    sender's tensor is gone)."""
     import torch.multiprocessing  # noqa: F401
     from multiprocessing.reduction import ForkingPickler
 
@@ -387,12 +388,12 @@ def test_a_view_that_leaves_by_torchs_pickler_is_a_copy_and_never_rewritten(make
     ptr = a.data_ptr()
     a.copy_(torch.arange(12.0).view(3, 4))
     want = make(a).clone()
-    got = ForkingPickler.loads(ForkingPickler.dumps(make(a)))
+    message = ForkingPickler.dumps(make(a))
     del a
     b = pool.get((3, 4))
     assert b.data_ptr() == ptr  # the block came back: nothing else maps it
     b.fill_(-1)
-    assert torch.equal(got, want)
+    assert torch.equal(ForkingPickler.loads(message), want)
 
 
 def test_a_received_batch_held_at_a_fork_is_never_released():
@@ -411,16 +412,27 @@ def test_a_received_batch_held_at_a_fork_is_never_released():
     assert all(pool.get((2, 3)).data_ptr() != ptr for _ in range(3))
 
 
-def test_a_received_batch_moved_to_shared_memory_releases_the_buffer():
-    pool = BufferPool(1, shared=True)
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_batch_moved_to_shared_memory_keeps_its_block_until_it_dies(shared):
+    """share_memory_() copies a hand-out into new shared memory and lets go of the block's
+    memory, while a NumPy view taken before still points there: the block is neither
+    rewritten nor unmapped until the batch's storage (held by the view) dies."""
+    pool = BufferPool(1, shared=shared)
     a = pool.get((3, 4))
     ptr = a.data_ptr()
     a.fill_(7)
-    got = send(pool, a)
+    got = send(pool, a) if shared else a
     del a
-    got.share_memory_()  # copies into new shared memory; the pool's copy is free again
-    assert pool.get((3, 4)).data_ptr() == ptr
-    assert torch.equal(got, torch.full((3, 4), 7.0))
+    view = got.numpy()
+    got.share_memory_()
+    assert got.is_shared() and got.data_ptr() != ptr
+    del got
+    other = pool.get((3, 4))  # the block is still out: new memory
+    assert other.data_ptr() != ptr
+    other.fill_(-1)
+    assert (view == 7).all()
+    del view
+    assert pool.get((3, 4)).data_ptr() == ptr  # the storage died: the block is back
 
 
 @pytest.mark.parametrize("W", [1, 2])
@@ -473,20 +485,24 @@ def test_a_batch_of_a_buffers_leading_rows_is_sent_without_a_copy():
 
 def test_a_row_of_a_shared_buffer_sent_alone_is_a_copy():
     """A custom collate_fn may send a row itself: torch's own reduction copies it out of the
-    block, so the main process's row is its own and the block is free again."""
+    block, so the main process's row is its own and the block is free again (once the
+    worker's tensors are gone)."""
+    import torch.multiprocessing  # noqa: F401
+    from multiprocessing.reduction import ForkingPickler
+
     from turboloader.data import _buffers
 
     pool = _buffers.shared_pool()
     buf = pool.get((2, 3))
     buf.copy_(torch.arange(6.0).view(2, 3))
     ptr = buf.data_ptr()
-    got = send(BufferPool(1), _buffers.as_row(buf[1]))
-    assert type(got) is torch.Tensor and torch.equal(got, buf[1])
+    message = ForkingPickler.dumps(_buffers.as_row(buf[1]))
     del buf
     again = pool.get((2, 3))
     assert again.data_ptr() == ptr
     again.fill_(0)
-    assert torch.equal(got, torch.tensor([3.0, 4.0, 5.0]))
+    got = ForkingPickler.loads(message)
+    assert type(got) is torch.Tensor and torch.equal(got, torch.tensor([3.0, 4.0, 5.0]))
     pool.clear()
 
 

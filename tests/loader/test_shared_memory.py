@@ -36,6 +36,45 @@ def test_the_budget_is_configurable_and_shared_by_the_nodes_workers(monkeypatch)
     assert shm_budget(8) < (1 << 20)  # a small /dev/shm: no recycling, torch's behaviour
 
 
+def test_a_bad_budget_variable_is_an_error_naming_it_where_the_loader_is_made(monkeypatch,
+                                                                              tmp_path):
+    import turboloader
+
+    monkeypatch.setenv("TURBOLOADER_SHM_BUDGET", "abc")
+    ds = kept.make_dataset("tar", tmp_path)
+    with pytest.raises(ValueError, match="TURBOLOADER_SHM_BUDGET='abc'"):
+        turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend="processes")
+    with pytest.raises(ValueError, match="TURBOLOADER_SHM_BUDGET='abc'"):  # in a worker too
+        shm_budget(2)
+    turboloader.DataLoader(ds, batch_size=4, num_workers=2)  # threads: no shared memory
+    monkeypatch.setenv("TURBOLOADER_SHM_BUDGET", "64MB")
+    turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend="processes")
+
+
+@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
+def test_dev_shm_filled_after_the_check_is_a_shared_memory_error(strategy, monkeypatch):
+    """Two workers can pass the free-space check together and then not both fit: torch's
+    allocation fails with ENOSPC, which must be the same SharedMemoryError. (A request
+    larger than all of /dev/shm makes torch's allocation fail at once, for real.)"""
+    import os
+
+    import torch.multiprocessing
+
+    monkeypatch.setattr(_buffers, "_check_shm", lambda nbytes: None)  # the check passed
+    before = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    try:
+        st = os.statvfs("/dev/shm")
+        too_big = st.f_blocks * st.f_frsize + (1 << 20)
+        for make in (lambda: BufferPool(3, shared=True).get((too_big,), torch.uint8),
+                     lambda: _buffers.new_shared((too_big,), torch.uint8)):
+            with pytest.raises(SharedMemoryError, match="--shm-size") as info:
+                make()
+            assert "No space left on device" in str(info.value.__cause__)
+    finally:
+        torch.multiprocessing.set_sharing_strategy(before)
+
+
 def test_past_the_budget_batches_are_fresh_memory():
     pool = BufferPool(3, shared=True, budget=100)
     a = pool.get((4, 8))  # 128 bytes: over the budget, never kept
@@ -102,3 +141,52 @@ def test_shared_memory_is_returned_when_workers_exit(strategy, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     counts = eval(out.stdout.strip().splitlines()[-1])
     assert counts[-1] <= counts[0] + 1, counts
+
+
+KILLED = textwrap.dedent("""
+    import gc, os, signal, sys, time
+    import torch.multiprocessing
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    import turboloader
+    from helpers import kept
+    root = sys.argv[1]
+    ds = kept.make_dataset("tar", root, n=240)
+
+    def init(_):
+        open(os.path.join(root, f"pid-{os.getpid()}"), "w").close()
+
+    def sizes(pid):  # the worker's shared-memory files: their sizes
+        return sorted(os.path.getsize("/dev/shm/" + f) for f in os.listdir("/dev/shm")
+                      if f.startswith(f"torch_{pid}_"))
+
+    dl = turboloader.DataLoader(ds, batch_size=kept.B, num_workers=2, backend="processes",
+                                worker_init_fn=init)
+    try:
+        for i, batch in enumerate(dl):
+            del batch
+            if i == 12:
+                victim = int(next(p for p in os.listdir(root) if p.startswith("pid-"))[4:])
+                before = sizes(victim)
+                os.kill(victim, signal.SIGKILL)
+                time.sleep(1)
+    except RuntimeError as exc:
+        assert "killed by signal" in str(exc), exc
+    else:
+        raise AssertionError("the killed worker went unnoticed")
+    gc.collect()
+    print((before, sizes(victim)))
+""")
+
+
+@pytest.mark.slow
+def test_a_killed_workers_blocks_are_freed_under_file_system_sharing(tmp_path):
+    """A SIGKILLed worker never lets go of its recycled blocks (files in /dev/shm under the
+    file_system strategy): once the loader has seen it die, none of its batch-sized files
+    is left (torch's own small label tensors in flight may be, as with plain torch)."""
+    out = subprocess.run([sys.executable, "-c", KILLED, str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, env=subprocess_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    before, after = eval(out.stdout.strip().splitlines()[-1])
+    batch = kept.B * 3 * 16 * 16 * 4  # a float32 batch of 16 x 16 images
+    assert sum(size >= batch for size in before) >= 2, before  # the pool's blocks were there
+    assert [size for size in after if size >= batch] == [], (before, after)

@@ -7,15 +7,19 @@ the rule that makes that safe is one of ownership, not of detecting references:
 
 * **A block is handed out as a tensor of its own storage.** The pool owns each block's
   memory; :meth:`BufferPool.get` returns ``torch.from_numpy`` of a NumPy view of it, a new
-  torch storage whose deleter is that view. The block goes back to the pool only when that
-  storage lets go of the memory: when every tensor, view, NumPy array, DLPack capsule or
-  ``pin_memory()`` source of the hand-out is gone, or when torch moves the storage elsewhere
-  (``share_memory_()``, or pickling it to another process, which copies a storage that is not
-  torch's shared memory into new shared memory and repoints the storage there).
+  torch storage. The block goes back to the pool only when that storage *dies*: when every
+  tensor, view, NumPy array, DLPack capsule or ``pin_memory()`` source of the hand-out is
+  gone. Not when the storage lets go of the memory: torch moves a storage that is not its
+  shared memory elsewhere (``share_memory_()``, or pickling it to another process copies it
+  into new shared memory and repoints the storage there), while a NumPy array or DLPack
+  capsule taken before still points at the old memory; they hold the storage, so the block
+  stays out, and mapped, until the storage dies (:func:`_own_storage`). Untracked memory
+  (past ``capacity``) is handed out the same way.
 * **Memory leaves the process only through the pool.** Because a hand-out is never torch's
   shared memory, torch's own pickler always *copies* it (see above): a view, a slice, a
   ``tv_tensors.Image``, a batch a custom ``collate_fn`` returns, a row a wrapper dataset
-  yields all reach other processes as copies, and the block is free again here. The one way
+  yields all reach other processes as copies, and the block is free again here once the
+  tensors here are gone. The one way
   a block's memory crosses processes without a copy is :meth:`BufferPool.send`, in a
   DataLoader worker: the batch pickles (through ``ForkingPickler``, the worker queue's
   pickler) to the block's shared-memory handle and counts a *send*; the receiving process
@@ -32,9 +36,11 @@ left by a route the library does not control is simply never reused.
 Shared memory is bounded: each worker keeps at most ``capacity`` blocks per batch shape and
 at most :func:`shm_budget` bytes in all (``TURBOLOADER_SHM_BUDGET``; default a share of
 ``/dev/shm``), past which batches are fresh shared memory freed when dropped, as torch's own
-collate makes them. A worker frees its blocks when it exits (both sharing strategies). When
-``/dev/shm`` cannot hold even one batch, :class:`~turboloader.errors.SharedMemoryError` says
-so (and names Docker's ``--shm-size``) instead of a bus error.
+collate makes them. A worker frees its blocks when it exits (both sharing strategies); those
+of a killed worker that the main process received are unlinked when the loader sees it die
+(:func:`workers_exited`). When ``/dev/shm`` cannot hold even one batch,
+:class:`~turboloader.errors.SharedMemoryError` says so (and names Docker's ``--shm-size``)
+instead of a bus error.
 
 Samples (``DataLoader(dataset, batch_size=B)``) reach the same shared blocks through torch's
 collate: in a worker, the images a dataset yields from its recycled blocks are :class:`_Row`
@@ -45,6 +51,7 @@ the rows' own block when the batch is exactly its leading rows.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -56,8 +63,8 @@ import torch
 from turboloader.errors import SharedMemoryError
 from turboloader.io.sizes import parse_size
 
-__all__ = ["BufferPool", "as_row", "collated_batch_size", "new_shared", "shared_pool",
-           "shm_budget"]
+__all__ = ["BufferPool", "as_row", "collated_batch_size", "env_budget", "new_shared",
+           "shared_pool", "shm_budget", "workers_exited"]
 
 _ALIGN = 64  # a shared block's release counter sits at the first multiple of this after the data
 
@@ -65,6 +72,36 @@ _NUMPY = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: n
           torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16,
           torch.int32: np.int32, torch.int64: np.int64, torch.bool: np.bool_}
 _BY_NAME = {str(d): d for d in _NUMPY}
+
+
+def _own_storage(array, release, *args) -> torch.Tensor:
+    """``torch.from_numpy(array)``, calling ``release(*args)`` when its torch storage dies.
+
+    Not when the storage lets go of the memory: ``share_memory_()``, or pickling the tensor
+    to another process (a ``torch.multiprocessing`` queue), copies a storage that is not
+    torch's shared memory into new shared memory and frees the old memory at once, while a
+    NumPy array (``.numpy()``) or DLPack capsule of the tensor still points there. Those
+    hold the storage (through the tensor), never the memory, so the memory (``array``) is
+    kept until the storage itself dies, and only then may the pool rewrite or unmap it.
+    (torch keeps a storage's Python object alive, for the weak reference, as long as the
+    storage lives.)"""
+    out = torch.from_numpy(array)
+    weakref.finalize(out.untyped_storage(), _release, release, args, array).atexit = False
+    return out
+
+
+def _release(release, args, _memory):
+    release(*args)
+
+
+def _nothing():
+    pass
+
+
+def _aligned(nbytes) -> np.ndarray:
+    """``nbytes`` (at least 1) of process memory, from torch's allocator: 64-byte aligned
+    rows for the kernels' stores."""
+    return torch.empty(max(nbytes, 1), dtype=torch.uint8).numpy()
 
 
 def _nbytes(shape, dtype) -> int:
@@ -90,18 +127,40 @@ def _shm_free():
     return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
 
 
+def _no_room(nbytes, room, after="") -> SharedMemoryError:
+    mb = 1 << 20
+    free = "" if room is None else (f" but /dev/shm has {room[0] / mb:.0f} MiB free of "
+                                    f"{room[1] / mb:.0f} MiB{after}")
+    return SharedMemoryError(
+        f"a DataLoader worker needs {nbytes / mb:.0f} MiB of shared memory for one batch"
+        f"{free}. In Docker, start the container with a larger --shm-size (e.g. "
+        f"--shm-size=8g); otherwise lower batch_size or num_workers, or use "
+        f"turboloader.DataLoader(backend='threads'), which needs no shared memory")
+
+
 def _check_shm(nbytes):
     """Raise SharedMemoryError when ``/dev/shm`` cannot hold ``nbytes`` more (torch would
     die of a bus error on first touch instead)."""
     room = _shm_free()
     if room is not None and room[0] < nbytes:
-        mb = 1 << 20
-        raise SharedMemoryError(
-            f"a DataLoader worker needs {nbytes / mb:.0f} MiB of shared memory for one batch but "
-            f"/dev/shm has {room[0] / mb:.0f} MiB free of {room[1] / mb:.0f} MiB. In Docker, "
-            f"start the container with a larger --shm-size (e.g. --shm-size=8g); otherwise "
-            f"lower batch_size or num_workers, or use turboloader.DataLoader(backend='threads'), "
-            f"which needs no shared memory")
+        raise _no_room(nbytes, room)
+
+
+def _new_shared_storage(nbytes) -> torch.UntypedStorage:
+    """``nbytes`` of torch's shared memory, after :func:`_check_shm`.
+
+    Raises:
+        SharedMemoryError: no room, also when other processes took it between the check and
+            the allocation (torch's ``RuntimeError``, ENOSPC, is its cause).
+    """
+    _check_shm(nbytes)
+    try:
+        return torch.UntypedStorage._new_shared(nbytes)
+    except RuntimeError as exc:
+        text = str(exc)
+        if "No space left on device" not in text and f"({errno.ENOSPC})" not in text:
+            raise
+        raise _no_room(nbytes, _shm_free(), " (other processes filled it meanwhile)") from exc
 
 
 def new_shared(shape, dtype) -> torch.Tensor:
@@ -111,9 +170,7 @@ def new_shared(shape, dtype) -> torch.Tensor:
     Raises:
         SharedMemoryError: ``/dev/shm`` has no room for it.
     """
-    nbytes = _nbytes(shape, dtype)
-    _check_shm(nbytes)
-    storage = torch.UntypedStorage._new_shared(nbytes)
+    storage = _new_shared_storage(_nbytes(shape, dtype))
     return torch.empty((0,), dtype=dtype).set_(storage, 0, tuple(shape))
 
 
@@ -125,9 +182,9 @@ def shm_budget(num_workers=1) -> int:
     ``LOCAL_WORLD_SIZE`` that torchrun sets). Past it a worker's batches are fresh shared
     memory, freed when dropped (torch's own behaviour).
     """
-    env = os.environ.get("TURBOLOADER_SHM_BUDGET")
-    if env:
-        return parse_size(env)
+    env = env_budget()
+    if env is not None:
+        return env
     room = _shm_free()
     if room is None:
         return 0
@@ -135,14 +192,32 @@ def shm_budget(num_workers=1) -> int:
     return room[1] // 8 // (max(1, int(num_workers)) * local)
 
 
+def env_budget():
+    """Bytes ``TURBOLOADER_SHM_BUDGET`` sets, or None when it is not set (or empty).
+
+    Raises:
+        ValueError: the variable is not a size (the message names it). A loader checks it
+            in the main process, where it is made, rather than from its workers.
+    """
+    env = os.environ.get("TURBOLOADER_SHM_BUDGET")
+    if not env:
+        return None
+    try:
+        return parse_size(env)
+    except ValueError as exc:
+        raise ValueError(f"the environment variable TURBOLOADER_SHM_BUDGET={env!r} is not a "
+                         f"size of shared memory ({exc}; '0' turns recycling off)") from None
+
+
 class _Block:
     """One buffer of a pool: its memory and who may still read it."""
 
-    __slots__ = ("key", "nbytes", "array", "base", "ptr", "out", "sent", "counter")
+    __slots__ = ("key", "nbytes", "array", "base", "ptr", "out", "sent", "counter", "name")
 
-    def __init__(self, key, nbytes, array, base=None, counter=None):
+    def __init__(self, key, nbytes, array, base=None, counter=None, name=None):
         self.key, self.nbytes, self.array = key, nbytes, array
         self.base = base  # shared: the uint8 tensor over the whole block, sent by handle
+        self.name = name  # its shared-memory file under the file_system strategy, else None
         self.ptr = array.ctypes.data
         self.out = 0  # live hand-outs in this process
         self.sent = 0  # sends to other processes (shared blocks)
@@ -218,7 +293,12 @@ class BufferPool:
                         self.waited += 1
                         return got
         self.allocated += 1
-        return new_shared(shape, dtype) if self.shared else torch.empty(shape, dtype=dtype)
+        if self.shared:
+            return new_shared(shape, dtype)
+        if dtype in _NUMPY:  # untracked, but as safe to move as a block's hand-out
+            memory = _aligned(_nbytes(shape, dtype))[:_nbytes(shape, dtype)]
+            return _own_storage(memory.view(_NUMPY[dtype]).reshape(shape), _nothing)
+        return torch.empty(shape, dtype=dtype)
 
     def _take(self, key, *, fresh):
         """A hand-out of a free block of ``key``, or (``fresh``) of a new one when there is
@@ -241,25 +321,25 @@ class BufferPool:
         return self._hand_out(block)
 
     def _new(self, key, nbytes):
-        if not self.shared:  # torch's allocator: 64-byte aligned rows for the kernels' stores
-            return _Block(key, nbytes, torch.empty(max(nbytes, 1), dtype=torch.uint8).numpy())
+        if not self.shared:
+            return _Block(key, nbytes, _aligned(nbytes))
         at = -(-nbytes // _ALIGN) * _ALIGN
-        _check_shm(at + _ALIGN)
-        storage = torch.UntypedStorage._new_shared(at + _ALIGN)
+        storage = _new_shared_storage(at + _ALIGN)
+        name = None
+        if torch.multiprocessing.get_sharing_strategy() == "file_system":
+            name = storage._share_filename_cpu_()[1].decode()  # (already a file: no copy)
         base = torch.empty((0,), dtype=torch.uint8).set_(storage, 0, (at + _ALIGN,))
         array = base.numpy()
         counter = array[at:at + 8].view(np.uint64)
         counter[0] = 0
-        return _Block(key, nbytes, array, base, counter)
+        return _Block(key, nbytes, array, base, counter, name)
 
     def _hand_out(self, block):
-        """A new torch storage over ``block``: the block is out until that storage lets go
-        of the memory (its deleter, the NumPy view, dies)."""
+        """A new torch storage over ``block``: the block is out until that storage dies."""
         shape, dtype = block.key
         view = block.array[:block.nbytes].view(_NUMPY[dtype]).reshape(shape)
         block.out += 1
-        weakref.finalize(view, self._given_back, block).atexit = False
-        return torch.from_numpy(view)
+        return _own_storage(view, self._given_back, block)
 
     def _given_back(self, block):
         with self._lock:
@@ -338,7 +418,7 @@ def _reduce_recycled(tensor):
     block, offset = sending
     at = int(block.counter.ctypes.data - block.ptr)
     return _received, (block.base, offset, tuple(plain.shape), tuple(plain.stride()),
-                       str(plain.dtype), at)
+                       str(plain.dtype), at, block.name, os.getpid())
 
 
 class _Receipt:
@@ -368,17 +448,61 @@ def _pin_receipts():
 os.register_at_fork(before=_pin_receipts)
 
 
-def _received(base, offset, shape, stride, dtype, at):
+_worker_files = {}  # worker pid -> names of its blocks' shared-memory files (file_system)
+
+
+def _received(base, offset, shape, stride, dtype, at, name=None, pid=None):
     """The receiving side of :func:`_reduce_recycled`: the block's memory as a tensor of its
-    own storage, whose letting go of the memory counts the release."""
+    own storage, whose death counts the release (and unmaps the block here)."""
+    if name is not None:
+        if pid not in _worker_files and len(_worker_files) >= 64:
+            _forget_gone_workers()  # torch's own DataLoader never tells workers_exited
+        _worker_files.setdefault(pid, set()).add(name)
     dtype = _BY_NAME[dtype]
     array = base.numpy()
     span = _span(shape, stride, torch.empty((), dtype=dtype).element_size())
     flat = array[offset:offset + span].view(_NUMPY[dtype])
     receipt = _Receipt(array[at:at + 8].view(np.uint64))
     _receipts.add(receipt)
-    weakref.finalize(flat, receipt.release).atexit = False
-    return torch.from_numpy(flat).as_strided(shape, stride)
+    return _own_storage(flat, receipt.release).as_strided(shape, stride)
+
+
+def _forget_gone_workers():
+    for pid in list(_worker_files):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            del _worker_files[pid]
+        except OSError:
+            pass
+
+
+def workers_exited(exitcodes) -> int:
+    """Tell the receiving process that DataLoader workers exited (``{pid: exitcode}``).
+
+    Under the ``file_system`` sharing strategy, a worker's blocks are files in ``/dev/shm``
+    that torch unlinks when the last process mapping one lets go; a worker that dies
+    (SIGKILL, the OOM killer) never lets go, so its blocks would stay until torch's
+    manager exits with the main process. A dead worker's (non-zero exit code) blocks that
+    this process has received are unlinked here: the memory lives on for whoever still maps
+    it (a batch still held) and is freed when they let go. (The worker's share of torch's
+    reference count keeps torch from unlinking the name again.) A worker that exited
+    cleanly freed its own; its names are forgotten.
+
+    Returns the number of files unlinked.
+    """
+    freed = 0
+    for pid, code in exitcodes.items():
+        names = _worker_files.pop(pid, ())
+        if not code:
+            continue
+        for name in names:
+            try:
+                os.unlink("/dev/shm/" + name.lstrip("/"))
+                freed += 1
+            except OSError:
+                pass
+    return freed
 
 
 _shared = (None, None)  # (pid, pool): a forked child makes its own

@@ -20,6 +20,7 @@ within a pass (the seed documents' ``HighPerformanceDataset``).
 
 from __future__ import annotations
 
+import copy
 import mmap
 import threading
 import time
@@ -44,8 +45,29 @@ __all__ = [
     "decode_pil",
     "get_plan",
     "is_jpeg",
+    "own_copy",
     "parse_size",
 ]
+
+
+_IMMUTABLE = frozenset({int, float, bool, str, bytes, complex, type(None)})
+
+
+def own_copy(value):
+    """``value`` as an object of the caller's own: ``value`` itself when nothing in it can
+    be changed in place (ints, strings, ... and tuples of them), else a deep copy (tensors
+    and arrays copied; dicts and lists rebuilt).
+
+    What a dataset stores and hands out again (a cached sample's label, JSON dict, ``.npy``
+    array or second image; a shard's parsed label) goes through this on the way in and on
+    the way out, so that a consumer editing what it got in place never changes what a later
+    epoch gets.
+    """
+    if type(value) in _IMMUTABLE:
+        return value
+    if type(value) is tuple and all(type(v) in _IMMUTABLE for v in value):
+        return value
+    return copy.deepcopy(value)
 
 
 class ByteLRU:
@@ -306,11 +328,12 @@ class Decoder:
             return self.transform(img)
 
     def cached_extra(self, key, default=None):
-        """The ``extra`` stored with ``key``'s cached image (e.g. its label), or ``default``."""
+        """A copy (:func:`own_copy`) of the ``extra`` stored with ``key``'s cached image
+        (e.g. its label), or ``default``."""
         if self.cache is None:
             return default
         entry = self.cache.peek(key)
-        return default if entry is None else entry[2]
+        return default if entry is None else own_copy(entry[2])
 
     def cached_array(self, key, data, *, counters=None, extra=None):
         """``(array, original (h, w))`` of the cached image ``key``: from the cache, or on a
@@ -335,7 +358,7 @@ class Decoder:
         if arr is None:
             return None, None
         arr.setflags(write=False)
-        evicted = cache.put(key, (arr, source, extra), arr.nbytes)
+        evicted = cache.put(key, (arr, source, own_copy(extra)), arr.nbytes)
         if counters is not None:
             counters["cache_evictions"] += evicted
         return arr, source

@@ -6,6 +6,7 @@ import os
 
 import torch.utils.data
 
+from turboloader.data.cache import own_copy
 from turboloader.data.folder import gather_file
 from turboloader.data.reader import MapDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
@@ -158,7 +159,9 @@ class ManifestDataset(MapDataset, torch.utils.data.Dataset):
 
         row = self.rows[i]
         key = row[self.path_column]
-        members = dict(row)
+        # the parsed rows are kept for every epoch: a JSON column's list or dict handed out
+        # is the caller's own copy
+        members = {k: own_copy(v) for k, v in row.items()}
         for (_, alts), kind in zip(self._fields.entries, self._fields.kinds):
             if kind is None:
                 continue

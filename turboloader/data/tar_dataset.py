@@ -10,6 +10,7 @@ import numpy as np
 import torch.utils.data
 
 from turboloader.data import sharding
+from turboloader.data.cache import own_copy
 from turboloader.data.checkpoint import TarCheckpoints, delivered_counts, topology
 from turboloader.data._buffers import as_row, collated_batch_size, shared_pool
 from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
@@ -606,7 +607,7 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                 if label_errors and j in label_errors:
                     err = label_errors[j]
                     raise err[0](*err[1])
-                label = values[j]
+                label = own_copy(values[j])  # the table's is parsed once per shard
                 if label is None:
                     if require_label:
                         raise SampleError(f"sample {shard.key(j)!r} has no label member "

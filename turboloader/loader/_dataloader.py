@@ -12,7 +12,7 @@ import torch
 import torch.utils.data
 from torch.utils.data import IterableDataset
 
-from turboloader.data._buffers import BufferPool
+from turboloader.data._buffers import BufferPool, env_budget, workers_exited
 from turboloader.loader._iterable import IterablePipeline, batch_len
 from turboloader.loader._mapstyle import MapPipeline
 from turboloader.loader._pipeline import DONE, Failure
@@ -259,6 +259,8 @@ class DataLoader:
         if persistent_workers is None:
             persistent_workers = self.num_workers > 0 and _cache_on(dataset)
         procs = backend == "processes"
+        if procs and self.num_workers > 0:
+            env_budget()  # a bad TURBOLOADER_SHM_BUDGET: an error here, not in the workers
         # torch's DataLoader validates the arguments and builds the samplers for both backends
         self.torch_loader = torch.utils.data.DataLoader(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
@@ -582,6 +584,11 @@ class DataLoader:
                 shutdown = getattr(it, "_shutdown_workers", None)
                 if shutdown is not None:
                     shutdown()
+            # free what a killed worker left in /dev/shm (file_system sharing) now
+            exited = {w.pid: w.exitcode for w in getattr(it, "_workers", ())
+                      if w.exitcode is not None}
+            if exited:
+                workers_exited(exited)
             del it
 
     def _iter_threads(self, epoch):
