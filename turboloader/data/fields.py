@@ -83,10 +83,10 @@ def _decode_image(data, where):
 
 
 def _convert(ext, data, key):
-    if ext in _TEXT:
-        return bytes(data).decode("utf-8")
+    if ext in _TEXT:  # utf-8-sig: a byte-order mark is not part of the text
+        return bytes(data).decode("utf-8-sig")
     if ext in _INT:
-        text = bytes(data).decode("utf-8", "replace").strip()
+        text = bytes(data).decode("utf-8-sig", "replace").strip()
         try:
             return int(text)
         except ValueError:

@@ -173,7 +173,7 @@ def parse_label(data, ext: str, label_key):
     """
     if len(data) > 4096:
         raise SampleError(f".{ext} label member is {len(data)} bytes (a label is at most 4096)")
-    text = bytes(data).decode("utf-8", "replace").strip()
+    text = bytes(data).decode("utf-8-sig", "replace").strip()  # -sig: a BOM is not text
     if ext == "cls":
         try:
             value = int(text)
@@ -549,7 +549,7 @@ def read_classes(urls, /):
     if not os.path.isfile(path):
         return None
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             classes = json.load(f)
     except ValueError as exc:
         raise ManifestError(f"{path!r} is not valid JSON: {exc}") from None

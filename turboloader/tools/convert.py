@@ -851,7 +851,7 @@ def check_manifest(path, fmt=None):
             f"{os.fspath(path)!r} has no {MANIFEST}: its completeness cannot be checked (a "
             f"conversion killed before the end leaves no manifest); re-run 'turboloader "
             f"convert', or pass --no-manifest to verify data not written by it")
-    with open(found, encoding="utf-8") as f:
+    with open(found, encoding="utf-8-sig") as f:
         try:
             man = json.load(f)
         except ValueError as exc:
