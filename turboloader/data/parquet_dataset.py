@@ -29,7 +29,10 @@ class ParquetDataset(TarDataset):
 
     The image column holds encoded images (JPEG natively; PNG/WebP/... via Pillow) as
     ``binary`` or as Hugging Face's ``Image()`` feature (``struct<bytes, path>``); a row
-    whose bytes are null (an image stored only by path) is a SampleError. Labels are the
+    whose bytes are null (an image stored only by path) is read from that path when it is a
+    local regular file within the member-size limit (``TURBOLOADER_MAX_FILE_BYTES``, 1 GiB),
+    through the guarded reader images use; a path to a FIFO, a device or a larger file is an
+    UnreadableFileError (a SampleError), a missing file a SampleError. Labels are the
     label column's values (ints for a ``ClassLabel``); ``classes`` / ``class_to_idx`` come
     from a Hugging Face ``ClassLabel``'s names in the file's metadata (else None).
 

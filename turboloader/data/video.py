@@ -26,7 +26,8 @@ import numpy as np
 import torch
 import torchvision.datasets
 
-from turboloader.data.folder import gather_file, read_file
+from turboloader.data.folder import gather_file
+from turboloader.io.files import read_file
 from turboloader.data.reader import MapDataset, StreamReader
 from turboloader.data.tar_dataset import TarDataset, _TarReader
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
