@@ -470,10 +470,14 @@ class Fields:
         if self.joint:
             _check_pipeline(transform)
 
-    def annotate(self, values, hw, transform, rng):
+    def annotate(self, values, hw, transform, rng, *, stored=None):
         """``values`` (from :meth:`values`) with the masks and boxes transformed by
         ``transform`` with the draws of ``rng`` (the sample's generator, at draw 0), the
         image's stored size being ``hw`` (``(h, w)``, or None when unknown: then the mask's).
+        ``stored``: the ``(h, w)`` the transform's image has when it is not ``hw`` (a cached
+        image stored smaller, ``cache_short_side``, transformed as it is stored): the masks
+        and boxes are resized to it first, as torchvision's ``Resize`` moves them (masks
+        nearest), so that they follow the image the transform sees.
         A new list (``values`` may be cached).
 
         Raises:
@@ -506,6 +510,10 @@ class Fields:
         items = [v.data if v.format is None else
                  tv_tensors.BoundingBoxes(v.data, format=v.format, canvas_size=tuple(hw))
                  for v in items]
+        if stored is not None and hw is not None and tuple(stored) != tuple(hw):
+            from torchvision.transforms.v2 import functional as F
+
+            items = [F.resize(v, [int(stored[0]), int(stored[1])]) for v in items]
         if transform is not None:
             reduced = self._reduced.get(id(transform))
             if reduced is None or reduced[0] is not transform:
