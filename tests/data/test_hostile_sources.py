@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers.shards import jpeg, size_of, write_tar
 from PIL import Image
 
@@ -205,3 +206,35 @@ def test_archive_member_over_the_limit_is_a_counted_skip(tmp_path, limit, suffix
     assert got[:5] == [0, 1, 2, 4, 5] and len(got) == 6 and got[5] != 3
     st = ds.stats()
     assert st["failures"] == 1 and st["skipped"][0]["key"] == "003"
+
+
+def test_hf_mask_stored_by_path(tmp_path, limit):
+    """A ``MaskField`` column of Hugging Face ``Image()`` values stored by path (null bytes)
+    is read from the path through the guarded reader, as the image column is: equal to the
+    same mask stored as bytes; a path over the member-size limit is an UnreadableFileError
+    naming the row's key."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from turboloader import ParquetDataset
+    from turboloader import transforms as T
+    from turboloader.data import MaskField
+
+    mask = np.zeros((48, 64), np.uint8)
+    mask[10:30, 5:40] = 3
+    png = _png(mask)
+    (tmp_path / "m.png").write_bytes(png)
+    (tmp_path / "big.png").write_bytes(png + b"\0" * 4000)
+    struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    masks = [{"bytes": png, "path": None}, {"bytes": None, "path": str(tmp_path / "m.png")},
+             {"bytes": None, "path": str(tmp_path / "big.png")}]
+    pq.write_table(pa.table({"image": [jpeg(i) for i in range(3)],
+                             "mask": pa.array(masks, struct), "id": ["a", "b", "c"]}),
+                   str(tmp_path / "m.parquet"))
+    limit(len(png) + 100)
+    ds = ParquetDataset(str(tmp_path / "m.parquet"), T.Compose([T.Resize(24), T.ToTensor()]),
+                        shuffle=False, key_column="id", fields=("image", MaskField("mask")))
+    it = iter(ds)
+    (_, by_bytes), (_, by_path) = next(it), next(it)
+    assert by_bytes.shape == (24, 32) and torch.equal(by_bytes, by_path)
+    with pytest.raises(UnreadableFileError, match=r"'c'.*big\.png.*over the member-size"):
+        next(it)

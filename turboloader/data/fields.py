@@ -231,6 +231,30 @@ def _decode_mask(v):
     return tv_tensors.Mask(t)
 
 
+def _hf_image_bytes(value, where):
+    """The bytes of a Hugging Face ``Image()`` value ``{bytes, path}``: its bytes, or (null
+    bytes) the local file its path names, read by the guarded reader (a regular file within
+    the member-size limit), as :class:`~turboloader.ParquetDataset` reads such an image.
+
+    Raises:
+        UnreadableFileError: the path names a FIFO, a device or a file over the limit.
+        SampleError: neither bytes nor a readable file.
+    """
+    from turboloader.errors import UnreadableFileError
+    from turboloader.io.files import read_file
+
+    data, path = value.get("bytes"), value.get("path")
+    if data is not None or not path:
+        return data
+    try:
+        return read_file(path)
+    except UnreadableFileError as exc:
+        raise UnreadableFileError(f"{where}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise SampleError(f"{where}: no bytes, and cannot read its path {path!r} "
+                          f"({getattr(exc, 'strerror', None) or exc})") from None
+
+
 def _parse_boxes(spec, value, where):
     """``N x 4`` float32 boxes from a parsed member (JSON value, array, bytes)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -448,7 +472,7 @@ class Fields:
                 value = members[ext]
                 if isinstance(kind, MaskField):
                     if isinstance(value, dict):  # Hugging Face's Image(): {bytes, path}
-                        value = value.get("bytes")
+                        value = _hf_image_bytes(value, where)
                     if not isinstance(value, (bytes, bytearray, memoryview, torch.Tensor)):
                         raise SampleError(f"{where}: a mask is encoded image bytes, got "
                                           f"{type(value).__name__}")
