@@ -60,7 +60,8 @@ class ParquetDataset(TarDataset):
             ``"__url__"`` its shard (``"<file>#rg=<k>"``), another column its value as
             ``pyarrow``'s ``to_pylist`` gives it (strings, ints, lists, dicts, ``bytes``),
             ``MaskField(column)`` an encoded mask image (binary, or ``Image()``'s
-            ``{bytes, path}``) transformed with the image, ``BoxesField(column)`` boxes (a
+            ``{bytes, path}``, null bytes read from the path as for the image column)
+            transformed with the image, ``BoxesField(column)`` boxes (a
             list of 4-number lists, a JSON string of one, or ``key`` of a struct) transformed
             with the image. Only the image, key and named columns are read; the label
             column is then read only when a field names it.
