@@ -5,8 +5,8 @@ object that starts at byte 0 and streams: nothing is downloaded ahead of what is
 A connection that fails mid-stream (reset, timeout, truncated body, HTTP 5xx/429, S3
 ``SlowDown``) is re-opened at the byte where it stopped, with a ``Range`` request, after
 an exponential backoff (the answer must start at that byte and give the same total size,
-else :class:`RemoteShardError` names both offsets: never repeated or skipped bytes); after ``retries`` failed attempts in a row the read raises
-:class:`RemoteShardError` (a :class:`~turboloader.errors.TurboLoaderError` and an
+else :class:`RemoteShardError` names both offsets: never repeated or skipped bytes); after
+``retries`` failed attempts in a row the read raises :class:`RemoteShardError` (a :class:`~turboloader.errors.TurboLoaderError` and an
 ``OSError``) with notes naming the URL (query string removed: presigned URLs carry
 credentials) and the byte offset. A missing object (HTTP 404/410, S3 ``NoSuchKey``) is
 :class:`RemoteShardNotFoundError` (also a ``FileNotFoundError``) at once, without retries.
