@@ -6,9 +6,9 @@ A connection that fails mid-stream (reset, timeout, truncated body, HTTP 5xx/429
 ``SlowDown``) is re-opened at the byte where it stopped, with a ``Range`` request, after
 an exponential backoff (the answer must start at that byte and give the same total size,
 else :class:`RemoteShardError` names both offsets: never repeated or skipped bytes); after
-``retries`` failed attempts in a row the read raises :class:`RemoteShardError` (a :class:`~turboloader.errors.TurboLoaderError` and an
-``OSError``) with notes naming the URL (query string removed: presigned URLs carry
-credentials) and the byte offset. A missing object (HTTP 404/410, S3 ``NoSuchKey``) is
+``retries`` failed attempts in a row the read raises :class:`RemoteShardError` (a
+:class:`~turboloader.errors.TurboLoaderError` and an ``OSError``) with notes naming the URL
+(query string removed: presigned URLs carry credentials) and the byte offset. A missing object (HTTP 404/410, S3 ``NoSuchKey``) is
 :class:`RemoteShardNotFoundError` (also a ``FileNotFoundError``) at once, without retries.
 
 * ``s3://bucket/key`` is read with ``boto3`` (``get_object`` with ``Range``). Endpoint,
