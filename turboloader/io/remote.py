@@ -8,8 +8,9 @@ an exponential backoff (the answer must start at that byte and give the same tot
 else :class:`RemoteShardError` names both offsets: never repeated or skipped bytes); after
 ``retries`` failed attempts in a row the read raises :class:`RemoteShardError` (a
 :class:`~turboloader.errors.TurboLoaderError` and an ``OSError``) with notes naming the URL
-(query string removed: presigned URLs carry credentials) and the byte offset. A missing object (HTTP 404/410, S3 ``NoSuchKey``) is
-:class:`RemoteShardNotFoundError` (also a ``FileNotFoundError``) at once, without retries.
+(query string removed: presigned URLs carry credentials) and the byte offset. A missing
+object (HTTP 404/410, S3 ``NoSuchKey``) is :class:`RemoteShardNotFoundError` (also a
+``FileNotFoundError``) at once, without retries.
 
 * ``s3://bucket/key`` is read with ``boto3`` (``get_object`` with ``Range``). Endpoint,
   region, credentials and botocore's own retry settings come from boto3's standard
