@@ -106,7 +106,7 @@ class DecodeWarning(UserWarning):
 class UnreadableFileError(SampleError):
     """A dataset file that turboloader refuses to read: not a regular file (a FIFO, a
     device, a socket, e.g. a symlink to ``/dev/zero``), larger than the member-size limit
-    (``turboloader.data.folder.MAX_FILE_BYTES``, env ``TURBOLOADER_MAX_FILE_BYTES``), or a
+    (``turboloader.io.files.MAX_FILE_BYTES``, env ``TURBOLOADER_MAX_FILE_BYTES``), or a
     directory reached again through a symlink loop. The message names the path.
     """
 

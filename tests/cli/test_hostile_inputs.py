@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from turboloader.tools.convert import convert, verify_dataset
-from turboloader.data.folder import read_file
+from turboloader.io.files import read_file
 from turboloader.errors import TarFormatError, UnreadableFileError
 
 pytestmark = pytest.mark.slow  # command-line runs in subprocesses, with timeouts

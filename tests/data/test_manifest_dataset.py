@@ -211,3 +211,28 @@ def test_kept_batches_stay_intact(files, tmp_path, how):
         for a, la in kept + copies:
             for r, y in enumerate(la.tolist()):
                 assert torch.equal(a[r], ds[y][0]), (how, epoch, y)
+
+
+@pytest.mark.parametrize("name, sep, gz", [("bom.csv", ",", False), ("bom.tsv", "\t", False),
+                                           ("bom.csv.gz", ",", True), ("bom.jsonl", None, False),
+                                           ("bom.json", None, False)])
+def test_byte_order_mark_is_not_data(files, tmp_path, name, sep, gz):
+    """Excel's "CSV UTF-8" starts the file with a byte-order mark: the header must stay the
+    header (not a phantom row), and int labels must stay ints, as csv/json read them from the
+    same text without the mark (the oracle)."""
+    root, names = files
+    rows = [[n, 10 - i] for i, n in enumerate(names)]  # "10" sorts before "4" as a string
+    if sep is not None:
+        text = "\n".join([sep.join(["path", "label"])] +
+                         [sep.join(map(str, r)) for r in rows]) + "\n"
+    elif name.endswith(".json"):
+        text = json.dumps([{"path": n, "label": y} for n, y in rows])
+    else:
+        text = "".join(json.dumps({"path": n, "label": y}) + "\n" for n, y in rows)
+    data = b"\xef\xbb\xbf" + text.encode("utf-8")
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if gz else data)
+    ds = ManifestDataset(path, root=root)
+    assert len(ds) == len(names) and ds.classes is None
+    assert ds.targets == [y for _, y in rows]
+    assert [s[0] for s in ds.samples] == [os.path.join(str(root), n) for n in names]

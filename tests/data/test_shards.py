@@ -143,3 +143,20 @@ def test_a_chunk_pins_its_shards_past_the_open_bound(make_shards):
         assert list(st.shards) == paths[-5:]  # the most recently used kept
     finally:
         ds._release(st)
+
+
+def test_byte_order_mark_in_labels_and_classes(tmp_path):
+    """A .cls / .json label member and a classes.json written with a UTF-8 byte-order mark
+    read as the same text without it (Python's json.loads of the bytes is the oracle)."""
+    bom = b"\xef\xbb\xbf"
+    members = []
+    for i in range(4):
+        members.append((f"{i:03d}.jpg", jpeg(i)))
+        label = (str(i).encode() if i % 2 else json.dumps({"label": i}).encode())
+        members.append((f"{i:03d}." + ("cls" if i % 2 else "json"), bom + label))
+    path = write_tar(tmp_path / "b.tar", members)
+    (tmp_path / "classes.json").write_bytes(bom + json.dumps(["a", "b", "c", "d"]).encode())
+    assert json.loads(bom + b"7") == 7  # the oracle reads through the mark
+    ds = TarDataset(path, size_of, shuffle=False)
+    assert labels_of(ds) == [0, 1, 2, 3]
+    assert ds.classes == ["a", "b", "c", "d"]

@@ -196,3 +196,102 @@ def test_video_resume_continues_the_uninterrupted_pass(videos, backend):
     assert len(got) == len(whole)
     for (a, la), (b, lb) in zip(got, whole):
         assert torch.equal(la, lb) and torch.equal(a, b)
+
+
+def encode_vfr(fmt="mp4", n=30, dropped=(7, 19), seed=0):
+    """A 30 fps video with ``dropped`` frames left out (timestamps jump over them), as a
+    phone records when it drops frames; frame ``i`` is ``encode``'s gradient ``i``."""
+    from fractions import Fraction
+
+    buf = io.BytesIO()
+    c = av.open(buf, "w", format=fmt)
+    s = c.add_stream("mpeg4", rate=30)
+    s.width, s.height, s.pix_fmt = W, H, "yuv420p"
+    s.codec_context.time_base = Fraction(1, 30)
+    s.codec_context.gop_size = 8
+    yy, xx = np.mgrid[0:H, 0:W]
+    for i in range(n):
+        if i in dropped:
+            continue
+        arr = np.stack([(xx * 3 + i * 8 + seed) % 256, (yy * 4 + i * 5) % 256,
+                        np.full_like(xx, (i * 9 + seed * 3) % 256)], -1).astype(np.uint8)
+        frame = av.VideoFrame.from_ndarray(arr, format="rgb24")
+        frame.pts, frame.time_base = i, Fraction(1, 30)
+        for p in s.encode(frame):
+            c.mux(p)
+    for p in s.encode():
+        c.mux(p)
+    c.close()
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["mp4", "matroska", "avi"])
+def test_variable_frame_rate_clips_equal_pyav_frames(tmp_path, fmt):
+    """#30 finding 11: a 30 fps video with two dropped frames gave "video frames [...] are
+    missing" for most random clips (frames were numbered by timestamp x average rate).
+    Frames are numbered in presentation order, as PyAV decodes them front to back (the
+    oracle): every clip of every epoch equals those frames."""
+    data = encode_vfr(fmt)
+    every = pyav_frames(data)
+    assert len(every) == 28 and video_info(data)[0] == 28
+    for idx in ([0, 1, 2], [6, 7, 8], [18, 19, 20, 21], [25, 26, 27], [3, 13, 27]):
+        got = decode_frames(data, idx)
+        assert all(np.array_equal(got[i], every[i]) for i in idx), idx
+    path = write_tar(tmp_path / "vfr.tar", [("a.mp4", data), ("a.cls", b"0")])
+    ds = turboloader.VideoDataset(path, None, frames_per_clip=6, stride=1, seed=2,
+                                  shuffle=False)
+    starts = set()
+    for epoch in range(24):
+        ds.set_epoch(epoch)
+        ((clip, y),) = list(ds)
+        (idx,) = clip_indices(28, 6, 1, rng=sample_rng(2, epoch, 0))
+        starts.add(idx[0])
+        ref = torch.from_numpy(np.stack([every[i] for i in idx])).permute(0, 3, 1, 2)
+        assert torch.equal(clip, ref), (epoch, idx)
+    assert len(starts) > 8  # clips across the dropped frames, not one lucky start
+
+
+def test_truncated_video_without_a_frame_count_is_detected():
+    """Numbering by packets must keep truncation visible: a Matroska file (no frame count
+    in its header) cut short ends before its stated duration: a DecodeError, for every
+    clip, not a shorter video."""
+    data = encode_vfr("matroska")
+    cut = data[: len(data) // 2]
+    with pytest.raises(DecodeError, match="truncated"):
+        video_info(cut)
+    with pytest.raises(DecodeError, match="truncated"):
+        decode_frames(cut, [0, 1])
+
+
+def test_max_pixels_refuses_large_frames_before_decoding(tmp_path, monkeypatch):
+    """#30 finding 10: ``VideoDataset(max_pixels=...)`` was ignored (an 8000 x 8000
+    one-frame video peaked at 3.8 GB for one clip). Frames over the limit are refused from
+    the stream header, before a frame is decoded: a DecodeError naming the size and the
+    limit, or a counted skip; a video within the limit is unaffected."""
+    data = encode()
+    members = [("a.mp4", data), ("a.cls", b"0"), ("b.mp4", data), ("b.cls", b"1")]
+    path = write_tar(tmp_path / "m.tar", members)
+    decoded = []
+    real_decode = av.container.InputContainer.decode
+
+    def counting_decode(self, *args, **kwargs):
+        for frame in real_decode(self, *args, **kwargs):
+            decoded.append(1)
+            yield frame
+
+    monkeypatch.setattr(av.container.InputContainer, "decode", counting_decode)
+    with pytest.raises(DecodeError, match=rf"{W} x {H} exceeds the limit of {W * H - 1}"):
+        list(turboloader.VideoDataset(path, None, frames_per_clip=2, shuffle=False,
+                                      max_pixels=W * H - 1))
+    assert decoded == []
+    ds = turboloader.VideoDataset(path, None, frames_per_clip=2, shuffle=False,
+                                  max_pixels=W * H - 1, on_error="skip", max_failures=1)
+    with pytest.raises(turboloader.FailureBudgetExceeded):
+        list(ds)
+    assert len(list(turboloader.VideoDataset(path, None, frames_per_clip=2, shuffle=False,
+                                             max_pixels=W * H))) == 2
+    folder = tmp_path / "vids" / "c"
+    folder.mkdir(parents=True)
+    (folder / "a.mp4").write_bytes(data)
+    with pytest.raises(DecodeError, match="max_pixels"):
+        turboloader.VideoFolder(str(tmp_path / "vids"), max_pixels=W * H - 1)[0]

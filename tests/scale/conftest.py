@@ -42,10 +42,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         with open(path, "rb") as fh:
             data = fh.read()
+        if name in srv.grow and n > 1:  # the object changed between two requests
+            data += b"\0" * 512
         start = 0
         m = re.match(r"bytes=(\d+)-$", self.headers.get("Range", ""))
         if m:
-            start = int(m.group(1))
+            start = 0 if name in srv.lie_range else int(m.group(1))  # a lying server: from 0
             if start >= len(data):
                 self.send_response(416)
                 self.send_header("Content-Range", f"bytes */{len(data)}")
@@ -85,6 +87,7 @@ def http_server(root):
     srv.daemon_threads = True
     srv.root, srv.lock, srv.requests = root, threading.Lock(), {}
     srv.drop_first, srv.cut_first, srv.drip = set(), set(), set()
+    srv.lie_range, srv.grow = set(), set()
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"

@@ -83,10 +83,10 @@ def _decode_image(data, where):
 
 
 def _convert(ext, data, key):
-    if ext in _TEXT:
-        return bytes(data).decode("utf-8")
+    if ext in _TEXT:  # utf-8-sig: a byte-order mark is not part of the text
+        return bytes(data).decode("utf-8-sig")
     if ext in _INT:
-        text = bytes(data).decode("utf-8", "replace").strip()
+        text = bytes(data).decode("utf-8-sig", "replace").strip()
         try:
             return int(text)
         except ValueError:
@@ -229,6 +229,30 @@ def _decode_mask(v):
     if t.ndim == 3 and t.shape[0] == 1:
         t = t[0]
     return tv_tensors.Mask(t)
+
+
+def _hf_image_bytes(value, where):
+    """The bytes of a Hugging Face ``Image()`` value ``{bytes, path}``: its bytes, or (null
+    bytes) the local file its path names, read by the guarded reader (a regular file within
+    the member-size limit), as :class:`~turboloader.ParquetDataset` reads such an image.
+
+    Raises:
+        UnreadableFileError: the path names a FIFO, a device or a file over the limit.
+        SampleError: neither bytes nor a readable file.
+    """
+    from turboloader.errors import UnreadableFileError
+    from turboloader.io.files import read_file
+
+    data, path = value.get("bytes"), value.get("path")
+    if data is not None or not path:
+        return data
+    try:
+        return read_file(path)
+    except UnreadableFileError as exc:
+        raise UnreadableFileError(f"{where}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise SampleError(f"{where}: no bytes, and cannot read its path {path!r} "
+                          f"({getattr(exc, 'strerror', None) or exc})") from None
 
 
 def _parse_boxes(spec, value, where):
@@ -448,7 +472,7 @@ class Fields:
                 value = members[ext]
                 if isinstance(kind, MaskField):
                     if isinstance(value, dict):  # Hugging Face's Image(): {bytes, path}
-                        value = value.get("bytes")
+                        value = _hf_image_bytes(value, where)
                     if not isinstance(value, (bytes, bytearray, memoryview, torch.Tensor)):
                         raise SampleError(f"{where}: a mask is encoded image bytes, got "
                                           f"{type(value).__name__}")
@@ -470,10 +494,14 @@ class Fields:
         if self.joint:
             _check_pipeline(transform)
 
-    def annotate(self, values, hw, transform, rng):
+    def annotate(self, values, hw, transform, rng, *, stored=None):
         """``values`` (from :meth:`values`) with the masks and boxes transformed by
         ``transform`` with the draws of ``rng`` (the sample's generator, at draw 0), the
         image's stored size being ``hw`` (``(h, w)``, or None when unknown: then the mask's).
+        ``stored``: the ``(h, w)`` the transform's image has when it is not ``hw`` (a cached
+        image stored smaller, ``cache_short_side``, transformed as it is stored): the masks
+        and boxes are resized to it first, as torchvision's ``Resize`` moves them (masks
+        nearest), so that they follow the image the transform sees.
         A new list (``values`` may be cached).
 
         Raises:
@@ -506,6 +534,10 @@ class Fields:
         items = [v.data if v.format is None else
                  tv_tensors.BoundingBoxes(v.data, format=v.format, canvas_size=tuple(hw))
                  for v in items]
+        if stored is not None and hw is not None and tuple(stored) != tuple(hw):
+            from torchvision.transforms.v2 import functional as F
+
+            items = [F.resize(v, [int(stored[0]), int(stored[1])]) for v in items]
         if transform is not None:
             reduced = self._reduced.get(id(transform))
             if reduced is None or reduced[0] is not transform:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import stat
 import time
 
 import torchvision.datasets
@@ -12,59 +11,10 @@ import torchvision.datasets
 from turboloader.data.reader import MapDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import UnreadableFileError
+# the guarded reader lives with the other byte sources; these names stay importable from here
+from turboloader.io.files import MAX_FILE_BYTES, read_file  # noqa: F401
 
 __all__ = ["ImageFolder", "MAX_FILE_BYTES", "gather_file", "read_file"]
-
-#: The member-size limit: no image file larger than this is read (by ``ImageFolder`` or
-#: ``turboloader convert/inspect/verify``). Raise it with the environment variable
-#: ``TURBOLOADER_MAX_FILE_BYTES`` (bytes) or by setting this attribute.
-MAX_FILE_BYTES = int(os.environ.get("TURBOLOADER_MAX_FILE_BYTES", 1 << 30))
-
-
-def read_file(path, /, *, max_bytes=None) -> bytes:
-    """The bytes of a regular file, read with a bound; never blocks on a FIFO.
-
-    ``path`` is checked with ``stat`` (following symlinks) before it is opened and opened
-    with ``O_NONBLOCK``, so a FIFO, a device (a symlink to ``/dev/zero``) or a socket is
-    refused at once, and at most ``max_bytes`` (default :data:`MAX_FILE_BYTES`) are read.
-
-    Raises:
-        UnreadableFileError: not a regular file, or larger than the limit.
-        OSError: the file cannot be opened (missing, permissions).
-
-    Example:
-        >>> data = read_file("train/cat/001.jpg")        # doctest: +SKIP
-    """
-    limit = MAX_FILE_BYTES if max_bytes is None else int(max_bytes)
-    path = os.fspath(path)
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise UnreadableFileError(f"{path!r} is not a regular file (a FIFO, device or socket)")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with open(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):  # replaced between the two calls
-            raise UnreadableFileError(f"{path!r} is not a regular file")
-        if st.st_size > limit:
-            raise UnreadableFileError(
-                f"{path!r} is {st.st_size} bytes, over the member-size limit of {limit} "
-                f"(raise it with TURBOLOADER_MAX_FILE_BYTES)")
-        # read(n) allocates n bytes up front: ask for the size stat gave (plus one byte to
-        # see growth), then go on in bounded chunks only if the file grew meanwhile
-        data = f.read(st.st_size + 1)
-        if len(data) > st.st_size:
-            parts = [data]
-            total = len(data)
-            while total <= limit:
-                chunk = f.read(min(1 << 20, limit + 1 - total))
-                if not chunk:
-                    break
-                parts.append(chunk)
-                total += len(chunk)
-            data = b"".join(parts)
-    if len(data) > limit:  # grew while being read
-        raise UnreadableFileError(f"{path!r} is over the member-size limit of {limit} bytes "
-                                  f"(raise it with TURBOLOADER_MAX_FILE_BYTES)")
-    return data
 
 
 def gather_file(st, chunk, path, target, i, slot, epoch, counters):

@@ -10,7 +10,8 @@ from turboloader.data.cache import own_copy
 from turboloader.data.folder import gather_file
 from turboloader.data.reader import MapDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
-from turboloader.errors import ManifestError, SampleError
+from turboloader.errors import ManifestError, SampleError, UnreadableFileError
+from turboloader.io.files import read_file
 from turboloader.io.manifest import read_manifest
 
 __all__ = ["ManifestDataset"]
@@ -171,9 +172,10 @@ class ManifestDataset(MapDataset, torch.utils.data.Dataset):
                     isinstance(kind, BoxesField) and
                     value.lower().endswith((".json", ".npy")))):
                 file = os.path.join(self.root, value)
-                try:
-                    with open(file, "rb") as f:
-                        members[col] = f.read()
+                try:  # the images' guarded reader: a FIFO or /dev/zero is a typed error
+                    members[col] = read_file(file)
+                except UnreadableFileError as exc:
+                    raise UnreadableFileError(f"sample {key!r}, field {kind!r}: {exc}") from None
                 except OSError as exc:
                     raise SampleError(f"sample {key!r}, field {kind!r}: cannot read {file!r} "
                                       f"({exc.strerror or exc})") from None

@@ -29,7 +29,10 @@ class ParquetDataset(TarDataset):
 
     The image column holds encoded images (JPEG natively; PNG/WebP/... via Pillow) as
     ``binary`` or as Hugging Face's ``Image()`` feature (``struct<bytes, path>``); a row
-    whose bytes are null (an image stored only by path) is a SampleError. Labels are the
+    whose bytes are null (an image stored only by path) is read from that path when it is a
+    local regular file within the member-size limit (``TURBOLOADER_MAX_FILE_BYTES``, 1 GiB),
+    through the guarded reader images use; a path to a FIFO, a device or a larger file is an
+    UnreadableFileError (a SampleError), a missing file a SampleError. Labels are the
     label column's values (ints for a ``ClassLabel``); ``classes`` / ``class_to_idx`` come
     from a Hugging Face ``ClassLabel``'s names in the file's metadata (else None).
 
@@ -57,7 +60,8 @@ class ParquetDataset(TarDataset):
             ``"__url__"`` its shard (``"<file>#rg=<k>"``), another column its value as
             ``pyarrow``'s ``to_pylist`` gives it (strings, ints, lists, dicts, ``bytes``),
             ``MaskField(column)`` an encoded mask image (binary, or ``Image()``'s
-            ``{bytes, path}``) transformed with the image, ``BoxesField(column)`` boxes (a
+            ``{bytes, path}``, null bytes read from the path as for the image column)
+            transformed with the image, ``BoxesField(column)`` boxes (a
             list of 4-number lists, a JSON string of one, or ``key`` of a struct) transformed
             with the image. Only the image, key and named columns are read; the label
             column is then read only when a field names it.

@@ -319,14 +319,16 @@ class StreamReader:
             if errors[i] is not None:
                 continue
             try:
-                # the size the image's draws saw: the stored size on the fused path (a cached
-                # array's original), the array's own on the generic path
+                # the annotations are in the original image's coordinates (a cached array's
+                # original size); the fused path draws on that size, the generic path on a
+                # cached array's stored (cache_short_side) size: there they are mapped to it
                 src = chunk.sources[i]
-                hw = _image_hw(src, chunk.sizes[i] if dec.plan is not None
-                               or not isinstance(src, np.ndarray) else None)
+                hw = _image_hw(src, chunk.sizes[i])
+                stored = (src.shape[:2] if dec.plan is None and isinstance(src, np.ndarray)
+                          else None)
                 chunk.labels[i] = fields.annotate(
                     chunk.labels[i], hw, dec.transform,
-                    sample_rng(self.seed, chunk.epochs[i], chunk.slots[i]))
+                    sample_rng(self.seed, chunk.epochs[i], chunk.slots[i]), stored=stored)
             except TurboLoaderError as exc:
                 errors[i] = exc
 

@@ -14,7 +14,9 @@ W)`` for several uniform clips.
 
 Everything else is the underlying dataset's: sharding over ranks and workers, per-epoch
 shuffles, exactly-once epochs, resume, statistics and the failure policy (a corrupt or
-truncated video is a ``DecodeError``: raised, or a counted skip under ``on_error="skip"``).
+truncated video, or one whose frames are over ``max_pixels``, is a ``DecodeError``: raised, or
+a counted skip under ``on_error="skip"``). Frames are numbered in presentation order, so a
+variable frame rate (dropped frames) leaves no gaps.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import numpy as np
 import torch
 import torchvision.datasets
 
-from turboloader.data.folder import gather_file, read_file
+from turboloader.data.folder import gather_file
+from turboloader.io.files import read_file
 from turboloader.data.reader import MapDataset, StreamReader
 from turboloader.data.tar_dataset import TarDataset, _TarReader
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
@@ -63,13 +66,15 @@ class _ClipDecoder:
     cache = None
     plan = None
 
-    def __init__(self, transform, *, frames_per_clip, stride, sampling, clips):
+    def __init__(self, transform, *, frames_per_clip, stride, sampling, clips,
+                 max_pixels=DEFAULT_MAX_PIXELS):
         from turboloader.data.cache import get_plan
 
         self.transform = transform
         self.frame_plan = get_plan(transform)
         self.frames_per_clip, self.stride = int(frames_per_clip), int(stride)
         self.sampling, self.clips = sampling, int(clips)
+        self.max_pixels = max_pixels
         clip_indices(1, self.frames_per_clip, self.stride, rng=np.random.default_rng(0),
                      sampling=sampling, clips=self.clips)  # argument checks, at once
 
@@ -79,7 +84,8 @@ class _ClipDecoder:
     def transform_source(self, source, *, rng, source_size=None, counters=None, out=None):
         t = time.perf_counter()
         clips = decode_clips(source, self.frames_per_clip, self.stride, rng=rng,
-                             sampling=self.sampling, clips=self.clips)
+                             sampling=self.sampling, clips=self.clips,
+                             max_pixels=self.max_pixels)
         if counters is not None:
             counters["decode_s"] += time.perf_counter() - t
             t = time.perf_counter()
@@ -140,7 +146,10 @@ class VideoDataset(TarDataset):
         stride: frames between consecutive clip frames (1: consecutive frames).
         sampling: ``"random"`` (a clip at a start drawn per epoch) or ``"uniform"``.
         clips: clips per video with ``"uniform"`` (then samples are ``(clips, T, C, H, W)``).
-        **kwargs: ``TarDataset``'s keyword arguments (not ``cache`` or ``fields``).
+        **kwargs: ``TarDataset``'s keyword arguments (not ``cache`` or ``fields``);
+            ``max_pixels`` bounds a frame's width x height, checked against the stream
+            header before anything is decoded (a ``DecodeError``: raised, or a counted skip
+            under ``on_error="skip"``).
 
     Raises:
         MissingDependencyError: PyAV is not installed (when a clip is first decoded).
@@ -164,7 +173,7 @@ class VideoDataset(TarDataset):
 
     def _new_reader(self, name):
         st = _TarReader(self, name)
-        st.decoder = _ClipDecoder(self.transform, **self._clip)
+        st.decoder = _ClipDecoder(self.transform, max_pixels=self.max_pixels, **self._clip)
         st.plan = None  # every row through the clip decoder
         return st
 
@@ -172,21 +181,23 @@ class VideoDataset(TarDataset):
 class VideoFolder(MapDataset, torchvision.datasets.DatasetFolder):
     """``(clip, label)`` samples from class folders of video files, map-style like
     ``ImageFolder`` (same arguments, ``classes``, ``class_to_idx``, ``samples``), the clip
-    options of :class:`VideoDataset`, and the map-style failure policy."""
+    options of :class:`VideoDataset`, and the map-style failure policy (``max_pixels``
+    as there)."""
 
     def __init__(self, root, transform=None, target_transform=None, *, frames_per_clip=8,
                  stride=1, sampling="random", clips=1, seed=0, on_error="raise",
-                 max_failures=0.01, stats_interval=256, extensions=VIDEO_EXTENSIONS):
+                 max_failures=0.01, max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256,
+                 extensions=VIDEO_EXTENSIONS):
         self._clip = _clip_options(frames_per_clip, stride, sampling, clips)
         super().__init__(root, loader=read_file, extensions=tuple(f".{e}" for e in extensions),
                          transform=transform, target_transform=target_transform)
         self._init_reader(transform, target_transform, seed=seed, cache=None,
                           cache_short_side=None, on_error=on_error, max_failures=max_failures,
-                          max_pixels=DEFAULT_MAX_PIXELS, stats_interval=stats_interval)
+                          max_pixels=max_pixels, stats_interval=stats_interval)
 
     def _new_reader(self, name):
         st = StreamReader(self, name, flush_failures=True)
-        st.decoder = _ClipDecoder(self.transform, **self._clip)
+        st.decoder = _ClipDecoder(self.transform, max_pixels=self.max_pixels, **self._clip)
         st.plan = None
         return st
 

@@ -38,12 +38,14 @@ def manifest_format(path) -> str:
 
 
 def _open_text(path):
+    # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8" writes one) is dropped, not read as
+    # part of the first column's name, which would turn the header into a row
     path = os.fspath(path)
     if path.endswith(".gz"):
         import gzip
 
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
 
 
 def read_manifest(path, /, *, format=None, path_column="path", label_column="label") -> list:
@@ -52,6 +54,7 @@ def read_manifest(path, /, *, format=None, path_column="path", label_column="lab
     * CSV / TSV: with a header row when the first row names ``path_column``; otherwise the
       columns are positional: ``path_column``, ``label_column``, then ``"col2"``,
       ``"col3"``, ... Values are strings (blank lines are skipped).
+    * The text is UTF-8, with or without a byte-order mark.
     * JSON Lines: one JSON object per line (blank lines skipped); values keep their JSON
       types. A ``.json`` file holding one JSON list of objects is accepted too.
 

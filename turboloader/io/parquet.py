@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 
 import numpy as np
 
-from turboloader.errors import FormatError, SampleError, TurboLoaderError, require
+from turboloader.errors import (FormatError, SampleError, TurboLoaderError,
+                                UnreadableFileError, require)
+from turboloader.io.files import check_size, read_file
 from turboloader.io.shards import SampleRecord, braceexpand, expand_urls, is_remote
 
 __all__ = ["ColumnShard", "ParquetShards", "hf_class_names", "open_parquet"]
@@ -174,22 +177,50 @@ class ColumnShard:
         ``{bytes, path}`` struct as a dict, lists as lists)."""
         return {c: self._extra[c][j] for c in columns if c in self._extra}
 
-    def _local_path(self, j):
-        """The local file of a ``{bytes: null, path}`` row (Hugging Face keeps local images
-        by path until they are embedded), else None."""
+    def _local_file(self, j):
+        """``(path, size)`` of the local file of a ``{bytes: null, path}`` row (Hugging Face
+        keeps local images by path until they are embedded), else None (no path, or no such
+        file: the row has no image).
+
+        Raises:
+            UnreadableFileError: the path names a FIFO, device or socket, or a file over the
+                member-size limit (:data:`turboloader.io.files.MAX_FILE_BYTES`).
+        """
         path = self._paths[j] if self._paths is not None else None
-        if path and os.path.isfile(path):
-            return path
-        return None
+        if not path:
+            return None
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):  # not a local file (a URL, a missing file)
+            return None
+        where = f"row {self._first_row + j} of {self.url!r}: path {path!r}"
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableFileError(f"{where} is not a regular file (a FIFO, device or "
+                                      f"socket)")
+        check_size(where, st.st_size)
+        return path, st.st_size
+
+    def _read_local(self, j, path, size):
+        """The bytes of row ``j``'s local file, through the guarded reader."""
+        data = read_file(path)
+        if len(data) != size:
+            raise SampleError(f"row {self._first_row + j} of {self.url!r}: {path!r} changed "
+                              f"size while being read")
+        return data
 
     def image_size(self, j: int, /) -> int:
         """Bytes of row ``j``'s image, or -1 when it has none (a null without a local
-        file)."""
+        file).
+
+        Raises:
+            UnreadableFileError: a null row's path is not a regular file, or is over the
+                member-size limit.
+        """
         if not 0 <= j < self._n:
             return -1
         if not self._valid[j]:
-            path = self._local_path(j)
-            return -1 if path is None else os.stat(path).st_size
+            local = self._local_file(j)
+            return -1 if local is None else local[1]
         return int(self._offsets[j + 1] - self._offsets[j])
 
     def read_image_into(self, j: int, out, /) -> int:
@@ -197,23 +228,29 @@ class ColumnShard:
         returns their size.
 
         Raises:
-            SampleError: a row's local image file changed size since :meth:`image_size`.
+            SampleError: a row's local image file changed size since :meth:`image_size`,
+                or is no longer a readable regular file (UnreadableFileError).
         """
         view = np.frombuffer(out, np.uint8)
         if not self._valid[j]:
-            path = self._local_path(j)
-            with open(path, "rb") as f:
-                n = f.readinto(view)
-                if n != len(view) or f.read(1):
-                    raise SampleError(f"{path!r} changed size while being read")
-            return n
+            local = self._local_file(j)
+            if local is None:
+                raise SampleError(f"row {self._first_row + j} of {self.url!r}: its image "
+                                  f"file is gone")
+            data = self._read_local(j, *local)
+            if len(data) > len(view):
+                raise SampleError(f"row {self._first_row + j} of {self.url!r}: {local[0]!r} "
+                                  f"changed size since it was measured")
+            view[:len(data)] = np.frombuffer(data, np.uint8)
+            return len(data)
         a, b = int(self._offsets[j]), int(self._offsets[j + 1])
         view[:b - a] = self._data[a:b]
         return b - a
 
     def image(self, j: int, /):
-        """Row ``j``'s image bytes as a read-only view (None for a null)."""
-        if self.image_size(j) < 0:
+        """Row ``j``'s image bytes as a read-only view (None for a null, even one with a
+        local file: :meth:`sample` reads that)."""
+        if not 0 <= j < self._n or not self._valid[j]:
             return None
         a, b = int(self._offsets[j]), int(self._offsets[j + 1])
         return memoryview(self._data[a:b])
@@ -234,9 +271,9 @@ class ColumnShard:
                               f"#{j}: the file changed since its rows were counted")
         image = self.image(j)
         problem = None
-        if image is None and self._local_path(j) is not None:
-            with open(self._local_path(j), "rb") as f:
-                image = memoryview(f.read())
+        local = self._local_file(j) if image is None else None
+        if local is not None:
+            image = memoryview(self._read_local(j, *local))
         if image is None:
             path = self._paths[j] if self._paths is not None else None
             problem = (f"row {self._first_row + j} has no image bytes (null in column "

@@ -4,11 +4,13 @@ Reading. :func:`open_remote` returns a buffered, *sequential* file object over a
 object that starts at byte 0 and streams: nothing is downloaded ahead of what is read.
 A connection that fails mid-stream (reset, timeout, truncated body, HTTP 5xx/429, S3
 ``SlowDown``) is re-opened at the byte where it stopped, with a ``Range`` request, after
-an exponential backoff; after ``retries`` failed attempts in a row the read raises
-:class:`RemoteShardError` (a :class:`~turboloader.errors.TurboLoaderError` and an
-``OSError``) with notes naming the URL (query string removed: presigned URLs carry
-credentials) and the byte offset. A missing object (HTTP 404/410, S3 ``NoSuchKey``) is
-:class:`RemoteShardNotFoundError` (also a ``FileNotFoundError``) at once, without retries.
+an exponential backoff (the answer must start at that byte and give the same total size,
+else :class:`RemoteShardError` names both offsets: never repeated or skipped bytes); after
+``retries`` failed attempts in a row the read raises :class:`RemoteShardError` (a
+:class:`~turboloader.errors.TurboLoaderError` and an ``OSError``) with notes naming the URL
+(query string removed: presigned URLs carry credentials) and the byte offset. A missing
+object (HTTP 404/410, S3 ``NoSuchKey``) is :class:`RemoteShardNotFoundError` (also a
+``FileNotFoundError``) at once, without retries.
 
 * ``s3://bucket/key`` is read with ``boto3`` (``get_object`` with ``Range``). Endpoint,
   region, credentials and botocore's own retry settings come from boto3's standard
@@ -40,6 +42,7 @@ import io
 import json
 import os
 import random
+import re
 import socket
 import threading
 import time
@@ -153,14 +156,44 @@ def _s3_open(url, start, timeout):
         if isinstance(exc, (bx.NoCredentialsError, bx.ParamValidationError)):
             raise RemoteShardError(f"S3 client: {type(exc).__name__}") from exc
         raise _Transient(type(exc).__name__) from exc
-    total = None
-    rng = resp.get("ContentRange")  # "bytes 0-99/100"
-    if rng and "/" in rng:
-        tail = rng.rpartition("/")[2]
-        total = int(tail) if tail.isdigit() else None
-    elif resp.get("ContentLength") is not None:
-        total = start + int(resp["ContentLength"])
+    try:
+        total = _range_total(url, start, resp.get("ContentRange"), resp.get("ContentLength"))
+    except RemoteShardError:
+        resp["Body"].close()
+        raise
     return resp["Body"], total
+
+
+_CONTENT_RANGE = re.compile(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+
+
+def _range_total(url, start, content_range, length):
+    """The object's total size (None when the response does not say) from a response to a
+    request for its bytes from ``start``, after checking that the bytes start there: a
+    resumed read that took bytes from elsewhere would repeat or skip data silently.
+
+    Raises:
+        RemoteShardError: ``Content-Range`` starts elsewhere, does not parse, or is absent
+            from the answer to a request from ``start > 0``; the message names the URL and
+            both offsets.
+    """
+    if content_range:
+        m = _CONTENT_RANGE.match(content_range)
+        if m is None:
+            raise RemoteShardError(f"{redact(url)}: cannot read the Content-Range "
+                                   f"{content_range!r} of the answer to a request for the "
+                                   f"bytes from offset {start}")
+        first = int(m.group(1))
+        if first != start:
+            raise RemoteShardError(f"{redact(url)}: asked for the bytes from offset {start}, "
+                                   f"the server sent bytes from offset {first} (Content-Range "
+                                   f"{content_range!r}); reading on would repeat or skip data")
+        return None if m.group(3) == "*" else int(m.group(3))
+    if start:
+        raise RemoteShardError(f"{redact(url)}: the answer to a request for the bytes from "
+                               f"offset {start} has no Content-Range, so where its bytes start "
+                               f"is unknown")
+    return None if length is None else int(length)
 
 
 def _http_open(url, start, timeout):
@@ -179,16 +212,15 @@ def _http_open(url, start, timeout):
     except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout,
             TimeoutError) as exc:
         raise _Transient(type(exc).__name__) from exc
-    total = None
     if start and resp.status != 206:
         resp.close()  # the server ignored the Range header: cannot resume
         raise RemoteShardError(f"HTTP server does not honour Range requests (status {resp.status})")
-    rng = resp.headers.get("Content-Range")
-    if rng and "/" in rng:
-        tail = rng.rpartition("/")[2]
-        total = int(tail) if tail.isdigit() else None
-    elif resp.headers.get("Content-Length") is not None:
-        total = start + int(resp.headers["Content-Length"])
+    try:
+        total = _range_total(url, start, resp.headers.get("Content-Range"),
+                             resp.headers.get("Content-Length"))
+    except RemoteShardError:
+        resp.close()
+        raise
     return resp, total
 
 
@@ -264,6 +296,12 @@ class _RetryingReader(io.RawIOBase):
             except RemoteShardError as exc:
                 raise self._fail(exc, note=None)
             if total is not None:
+                if self.size is not None and total != self.size:
+                    body.close()
+                    err = RemoteShardError(
+                        f"{redact(self.url)} is {total} bytes now, {self.size} when reading "
+                        f"began: it changed while being read")
+                    raise self._fail(err, note=None)
                 self.size = total
             self._body = body
             return

@@ -32,9 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from turboloader.io import files
+from turboloader.io.files import check_size
 from turboloader.io.remote import is_remote, open_remote, url_path
 from turboloader.errors import (RemoteShardError, SampleError, TarFormatError,
-                                TurboLoaderError)
+                                TurboLoaderError, UnreadableFileError)
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -173,7 +175,7 @@ def parse_label(data, ext: str, label_key):
     """
     if len(data) > 4096:
         raise SampleError(f".{ext} label member is {len(data)} bytes (a label is at most 4096)")
-    text = bytes(data).decode("utf-8", "replace").strip()
+    text = bytes(data).decode("utf-8-sig", "replace").strip()  # -sig: a BOM is not text
     if ext == "cls":
         try:
             value = int(text)
@@ -325,11 +327,19 @@ class TarShard:
 
     def image_size(self, j: int, /) -> int:
         """Bytes of sample ``j``'s image member, or -1 when :meth:`sample` would give no
-        usable image (no image member, or a problem such as a duplicate member)."""
+        usable image (no image member, or a problem such as a duplicate member).
+
+        Raises:
+            UnreadableFileError: the image member is over the member-size limit
+                (:data:`turboloader.io.files.MAX_FILE_BYTES`).
+        """
         im = int(self._image[j])
         if im < 0 or j in self._problems:
             return -1
-        return int(self._index.sizes[im])
+        size = int(self._index.sizes[im])
+        if size > files.MAX_FILE_BYTES:
+            check_size(f"member {self._names[im]!r} of {self.url!r}", size)
+        return size
 
     def read_image_into(self, j: int, out, /, *, head=False) -> int:
         """Read sample ``j``'s image bytes into ``out`` (one ``pread``, no allocation);
@@ -425,7 +435,13 @@ class StreamShard:
                         continue
                     data = None
                     if read and (ext in _WANTED or ext in self._extra):
-                        data = tf.extractfile(info).read()
+                        # the header's size bounds the read: a small .tar.gz can hold a
+                        # member of any size, so the member-size limit applies before it
+                        try:
+                            check_size(f"member {info.name!r} of {url!r}", info.size)
+                            data = tf.extractfile(info).read()
+                        except UnreadableFileError as exc:  # not read: the sample is skipped
+                            problem = problem or str(exc)
                     members[ext] = (info.name, info.offset_data, data)
             except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
                 if isinstance(exc, TurboLoaderError):  # a remote shard that stayed unavailable
@@ -549,7 +565,7 @@ def read_classes(urls, /):
     if not os.path.isfile(path):
         return None
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             classes = json.load(f)
     except ValueError as exc:
         raise ManifestError(f"{path!r} is not valid JSON: {exc}") from None

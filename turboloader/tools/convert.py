@@ -249,7 +249,7 @@ class _FolderSource:
     ``os.walk(followlinks=True)`` do), but every directory is entered once, by its
     ``(st_dev, st_ino)``: a symlink loop, or a second link to a directory already read, is a
     listed skip, so no image is read twice and the walk ends. Only regular files are read,
-    with the member-size limit (``turboloader.data.folder.read_file``)."""
+    with the member-size limit (``turboloader.io.files.read_file``)."""
 
     def __init__(self, root):
         self.root = os.fspath(root)
@@ -285,7 +285,7 @@ class _FolderSource:
         return len(self.files)
 
     def __iter__(self):
-        from turboloader.data.folder import read_file
+        from turboloader.io.files import read_file
 
         yield from self.walk_skips
         for path, label in self.files:
@@ -577,7 +577,7 @@ class _ManifestSource:
         random.Random(seed).shuffle(self.items)
 
     def __iter__(self):
-        from turboloader.data.folder import read_file
+        from turboloader.io.files import read_file
 
         for rel, label in self.items:
             path = rel if os.path.isabs(rel) else os.path.join(self.root, rel)
@@ -803,7 +803,7 @@ def _folder_digest(directory):
         path = os.path.join(directory, name)
         if name.rpartition(".")[2].lower() not in _IMAGE_EXT or not os.path.isfile(path):
             continue
-        from turboloader.data.folder import read_file
+        from turboloader.io.files import read_file
 
         data = read_file(path)
         h.update(name.encode("utf-8", "surrogateescape") + b"\0")
@@ -851,7 +851,7 @@ def check_manifest(path, fmt=None):
             f"{os.fspath(path)!r} has no {MANIFEST}: its completeness cannot be checked (a "
             f"conversion killed before the end leaves no manifest); re-run 'turboloader "
             f"convert', or pass --no-manifest to verify data not written by it")
-    with open(found, encoding="utf-8") as f:
+    with open(found, encoding="utf-8-sig") as f:
         try:
             man = json.load(f)
         except ValueError as exc:
