@@ -43,7 +43,7 @@ done
 
 T0=$(date +%s)
 phase() { echo; echo "== [$(( $(date +%s) - T0 )) s] $*"; }
-die() { echo "gpu_check: FAILED: $*" >&2; exit "${2:-3}"; }
+die() { echo "gpu_check: FAILED: $1" >&2; exit "${2:-3}"; }
 
 if [ "$PREPARE" = 1 ]; then
   # Debian's libjpeg62-turbo or Ubuntu's libjpeg-turbo8: either runs on the GPU machine's
