@@ -14,9 +14,14 @@ torch and torchvision are imported inside the functions that need them (the deco
 imports neither at module level).
 """
 
+import threading
+
 from turboloader.decode.jpeg import _as_buffer, _read_header
 
 __all__ = []
+
+# torchvision's CUDA JPEG decoder is one object per process: the decode threads take turns
+_NVJPEG = threading.Lock()
 
 #: Decoded bytes (3 x H x W) one device decode call holds at most (a single larger image is
 #: one call of its own): 64 ImageNet-sized photographs (~0.5 MB each) per call are far below
@@ -145,14 +150,16 @@ def as_tensors(sources):
 
 def nvjpeg_decoder(device):
     """The default device decoder: ``torchvision.io.decode_jpeg(files, device=device,
-    mode=RGB)``, nvJPEG's batched decode on a CUDA device (libjpeg-turbo on the CPU)."""
+    mode=RGB)``, nvJPEG's batched decode on a CUDA device (libjpeg-turbo on the CPU), one
+    call at a time in the process."""
     import torch
     from torchvision.io import ImageReadMode, decode_jpeg
 
     device = torch.device(device)
 
     def decode(files):
-        return decode_jpeg(files, mode=ImageReadMode.RGB, device=device)
+        with _NVJPEG:
+            return decode_jpeg(files, mode=ImageReadMode.RGB, device=device)
 
     return decode
 
