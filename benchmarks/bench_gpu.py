@@ -123,8 +123,9 @@ def sync(device):
 # -- the two feeds ---------------------------------------------------------------------------
 
 
-def make_loader(kind, shards, a, device, executor):
-    """Batches of (float32 normalized images, labels) on ``device``."""
+def make_loader(kind, shards, a, device, executor, drop_last=False):
+    """Batches of (float32 normalized images, labels) on ``device`` (``drop_last``: each
+    decode thread's stream drops its last, partial batch, as torch's workers do)."""
     import turboloader as tl
     from turboloader import transforms as T
 
@@ -132,12 +133,13 @@ def make_loader(kind, shards, a, device, executor):
     if kind == "cpu":   # uint8 batches in pinned memory, copied and normalized on the device
         ds = tl.TarDataset(shards, T.Compose([*geometry, T.PILToTensor()]), seed=a.seed)
         loader = tl.DataLoader(ds, batch_size=a.batch, num_workers=a.workers,
-                               pin_memory=device.type == "cuda")
-        return loader, tl.PrefetchLoader(loader, device, mean=MEAN, std=STD)
+                               pin_memory=device.type == "cuda", drop_last=drop_last)
+        return tl.PrefetchLoader(loader, device, mean=MEAN, std=STD)
     ds = tl.TarDataset(shards, T.Compose([*geometry, T.ToTensor(), T.Normalize(MEAN, STD)]),
                        seed=a.seed)
-    loader = tl.DataLoader(ds, batch_size=a.batch, num_workers=a.gpu_workers, decode=executor)
-    return loader, tl.PrefetchLoader(loader, device)   # labels to the device; images are
+    loader = tl.DataLoader(ds, batch_size=a.batch, num_workers=a.gpu_workers, decode=executor,
+                           drop_last=drop_last)
+    return tl.PrefetchLoader(loader, device)   # the labels to the device; the images are
 
 
 def loader_only(feed, device, counts):
@@ -207,7 +209,13 @@ def train(step, batches, device, steps, warmup):
 def cycle(make):
     """Batches from ``make()`` pass after pass."""
     while True:
-        yield from make()
+        n = 0
+        for batch in make():
+            n += 1
+            yield batch
+        if n == 0:
+            raise RuntimeError("a pass gave no full batch: more images (--n) or fewer decode "
+                               "threads per batch size")
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -297,7 +305,7 @@ def main(argv=None) -> int:
                        ("gpu", f"decode='gpu' ({a.gpu_workers} threads)")):
         try:
             before = executor.stats()
-            _, feed = make_loader(kind, shards, a, device, executor)
+            feed = make_loader(kind, shards, a, device, executor)
             rate, cores = loader_only(feed, device, counts)
             where = ""
             if kind == "gpu":
@@ -306,6 +314,8 @@ def main(argv=None) -> int:
                          f"{s['cpu'] - before['cpu']}")
             rows.append((name, "loader only", rate, cores, None, None, where))
             print(f"{name}: loader only {rate:.0f} img/s", flush=True)
+            # full batches only: a stream's last partial batch would be a new shape to the model
+            feed = make_loader(kind, shards, a, device, executor, drop_last=True)
             r, cores, util, n = train(step, cycle(lambda: iter(feed)), device, a.steps, a.warmup)
             rows.append((name, "train", r, cores, r / ceiling, util, ""))
             print(f"{name}: train {r:.0f} img/s", flush=True)

@@ -10,7 +10,6 @@ bit."""
 import io
 import warnings
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image
