@@ -242,7 +242,7 @@ def _one_jpeg(rng: np.random.Generator, sources, hires: bool, progressive: float
 
 
 def make_jpegs(n: int, seed: int = 0, hires: bool = False, *, num_classes: int = 10,
-               progressive: float = 0.0) -> list[tuple[bytes, int]]:
+               progressive: float = 0.0, start: int = 0) -> list[tuple[bytes, int]]:
     """Make ``n`` deterministic ImageNet-like JPEGs.
 
     Args:
@@ -252,6 +252,8 @@ def make_jpegs(n: int, seed: int = 0, hires: bool = False, *, num_classes: int =
         hires: long side 1600..4000 px instead of ImageNet's short side 250..500 px.
         num_classes: labels are ``0..num_classes-1``, drawn per image (roughly balanced).
         progressive: fraction of images encoded as progressive JPEGs (ImageNet has a few).
+        start: the index of the first image: ``make_jpegs(n, s, start=k)`` is images
+            ``k..k+n-1`` of ``make_jpegs(k + n, s)`` (for making a dataset in parallel).
 
     Returns:
         ``[(jpeg_bytes, label), ...]``; every JPEG is baseline (unless progressive), RGB (YCbCr).
@@ -267,7 +269,9 @@ def make_jpegs(n: int, seed: int = 0, hires: bool = False, *, num_classes: int =
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
     sources = load_sources()
     out = []
-    for i in range(n):
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
+    for i in range(start, start + n):
         rng = np.random.Generator(np.random.PCG64([seed, i, int(hires)]))
         label = int(rng.integers(num_classes))
         out.append((_one_jpeg(rng, sources, hires, progressive), label))

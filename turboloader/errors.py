@@ -15,6 +15,7 @@ __all__ = [
     "RemoteShardError",
     "RemoteShardNotFoundError",
     "SharedMemoryError",
+    "DeviceUnavailableError",
     "DecodeWarning",
     "UnreadableFileError",
     "ManifestError",
@@ -94,6 +95,12 @@ class SharedMemoryError(TurboLoaderError, RuntimeError):
     message gives the sizes and names the fixes (Docker's ``--shm-size``, a smaller batch,
     fewer workers, or the thread backend). Never skipped by the failure policy: it is not a
     sample's fault."""
+
+
+class DeviceUnavailableError(TurboLoaderError, RuntimeError):
+    """A device a loader was asked to decode on (``turboloader.DataLoader(...,
+    decode="gpu")``) does not exist here: torch sees no CUDA device, or not that index.
+    Raised when the loader is made, never a silent run on the CPU instead."""
 
 
 class DecodeWarning(UserWarning):

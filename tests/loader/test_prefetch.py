@@ -67,9 +67,7 @@ def test_arguments():
         PrefetchLoader([], "cpu", mean=MEAN, std=(1, 0, 1))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="no CUDA device on this machine: the stream/record_stream path "
-                           "needs one (it runs on GPU CI)")
+@pytest.mark.cuda   # the stream / record_stream path (skipped without CUDA: tests/conftest.py)
 def test_cuda_prefetch_matches_cpu():
     batches = [[x.pin_memory(), y] for x, y in fake_loader(torch.uint8)]
     pf = PrefetchLoader(batches, "cuda", mean=MEAN, std=STD)

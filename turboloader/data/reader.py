@@ -46,6 +46,7 @@ from turboloader.data.failures import FailureLog, FailurePolicy
 from turboloader.data.telemetry import Telemetry
 from turboloader.errors import DecodeWarning, FailureBudgetExceeded, TurboLoaderError
 from turboloader.transforms._batch import GENERIC, OK
+from turboloader.transforms._device import current_device_decode
 from turboloader.transforms._random import sample_key, sample_keys, sample_rng
 
 __all__ = ["BATCH_CHUNK", "Chunk", "GATHER_BYTES", "MIN_CHUNK", "MapDataset", "ReaderMixin",
@@ -259,7 +260,12 @@ class StreamReader:
             params = plan.prepare_batch(srcs, self._keys(chunk, fused),
                                         source_sizes=_source_sizes(sizes, fused),
                                         max_pixels=self.max_pixels)
-            result = plan.run_batch(srcs, params, out, rows=rows, max_pixels=self.max_pixels)
+            device = current_device_decode()   # DataLoader(decode="gpu")'s decode threads
+            if device is not None:
+                result = device.run_batch(plan, srcs, params, out, rows=rows,
+                                          max_pixels=self.max_pixels)
+            else:
+                result = plan.run_batch(srcs, params, out, rows=rows, max_pixels=self.max_pixels)
             native = result.nogil_seconds
             status = result.status
             if status.any():
@@ -282,7 +288,9 @@ class StreamReader:
         for i in generic:
             src = sources[i]
             rng = sample_rng(self.seed, chunk.epochs[i], chunk.slots[i])
-            slot = None if out is None else out[row0 + i]
+            # a device batch (decode="gpu") takes a CPU image: the caller copies it
+            slot = None if out is None or (isinstance(out, torch.Tensor)
+                                           and out.device.type != "cpu") else out[row0 + i]
             try:
                 if callable(src):  # a user's loader: its image goes through the transform
                     timer = time.perf_counter()

@@ -60,14 +60,17 @@ use torch's sampler / batch sampler and ``__getitems__`` (or ``dataset[i]``), as
 Modules: :mod:`~turboloader.loader.protocol` (the dataset side),
 :mod:`~turboloader.loader.stats` (the stage table), ``_dataloader`` (:class:`DataLoader`,
 :func:`profile`), ``_pipeline`` (threads, queues, batch buffers), ``_iterable`` and
-``_mapstyle`` (the two layouts of the thread backend).
+``_mapstyle`` (the two layouts of the thread backend), ``_device`` (``decode="gpu"``: the
+checks, device batch tensors; :class:`DeviceDecode` runs the batches).
 """
 
 from turboloader.loader._dataloader import DataLoader, profile
 from turboloader.loader.stats import STAGES, format_stats
+from turboloader.transforms._device import DeviceDecode
 
 __all__ = [
     "DataLoader",
+    "DeviceDecode",
     "STAGES",
     "format_stats",
     "profile",

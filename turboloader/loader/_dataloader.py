@@ -13,6 +13,8 @@ import torch.utils.data
 from torch.utils.data import IterableDataset
 
 from turboloader.data._buffers import BufferPool, env_budget, workers_exited
+from turboloader.loader._device import DevicePool
+from turboloader.loader._device import resolve as resolve_decode
 from turboloader.loader._iterable import IterablePipeline, batch_len
 from turboloader.loader._mapstyle import MapPipeline
 from turboloader.loader._pipeline import DONE, Failure
@@ -151,6 +153,18 @@ class DataLoader:
             recycled once the array and every view of it are gone), for JAX
             (``jax.device_put(images)``, ``jax.dlpack.from_dlpack``) or any NumPy consumer.
             Both backends.
+        decode: where images are decoded and transformed: ``"cpu"`` (default; the dataset's
+            fused native path), or ``"gpu"``: JPEGs batched to nvJPEG
+            (``torchvision.io.decode_jpeg(..., device="cuda")``), the fused plan's crop,
+            resize, flip and normalize on the GPU with torchvision's kernels, batches
+            handed out as CUDA tensors; files nvJPEG does not take (progressive, CMYK,
+            truncated, refused) are decoded on the CPU and copied to their rows, with the
+            CPU path's typed errors and skip policy. Labels, order and exactly-once are the
+            CPU path's. Needs the thread backend, a turboloader dataset whose transform
+            fuses (one output size, no ColorJitter), no cache, ``collate_fn``,
+            ``pin_memory`` or ``output="numpy"``. A
+            :class:`~turboloader.loader.DeviceDecode` chooses the device, decoder and call
+            size. See docs/guide/gpu.md.
 
     Epochs: the epoch of a pass is, in order of precedence, the one given to
     :meth:`set_epoch` since the last pass; the dataset's own if it was changed with
@@ -159,6 +173,7 @@ class DataLoader:
     pass starts.
 
     Raises:
+        DeviceUnavailableError: ``decode="gpu"`` and torch sees no CUDA device.
         ValueError: bad arguments; ``shuffle`` against an iterable dataset's own; the thread
             backend with ``num_workers > 1`` on an iterable dataset that has no per-worker
             stream (``_stream``), which torch shards through ``get_worker_info()``, a
@@ -182,7 +197,7 @@ class DataLoader:
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor=None, persistent_workers=None, pin_memory_device="",
                  in_order=True, backend="threads", seed=None, auto_epoch=True, progress=False,
-                 output="torch"):
+                 output="torch", decode="cpu"):
         if not isinstance(dataset, torch.utils.data.Dataset):
             raise TypeError("dataset must be a torch.utils.data.Dataset or a path, got "
                             f"{type(dataset).__name__}")
@@ -284,6 +299,9 @@ class DataLoader:
                 raise ValueError("batch_sampler is for map-style datasets")
             if not in_order:
                 raise ValueError("backend='threads' always returns batches in order")
+        self._device = resolve_decode(decode, dataset, backend=backend, collate_fn=collate_fn,
+                                      pin_memory=pin_memory, output=output,
+                                      iterable=self._iterable)
         self._pin = False
         if pin_memory and not procs:
             if _accelerator():
@@ -303,6 +321,8 @@ class DataLoader:
         # those are busy, so the resident peak stays that of fresh batches per step
         self._pool = BufferPool(max(1, self.num_workers) * max(1, self.prefetch_factor),
                                 pin=self._pin)
+        if self._device is not None:   # decode="gpu": batch tensors on the device
+            self._pool = DevicePool(self._device, self._pool.capacity)
         self._pass_generator_state = None
         self._pass_sampler_state = None
         self._resume_sampler_state = None  # a user sampler's generator, restored next pass

@@ -15,7 +15,6 @@ import collections
 import queue
 import time
 
-from turboloader.data.reader import reading_as
 from turboloader.loader._pipeline import (_POLL_S, DONE, BatchBuffer, Failure, Pipeline, Stopped,
                                           put, tensor_pairs)
 from turboloader.loader.protocol import has_worker_streams
@@ -60,7 +59,7 @@ class IterablePipeline(Pipeline):
 
     def _worker(self, w):
         self.init_worker(w)
-        with reading_as(self.stream_name(w)):
+        with self.reading(w):
             self._work(w)
 
     def _work(self, w):

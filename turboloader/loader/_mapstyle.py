@@ -16,7 +16,6 @@ import time
 
 import numpy as np
 
-from turboloader.data.reader import reading_as
 from turboloader.loader._pipeline import (_POLL_S, DONE, BatchBuffer, Failure, Pipeline, Stopped,
                                           get, put, tensor_pairs)
 from turboloader.loader.protocol import accepts_out
@@ -115,7 +114,7 @@ class MapPipeline(Pipeline):
 
     def _worker(self, w):
         self.init_worker(w)
-        with reading_as(self.stream_name(w)):
+        with self.reading(w):
             self._work(w)
 
     def _work(self, w):

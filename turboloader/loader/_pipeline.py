@@ -10,6 +10,7 @@ runs :meth:`Pipeline.shutdown`.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -18,7 +19,9 @@ import warnings
 import torch
 from torch.utils.data._utils.collate import default_collate
 
+from turboloader.data.reader import reading_as
 from turboloader.loader.stats import RunStats
+from turboloader.transforms._device import decoding_with
 
 _POLL_S = 0.05  # how often a blocked stage thread looks at the stop flag
 _JOIN_S = 30.0
@@ -234,6 +237,15 @@ class Pipeline:
         failure budget in the dataset, as a worker process has."""
         return (f"rank{rank()}-thread{w}" if self.loader.num_workers > 0
                 else f"rank{rank()}-thread-main")
+
+    def reading(self, w):
+        """The context decode thread ``w`` reads in: its stream's name and, with
+        ``decode="gpu"``, the loader's device executor."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(reading_as(self.stream_name(w)))
+        if self.loader._device is not None:
+            stack.enter_context(decoding_with(self.loader._device))
+        return stack
 
     def init_worker(self, w):
         """``worker_init_fn(w)`` in decode thread ``w``, once per thread (threads are made

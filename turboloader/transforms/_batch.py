@@ -108,10 +108,15 @@ class BatchParams:
         n_ops, ops, factors: ColorJitter operations in order (``int32 (n, 8)`` ids as
             torchvision's ``fn_idx``, ``float64 (n, 8)`` factors), ``n_ops`` of them.
         counter: ``int64``: draws consumed per sample (rows drawn: OK ones).
+        source_box: ``float64 (n, 4)``: the drawn source box ``(x0, y0, x1, y1)`` in
+            full-resolution pixels, before any DCT scale (what a device decode crops).
+        clip: ``bool``: the filter stops at ``source_box`` (crop-then-resize), else it
+            reads around it (resize-then-crop).
     """
 
     __slots__ = ("n", "status", "errors", "kind", "source_size", "out_size", "scale_num",
-                 "full", "window", "box", "flip", "n_ops", "ops", "factors", "counter")
+                 "full", "window", "box", "flip", "n_ops", "ops", "factors", "counter",
+                 "source_box", "clip")
 
     def __init__(self, n):
         self.n = n
@@ -129,6 +134,8 @@ class BatchParams:
         self.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
         self.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
         self.counter = np.zeros(n, np.int64)
+        self.source_box = np.zeros((n, 4), np.float64)
+        self.clip = np.ones(n, bool)
 
     def fail(self, i, error):
         """Mark row ``i`` FAILED with ``error`` (an exception instance)."""
@@ -412,6 +419,7 @@ def prepare_batch(fused, sources, keys, /, *, source_sizes=None, max_pixels=None
     p.box = inner
     p.flip = r.flip.view(np.uint8)
     p.n_ops, p.ops, p.factors, p.counter = r.n_ops, r.ops, r.factors, r.counter
+    p.source_box, p.clip = box, r.clip
     # the argument checks of the native entry points, as a row status
     size = window[:, 2:]
     good = ((size > 0) & (window[:, :2] >= 0) & (inner[:, :2] >= 0) & (inner[:, :2] < inner[:, 2:])
