@@ -306,7 +306,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     listed in ``stats()["failed_shards"]``; it does not count against ``max_failures``.
 
     Args:
-        urls: a path, glob, brace pattern (``"train-{00000..00099}.tar"``) or list of them.
+        urls: a path, glob, brace pattern (``"train-{00000..00099}.tar"``), a directory
+            (its ``.tar`` / ``.tar.gz`` shards in name order) or a list of them.
         transform: applied to each image (see above).
         target_transform: applied to each label.
         shuffle: shuffle per epoch (default True).

@@ -48,6 +48,7 @@ __all__ = [
     "count_samples",
     "expand_urls",
     "is_stream",
+    "list_shards",
     "open_shard",
     "parse_label",
     "random_access",
@@ -87,16 +88,37 @@ def braceexpand(pattern: str) -> list[str]:
         raise ValueError(f"unbalanced braces in {pattern!r}: {exc}") from None
 
 
-def expand_urls(urls) -> list[str]:
-    """The shard list for ``urls``: a path, a glob, a brace pattern, or a list of those.
-
-    Brace patterns are expanded first, then each item containing ``*``, ``?`` or ``[`` is
-    globbed (sorted). Plain paths are kept as given, in order; existence is checked when the
-    shard is opened. Remote URLs (``s3://``, ``http(s)://``) are brace-expanded but never
-    globbed (a ``?`` there starts a query string).
+def list_shards(directory) -> list[str]:
+    """The shards directly inside a local ``directory``: its ``.tar``, ``.tar.gz`` and
+    ``.tgz`` files, sorted by name (the ``.tmp-<pid>`` files of an unfinished
+    ``turboloader convert`` do not match).
 
     Raises:
-        FileNotFoundError: a glob matched nothing.
+        FileNotFoundError: the directory holds no shard.
+    """
+    directory = os.fspath(directory)
+    found = sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                   if f.lower().endswith((".tar",) + _STREAM_SUFFIXES)
+                   and os.path.isfile(os.path.join(directory, f)))
+    if not found:
+        raise FileNotFoundError(f"no shards (.tar, .tar.gz, .tgz files) in the directory "
+                                f"{directory!r}")
+    return found
+
+
+def expand_urls(urls) -> list[str]:
+    """The shard list for ``urls``: a path, a directory, a glob, a brace pattern, or a list
+    of those.
+
+    Brace patterns are expanded first, then each item containing ``*``, ``?`` or ``[`` is
+    globbed (sorted). A local directory stands for the shards in it, sorted by name (see
+    :func:`list_shards`), as ``turboloader convert`` and ``inspect`` read it. Plain paths are
+    kept as given, in order; existence is checked when the shard is opened. Remote URLs
+    (``s3://``, ``http(s)://``) are brace-expanded but never globbed (a ``?`` there starts a
+    query string).
+
+    Raises:
+        FileNotFoundError: a glob matched nothing, or a directory holds no shard.
         ValueError: the list is empty.
         TypeError: ``urls`` is not a str, ``os.PathLike`` or a sequence of them.
 
@@ -118,6 +140,8 @@ def expand_urls(urls) -> list[str]:
                 if not matches:
                     raise FileNotFoundError(f"no shard matches {item!r}")
                 out.extend(matches)
+            elif not is_remote(item) and os.path.isdir(item):
+                out.extend(list_shards(item))
             else:
                 out.append(item)
     if not out:

@@ -190,9 +190,12 @@ def _is_tbl_file(path) -> bool:
 
 
 def _tar_files(directory):
-    # .tmp-<pid> files of an unfinished convert do not match
-    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
-                  if f.lower().endswith((".tar", ".tar.gz", ".tgz")))
+    from turboloader.io.shards import list_shards
+
+    try:
+        return list_shards(directory)
+    except FileNotFoundError:
+        return []
 
 
 def detect_format(path) -> str:
@@ -312,12 +315,7 @@ class _TarSource:
     def __init__(self, urls):
         from turboloader.io.shards import expand_urls
 
-        path = os.fspath(urls) if isinstance(urls, (str, os.PathLike)) else None
-        if path is not None and os.path.isdir(path):
-            urls = _tar_files(path)
-            if not urls:
-                raise FileNotFoundError(f"no .tar shards in {path!r}")
-        self.urls = expand_urls(urls)
+        self.urls = expand_urls(urls)   # a directory: its shards, sorted
         for u in self.urls:
             if not os.path.exists(u):
                 raise FileNotFoundError(f"TAR shard not found: {u!r}")
