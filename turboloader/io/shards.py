@@ -62,6 +62,9 @@ IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 LABEL_EXTENSIONS = ("cls", "json")
 _WANTED = frozenset(IMAGE_EXTENSIONS + LABEL_EXTENSIONS)
 _STREAM_SUFFIXES = (".tar.gz", ".tgz")
+# where (image, label) reading stalls on shards made for other uses (captions, JSON)
+FIELDS_HINT = (", or pass fields= to read other members as webdataset's to_tuple does, e.g. "
+               "fields=('jpg', 'txt') or fields=('jpg', 'json')")
 
 
 
@@ -214,7 +217,10 @@ def parse_label(data, ext: str, label_key):
     if label_key is None:
         return obj
     if not isinstance(obj, dict) or label_key not in obj:
-        raise SampleError(f".json label has no key {label_key!r}")
+        keys = f" (its keys: {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) \
+            else f" (it is a JSON {type(obj).__name__})"
+        raise SampleError(f".json label has no key {label_key!r}{keys}; label_key= names the "
+                          f"label's key{FIELDS_HINT}")
     value = obj[label_key]
     if isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
         raise SampleError(f".json label {label_key!r} = {value} does not fit in int64")
@@ -258,7 +264,8 @@ def check_record(record, *, require_label=True):
         raise SampleError(f"sample {record.key!r} has no image member "
                           f"(.{', .'.join(IMAGE_EXTENSIONS)})")
     if require_label and record.label is None:
-        raise SampleError(f"sample {record.key!r} has no label member (.cls or .json)")
+        raise SampleError(f"sample {record.key!r} has no label member (.cls or .json); "
+                          f"missing_label= labels such samples{FIELDS_HINT}")
 
 
 class TarShard:
@@ -301,6 +308,10 @@ class TarShard:
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def extensions(self) -> set[str]:
+        """The member extensions of all the shard's samples (lower case)."""
+        return {e for members in self._members for e in members}
 
     def key(self, j: int) -> str:
         return self._keys[j]
@@ -622,6 +633,17 @@ class TarShards:
 
     def open(self, name):
         return open_shard(name, cache=self.cache)
+
+    def extensions(self, name):
+        """The member extensions in shard ``name``, or None where finding them would read
+        the shard (compressed or remote shards)."""
+        if not random_access(name) or is_remote(name):
+            return None
+        shard = self.open(name)
+        try:
+            return shard.extensions()
+        finally:
+            shard.close()
 
     def classes(self):
         """Class names from ``classes.json`` next to the shards (see :func:`read_classes`)."""
