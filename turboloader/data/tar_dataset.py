@@ -346,8 +346,9 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
             key="boxes")`` entries give a ``tv_tensors.Mask`` / ``BoundingBoxes``
             transformed with the image's drawn parameters (the image still fused).
 
-    ``classes`` / ``class_to_idx``: from the ``classes.json`` that ``turboloader convert``
-    writes next to the shards, as torchvision's ``ImageFolder`` has them (None without it).
+    ``classes`` / ``class_to_idx``: from the classes file that ``turboloader convert``
+    writes next to the shards (``train-classes.json`` for ``train-*.tar``, else
+    ``classes.json``), as torchvision's ``ImageFolder`` has them (None without it).
 
     Raises:
         FileNotFoundError: a shard or glob does not exist.

@@ -568,20 +568,38 @@ def random_access(url: str, /, *, cache=None) -> bool:
     return not is_stream(url) and (cache is not None or not is_remote(url))
 
 
+def _shard_set_file(shard, suffix):
+    """The file of ``shard``'s shard set named ``<prefix><suffix>`` next to it (``suffix``:
+    ``manifest.json`` or ``classes.json``), or None: the longest ``prefix`` that starts
+    the shard's file name (``train-`` for ``train-00003.tar``), ``""`` last. Each output
+    prefix of ``turboloader convert`` has its own, so splits share a folder."""
+    directory, name = os.path.split(os.path.abspath(os.fspath(shard)))
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return None
+    prefixes = [n[: -len(suffix)] for n in names if n.endswith(suffix)]
+    prefixes = [p for p in prefixes if name.startswith(p) and not p.endswith(".tar.")]
+    if not prefixes:
+        return None
+    return os.path.join(directory, max(prefixes, key=len) + suffix)
+
+
 def read_classes(urls, /):
-    """Class names of a shard set: the JSON list in ``classes.json`` next to the first
-    (local) shard, as ``turboloader convert`` writes it; None when there is none.
+    """Class names of a shard set: the JSON list in the classes file next to the first
+    (local) shard, as ``turboloader convert`` writes it (``train-classes.json`` for
+    ``train-00000.tar``, else ``classes.json``); None when there is none.
 
     Raises:
-        ManifestError: ``classes.json`` is not a JSON list of strings.
+        ManifestError: the file is not a JSON list of strings.
     """
     from turboloader.errors import ManifestError
 
     urls = list(urls)
     if not urls or "://" in urls[0]:
         return None
-    path = os.path.join(os.path.dirname(os.path.abspath(urls[0])), "classes.json")
-    if not os.path.isfile(path):
+    path = _shard_set_file(urls[0], "classes.json")
+    if path is None or not os.path.isfile(path):
         return None
     try:
         with open(path, encoding="utf-8") as f:

@@ -62,9 +62,12 @@ def _build_parser():
                     "names (absolute, '..'), labels or keys the output cannot store, without an "
                     "image, or that are not regular files (FIFOs, devices) or are over the "
                     "member-size limit (TURBOLOADER_MAX_FILE_BYTES, default 1 GiB) are skipped "
-                    "and listed in the summary. Folder and TAR outputs get a manifest.json, "
+                    "and listed in the summary. Folder and TAR outputs get a manifest, "
                     "written last and atomically (per shard: samples, bytes, SHA-256), that "
-                    "'turboloader verify' checks; TAR outputs get a classes.json.\n\n"
+                    "'turboloader verify' checks; TAR outputs get a classes file. One of each per "
+                    "output prefix ('shards/train-%05d.tar': shards/train-manifest.json, "
+                    "train-classes.json), so splits share a folder; a directory output gets "
+                    "manifest.json and classes.json.\n\n"
                     + _FORMATS_HELP,
         epilog="examples:\n"
                "  turboloader convert imagenet/train train.tbl\n"
@@ -138,7 +141,7 @@ def _build_parser():
         description="Decode every image (and check every TBL record's CRC-32); print each bad "
                     "sample as SHARD: KEY: REASON. Exits 1 if any sample is bad, if a TAR shard "
                     "has no end-of-archive block, or if TAR shards (or a folder 'turboloader "
-                    "convert' wrote) have no complete manifest.json matching them (sample counts, "
+                    "convert' wrote) have no complete manifest matching them (sample counts, "
                     "sizes, SHA-256; --no-manifest skips that check). A folder without a "
                     "manifest is verified by reading every image, and the output says so.\n\n" + _FORMATS_HELP,
         epilog=_EXIT_CODES)
