@@ -26,6 +26,12 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv" || die "could not create a venv (Debian/Ubuntu: apt-get install python3-venv)"
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+# The editable install is a path entry (a .pth file naming this checkout), not setuptools'
+# default import hook: the hook comes after the path scan, so a script in the checkout's
+# parent folder imported the checkout itself (a folder named turboloader without an
+# __init__.py) as an empty namespace package. A path entry holding turboloader/__init__.py
+# wins over that. The extensions are built in place, as before.
+editable=(--config-settings editable_mode=compat)
 # what is installed is stamped with a hash of the dependency files and the set ("run" for
 # the demo's runtime dependencies, "test" for those plus the test tools)
 want=run
@@ -36,7 +42,7 @@ have=$(cat "$stamp" 2>/dev/null || true)
 native_stamp="$venv/.turboloader-native"
 # the editable install points at this checkout: its path is part of the key (CI clones anew)
 # (hand-written sources only: the _*.c files are Cython's output, made by the build itself)
-native_key=$( (pwd; cat setup.py turboloader/_native/*.pyx turboloader/_native/*.pxd \
+native_key=$( (pwd; echo "${editable[*]}"; cat setup.py turboloader/_native/*.pyx turboloader/_native/*.pxd \
   turboloader/_native/[!_]*.c turboloader/_native/*.h) 2>/dev/null | sha256sum | cut -d' ' -f1)
 if [ "$have" != "$deps_key:test" ] && [ "$have" != "$deps_key:$want" ]; then
   extras=""
@@ -44,13 +50,14 @@ if [ "$have" != "$deps_key:test" ] && [ "$have" != "$deps_key:$want" ]; then
   echo "dev.sh: installing dependencies ($want) into $venv (pinned by requirements/constraints.txt)" >&2
   "${pip[@]}" install -q -c requirements/constraints.txt setuptools wheel Cython numpy
   "${pip[@]}" uninstall -q -y turboloader >/dev/null 2>&1 || true  # the old distribution name
-  "${pip[@]}" install -q -c requirements/constraints.txt --no-build-isolation -e ".$extras"
+  "${pip[@]}" install -q -c requirements/constraints.txt --no-build-isolation -e ".$extras" \
+    "${editable[@]}"
   echo "$deps_key:$want" > "$stamp"
   echo "$native_key" > "$native_stamp"
 elif [ "$(cat "$native_stamp" 2>/dev/null)" != "$native_key" ] || \
      ! ls turboloader/_native/_jpeg.*.so >/dev/null 2>&1; then
-  echo "dev.sh: native sources (or the checkout) changed: rebuilding the extensions" >&2
-  "${pip[@]}" install -q --no-build-isolation --no-deps -e .
+  echo "dev.sh: native sources (or the checkout, or the install's form) changed: rebuilding" >&2
+  "${pip[@]}" install -q --no-build-isolation --no-deps -e . "${editable[@]}"
   echo "$native_key" > "$native_stamp"
 fi
 

@@ -81,6 +81,25 @@ def test_readme_is_a_front_page():
         assert (ROOT / target).exists(), target
 
 
+def test_every_extra_is_listed_where_users_look():
+    # the README's install line, the getting-started table and the install guide name every
+    # extra pyproject.toml defines (parquet and video were missing)
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    line = next(l for l in README.splitlines() if "# extras:" in l)
+    listed = set(re.findall(r"\b([a-z]+)\b", line.split("# extras:", 1)[1]))
+    start = (ROOT / "docs" / "getting-started.md").read_text()
+    table = set(re.findall(r"^\| `(\w+)` \|", start, re.M))
+    install = (ROOT / "docs" / "guide" / "install.md").read_text()
+    guide = install[install.index("# extras:"):]
+    guide = set(re.findall(r"\b([a-z]+)\b", guide[:guide.index("```")]))
+    for extra in extras:
+        assert extra in listed, ("README", extra)
+        assert extra in table, ("getting-started", extra)
+        assert extra in guide, ("install guide", extra)
+
+
 def test_native_core_example(data):
     ns = _run(_block("turboloader.TarIndex(", NATIVE), [], data)
     assert ns["img"].shape[2] == 3 and ns["window"].shape == (96, 128, 3)

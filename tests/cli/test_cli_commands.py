@@ -42,6 +42,47 @@ def test_help(command):
     assert proc.returncode == 0 and f"usage: turboloader {command}" in proc.stdout
 
 
+def _cli(*argv):
+    return subprocess.run([sys.executable, "-m", "turboloader", *map(str, argv)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+@pytest.mark.slow
+def test_a_misspelt_option_prints_its_commands_usage():
+    # argparse's own error printed the top-level usage (COMMAND ...), which does not show the
+    # option the user meant; the subcommand's usage does, and the close match is named
+    proc = _cli("convert", "src", "dst", "--shard-sise", "5")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("usage: turboloader convert "), proc.stderr
+    assert "--shard-size SHARD_SIZE" in proc.stderr
+    assert "turboloader convert: error: unrecognized arguments: --shard-sise 5" in proc.stderr
+    assert "did you mean --shard-size?" in proc.stderr
+    proc = _cli("verify", "x", "--no-manfest")
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: turboloader verify ")
+    assert "did you mean --no-manifest?" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["convert", "inspect", "verify", "preview", "bench", "demo"])
+def test_every_argument_has_help_text(command):
+    # a user stalls on `bench PATH --size N` when --help does not say what they are
+    import argparse
+
+    from turboloader.tools.cli import _build_parser
+
+    parser = _build_parser()
+    sub = next(a for a in parser._actions
+               if isinstance(a, argparse._SubParsersAction)).choices[command]
+    for action in sub._actions:
+        assert action.help and action.help != argparse.SUPPRESS, (command, action.dest)
+    proc = _cli(command, "--help")
+    assert proc.returncode == 0
+    if command in ("preview", "bench"):
+        assert "ImageFolder root, TAR shards" in proc.stdout        # what PATH is
+        assert "RandomResizedCrop(PX)" in proc.stdout               # what --size is
+
+
 def test_bad_arguments_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         main(["convert", "only-one-arg"])

@@ -147,6 +147,33 @@ def test_fields_spec_errors(tmp_path):
         TarDataset(path, TF, target_transform=int, fields=("jpg", "cls"))
 
 
+def test_a_misspelt_field_is_refused_at_construction(tmp_path):
+    # before: every sample failed during iteration ("has no .txtt member")
+    path = write_tar(tmp_path / "e.tar", members(0) + members(1))
+    with pytest.raises(ValueError, match=r"'txtt' matches no member of shard .*e\.tar.*"
+                                         r"cls, jpg, json, png, txt.*did you mean 'txt'"):
+        TarDataset(path, TF, fields=("jpg", "txtt"))
+    with pytest.raises(ValueError, match="'jpeg;webp' matches no member"):
+        TarDataset(path, TF, fields=("jpeg;webp", "txt"))
+    # an entry that only some samples have is not misspelt: those samples are SampleErrors
+    ds = TarDataset(path, TF, fields=("jpg", "txt;cls", "__key__", "__url__"), shuffle=False)
+    assert [k for _, _, k, _ in ds] == ["s0000", "s0001"]
+
+
+def test_caption_shards_read_without_fields_say_that_fields_exist(tmp_path):
+    # webdataset CLIP-style shards: image + caption (+ JSON metadata), no label
+    path = write_tar(tmp_path / "c.tar", [
+        ("a.jpg", jpeg(0)), ("a.txt", b"a cat"), ("a.json", b'{"caption": "a cat"}'),
+        ("b.jpg", jpeg(1)), ("b.txt", b"a dog")])
+    with pytest.raises(SampleError, match=r"no key 'label' \(its keys: 'caption'\).*fields="):
+        list(TarDataset(path, TF, shuffle=False))
+    with pytest.raises(SampleError, match=r"no label member.*missing_label=.*fields=\('jpg'"):
+        list(TarDataset(write_tar(tmp_path / "d.tar", [("b.jpg", jpeg(1)), ("b.txt", b"x")]),
+                        TF, shuffle=False))
+    got = list(TarDataset(path, TF, fields=("jpg", "txt"), shuffle=False))
+    assert [t for _, t in got] == ["a cat", "a dog"]
+
+
 def test_default_is_image_label(shards):
     ds = TarDataset(shards, TF, shuffle=False)
     img, label = next(iter(ds))

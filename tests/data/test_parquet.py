@@ -214,6 +214,12 @@ def _check_hugging_face(datasets, tmp_path):
     ds = ParquetDataset(str(tmp_path / "hf.parquet"), size_of, shuffle=False)
     assert ds.classes == ["cat", "dog", "eel"] and ds.class_to_idx["eel"] == 2
     assert _labels(ds) == [i % 3 for i in range(9)]
+    # with fields= naming the label column, or not, the class names are the same
+    for fields in (("image", "label", "__key__"), ("image", "__key__")):
+        ds = ParquetDataset(str(tmp_path / "hf.parquet"), size_of, shuffle=False, fields=fields)
+        assert ds.classes == ["cat", "dog", "eel"] and ds.class_to_idx["eel"] == 2, fields
+    assert [s[1] for s in ParquetDataset(str(tmp_path / "hf.parquet"), size_of, shuffle=False,
+                                         fields=("image", "label"))] == [i % 3 for i in range(9)]
     t = tvt.Compose([tvt.Resize(20), tvt.ToTensor()])
     ref = [t(hf[i]["image"].convert("RGB")) for i in range(9)]
     ds = ParquetDataset(str(tmp_path / "hf.parquet"), t, shuffle=False)

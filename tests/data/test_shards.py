@@ -42,6 +42,20 @@ def test_expand_urls(tmp_path, make_shards):
         assert sorted(labels_of(TarDataset(urls, size_of, shuffle=False))) == [0, 1, 2, 3]
 
 
+def test_a_directory_is_its_shards_in_name_order(tmp_path, make_shards):
+    # TarDataset("shards/") reads the folder's shards as convert and inspect do
+    paths = make_shards([2, 1, 3])
+    (tmp_path / "notes.txt").write_text("not a shard")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "shard-009.tar.tmp-123").write_bytes(b"unfinished convert")
+    assert expand_urls(tmp_path) == paths
+    assert expand_urls(f"{tmp_path}{os.sep}") == [p for p in paths]
+    ds = TarDataset(str(tmp_path) + os.sep, size_of, shuffle=False)
+    assert len(ds) == 6 and labels_of(ds) == labels_of(TarDataset(paths, size_of, shuffle=False))
+    with pytest.raises(FileNotFoundError, match="no shards .* in the directory"):
+        TarDataset(tmp_path / "sub", size_of)
+
+
 def test_split_key():
     assert split_key("a/b.c/0001.jpg") == ("a/b.c/0001", "jpg")
     assert split_key("0001.seg.PNG") == ("0001", "seg.png")

@@ -243,3 +243,60 @@ def test_single_tar_outputs_have_their_own_manifest(tmp_path, folder):
     with pytest.raises(ManifestError, match="other.tar' is not in the manifest"):
         check_manifest(tmp_path / "sub" / "other.tar")
     assert check_manifest(tmp_path / "sub" / "s-01.tar")["samples"] == 12
+
+
+@pytest.mark.slow
+def test_splits_share_a_folder_each_with_its_manifest_and_classes(tmp_path, folder):
+    # converting val into the folder that holds train replaced train's manifest.json and
+    # classes.json: `verify shards` then failed ("shard ... is not in the manifest") and
+    # train's class names were val's. One manifest and classes file per output prefix:
+    val = tmp_path / "val"
+    for label, c in enumerate(("x", "y")):
+        (val / c).mkdir(parents=True)
+        for i in range(3):
+            (val / c / f"{c}{i}.jpg").write_bytes(_jpeg(100 + 10 * label + i))
+    out = tmp_path / "shards"
+    train_r = convert(folder, out / "train-%05d.tar", shard_size=5)
+    val_r = convert(val, out / "val-%05d.tar", shard_size=4)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "train-00000.tar", "train-00001.tar", "train-00002.tar", "train-classes.json",
+        "train-manifest.json", "val-00000.tar", "val-00001.tar", "val-classes.json",
+        "val-manifest.json"]
+    man = json.loads((out / "train-manifest.json").read_text())
+    assert [os.path.join(out, e["path"]) for e in man["shards"]] == train_r.outputs
+    assert man["classes"] == ["a", "b", "c"]
+    # each split, and the folder as a whole, verifies against its manifests
+    assert check_manifest(out / "val-{00000..00001}.tar")["samples"] == 6
+    assert check_manifest(out / "train-00001.tar")["samples"] == 12
+    whole = check_manifest(out)
+    assert whole["samples"] == 18 and whole["classes"] is None
+    assert len(whole["manifests"]) == 2
+    for arg in (out, out / "train-*.tar", out / "val-00000.tar"):
+        proc = _cli("verify", arg, "-q")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    # each split's dataset has its own class names; labels index them as ImageFolder's
+    from turboloader.data import TarDataset
+
+    train = TarDataset(str(out / "train-*.tar"), shuffle=False)
+    valds = TarDataset(val_r.outputs, shuffle=False)
+    assert train.classes == ["a", "b", "c"] and valds.classes == ["x", "y"]
+    assert sorted(train.classes[y] for _, y in train) == sorted(["a", "b", "c"] * 4)
+    # a shard added to the folder by hand is in no manifest: verify says so
+    (out / "val-00002.tar").write_bytes((out / "val-00000.tar").read_bytes())
+    with pytest.raises(ManifestError, match="val-00002.tar' is not in the manifest"):
+        check_manifest(out)
+    proc = _cli("verify", out, "-q")
+    assert proc.returncode == 1 and "val-00002.tar' is not in the manifest" in proc.stderr
+
+
+def test_a_refused_conversion_leaves_the_existing_manifest_alone(tmp_path, folder):
+    out = tmp_path / "shards"
+    convert(folder, out / "train-%05d.tar", shard_size=5)
+    before = (out / "train-manifest.json").read_bytes()
+    with pytest.raises(FileExistsError, match="train-manifest.json' exists"):
+        convert(folder, out / "train-%05d.tar", shard_size=5)
+    assert (out / "train-manifest.json").read_bytes() == before
+    assert check_manifest(out)["samples"] == 12
+    # overwrite=True replaces the set, manifest included
+    convert(folder, out / "train-%05d.tar", shard_size=6, overwrite=True)
+    assert check_manifest(out / "train-00000.tar")["shards"][0]["samples"] == 6

@@ -489,6 +489,22 @@ class Fields:
                     out.append(_parse_boxes(kind, value, where))
         return out
 
+    def check_members(self, extensions, where):
+        """Raise ValueError for a member entry that no member in ``extensions`` (those of
+        the shard ``where``) matches: a misspelt extension, found at construction rather
+        than as a SampleError on every sample. Columns are checked by their reader."""
+        if self.columns or extensions is None:
+            return
+        import difflib
+
+        for name, alts in self.entries:
+            if alts and not any(a in extensions for a in alts):
+                close = difflib.get_close_matches(alts[0], sorted(extensions), n=1)
+                raise ValueError(
+                    f"fields entry {name!r} matches no member of shard {where!r} (its "
+                    f"members' extensions: {', '.join(sorted(extensions)) or 'none'})"
+                    + (f"; did you mean {close[0]!r}?" if close else ""))
+
     def check_transform(self, transform):
         """Raise ValueError when mask / boxes entries cannot follow ``transform``."""
         if self.joint:

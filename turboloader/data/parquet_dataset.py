@@ -34,7 +34,8 @@ class ParquetDataset(TarDataset):
     through the guarded reader images use; a path to a FIFO, a device or a larger file is an
     UnreadableFileError (a SampleError), a missing file a SampleError. Labels are the
     label column's values (ints for a ``ClassLabel``); ``classes`` / ``class_to_idx`` come
-    from a Hugging Face ``ClassLabel``'s names in the file's metadata (else None).
+    from the label column's Hugging Face ``ClassLabel`` names in the file's metadata (else
+    None), with ``fields=`` as without.
 
     Args:
         urls: a Parquet file, glob, brace pattern or list of them; remote URLs
@@ -89,6 +90,7 @@ class ParquetDataset(TarDataset):
                  max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16,
                  rows_per_shard=1000, fields=None, _table=None, _table_name="table"):
         extra = ()
+        class_column = label_column  # classes: its ClassLabel names, with fields= too
         if fields is not None:
             from turboloader.data.fields import Fields
 
@@ -99,7 +101,8 @@ class ParquetDataset(TarDataset):
         if label_column is None and missing_label is None:
             missing_label = -1
         self._columns = dict(image_column=image_column, label_column=label_column,
-                             key_column=key_column, extra_columns=extra)
+                             key_column=key_column, extra_columns=extra,
+                             class_column=class_column)
         self._source = dict(filesystem=filesystem, table=_table, table_name=_table_name,
                             rows_per_shard=rows_per_shard)
         super().__init__(urls, transform, target_transform, shuffle=shuffle, seed=seed,

@@ -18,7 +18,7 @@ from turboloader.data.failures import FailureLog
 from turboloader.data import reader as _reader
 from turboloader.data.reader import (Chunk, ReaderMixin, StreamReader, collate_labels,
                                      compact, fill_row, stream_name)
-from turboloader.io.shards import TarShards, check_record as _check_record, parse_label
+from turboloader.io.shards import FIELDS_HINT, TarShards, check_record as _check_record, parse_label
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import FailureBudgetExceeded, SampleError, TarFormatError, TurboLoaderError
 from turboloader.io.remote import RemoteShardError, ShardCache
@@ -348,7 +348,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     listed in ``stats()["failed_shards"]``; it does not count against ``max_failures``.
 
     Args:
-        urls: a path, glob, brace pattern (``"train-{00000..00099}.tar"``) or list of them.
+        urls: a path, glob, brace pattern (``"train-{00000..00099}.tar"``), a directory
+            (its ``.tar`` / ``.tar.gz`` shards in name order) or a list of them.
         transform: applied to each image (see above).
         target_transform: applied to each label.
         shuffle: shuffle per epoch (default True).
@@ -381,13 +382,16 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
             (fused); text is ``str``, ``.json`` parsed, ``.cls`` an int, other images
             ``uint8`` ``(C, H, W)`` tensors (masks keep their one channel), ``__key__`` /
             ``__url__`` strings, anything else bytes (see :mod:`turboloader.data.fields`).
-            A missing field is a ``SampleError`` (a counted skip under "skip"). Not with
+            A missing field is a ``SampleError`` (a counted skip under "skip"); an entry
+            that no member of the first shard has (a misspelt extension) is a
+            ``ValueError`` at construction (local ``.tar`` shards). Not with
             ``target_transform``. ``MaskField("seg.png")`` / ``BoxesField("json",
             key="boxes")`` entries give a ``tv_tensors.Mask`` / ``BoundingBoxes``
             transformed with the image's drawn parameters (the image still fused).
 
-    ``classes`` / ``class_to_idx``: from the ``classes.json`` that ``turboloader convert``
-    writes next to the shards, as torchvision's ``ImageFolder`` has them (None without it).
+    ``classes`` / ``class_to_idx``: from the classes file that ``turboloader convert``
+    writes next to the shards (``train-classes.json`` for ``train-*.tar``, else
+    ``classes.json``), as torchvision's ``ImageFolder`` has them (None without it).
 
     Raises:
         FileNotFoundError: a shard or glob does not exist.
@@ -469,6 +473,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                 continue
             self.urls.append(url)
             counts.append(n)
+        if self._fields is not None and self.urls and hasattr(self._io, "extensions"):
+            self._fields.check_members(self._io.extensions(self.urls[0]), self.urls[0])
         # class names from the classes.json that `turboloader convert` writes next to the
         # shards (None without one), indexed like torchvision's ImageFolder
         self.classes = self._io.classes()
@@ -611,7 +617,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                 if label is None:
                     if require_label:
                         raise SampleError(f"sample {shard.key(j)!r} has no label member "
-                                          f"(.cls or .json)")
+                                          f"(.cls or .json); missing_label= labels such "
+                                          f"samples{FIELDS_HINT}")
                     label = self.missing_label
             except TurboLoaderError as exc:
                 chunk.fail(exc, where, slot, epoch)

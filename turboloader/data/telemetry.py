@@ -18,6 +18,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -196,7 +197,13 @@ class Recorder:
         if self.flush_failures:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, *, _finalizing=sys.is_finalizing) -> None:
+        # A stream left open (an iterator dropped mid-epoch) is closed by the garbage
+        # collector, possibly while the interpreter shuts down, when this module's globals
+        # (os, json) are already None; nobody reads the snapshot then. The default argument
+        # keeps the check reachable (the idiom of the standard library's __del__ methods).
+        if _finalizing():
+            return
         snap = {"name": self.name, "pid": os.getpid(), "time": time.time(),
                 "epochs": {str(e): dict(c) for e, c in list(self.epochs.items())},
                 "cache": self.cache.stats() if self.cache is not None else None}

@@ -300,9 +300,12 @@ class ParquetShards:
 
     def __init__(self, urls=None, *, image_column, label_column=None, key_column=None,
                  filesystem=None, table=None, table_name="table", rows_per_shard=1000,
-                 extra_columns=()):
+                 extra_columns=(), class_column=None):
         _pa()
         self.image_column, self.label_column = image_column, label_column
+        # whose ClassLabel names classes() gives: the label column's, also when it is read
+        # as one of the extra columns (fields=) rather than as the label
+        class_column = label_column if class_column is None else class_column
         self.key_column = key_column
         self.filesystem = filesystem
         base = [c for c in (image_column, label_column, key_column) if c is not None]
@@ -317,7 +320,7 @@ class ParquetShards:
         if table is not None:
             t = _as_arrow(table)
             self._check_columns(t.schema, table_name)
-            self.class_names = hf_class_names(t.schema, label_column)
+            self.class_names = hf_class_names(t.schema, class_column)
             step = max(1, int(rows_per_shard))
             for a in range(0, t.num_rows, step):
                 b = min(t.num_rows, a + step)
@@ -340,7 +343,7 @@ class ParquetShards:
                 t = _read_arrow(f)
                 self._check_columns(t.schema, f)
                 if self.class_names is None:
-                    self.class_names = hf_class_names(t.schema, label_column)
+                    self.class_names = hf_class_names(t.schema, class_column)
                 for a in range(0, t.num_rows, step):
                     b = min(t.num_rows, a + step)
                     name = f"{f}#rows={a}:{b}"
@@ -350,7 +353,7 @@ class ParquetShards:
             pf = open_parquet(f, filesystem=filesystem)
             self._check_columns(pf.schema_arrow, f)
             if self.class_names is None:
-                self.class_names = hf_class_names(pf.schema_arrow, label_column)
+                self.class_names = hf_class_names(pf.schema_arrow, class_column)
             md = pf.metadata
             first = 0
             for k in range(md.num_row_groups):

@@ -50,6 +50,7 @@ __all__ = [
     "count_samples",
     "expand_urls",
     "is_stream",
+    "list_shards",
     "open_shard",
     "parse_label",
     "random_access",
@@ -63,6 +64,9 @@ IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 LABEL_EXTENSIONS = ("cls", "json")
 _WANTED = frozenset(IMAGE_EXTENSIONS + LABEL_EXTENSIONS)
 _STREAM_SUFFIXES = (".tar.gz", ".tgz")
+# where (image, label) reading stalls on shards made for other uses (captions, JSON)
+FIELDS_HINT = (", or pass fields= to read other members as webdataset's to_tuple does, e.g. "
+               "fields=('jpg', 'txt') or fields=('jpg', 'json')")
 
 
 
@@ -89,16 +93,37 @@ def braceexpand(pattern: str) -> list[str]:
         raise ValueError(f"unbalanced braces in {pattern!r}: {exc}") from None
 
 
-def expand_urls(urls) -> list[str]:
-    """The shard list for ``urls``: a path, a glob, a brace pattern, or a list of those.
-
-    Brace patterns are expanded first, then each item containing ``*``, ``?`` or ``[`` is
-    globbed (sorted). Plain paths are kept as given, in order; existence is checked when the
-    shard is opened. Remote URLs (``s3://``, ``http(s)://``) are brace-expanded but never
-    globbed (a ``?`` there starts a query string).
+def list_shards(directory) -> list[str]:
+    """The shards directly inside a local ``directory``: its ``.tar``, ``.tar.gz`` and
+    ``.tgz`` files, sorted by name (the ``.tmp-<pid>`` files of an unfinished
+    ``turboloader convert`` do not match).
 
     Raises:
-        FileNotFoundError: a glob matched nothing.
+        FileNotFoundError: the directory holds no shard.
+    """
+    directory = os.fspath(directory)
+    found = sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                   if f.lower().endswith((".tar",) + _STREAM_SUFFIXES)
+                   and os.path.isfile(os.path.join(directory, f)))
+    if not found:
+        raise FileNotFoundError(f"no shards (.tar, .tar.gz, .tgz files) in the directory "
+                                f"{directory!r}")
+    return found
+
+
+def expand_urls(urls) -> list[str]:
+    """The shard list for ``urls``: a path, a directory, a glob, a brace pattern, or a list
+    of those.
+
+    Brace patterns are expanded first, then each item containing ``*``, ``?`` or ``[`` is
+    globbed (sorted). A local directory stands for the shards in it, sorted by name (see
+    :func:`list_shards`), as ``turboloader convert`` and ``inspect`` read it. Plain paths are
+    kept as given, in order; existence is checked when the shard is opened. Remote URLs
+    (``s3://``, ``http(s)://``) are brace-expanded but never globbed (a ``?`` there starts a
+    query string).
+
+    Raises:
+        FileNotFoundError: a glob matched nothing, or a directory holds no shard.
         ValueError: the list is empty.
         TypeError: ``urls`` is not a str, ``os.PathLike`` or a sequence of them.
 
@@ -120,6 +145,8 @@ def expand_urls(urls) -> list[str]:
                 if not matches:
                     raise FileNotFoundError(f"no shard matches {item!r}")
                 out.extend(matches)
+            elif not is_remote(item) and os.path.isdir(item):
+                out.extend(list_shards(item))
             else:
                 out.append(item)
     if not out:
@@ -192,7 +219,10 @@ def parse_label(data, ext: str, label_key):
     if label_key is None:
         return obj
     if not isinstance(obj, dict) or label_key not in obj:
-        raise SampleError(f".json label has no key {label_key!r}")
+        keys = f" (its keys: {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) \
+            else f" (it is a JSON {type(obj).__name__})"
+        raise SampleError(f".json label has no key {label_key!r}{keys}; label_key= names the "
+                          f"label's key{FIELDS_HINT}")
     value = obj[label_key]
     if isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
         raise SampleError(f".json label {label_key!r} = {value} does not fit in int64")
@@ -236,7 +266,8 @@ def check_record(record, *, require_label=True):
         raise SampleError(f"sample {record.key!r} has no image member "
                           f"(.{', .'.join(IMAGE_EXTENSIONS)})")
     if require_label and record.label is None:
-        raise SampleError(f"sample {record.key!r} has no label member (.cls or .json)")
+        raise SampleError(f"sample {record.key!r} has no label member (.cls or .json); "
+                          f"missing_label= labels such samples{FIELDS_HINT}")
 
 
 class TarShard:
@@ -279,6 +310,10 @@ class TarShard:
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def extensions(self) -> set[str]:
+        """The member extensions of all the shard's samples (lower case)."""
+        return {e for members in self._members for e in members}
 
     def key(self, j: int) -> str:
         return self._keys[j]
@@ -549,20 +584,38 @@ def random_access(url: str, /, *, cache=None) -> bool:
     return not is_stream(url) and (cache is not None or not is_remote(url))
 
 
+def _shard_set_file(shard, suffix):
+    """The file of ``shard``'s shard set named ``<prefix><suffix>`` next to it (``suffix``:
+    ``manifest.json`` or ``classes.json``), or None: the longest ``prefix`` that starts
+    the shard's file name (``train-`` for ``train-00003.tar``), ``""`` last. Each output
+    prefix of ``turboloader convert`` has its own, so splits share a folder."""
+    directory, name = os.path.split(os.path.abspath(os.fspath(shard)))
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return None
+    prefixes = [n[: -len(suffix)] for n in names if n.endswith(suffix)]
+    prefixes = [p for p in prefixes if name.startswith(p) and not p.endswith(".tar.")]
+    if not prefixes:
+        return None
+    return os.path.join(directory, max(prefixes, key=len) + suffix)
+
+
 def read_classes(urls, /):
-    """Class names of a shard set: the JSON list in ``classes.json`` next to the first
-    (local) shard, as ``turboloader convert`` writes it; None when there is none.
+    """Class names of a shard set: the JSON list in the classes file next to the first
+    (local) shard, as ``turboloader convert`` writes it (``train-classes.json`` for
+    ``train-00000.tar``, else ``classes.json``); None when there is none.
 
     Raises:
-        ManifestError: ``classes.json`` is not a JSON list of strings.
+        ManifestError: the file is not a JSON list of strings.
     """
     from turboloader.errors import ManifestError
 
     urls = list(urls)
     if not urls or "://" in urls[0]:
         return None
-    path = os.path.join(os.path.dirname(os.path.abspath(urls[0])), "classes.json")
-    if not os.path.isfile(path):
+    path = _shard_set_file(urls[0], "classes.json")
+    if path is None or not os.path.isfile(path):
         return None
     try:
         with open(path, encoding="utf-8-sig") as f:
@@ -614,6 +667,17 @@ class TarShards:
 
     def open(self, name):
         return open_shard(name, cache=self.cache)
+
+    def extensions(self, name):
+        """The member extensions in shard ``name``, or None where finding them would read
+        the shard (compressed or remote shards)."""
+        if not random_access(name) or is_remote(name):
+            return None
+        shard = self.open(name)
+        try:
+            return shard.extensions()
+        finally:
+            shard.close()
 
     def classes(self):
         """Class names from ``classes.json`` next to the shards (see :func:`read_classes`)."""

@@ -20,6 +20,9 @@ _FORMATS_HELP = """formats (detected from the path, or given with --from / --to)
           pattern ('out/train-%05d.tar'), a directory (with --to tar) or one .tar file
   tbl     a TBL file (*.tbl): random access, optional pre-resizing; see docs/tbl-format.md"""
 
+_PATH_HELP = ("the dataset: an ImageFolder root, TAR shards (a .tar, a directory of them, a "
+              "brace pattern or glob) or a .tbl file")
+
 
 def _build_parser():
     parser = argparse.ArgumentParser(
@@ -59,9 +62,12 @@ def _build_parser():
                     "names (absolute, '..'), labels or keys the output cannot store, without an "
                     "image, or that are not regular files (FIFOs, devices) or are over the "
                     "member-size limit (TURBOLOADER_MAX_FILE_BYTES, default 1 GiB) are skipped "
-                    "and listed in the summary. Folder and TAR outputs get a manifest.json, "
+                    "and listed in the summary. Folder and TAR outputs get a manifest, "
                     "written last and atomically (per shard: samples, bytes, SHA-256), that "
-                    "'turboloader verify' checks; TAR outputs get a classes.json.\n\n"
+                    "'turboloader verify' checks; TAR outputs get a classes file. One of each per "
+                    "output prefix ('shards/train-%05d.tar': shards/train-manifest.json, "
+                    "train-classes.json), so splits share a folder; a directory output gets "
+                    "manifest.json and classes.json.\n\n"
                     + _FORMATS_HELP,
         epilog="examples:\n"
                "  turboloader convert imagenet/train train.tbl\n"
@@ -124,8 +130,9 @@ def _build_parser():
         description="Print what a dataset holds. TBL files are described from their index alone; "
                     "folders and TAR shards are scanned (image headers only).\n\n" + _FORMATS_HELP,
         epilog=_EXIT_CODES)
-    insp.add_argument("path", metavar="PATH")
-    insp.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"))
+    insp.add_argument("path", metavar="PATH", help=_PATH_HELP)
+    insp.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"),
+                      help="input format (default: detected)")
     insp.add_argument("--top", type=int, default=10, help="labels listed in the histogram (default 10)")
 
     ver = sub.add_parser(
@@ -134,12 +141,13 @@ def _build_parser():
         description="Decode every image (and check every TBL record's CRC-32); print each bad "
                     "sample as SHARD: KEY: REASON. Exits 1 if any sample is bad, if a TAR shard "
                     "has no end-of-archive block, or if TAR shards (or a folder 'turboloader "
-                    "convert' wrote) have no complete manifest.json matching them (sample counts, "
+                    "convert' wrote) have no complete manifest matching them (sample counts, "
                     "sizes, SHA-256; --no-manifest skips that check). A folder without a "
                     "manifest is verified by reading every image, and the output says so.\n\n" + _FORMATS_HELP,
         epilog=_EXIT_CODES)
-    ver.add_argument("path", metavar="PATH")
-    ver.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"))
+    ver.add_argument("path", metavar="PATH", help=_PATH_HELP)
+    ver.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"),
+                     help="input format (default: detected)")
     ver.add_argument("-j", "--workers", type=int, default=None, help="threads (default: CPU count)")
     ver.add_argument("--strict", action="store_true",
                      help="treat libjpeg's recoverable-corruption warnings as errors while decoding")
@@ -155,13 +163,18 @@ def _build_parser():
                     "or Resize + CenterCrop; then the tensor conversion and normalization), undo "
                     "the normalization for display and save them as one image grid.",
         epilog=_EXIT_CODES)
-    prev.add_argument("path", metavar="PATH")
-    prev.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"))
-    prev.add_argument("--transform", choices=("train", "val"), default="train")
+    prev.add_argument("path", metavar="PATH", help=_PATH_HELP)
+    prev.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"),
+                      help="input format (default: detected)")
+    prev.add_argument("--transform", choices=("train", "val"), default="train",
+                      help="train: RandomResizedCrop + flip; val: Resize + CenterCrop "
+                           "(default train)")
     prev.add_argument("-o", "--output", default="preview.png", help="output image (default preview.png)")
     prev.add_argument("-n", "--num", type=int, default=16, help="samples (default 16)")
     prev.add_argument("--cols", type=int, default=None, help="grid columns (default: square-ish)")
-    prev.add_argument("--size", type=int, default=224, help="output size (default 224)")
+    prev.add_argument("--size", type=int, default=224, metavar="PX",
+                      help="the pipeline's output side: RandomResizedCrop(PX), or CenterCrop(PX) "
+                           "after a resize to PX * 256/224 (default 224)")
     prev.add_argument("--seed", type=int, default=0, help="seed of the sample choice and augmentations")
     prev.add_argument("--epoch", type=int, default=0, help="epoch whose augmentations to show")
 
@@ -172,25 +185,53 @@ def _build_parser():
                     "samples of PATH, single-threaded and on all threads, then the dataset "
                     "through torch's DataLoader with its per-stage statistics.",
         epilog=_EXIT_CODES)
-    bench.add_argument("path", metavar="PATH")
-    bench.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"))
-    bench.add_argument("--transform", choices=("train", "val"), default="train")
+    bench.add_argument("path", metavar="PATH", help=_PATH_HELP)
+    bench.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"),
+                       help="input format (default: detected)")
+    bench.add_argument("--transform", choices=("train", "val"), default="train",
+                       help="train: RandomResizedCrop + flip; val: Resize + CenterCrop "
+                            "(default train)")
     bench.add_argument("-n", "--num", type=int, default=500, help="samples to time (default 500)")
-    bench.add_argument("--size", type=int, default=224)
+    bench.add_argument("--size", type=int, default=224, metavar="PX",
+                       help="the pipeline's output side: RandomResizedCrop(PX), or CenterCrop(PX) "
+                            "after a resize to PX * 256/224 (default 224)")
     bench.add_argument("--threads", type=int, default=None, help="threads (default: CPU count)")
     bench.add_argument("--workers", type=int, default=None,
                        help="DataLoader workers for the loader row (default: CPU count; 0 to skip "
                             "the row)")
-    bench.add_argument("--batch-size", type=int, default=64)
+    bench.add_argument("--batch-size", type=int, default=64,
+                       help="batch size of the DataLoader row (default 64)")
     bench.add_argument("--repeat", type=int, default=2, help="timed passes per row; the best is kept")
+    parser.commands = sub.choices   # name -> subparser, for main's usage errors
     return parser
+
+
+def _parse(parser, argv):
+    """``parser.parse_args(argv)``, but an unknown option is reported with the usage of its
+    subcommand (argparse's own would print the top-level usage) and the close matches."""
+    import difflib
+
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = parser.commands[args.command]
+        known = [o for a in sub._actions for o in a.option_strings]
+        hints = []
+        for arg in extra:
+            name = arg.split("=", 1)[0]
+            close = difflib.get_close_matches(name, known, n=1) if name.startswith("-") else []
+            if close:
+                hints.append(f"{name}: did you mean {close[0]}?")
+        sub.error(f"unrecognized arguments: {' '.join(extra)}"
+                  + (f" ({'; '.join(hints)})" if hints else ""))
+    return args
 
 
 def _progress_args(p):
     g = p.add_mutually_exclusive_group()
     g.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="draw a progress bar (default: when stderr is a terminal)")
-    g.add_argument("-q", "--no-progress", dest="progress", action="store_false")
+    g.add_argument("-q", "--no-progress", dest="progress", action="store_false",
+                   help="no progress bar")
 
 
 def _progress(args):
@@ -554,7 +595,7 @@ def main(argv=None):
         >>> main(["inspect", "train.tbl"])     # doctest: +SKIP
         0
     """
-    args = _build_parser().parse_args(argv)
+    args = _parse(_build_parser(), argv)
     if args.command == "demo":
         from turboloader.tools.demo import run_demo
 

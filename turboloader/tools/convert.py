@@ -190,9 +190,12 @@ def _is_tbl_file(path) -> bool:
 
 
 def _tar_files(directory):
-    # .tmp-<pid> files of an unfinished convert do not match
-    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
-                  if f.lower().endswith((".tar", ".tar.gz", ".tgz")))
+    from turboloader.io.shards import list_shards
+
+    try:
+        return list_shards(directory)
+    except FileNotFoundError:
+        return []
 
 
 def detect_format(path) -> str:
@@ -312,12 +315,7 @@ class _TarSource:
     def __init__(self, urls):
         from turboloader.io.shards import expand_urls
 
-        path = os.fspath(urls) if isinstance(urls, (str, os.PathLike)) else None
-        if path is not None and os.path.isdir(path):
-            urls = _tar_files(path)
-            if not urls:
-                raise FileNotFoundError(f"no .tar shards in {path!r}")
-        self.urls = expand_urls(urls)
+        self.urls = expand_urls(urls)   # a directory: its shards, sorted
         for u in self.urls:
             if not os.path.exists(u):
                 raise FileNotFoundError(f"TAR shard not found: {u!r}")
@@ -813,44 +811,46 @@ def _folder_digest(directory):
     return n, nbytes, h.hexdigest()
 
 
+def _manifests_in(directory):
+    """The TAR manifests in ``directory``: ``manifest.json`` and ``<prefix>manifest.json``
+    (one per shard set), ``<shard>.tar.manifest.json`` (a single-file output)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(os.path.join(directory, n) for n in names if n.endswith(MANIFEST))
+
+
+def _manifest_of_shard(shard):
+    own = os.path.abspath(os.fspath(shard)) + "." + MANIFEST
+    from turboloader.io.shards import _shard_set_file
+
+    return own if os.path.isfile(own) else _shard_set_file(shard, MANIFEST)
+
+
 def find_manifest(path, fmt=None):
     """The manifest that describes the dataset at ``path`` (a converted folder, a shard
-    directory, a shard, a shard pattern), or None if there is none."""
+    directory, a shard, a shard pattern), or None if there is none. A shard's manifest is
+    its own ``<shard>.tar.manifest.json``, else its shard set's ``<prefix>manifest.json``
+    (``train-manifest.json`` for ``train-00003.tar``; ``manifest.json`` for a directory
+    output); a directory's is its ``manifest.json``, else its first shard set's."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        cands = [os.path.join(path, MANIFEST)]
-    else:  # a single shard's own manifest, else its directory's
-        cands = [os.path.abspath(path) + "." + MANIFEST,
-                 os.path.join(os.path.dirname(os.path.abspath(path)), MANIFEST)]
-    return next((c for c in cands if os.path.isfile(c)), None)
+        own = os.path.join(path, MANIFEST)
+        if os.path.isfile(own) or (fmt or detect_format(path)) == "folder":
+            return own if os.path.isfile(own) else None
+        found = _manifests_in(path)
+        return found[0] if found else None
+    try:
+        first = _TarSource(path).urls[0]
+    except (OSError, ValueError):
+        first = path
+    return _manifest_of_shard(first)
 
 
-def check_manifest(path, fmt=None):
-    """Check a converted folder or TAR-shard output against its ``manifest.json``.
-
-    Every shard (TAR) or class directory (folder) listed must exist with the recorded
-    sample count, size and SHA-256; in a directory of shards no ``.tar`` may be unlisted.
-
-    Returns:
-        The manifest (a dict).
-
-    Raises:
-        ManifestError: no manifest, a manifest of an unfinished conversion, or a mismatch
-            (the message names the shard and the field).
-
-    Example:
-        >>> check_manifest("out/shards")["samples"]       # doctest: +SKIP
-        3000
-    """
+def _load_manifest(found):
     import json
 
-    fmt = fmt or detect_format(path)
-    found = find_manifest(path, fmt)
-    if found is None:
-        raise ManifestError(
-            f"{os.fspath(path)!r} has no {MANIFEST}: its completeness cannot be checked (a "
-            f"conversion killed before the end leaves no manifest); re-run 'turboloader "
-            f"convert', or pass --no-manifest to verify data not written by it")
     with open(found, encoding="utf-8-sig") as f:
         try:
             man = json.load(f)
@@ -861,6 +861,11 @@ def check_manifest(path, fmt=None):
     if not man.get("complete"):
         raise ManifestError(f"{found!r}: the conversion that wrote this output did not finish "
                             f"(killed or failed); the output is incomplete")
+    return man
+
+
+def _check_entries(found, man):
+    """Every shard (class directory) ``man`` lists matches; returns their absolute paths."""
     base = os.path.dirname(found)
     listed = set()
     for e in man["shards"]:
@@ -884,12 +889,66 @@ def check_manifest(path, fmt=None):
             if k in got and got[k] != e[k]:
                 raise ManifestError(f"{found!r}: {e['path']!r}: {k} is {got[k]}, the manifest "
                                     f"records {e[k]}")
-    if man["layout"] == "tar":
-        # every shard asked about (all of a directory) must be listed
-        extra = [u for u in _TarSource(os.fspath(path)).urls if os.path.abspath(u) not in listed]
-        if extra:
-            raise ManifestError(f"{found!r}: shard {extra[0]!r} is not in the manifest")
-    return man
+    return listed
+
+
+def check_manifest(path, fmt=None):
+    """Check a converted folder or TAR-shard output against its manifest.
+
+    Every shard (TAR) or class directory (folder) listed must exist with the recorded
+    sample count, size and SHA-256, and every shard asked about (all of a directory's) must
+    be listed in its manifest. A directory holding several shard sets (``train-*.tar`` and
+    ``val-*.tar``, each with its ``<prefix>manifest.json``) is checked set by set.
+
+    Returns:
+        The manifest (a dict); for several shard sets, their union (``samples`` summed,
+        ``shards`` concatenated, ``manifests``: their paths).
+
+    Raises:
+        ManifestError: no manifest, a manifest of an unfinished conversion, or a mismatch
+            (the message names the shard and the field).
+
+    Example:
+        >>> check_manifest("out/shards")["samples"]       # doctest: +SKIP
+        3000
+    """
+    fmt = fmt or detect_format(path)
+    path = os.fspath(path)
+    missing = ManifestError(
+        f"{path!r} has no {MANIFEST}: its completeness cannot be checked (a "
+        f"conversion killed before the end leaves no manifest); re-run 'turboloader "
+        f"convert', or pass --no-manifest to verify data not written by it")
+    if fmt == "folder":
+        found = find_manifest(path, fmt)
+        if found is None:
+            raise missing
+        man = _load_manifest(found)
+        _check_entries(found, man)
+        return man
+    urls = _TarSource(path).urls
+    per_shard = {u: _manifest_of_shard(u) for u in urls}
+    found = set(per_shard.values()) - {None}
+    if os.path.isdir(path):
+        found |= set(_manifests_in(path))
+    if not found:  # shards beside other outputs' manifests are in none of them
+        found = {m for u in urls for m in _manifests_in(os.path.dirname(os.path.abspath(u)))}
+    if not found:
+        raise missing
+    mans = {}
+    for f in sorted(found):
+        mans[f] = (_load_manifest(f), _check_entries(f, _load_manifest(f)))
+    for u, f in per_shard.items():
+        if f is None or os.path.abspath(u) not in mans[f][1]:
+            where = f or ", ".join(sorted(mans))
+            raise ManifestError(f"{where!r}: shard {u!r} is not in the manifest")
+    if len(mans) == 1:
+        return next(iter(mans.values()))[0]
+    all_ = [m for m, _ in mans.values()]
+    classes = [m.get("classes") for m in all_]
+    return {"format": "turboloader-manifest", "version": 1, "layout": "tar",
+            "complete": True, "samples": sum(m["samples"] for m in all_),
+            "classes": classes[0] if all(c == classes[0] for c in classes) else None,
+            "shards": [e for m in all_ for e in m["shards"]], "manifests": sorted(mans)}
 
 
 # -- sinks -----------------------------------------------------------------------------------
@@ -935,7 +994,8 @@ def _tar_info(name, size):
 class _TarSink:
     """WebDataset shards ``pattern % i``; each written to a temporary name and renamed."""
 
-    def __init__(self, pattern, *, shard_size, overwrite, classes=None, shuffle_seed=None):
+    def __init__(self, pattern, *, shard_size, overwrite, classes=None, shuffle_seed=None,
+                 prefix=None):
         self.pattern = pattern
         self.shard_size = shard_size
         self.overwrite = overwrite
@@ -947,10 +1007,25 @@ class _TarSink:
         self.classes = classes
         self.shuffle_seed = shuffle_seed
         self._entries = []
-        # an unfinished conversion leaves this "complete": false manifest behind; one
-        # shard set per directory, a single x.tar gets its own x.tar.manifest.json
-        self._manifest = os.path.join(directory, MANIFEST) if "%" in pattern else \
-            os.path.abspath(pattern) + "." + MANIFEST
+        # an unfinished conversion leaves this "complete": false manifest behind. One
+        # manifest (and classes.json) per shard set: <prefix>manifest.json for the pattern
+        # <prefix>%05d.tar (train-manifest.json; manifest.json for a directory output), so
+        # the splits of one dataset share a folder; a single x.tar gets x.tar.manifest.json
+        if "%" in pattern:
+            if prefix is None:
+                base = os.path.basename(pattern)
+                prefix = base[:base.index("%")]
+            self._manifest = os.path.join(directory, prefix + MANIFEST)
+            self._classes = os.path.join(directory, prefix + "classes.json")
+        else:
+            self._manifest = os.path.abspath(pattern) + "." + MANIFEST
+            self._classes = os.path.join(directory, "classes.json")
+        if not overwrite and os.path.exists(self._manifest):
+            # checked before anything is written: a conversion refused here must not
+            # leave the existing output's manifest marked unfinished
+            raise FileExistsError(f"{self._manifest!r} exists: another conversion wrote "
+                                  f"into {pattern!r} (use --overwrite, or overwrite=True, "
+                                  f"to replace it, or another output name)")
         _write_json_atomic(self._manifest, _manifest("tar", [], classes=classes, complete=False,
                                                      shuffle_seed=shuffle_seed))
 
@@ -998,7 +1073,7 @@ class _TarSink:
     def close(self):
         self._finish()
         if self.classes is not None:
-            _write_json_atomic(os.path.join(self.directory, "classes.json"), list(self.classes))
+            _write_json_atomic(self._classes, list(self.classes))
         # last, and atomically: its presence says every shard above is complete
         _write_json_atomic(self._manifest, _manifest("tar", self._entries, classes=self.classes,
                                                      complete=True,
@@ -1202,10 +1277,15 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
             of the MCUs per row: the smallest whose markers add at most ~3% to
             the size, so crops are cut finely and intervals never wrap a row).
 
-    Folder and TAR outputs get a ``manifest.json`` (written first as "complete": false,
-    replaced atomically at the end with each shard's sample count, size and SHA-256;
+    Folder and TAR outputs get a manifest (written first as "complete": false, replaced
+    atomically at the end with each shard's sample count, size and SHA-256;
     :func:`check_manifest` and ``turboloader verify`` check it); TAR outputs also get a
-    ``classes.json`` when the source names its classes.
+    classes file when the source names its classes. One of each per shard set, named after
+    the output's prefix: ``out/train-%05d.tar`` gets ``out/train-manifest.json`` and
+    ``out/train-classes.json``, so ``out/val-%05d.tar`` can share the folder; a directory
+    output gets ``manifest.json`` and ``classes.json``, a single ``x.tar``
+    ``x.tar.manifest.json``. A conversion whose manifest exists is refused before it writes
+    anything (unless ``overwrite``).
 
     Returns:
         A :class:`ConvertReport`.
@@ -1258,8 +1338,11 @@ def convert(src, dst, /, *, src_format=None, dst_format=None, shard_size=None,
     elif dst_format == "tar":
         if shard_size is None and not dst.lower().endswith(".tar"):
             shard_size = 5000
+        # a directory output is one shard set: its manifest is plain manifest.json
         sink = _TarSink(_tar_pattern(dst, shard_size), shard_size=shard_size,
-                        overwrite=overwrite, classes=source.classes, shuffle_seed=shuffle_seed)
+                        overwrite=overwrite, classes=source.classes, shuffle_seed=shuffle_seed,
+                        prefix="" if "%" not in dst and not dst.lower().endswith(".tar")
+                        else None)
     else:
         sink = _FolderSink(dst, classes=source.classes, overwrite=overwrite,
                            shuffle_seed=shuffle_seed)

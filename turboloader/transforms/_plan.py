@@ -61,7 +61,10 @@ Resize(256)+CenterCrop, 12 hires       0.62         0.9                 4     6 
 quality 75-95, 4:2:0), where a 224 output rarely allows any reduction; "hires":
 ``benchmarks/datasets.py --hires`` photographs, 1600-4000 px, reduced 1/4 or 1/8.
 ``tests/transforms/test_plan.py`` asserts mean <= 2, per-image mean <= 5, p99 <= 12,
-max <= 64.
+max <= 64. Sharp black/white edges (text, line art) are the worst case: the scaled IDCT
+rings differently from the full-size decode's antialiasing, up to 83 levels measured
+(``tests/transforms/test_exactness.py`` holds edges to 96 and photographs to 64);
+``plan(..., dct_scaling=False)``, also as a dataset's transform, is torchvision's result.
 """
 
 import math
@@ -98,7 +101,7 @@ _MAX_OPS = 8
 
 def _flatten(transform):
     """The member list: Compose (ours or torchvision's) and wrappers unrolled, no-ops dropped."""
-    if isinstance(transform, Compose) or _is_torchvision_compose(transform):
+    if isinstance(transform, (Compose, Plan)) or _is_torchvision_compose(transform):
         out = []
         for t in transform.transforms:
             out.extend(_flatten(t))
@@ -175,17 +178,24 @@ def _delegated_attribute(func):
     return None
 
 
-def plan(transform, *, dct_scaling=True):
+def plan(transform, *, dct_scaling=None):
     """Plan ``transform`` into one fused native call, or return None if it is not fusable.
+
+    A :class:`Plan` is itself a transform: passed as a dataset's ``transform`` it is used
+    with its own ``dct_scaling``, so ``TarDataset(urls, T.plan(pipeline,
+    dct_scaling=False))`` reads torchvision's pixels (within 1 uint8 level) on the fused
+    path.
 
     Args:
         transform: a :class:`~turboloader.transforms.Compose` (or a torchvision
             ``Compose`` whose members are all turboloader transforms), a single transform,
-            or an object that wraps one of these (its ``__call__`` is exactly
-            ``return self.<attr>(img)``, as torchvision's classification presets).
+            an object that wraps one of these (its ``__call__`` is exactly
+            ``return self.<attr>(img)``, as torchvision's classification presets), or a
+            :class:`Plan`.
         dct_scaling: decode at a reduced JPEG DCT scale when the output is small enough
-            (several times faster; see the module docstring for the tolerance). False gives
-            torchvision's result within 1 uint8 level.
+            (several times faster, but not torchvision's pixels: up to ~80 levels apart
+            at sharp edges; see the module docstring). False gives torchvision's result
+            within 1 uint8 level. Default: True, or a :class:`Plan`'s own.
 
     Returns:
         A :class:`Plan`, or None (the pipeline must run as ordinary callables;
@@ -200,6 +210,8 @@ def plan(transform, *, dct_scaling=True):
     """
     if not callable(transform):
         raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+    if dct_scaling is None:
+        dct_scaling = transform.dct_scaling if isinstance(transform, Plan) else True
     members = _flatten(transform)
     steps = _parse(members)
     if isinstance(steps, str):
