@@ -238,3 +238,22 @@ def test_hf_mask_stored_by_path(tmp_path, limit):
     assert by_bytes.shape == (24, 32) and torch.equal(by_bytes, by_path)
     with pytest.raises(UnreadableFileError, match=r"'c'.*big\.png.*over the member-size"):
         next(it)
+
+
+@pytest.mark.parametrize("suffix", [".tar", ".tar.gz"])
+def test_mask_member_over_the_limit(tmp_path, limit, suffix):
+    """A ``MaskField`` member (read whole, besides the image) is held to the member-size
+    limit too, in a plain and a compressed shard: a SampleError naming the member."""
+    from turboloader import transforms as T
+    from turboloader.data import MaskField
+
+    small = _png(np.zeros((48, 64), np.uint8))
+    members = [("a.jpg", jpeg(0)), ("a.seg.png", small),
+               ("b.jpg", jpeg(1)), ("b.seg.png", small + b"\0" * 50000)]
+    path = write_tar(tmp_path / f"m{suffix}", members)
+    limit(max(len(small), len(jpeg(0)), len(jpeg(1))) + 1000)
+    it = iter(TarDataset(path, T.Compose([T.Resize(24), T.ToTensor()]), shuffle=False,
+                         fields=("jpg", MaskField("seg.png"))))
+    assert next(it)[1].shape == (24, 32)
+    with pytest.raises(SampleError, match=r"'b\.seg\.png'.*over the member-size limit"):
+        next(it)

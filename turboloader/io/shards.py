@@ -354,8 +354,14 @@ class TarShard:
 
         Raises:
             TarFormatError: the file no longer holds a member's bytes.
+            UnreadableFileError: a member is over the member-size limit.
         """
         have = self._members[j]
+        sizes = self._index.sizes
+        for ext in exts:
+            if ext in have and int(sizes[have[ext]]) > files.MAX_FILE_BYTES:
+                check_size(f"member {self._names[have[ext]]!r} of {self.url!r}",
+                           int(sizes[have[ext]]))
         return {ext: bytes(self._index.member(have[ext])) for ext in exts if ext in have}
 
     # -- batch access: what a dataset gathering many samples at a time needs ---------------
