@@ -74,28 +74,23 @@ _NUMPY = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: n
 _BY_NAME = {str(d): d for d in _NUMPY}
 
 
-def _own_storage(array, release, *args) -> torch.Tensor:
-    """``torch.from_numpy(array)``, calling ``release(*args)`` when its torch storage dies.
+def _own_storage(array, release=None, *args) -> torch.Tensor:
+    """``torch.from_numpy(array)``, keeping ``array`` and calling ``release(*args)`` (when
+    given) until and when its torch storage dies.
 
     Not when the storage lets go of the memory: ``share_memory_()``, or pickling the tensor
     to another process (a ``torch.multiprocessing`` queue), copies a storage that is not
     torch's shared memory into new shared memory and frees the old memory at once, while a
     NumPy array (``.numpy()``) or DLPack capsule of the tensor still points there. Those
     hold the storage (through the tensor), never the memory, so the memory (``array``) is
-    kept until the storage itself dies, and only then may the pool rewrite or unmap it.
-    (torch keeps a storage's Python object alive, for the weak reference, as long as the
-    storage lives.)"""
+    kept by the storage's Python object, which torch keeps alive as long as the storage
+    lives, and only then may the pool rewrite or unmap it."""
     out = torch.from_numpy(array)
-    weakref.finalize(out.untyped_storage(), _release, release, args, array).atexit = False
+    storage = out.untyped_storage()
+    storage._tl_memory = array
+    if release is not None:
+        weakref.finalize(storage, release, *args).atexit = False
     return out
-
-
-def _release(release, args, _memory):
-    release(*args)
-
-
-def _nothing():
-    pass
 
 
 def _aligned(nbytes) -> np.ndarray:
@@ -298,7 +293,7 @@ class BufferPool:
             return new_shared(shape, dtype)
         if dtype in _NUMPY:  # untracked, but as safe to move as a block's hand-out
             memory = _aligned(_nbytes(shape, dtype))[:_nbytes(shape, dtype)]
-            return _own_storage(memory.view(_NUMPY[dtype]).reshape(shape), _nothing)
+            return _own_storage(memory.view(_NUMPY[dtype]).reshape(shape))
         return torch.empty(shape, dtype=dtype)
 
     def _take(self, key, *, fresh):
