@@ -292,8 +292,8 @@ class BufferPool:
         if self.shared:
             return new_shared(shape, dtype)
         if dtype in _NUMPY:  # untracked, but as safe to move as a block's hand-out
-            memory = _aligned(_nbytes(shape, dtype))[:_nbytes(shape, dtype)]
-            return _own_storage(memory.view(_NUMPY[dtype]).reshape(shape))
+            nbytes = _nbytes(shape, dtype)
+            return _own_storage(_aligned(nbytes)[:nbytes].view(_NUMPY[dtype]).reshape(shape))
         return torch.empty(shape, dtype=dtype)
 
     def _take(self, key, *, fresh):
