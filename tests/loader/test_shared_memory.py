@@ -188,5 +188,5 @@ def test_a_killed_workers_blocks_are_freed_under_file_system_sharing(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     before, after = eval(out.stdout.strip().splitlines()[-1])
     batch = kept.B * 3 * 16 * 16 * 4  # a float32 batch of 16 x 16 images
-    assert sum(size >= batch for size in before) >= 2, before  # the pool's blocks were there
+    assert any(size >= batch for size in before), before  # the pool's blocks were there
     assert [size for size in after if size >= batch] == [], (before, after)

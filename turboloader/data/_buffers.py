@@ -74,28 +74,23 @@ _NUMPY = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: n
 _BY_NAME = {str(d): d for d in _NUMPY}
 
 
-def _own_storage(array, release, *args) -> torch.Tensor:
-    """``torch.from_numpy(array)``, calling ``release(*args)`` when its torch storage dies.
+def _own_storage(array, release=None, *args) -> torch.Tensor:
+    """``torch.from_numpy(array)``, keeping ``array`` and calling ``release(*args)`` (when
+    given) until and when its torch storage dies.
 
     Not when the storage lets go of the memory: ``share_memory_()``, or pickling the tensor
     to another process (a ``torch.multiprocessing`` queue), copies a storage that is not
     torch's shared memory into new shared memory and frees the old memory at once, while a
     NumPy array (``.numpy()``) or DLPack capsule of the tensor still points there. Those
     hold the storage (through the tensor), never the memory, so the memory (``array``) is
-    kept until the storage itself dies, and only then may the pool rewrite or unmap it.
-    (torch keeps a storage's Python object alive, for the weak reference, as long as the
-    storage lives.)"""
+    kept by the storage's Python object, which torch keeps alive as long as the storage
+    lives, and only then may the pool rewrite or unmap it."""
     out = torch.from_numpy(array)
-    weakref.finalize(out.untyped_storage(), _release, release, args, array).atexit = False
+    storage = out.untyped_storage()
+    storage._tl_memory = array
+    if release is not None:
+        weakref.finalize(storage, release, *args).atexit = False
     return out
-
-
-def _release(release, args, _memory):
-    release(*args)
-
-
-def _nothing():
-    pass
 
 
 def _aligned(nbytes) -> np.ndarray:
@@ -253,6 +248,7 @@ class BufferPool:
         self._blocks = {}  # (shape, dtype) -> [_Block]
         self._by_ptr = {}  # block address -> _Block
         self._kept = 0
+        self._files = ()  # the blocks' shared-memory file names (file_system strategy)
         self._lock = threading.RLock()  # a hand-out's return may run inside get() (GC)
         self.allocated = self.reused = self.waited = 0
 
@@ -296,8 +292,8 @@ class BufferPool:
         if self.shared:
             return new_shared(shape, dtype)
         if dtype in _NUMPY:  # untracked, but as safe to move as a block's hand-out
-            memory = _aligned(_nbytes(shape, dtype))[:_nbytes(shape, dtype)]
-            return _own_storage(memory.view(_NUMPY[dtype]).reshape(shape), _nothing)
+            nbytes = _nbytes(shape, dtype)
+            return _own_storage(_aligned(nbytes)[:nbytes].view(_NUMPY[dtype]).reshape(shape))
         return torch.empty(shape, dtype=dtype)
 
     def _take(self, key, *, fresh):
@@ -316,6 +312,8 @@ class BufferPool:
         block = self._new(key, nbytes)
         blocks.append(block)
         self._by_ptr[block.ptr] = block
+        if block.name is not None:
+            self._files += (block.name,)
         self._kept += nbytes
         self.allocated += 1
         return self._hand_out(block)
@@ -383,6 +381,7 @@ class BufferPool:
             self._blocks.clear()
             self._by_ptr.clear()
             self._kept = 0
+            self._files = ()
 
     def nbytes(self) -> int:
         """Bytes of the blocks the pool keeps."""
@@ -417,8 +416,9 @@ def _reduce_recycled(tensor):
         return reduce_tensor(plain)
     block, offset = sending
     at = int(block.counter.ctypes.data - block.ptr)
+    # every block's file goes along, so the receiver knows those still in flight too
     return _received, (block.base, offset, tuple(plain.shape), tuple(plain.stride()),
-                       str(plain.dtype), at, block.name, os.getpid())
+                       str(plain.dtype), at, pool._files, os.getpid())
 
 
 class _Receipt:
@@ -451,13 +451,14 @@ os.register_at_fork(before=_pin_receipts)
 _worker_files = {}  # worker pid -> names of its blocks' shared-memory files (file_system)
 
 
-def _received(base, offset, shape, stride, dtype, at, name=None, pid=None):
+def _received(base, offset, shape, stride, dtype, at, files=(), pid=None):
     """The receiving side of :func:`_reduce_recycled`: the block's memory as a tensor of its
-    own storage, whose death counts the release (and unmaps the block here)."""
-    if name is not None:
+    own storage, whose death counts the release (and unmaps the block here). ``files``: the
+    sending worker's block files (file_system strategy), for :func:`workers_exited`."""
+    if files:
         if pid not in _worker_files and len(_worker_files) >= 64:
             _forget_gone_workers()  # torch's own DataLoader never tells workers_exited
-        _worker_files.setdefault(pid, set()).add(name)
+        _worker_files.setdefault(pid, set()).update(files)
     dtype = _BY_NAME[dtype]
     array = base.numpy()
     span = _span(shape, stride, torch.empty((), dtype=dtype).element_size())
@@ -484,10 +485,11 @@ def workers_exited(exitcodes) -> int:
     that torch unlinks when the last process mapping one lets go; a worker that dies
     (SIGKILL, the OOM killer) never lets go, so its blocks would stay until torch's
     manager exits with the main process. A dead worker's (non-zero exit code) blocks that
-    this process has received are unlinked here: the memory lives on for whoever still maps
-    it (a batch still held) and is freed when they let go. (The worker's share of torch's
-    reference count keeps torch from unlinking the name again.) A worker that exited
-    cleanly freed its own; its names are forgotten.
+    this process has heard of (every batch received from it names them all) are unlinked
+    here: the memory lives on for whoever still maps it (a batch still held) and is freed
+    when they let go. (The worker's share of torch's reference count keeps torch from
+    unlinking the name again.) A worker that exited cleanly freed its own; its names are
+    forgotten.
 
     Returns the number of files unlinked.
     """
