@@ -224,8 +224,9 @@ class StreamReader:
     def decode(self, chunk, out, row0=0, *, counters, timing=None, decoder=None):
         """Decode and transform every readable row of ``chunk``: row ``i`` into
         ``out[row0 + i]`` on the batch path. ``decoder``: another transform's
-        :class:`~turboloader.data.cache.Decoder` (no cache) instead of the stream's own (an
-        aspect-ratio bucket's).
+        :class:`~turboloader.data.cache.Decoder` instead of the stream's own (an
+        aspect-ratio bucket's); the stream's cache serves it too (cached images are stored
+        before any transform).
 
         Returns:
             ``(errors, objs)``: per row, the exception that made it fail (``chunk.errors``
@@ -236,7 +237,8 @@ class StreamReader:
         sources, errors, sizes = chunk.sources, chunk.errors, chunk.sizes
         objs = [None] * n
         dec = self.decoder if decoder is None else decoder
-        if dec.cache is not None:
+        cached = self.decoder.cache is not None
+        if cached:
             self._through_cache(chunk, counters)
         plan = (self.plan if decoder is None else decoder.plan) if out is not None else None
         fused, generic = [], []
@@ -274,7 +276,7 @@ class StreamReader:
                     if result.warnings[j] and errors[i] is None:
                         warnings.warn(result.warnings[j], DecodeWarning, stacklevel=3)
             if counters is not None:
-                counters["transform_s" if dec.cache is not None else "decode_s"] += \
+                counters["transform_s" if cached else "decode_s"] += \
                     time.perf_counter() - t
             if generic:
                 generic.sort()

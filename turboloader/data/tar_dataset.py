@@ -11,12 +11,11 @@ import torch.utils.data
 
 from turboloader.data import sharding
 from turboloader.data.checkpoint import TarCheckpoints, delivered_counts, topology
-from turboloader.data._buffers import as_row, collated_batch_size, shared_pool
+from turboloader.data._buffers import shared_pool
 from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
-from turboloader.data import reader as _reader
+from turboloader.data import stream
 from turboloader.data.stream import _Cursor
-from turboloader.data.reader import (Chunk, ReaderMixin, StreamReader, collate_labels,
-                                     fill_row, stream_name)
+from turboloader.data.reader import Chunk, ReaderMixin, StreamReader, stream_name
 from turboloader.io.shards import TarShards, check_record as _check_record, parse_label
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import SampleError, TarFormatError, TurboLoaderError
@@ -503,6 +502,16 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         _, world = _topology(self.rank, self.world_size)
         return sharding.worker_counts(self.num_samples, world, num_workers, pad=self.pad)
 
+    def first_stream(self, num_workers: int) -> int:
+        """The logical stream whose batch comes first in the pass starting now: after
+        :meth:`load_state_dict`, the one whose batch was next when the state was taken
+        (torch's workers rotate to it, see ``_rotated``); else 0."""
+        resume = self._resume
+        if resume is not None and resume["epoch"] == self._epoch.value and \
+                resume["num_workers"] == num_workers:
+            return resume["next_worker"]
+        return 0
+
     def worker_stream(self, worker: int, num_workers: int, *, batch_size=None, out=None,
                       timing=None):
         """The samples (or batches) of logical worker ``worker`` of ``num_workers`` in the
@@ -543,10 +552,28 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                           timing=timing)
 
     def _open(self, worker, num_workers, name, epoch, *, batch_size=None, out=None,
-              timing=None):
-        rank, world = _topology(self.rank, self.world_size)
+              timing=None, grouping=None):
         if batch_size is not None and int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        slots, samples = self._worker_items(epoch, worker, num_workers)
+        key = None if grouping is None else grouping.key()
+        resume = self._resume
+        if resume is not None and resume["epoch"] == epoch and resume.get("grouping") != key:
+            what = {None: "the dataset's samples (or batches)"}
+            raise ValueError(
+                f"TarDataset: the loaded state was taken over "
+                f"{what.get(resume.get('grouping'), 'bucketed batches')} but this pass reads "
+                f"{what.get(key, 'bucketed batches')}: positions differ between the two; take "
+                f"the state from the object the loader iterates (ds.bucketed(...).state_dict "
+                f"or turboloader.DataLoader.state_dict)")
+        resume = self._take_resume(epoch, worker, num_workers)
+        return self._stream(name, slots, samples, epoch, resume,
+                            worker=worker, num_workers=num_workers, batch_size=batch_size,
+                            out=out, timing=timing, grouping=grouping)
+
+    def _worker_items(self, epoch, worker, num_workers):
+        """``(slots, samples)`` lists of logical worker ``worker``'s pass over ``epoch``."""
+        rank, world = _topology(self.rank, self.world_size)
         # automatic epochs cannot be agreed across ranks without communication: every rank
         # keeps its samples (fixed assignment, as with the cache) and reshuffles within them
         fixed = bool(self.cache_bytes) or (epoch >= AUTO_EPOCH and world > 1)
@@ -555,129 +582,35 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
             world_size=world, worker=worker, num_workers=num_workers, pad=self.pad,
             fixed=fixed, random_access=self._random_access,
             mix_shards=self.mix_shards)
-        resume = self._take_resume(epoch, worker, num_workers)
-        return self._stream(name, slots.tolist(), samples.tolist(), epoch, resume,
-                            worker=worker, num_workers=num_workers, batch_size=batch_size,
-                            out=out, timing=timing)
+        return slots.tolist(), samples.tolist()
 
     def _stream(self, name, slots, samples, epoch, resume, *, worker, num_workers, batch_size,
-                out, timing):
+                out, timing, grouping=None):
         """One pass of one logical worker stream, with a reader of its own for as long as
-        it runs (see :meth:`~turboloader.data.reader.ReaderMixin._lease`)."""
+        it runs (see :meth:`~turboloader.data.reader.ReaderMixin._lease`): the walk
+        (:mod:`turboloader.data.stream`) grouped as samples, batches of ``batch_size``, or
+        by ``grouping`` (which orders the items into its groups first: buckets)."""
         st = self._lease(name)
         try:
             if self.shard_cache is not None:
                 seen = dict.fromkeys(int(np.searchsorted(self._offsets, g, side="right")) - 1
                                      for g in samples)
                 st.upcoming = [self.urls[s] for s in seen]
+            if grouping is not None:
+                order, groups, decoders = grouping.layout(st, samples)
+                slots = [slots[i] for i in order]
+                samples = [samples[i] for i in order]
             cursor = _Cursor(self, st, slots, samples, epoch, worker=worker,
                              num_workers=num_workers, resume=resume)
-            if batch_size is None:
-                yield from self._samples(cursor, timing)
+            if grouping is not None:
+                cursor.progress["grouping"] = grouping.key()
+                yield from stream.grouped(cursor, groups, decoders, out, timing)
+            elif batch_size is None:
+                yield from stream.samples(cursor, timing)
             else:
-                yield from self._batches(cursor, int(batch_size), out, timing)
+                yield from stream.batches(cursor, int(batch_size), out, timing)
         finally:
             self._release(st)
-
-    def _samples(self, cur, timing=None):
-        """``(image, label)`` one at a time, decoded a buffer at a time into a recycled
-        buffer (yielded images are views of it; it is reused once none is referenced). A
-        buffer is written whole before its first row is yielded, and never after.
-
-        In a DataLoader worker whose ``default_collate`` has stacked a batch of ``B`` rows
-        (see :func:`~turboloader.data._buffers.collated_batch_size`), the buffer is a
-        recycled shared one of ``B`` rows starting at a batch boundary of the stream: the
-        next batch is then exactly its rows, which collate hands on without a copy."""
-        st, counters = cur.st, cur.counters
-        tt = self.target_transform
-        worker = torch.utils.data.get_worker_info() is not None
-        # in a DataLoader worker, torch's collate stacks rows into recycled shared memory
-        row = as_row if worker else None
-        chunk = _reader.SAMPLE_CHUNK
-        fields = self._fields
-        pos = 0  # samples yielded
-        try:
-            while True:
-                B = collated_batch_size() if worker and st.plan is not None else 0
-                if B:  # up to the next batch boundary
-                    st.buffers.clear()  # the chunk buffers of the first batch: not needed now
-                    size = B - pos % B
-                    out = st.rows(size, shared=True)
-                else:
-                    size = chunk
-                    out = st.rows(size) if st.plan is not None else None
-                images, labels, events = [], [], []
-                r0, exc = 0, None
-                while r0 < size:
-                    want = min(size - r0, chunk)
-                    n, imgs, labs, evs, exc = cur.fill(out, r0, r0 + want, timing, defer=True)
-                    images += imgs
-                    labels += labs
-                    events += evs
-                    r0 += n
-                    if exc is not None or n < want:
-                        break
-                for r in range(r0):
-                    cur.deliver(events[r])
-                    counters["samples"] += 1
-                    st.recorder.sample_done()
-                    img = images[r]
-                    if img is None:
-                        img = out[r] if row is None else row(out[r])
-                    label = labels[r]
-                    images[r] = None
-                    if fields is not None:
-                        yield fields.sample(img, label)
-                    else:
-                        yield img, (label if tt is None else tt(label))
-                pos += r0
-                if exc is not None:
-                    raise exc
-                if r0 < size:
-                    return
-                # let go of this buffer before asking for the next one, so that it is
-                # reused when the consumer has dropped its samples
-                out = images = img = None
-        finally:
-            st.recorder.flush()
-
-    def _batches(self, cur, B, out, timing=None):
-        """``[images, labels]`` batches of ``B`` (the last one shorter), each decoded into
-        one tensor from ``out``."""
-        st, counters = cur.st, cur.counters
-        tt = self.target_transform
-        alloc = out or (lambda shape, dtype: torch.empty(shape, dtype=dtype))
-        try:
-            while True:
-                shape = st.out_shape
-                images_out = alloc((B, *shape[0]), shape[1]) if shape is not None else None
-                n, images, labels, events, _ = cur.fill(images_out, 0, B, timing)
-                if n == 0:
-                    return
-                cur.deliver(events[-1])
-                counters["samples"] += n
-                st.recorder.sample_done(n)
-                if images_out is None:
-                    images_out = _stack(images, alloc)
-                else:
-                    for r, img in enumerate(images):
-                        if img is not None:
-                            fill_row(images_out, r, img)
-                    if n < B:
-                        images_out = images_out[:n]
-                if self._fields is not None:
-                    batch = self._fields.batch(images_out, labels)
-                else:
-                    if tt is not None:
-                        labels = [tt(v) for v in labels]
-                    batch = [images_out, collate_labels(labels)]
-                images_out = images = None  # only the consumer holds the batch now
-                yield batch
-                if n < B:
-                    return
-                batch = None
-        finally:
-            st.recorder.flush()
 
     def bucketed(self, batch_size: int, buckets, *, transform=None, drop_last: bool = False):
         """This dataset yielding aspect-ratio-bucketed batches: each ``[images, labels]``
@@ -761,22 +694,6 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                 f"cache={self.cache_bytes or None}, on_error={self.policy.on_error!r})")
 
 
-def _stack(images, alloc):
-    """Images of the generic path as one batch: rows of an ``alloc`` tensor when they are
-    tensors of one shape, else torch's ``default_collate``."""
-    first = images[0]
-    if isinstance(first, torch.Tensor) and all(
-            isinstance(x, torch.Tensor) and x.shape == first.shape and x.dtype == first.dtype
-            for x in images):
-        out = alloc((len(images), *first.shape), first.dtype)
-        for r, img in enumerate(images):
-            out[r].copy_(img)
-        return out
-    from torch.utils.data._utils.collate import default_collate
-
-    return default_collate(images)
-
-
 class TarBatches(torch.utils.data.IterableDataset):
     """A :class:`TarDataset` that yields ``[images, labels]`` batches (see
     :meth:`TarDataset.batched`). Attributes not defined here are the dataset's."""
@@ -810,6 +727,30 @@ class TarBatches(torch.utils.data.IterableDataset):
             if self.drop_last and len(batch[1]) < B:
                 return
             yield batch
+
+    def state_dict(self, *, batches=None, batch_size=None, num_workers=None, drop_last=False,
+                   delivered=None) -> dict:
+        """The dataset's :meth:`TarDataset.state_dict` (batches of a stream are its samples in
+        order, so the state is the same), with ``batches=k`` counted in this object's
+        batches: ``batch_size`` and ``drop_last`` are this object's (a loader over it has
+        ``batch_size=None``); ``batch_size=``, when given, must agree.
+
+        Raises:
+            ValueError: a ``batch_size`` other than this object's, or what the dataset's
+                ``state_dict`` raises."""
+        if batches is not None:
+            if batch_size is not None and int(batch_size) != self.batch_size:
+                raise ValueError(f"TarBatches.state_dict: batch_size={batch_size} but these "
+                                 f"batches hold {self.batch_size}")
+            batch_size, drop_last = self.batch_size, self.drop_last
+        return self.dataset.state_dict(batches=batches, batch_size=batch_size,
+                                       num_workers=num_workers, drop_last=drop_last,
+                                       delivered=delivered)
+
+    def load_state_dict(self, state: dict) -> None:
+        """The dataset's :meth:`TarDataset.load_state_dict` (a state of its samples or of
+        these batches: the positions are the same)."""
+        self.dataset.load_state_dict(state)
 
     def __len__(self) -> int:
         """Batches per rank per epoch, for ``num_workers`` streams (one when not given)."""
