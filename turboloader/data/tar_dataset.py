@@ -559,11 +559,12 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         key = None if grouping is None else grouping.key()
         resume = self._resume
         if resume is not None and resume["epoch"] == epoch and resume.get("grouping") != key:
-            what = {None: "the dataset's samples (or batches)"}
+            def what(k):
+                return "the dataset's samples (or batches)" if k is None else f"buckets {k}"
+
             raise ValueError(
-                f"TarDataset: the loaded state was taken over "
-                f"{what.get(resume.get('grouping'), 'bucketed batches')} but this pass reads "
-                f"{what.get(key, 'bucketed batches')}: positions differ between the two; take "
+                f"TarDataset: the loaded state was taken over {what(resume.get('grouping'))} "
+                f"but this pass reads {what(key)}: positions differ between the two; take "
                 f"the state from the object the loader iterates (ds.bucketed(...).state_dict "
                 f"or turboloader.DataLoader.state_dict)")
         resume = self._take_resume(epoch, worker, num_workers)
