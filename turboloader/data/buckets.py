@@ -18,16 +18,26 @@ on top of the dataset's own epoch order, sharding and failure policy:
   shards it), and no bucket waits past the end of an epoch.
 * **Resize**: ``transform(size)`` builds the pipeline of a bucket of ``size = (h, w)``;
   the default covers the bucket (the largest window of the bucket's aspect ratio at a
-  random position, resized to it: ``RandomResizedCrop(size, scale=(1, 1), ratio=(w/h,
-  w/h))``) and converts to a float tensor. The window and scale are drawn from the
+  uniformly random position, resized to it: a ``RandomResizedCrop`` whose window is
+  always that largest one) and converts to a float tensor. The window is drawn from the
   header, and decoding is fused, as for any turboloader pipeline.
-* **Failures**: a sample that fails is skipped (``on_error="skip"``, counted in
-  ``stats()``, its batch one shorter) or raised. No replacements.
+* **The walk is the dataset's** (:mod:`turboloader.data.stream`): the bucket policy only
+  orders each stream's items into its batches; everything else is what every grouping
+  has. **Failures**: a sample that fails is raised, or skipped (``on_error="skip"``,
+  counted in ``stats()``, its batch one shorter) and replaced at the end of the stream by
+  the stream's good samples cycled in order, each decoded with the skipped sample's
+  random parameters into the skipped sample's bucket (batches of replacements of one
+  bucket), so every stream yields its full share. **The cache** (``cache=``) serves the
+  buckets as it serves samples (images are cached before any transform). **Fields**
+  (``fields=``, masks and boxes too) come out as the dataset's batches of fields, each
+  bucket's transform applied to the masks and boxes with the image's draws. **Resume**:
+  :meth:`TarBuckets.state_dict` / ``load_state_dict``, or ``turboloader.DataLoader``'s on
+  either backend; a state names positions in the buckets' order, so a state of the
+  dataset's samples is refused by a bucketed pass (and the other way round).
 
 Loaders: ``torch.utils.data.DataLoader(buckets, batch_size=None, num_workers=W)``, or
 ``turboloader.DataLoader(buckets, batch_size=None, ...)`` on either backend (the thread
-backend runs the same worker streams in threads). Not supported (yet): the cache, mid-epoch
-resume (``state_dict`` raises).
+backend runs the same worker streams in threads).
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ import torch.utils.data
 from turboloader.data._buffers import shared_pool
 from turboloader.errors import TurboLoaderError
 from turboloader.io.shards import TarShard
+from turboloader.transforms._geometry import RandomResizedCrop, _setup_size
 
 __all__ = ["TarBuckets", "nearest_bucket"]
 
@@ -64,12 +75,34 @@ def nearest_bucket(height, width, buckets) -> int:
     return got
 
 
+class _CoverCrop(RandomResizedCrop):
+    """The largest window of the bucket's aspect ratio at a uniformly random position,
+    resized to the bucket (``RandomResizedCrop`` with another draw: with ``scale=(1, 1)``
+    its ten attempts fit only an image of the bucket's exact ratio, and every other image
+    fell back to the centre). Fused like ``RandomResizedCrop``; masks and boxes follow it."""
+
+    def __init__(self, size):
+        h, w = _setup_size(size)
+        super().__init__((h, w), scale=(1.0, 1.0), ratio=(w / h, w / h))
+
+    def _draw_batch(self, sizes, d, mask=None):
+        H, W = sizes[:, 0], sizes[:, 1]
+        r = self.ratio[0]
+        wide = W * self.size[0] > H * self.size[1]  # W / H > r, exactly in integers
+        hh = np.where(wide, H, np.minimum(H, np.maximum(1, np.rint(W / r)).astype(np.int64)))
+        ww = np.where(wide, np.minimum(W, np.maximum(1, np.rint(H * r)).astype(np.int64)), W)
+        top = d.below(H - hh + 1, mask)
+        left = d.below(W - ww + 1, mask)
+        return {"top": top, "left": left, "height": hh, "width": ww}
+
+    def _extra_repr(self):
+        return f"size={self.size}, interpolation={self.interpolation!r}"
+
+
 def _default_transform(size):
     from turboloader import transforms as T
 
-    h, w = size
-    return T.Compose([T.RandomResizedCrop(size, scale=(1.0, 1.0), ratio=(w / h, w / h)),
-                      T.ToTensor()])
+    return T.Compose([_CoverCrop(size), T.ToTensor()])
 
 
 def _header_size(data):
@@ -190,12 +223,12 @@ class TarBuckets(torch.utils.data.IterableDataset):
                                    f"rank{rank}-worker{info.id}", epoch,
                                    out=shared_pool().get, grouping=self))
 
-    @staticmethod
-    def _sent(batches):
+    def _sent(self, batches):
+        from turboloader.data.stream import send
+
         pool = shared_pool()  # the batch crosses to the main process by handle
         for batch in batches:
-            batch[0] = pool.send(batch[0])
-            yield batch
+            yield send(self.dataset, batch, pool)
 
     # -- resume ---------------------------------------------------------------------------
 

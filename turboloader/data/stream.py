@@ -350,6 +350,15 @@ def grouped_marks(groups, failed_pos):
     return marks
 
 
+def send(ds, batch, pool):
+    """``batch`` (a list) with its image tensor, written into ``pool``'s shared memory,
+    sent by handle (:meth:`~turboloader.data._buffers.BufferPool.send`): the images are
+    entry 0, or the image field's place with ``fields=``."""
+    i = 0 if ds._fields is None else ds._fields.image
+    batch[i] = pool.send(batch[i])
+    return batch
+
+
 def _empty(shape, dtype):
     return torch.empty(shape, dtype=dtype)
 

@@ -778,7 +778,7 @@ class TarBatches(torch.utils.data.IterableDataset):
             if self.drop_last and len(batch[1]) < B:
                 return
             if pool is not None:
-                batch[0] = pool.send(batch[0])
+                stream.send(ds, batch, pool)
             yield batch
 
     def __repr__(self):
