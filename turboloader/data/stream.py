@@ -10,7 +10,8 @@ import torch.utils.data
 from turboloader.data._buffers import as_row, collated_batch_size
 from turboloader.data.epochs import AUTO_EPOCH
 from turboloader.data.failures import FailureLog
-from turboloader.data.reader import SAMPLE_CHUNK, collate_labels, compact, fill_row
+from turboloader.data.reader import SAMPLE_CHUNK, collate_labels, compact
+from turboloader.data.step import fill_row
 from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
 
 __all__ = ["batches", "grouped", "grouped_marks", "samples"]
