@@ -14,7 +14,7 @@ from turboloader.data.reader import SAMPLE_CHUNK, collate_labels, compact
 from turboloader.data.step import fill_row
 from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
 
-__all__ = ["batches", "grouped", "grouped_marks", "samples"]
+__all__ = ["batches", "grouped", "grouped_marks", "samples", "send"]
 
 
 class _Cursor:
