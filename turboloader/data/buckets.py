@@ -319,7 +319,7 @@ class TarBuckets(torch.utils.data.IterableDataset):
             _, groups = self._groups(st, samples)
         finally:
             ds._release(st)
-        return grouped_marks(groups, failed)
+        return grouped_marks(groups, failed, self.batch_size)
 
     # -- header sizes ---------------------------------------------------------------------
 

@@ -276,12 +276,12 @@ def batches(cur, B, out=None, timing=None):
         st.recorder.flush()
 
 
-def grouped(cur, groups, decoders, out=None, timing=None):
+def grouped(cur, groups, decoders, batch_size, out=None, timing=None):
     """Batches of an explicit grouping of the cursor's item list (aspect-ratio buckets):
     ``groups`` is ``[(g, n), ...]``, ``n`` consecutive items decoded by ``decoders[g]``
     into one batch, in list order; then the replacements of the items that failed, each
-    with the group of the item it replaces, in runs of one group (at most the largest
-    group's size). A group whose items all failed yields nothing. A resumed cursor
+    with the group of the item it replaces, in runs of one group (at most ``batch_size``).
+    A group whose items all failed yields nothing. A resumed cursor
     (``pos``, ``k``) continues at the boundary it names."""
     st = cur.st
     alloc = out or _empty
@@ -290,7 +290,7 @@ def grouped(cur, groups, decoders, out=None, timing=None):
         group_at += [g] * n
     if len(group_at) != cur.size:
         raise ValueError(f"the grouping covers {len(group_at)} items of {cur.size}")
-    B = max((n for _, n in groups), default=1)
+    B = int(batch_size)
     try:
         at = 0
         for g, n in groups:
@@ -324,7 +324,7 @@ def grouped(cur, groups, decoders, out=None, timing=None):
         st.recorder.flush()
 
 
-def grouped_marks(groups, failed_pos):
+def grouped_marks(groups, failed_pos, batch_size):
     """``(pos, replaced)`` after each batch :func:`grouped` yields, when the items at
     ``failed_pos`` (all the stream's failures, in the order they were met) fail: the
     points a resumed pass can start from. Pure: the main process names a stream's
@@ -333,7 +333,7 @@ def grouped_marks(groups, failed_pos):
     group_at = []
     for g, n in groups:
         group_at += [g] * n
-    B = max((n for _, n in groups), default=1)
+    B = int(batch_size)
     marks, at = [], 0
     for g, n in groups:
         if any(p not in failed for p in range(at, at + n)):

@@ -605,7 +605,8 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                              num_workers=num_workers, resume=resume)
             if grouping is not None:
                 cursor.progress["grouping"] = grouping.key()
-                yield from stream.grouped(cursor, groups, decoders, out, timing)
+                yield from stream.grouped(cursor, groups, decoders, grouping.batch_size, out,
+                                          timing)
             elif batch_size is None:
                 yield from stream.samples(cursor, timing)
             else:
