@@ -71,6 +71,19 @@ class _StageLoader:
         return iter(self.loader)
 
 
+class _ResumableStageLoader(_StageLoader):
+    """The training loader of a resumable dataset (TAR shards): Lightning checks that a
+    loader has ``state_dict`` / ``load_state_dict`` before it trusts a mid-epoch
+    checkpoint. The position is the module's (the batches Lightning processed, not the
+    ones the loader prefetched), so the loader saves and restores that state."""
+
+    def state_dict(self):
+        return self.module.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.module.load_state_dict(state_dict)
+
+
 class TurboDataModule(LightningDataModule):
     """A ``LightningDataModule`` over TAR shards, TBL files or class folders, with the
     standard ImageNet pipelines by default, sharded over the Trainer's ranks.
@@ -203,7 +216,9 @@ class TurboDataModule(LightningDataModule):
                             else False, sampler=sampler, num_workers=self.num_workers,
                             pin_memory=torch.cuda.is_available(),
                             drop_last=self.drop_last and train, **kwargs)
-        return _StageLoader(self, dataset, loader)
+        resumable = (train and isinstance(dataset, torch.utils.data.IterableDataset)
+                     and hasattr(dataset, "state_dict"))
+        return (_ResumableStageLoader if resumable else _StageLoader)(self, dataset, loader)
 
     # -- checkpoints: Lightning calls these when it saves and restores a checkpoint --------
 

@@ -92,8 +92,18 @@ def test_buckets_with_a_bad_image_skip_or_raise(tmp_path):
     with pytest.raises(DecodeError):
         list(TarDataset(path, None).bucketed(4, BUCKETS))
     ds = TarDataset(path, None, on_error="skip", max_failures=2)
-    got = [i for _, labels in ds.bucketed(4, BUCKETS) for i in labels.tolist()]
-    assert sorted(got) == [i for i in range(20) if i != 7]
+    ds.set_epoch(0)
+    batches = list(ds.bucketed(4, BUCKETS))
+    got = [i for _, labels in batches for i in labels.tolist()]
+    # every readable sample once, and the skipped one replaced (as in every grouping) by a
+    # good sample of the stream with its slot's draws, in its bucket, in a batch at the end
+    assert len(got) == 20 and sorted(set(got)) == [i for i in range(20) if i != 7]
+    (again,) = [i for i in set(got) if got.count(i) == 2]
+    images, labels = batches[-1]
+    assert labels.tolist() == [again]
+    bucket = BUCKETS[0]  # (sample 7's header is unreadable: the first bucket)
+    assert torch.equal(images[0], T.plan(_default_transform(bucket)).from_jpeg(
+        photo(again), rng=sample_rng(0, 0, 7)))
     assert ds.stats()["failures"] == 1
 
 
@@ -103,10 +113,8 @@ def test_buckets_arguments(shards):
         ds.bucketed(0, BUCKETS)
     with pytest.raises(ValueError):
         ds.bucketed(4, [])
-    with pytest.raises(ValueError, match="cache"):
-        TarDataset(shards, None, cache="1MB").bucketed(4, BUCKETS)
-    with pytest.raises(NotImplementedError):
-        ds.bucketed(4, BUCKETS).state_dict()
+    with pytest.raises(ValueError, match="delivered"):
+        ds.bucketed(4, BUCKETS).state_dict(delivered=[1])
 
 
 def test_buckets_under_the_process_backend(shards):
@@ -174,3 +182,80 @@ def test_header_sizes_of_large_images_and_late_headers(tmp_path):
     got = {int(y): tuple(x.shape[2:]) for x, ys in ds.bucketed(1, BUCKETS) for y in ys}
     assert got == {0: BUCKETS[nearest_bucket(300, 500, BUCKETS)],
                    1: BUCKETS[nearest_bucket(100, 60, BUCKETS)]}
+
+
+def test_default_transform_covers_the_bucket_at_a_random_position():
+    """The default transform's claim: the largest window of the bucket's aspect ratio, at a
+    uniformly random position (with RandomResizedCrop(scale=(1, 1)) 17 of 18 images fell
+    back to the centre: its attempts fit only an image of the bucket's exact ratio)."""
+    crop = _default_transform((24, 40)).transforms[0]
+    for h, w in [(48, 64), (64, 48), (30, 100), (40, 67)]:
+        want_h, want_w = (h, round(h * 40 / 24)) if w * 24 > h * 40 else (round(w * 24 / 40), w)
+        seen = set()
+        for s in range(600):
+            p = crop.make_params((h, w), rng=sample_rng(0, 0, s))
+            assert (p["height"], p["width"]) == (want_h, want_w)
+            assert 0 <= p["top"] <= h - want_h and 0 <= p["left"] <= w - want_w
+            seen.add((p["top"], p["left"]))
+        # positions spread over the whole range, the extremes included (not the centre)
+        for got, n in (({t for t, _ in seen}, h - want_h + 1),
+                       ({left for _, left in seen}, w - want_w + 1)):
+            assert {0, n - 1} <= got and len(got) >= 0.9 * n
+    assert T.plan(_default_transform((24, 40))) is not None  # still fused
+
+
+def _mask(i):
+    h, w = SIZES[i % len(SIZES)]
+    yy, xx = np.mgrid[0:h, 0:w]
+    return ((xx // 3 + yy // 2 + i) % 7).astype(np.uint8)
+
+
+@pytest.fixture
+def mask_shards(tmp_path):
+    members = []
+    for i in range(N):
+        png = io.BytesIO()
+        Image.fromarray(_mask(i)).save(png, "PNG")
+        members += [(f"{i:05d}.cls", str(i).encode()), (f"{i:05d}.jpg", photo(i)),
+                    (f"{i:05d}.seg.png", png.getvalue())]
+    return [write_tar(tmp_path / "m-0.tar", members[:90]),
+            write_tar(tmp_path / "m-1.tar", members[90:])]
+
+
+@pytest.mark.parametrize("cache", [None, "4MB"])
+def test_buckets_with_fields_masks_and_the_cache(mask_shards, cache):
+    """Fields (a mask following the image) and the cache through the buckets: each image
+    as decoding it alone would give (cached: from the decoded image), its mask the stored one through torchvision's
+    resized_crop with the image's window, every sample once; with the cache, the same in
+    every epoch (the second one served from memory)."""
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as TF
+
+    from turboloader.data import MaskField
+
+    ds = TarDataset(mask_shards, None, seed=0, cache=cache,
+                    fields=("jpg", MaskField("seg.png"), "cls"))
+    loader = torch.utils.data.DataLoader(ds.bucketed(4, BUCKETS), batch_size=None,
+                                         num_workers=2, persistent_workers=True)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        seen = []
+        for images, masks, labels in loader:
+            for img, mask, i in zip(images, masks, labels.tolist()):
+                h, w = SIZES[i % len(SIZES)]
+                b = BUCKETS[nearest_bucket(h, w, BUCKETS)]
+                if cache is None:
+                    assert torch.equal(img, want(i, epoch))
+                else:  # cached images are stored decoded, at full scale: cropped from that
+                    full = np.asarray(Image.open(io.BytesIO(photo(i))).convert("RGB"))
+                    assert torch.equal(img, T.plan(_default_transform(b)).from_array(
+                        full, rng=sample_rng(0, epoch, i)))
+                p = _default_transform(b).transforms[0].make_params(
+                    (h, w), rng=sample_rng(0, epoch, i))
+                ref = TF.resized_crop(tv_tensors.Mask(torch.from_numpy(_mask(i))), p["top"],
+                                      p["left"], p["height"], p["width"], list(b))
+                assert torch.equal(mask, ref)
+                seen.append(i)
+        assert sorted(seen) == list(range(N))
+    if cache is not None:
+        assert ds.stats(1)["cache_hits"] == N

@@ -117,7 +117,7 @@ def joint_fields():
     return ("jpg", MaskField("png"), BoxesField("json", key="boxes"), "cls")
 
 
-def make_joint_dataset(root, n=N, kind="tar"):
+def make_joint_dataset(root, n=N, kind="tar", **kw):
     """``(image, mask, boxes, label = i)`` samples as a TarDataset (2 shards), a
     ParquetDataset (3 row groups) or a ManifestDataset (JSON Lines + files)."""
     import io
@@ -145,7 +145,7 @@ def make_joint_dataset(root, n=N, kind="tar"):
         half = len(members) // 2 // 4 * 4
         paths = [write_tar(os.path.join(root, "j-0.tar"), members[:half]),
                  write_tar(os.path.join(root, "j-1.tar"), members[half:])]
-        return TarDataset(paths, transform(), seed=SEED, fields=joint_fields())
+        return TarDataset(paths, transform(), seed=SEED, fields=joint_fields(), **kw)
     if kind == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -157,7 +157,7 @@ def make_joint_dataset(root, n=N, kind="tar"):
                                  "boxes": [r[2] for r in rows], "label": list(range(n))}),
                        path, row_group_size=max(1, -(-n // 3)))
         return ParquetDataset(path, transform(), seed=SEED, fields=(
-            "image", MaskField("mask"), BoxesField("boxes"), "label"))
+            "image", MaskField("mask"), BoxesField("boxes"), "label"), **kw)
     if kind == "manifest":
         from turboloader.data import ManifestDataset
 
@@ -173,7 +173,7 @@ def make_joint_dataset(root, n=N, kind="tar"):
             f.write("\n".join(lines) + "\n")
         return ManifestDataset(os.path.join(root, "jf", "list.jsonl"), transform=transform(),
                                seed=SEED, fields=("path", MaskField("mask"), BoxesField("boxes"),
-                                                  "label"))
+                                                  "label"), **kw)
     raise ValueError(kind)
 
 

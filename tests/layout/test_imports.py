@@ -187,7 +187,7 @@ def test_a_sample_walks_down_the_floors(tmp_path, batched):
 # the list (docs/architecture.md, "The walk of a sample").
 PROTOCOL_HOOKS = {
     "turboloader.data._buffers -> turboloader.loader._iterable.give_up",
-    "turboloader.data.reader -> turboloader.loader.stats.timing",
-    "turboloader.data.tar_dataset -> turboloader.loader._iterable.alloc",
+    "turboloader.data.step -> turboloader.loader.stats.timing",
+    "turboloader.data.stream -> turboloader.loader._iterable.alloc",
     "turboloader.data.tar_dataset -> turboloader.loader.stats.timing",
 }

@@ -18,16 +18,26 @@ on top of the dataset's own epoch order, sharding and failure policy:
   shards it), and no bucket waits past the end of an epoch.
 * **Resize**: ``transform(size)`` builds the pipeline of a bucket of ``size = (h, w)``;
   the default covers the bucket (the largest window of the bucket's aspect ratio at a
-  random position, resized to it: ``RandomResizedCrop(size, scale=(1, 1), ratio=(w/h,
-  w/h))``) and converts to a float tensor. The window and scale are drawn from the
+  uniformly random position, resized to it: a ``RandomResizedCrop`` whose window is
+  always that largest one) and converts to a float tensor. The window is drawn from the
   header, and decoding is fused, as for any turboloader pipeline.
-* **Failures**: a sample that fails is skipped (``on_error="skip"``, counted in
-  ``stats()``, its batch one shorter) or raised. No replacements.
+* **The walk is the dataset's** (:mod:`turboloader.data.stream`): the bucket policy only
+  orders each stream's items into its batches; everything else is what every grouping
+  has. **Failures**: a sample that fails is raised, or skipped (``on_error="skip"``,
+  counted in ``stats()``, its batch one shorter) and replaced at the end of the stream by
+  the stream's good samples cycled in order, each decoded with the skipped sample's
+  random parameters into the skipped sample's bucket (batches of replacements of one
+  bucket), so every stream yields its full share. **The cache** (``cache=``) serves the
+  buckets as it serves samples (images are cached before any transform). **Fields**
+  (``fields=``, masks and boxes too) come out as the dataset's batches of fields, each
+  bucket's transform applied to the masks and boxes with the image's draws. **Resume**:
+  :meth:`TarBuckets.state_dict` / ``load_state_dict``, or ``turboloader.DataLoader``'s on
+  either backend; a state names positions in the buckets' order, so a state of the
+  dataset's samples is refused by a bucketed pass (and the other way round).
 
 Loaders: ``torch.utils.data.DataLoader(buckets, batch_size=None, num_workers=W)``, or
 ``turboloader.DataLoader(buckets, batch_size=None, ...)`` on either backend (the thread
-backend runs the same worker streams in threads). Not supported (yet): the cache, mid-epoch
-resume (``state_dict`` raises).
+backend runs the same worker streams in threads).
 """
 
 from __future__ import annotations
@@ -38,12 +48,10 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from turboloader.data import sharding
 from turboloader.data._buffers import shared_pool
-from turboloader.data.failures import FailureLog
-from turboloader.data.reader import collate_labels, compact, fill_row
 from turboloader.errors import TurboLoaderError
 from turboloader.io.shards import TarShard
+from turboloader.transforms._geometry import RandomResizedCrop, _setup_size
 
 __all__ = ["TarBuckets", "nearest_bucket"]
 
@@ -67,12 +75,34 @@ def nearest_bucket(height, width, buckets) -> int:
     return got
 
 
+class _CoverCrop(RandomResizedCrop):
+    """The largest window of the bucket's aspect ratio at a uniformly random position,
+    resized to the bucket (``RandomResizedCrop`` with another draw: with ``scale=(1, 1)``
+    its ten attempts fit only an image of the bucket's exact ratio, and every other image
+    fell back to the centre). Fused like ``RandomResizedCrop``; masks and boxes follow it."""
+
+    def __init__(self, size):
+        h, w = _setup_size(size)
+        super().__init__((h, w), scale=(1.0, 1.0), ratio=(w / h, w / h))
+
+    def _draw_batch(self, sizes, d, mask=None):
+        H, W = sizes[:, 0], sizes[:, 1]
+        r = self.ratio[0]
+        wide = W * self.size[0] > H * self.size[1]  # W / H > r, exactly in integers
+        hh = np.where(wide, H, np.minimum(H, np.maximum(1, np.rint(W / r)).astype(np.int64)))
+        ww = np.where(wide, np.minimum(W, np.maximum(1, np.rint(H * r)).astype(np.int64)), W)
+        top = d.below(H - hh + 1, mask)
+        left = d.below(W - ww + 1, mask)
+        return {"top": top, "left": left, "height": hh, "width": ww}
+
+    def _extra_repr(self):
+        return f"size={self.size}, interpolation={self.interpolation!r}"
+
+
 def _default_transform(size):
     from turboloader import transforms as T
 
-    h, w = size
-    return T.Compose([T.RandomResizedCrop(size, scale=(1.0, 1.0), ratio=(w / h, w / h)),
-                      T.ToTensor()])
+    return T.Compose([_CoverCrop(size), T.ToTensor()])
 
 
 def _header_size(data):
@@ -89,7 +119,11 @@ def _header_size(data):
 class TarBuckets(torch.utils.data.IterableDataset):
     """A :class:`~turboloader.data.TarDataset` yielding ``[images, labels]`` batches of one
     aspect-ratio bucket each (see :mod:`turboloader.data.buckets` and
-    :meth:`TarDataset.bucketed`). Attributes not defined here are the dataset's."""
+    :meth:`TarDataset.bucketed`). Attributes not defined here are the dataset's.
+
+    The bucket policy only orders each stream's items into batches (:meth:`layout`); the
+    walk itself (failures, replacements, the cache, fields, resume, batch assembly) is the
+    dataset's one stream walker (:mod:`turboloader.data.stream`)."""
 
     def __init__(self, dataset, batch_size, buckets, *, transform=None, drop_last=False):
         if int(batch_size) < 1:
@@ -97,27 +131,62 @@ class TarBuckets(torch.utils.data.IterableDataset):
         buckets = [tuple(int(v) for v in b) for b in buckets]
         if not buckets or any(len(b) != 2 or min(b) < 1 for b in buckets):
             raise ValueError(f"buckets must be a non-empty list of (height, width), got {buckets}")
-        if dataset.cache_bytes:
-            raise ValueError("bucketed() does not use the decoded-sample cache: make the "
-                             "dataset with cache=None")
-        if dataset._fields is not None:
-            raise ValueError("bucketed() yields (images, labels): make the dataset without fields")
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.buckets = buckets
         self.transform = transform or _default_transform
         self.drop_last = bool(drop_last)
+        if dataset._fields is not None:
+            for b in buckets:
+                dataset._fields.check_transform(self.transform(b))
+        self._headers = {}  # (url, j) -> (h, w) or None, read once per process
 
     def __getattr__(self, name):
-        if name == "dataset":
+        if name in ("dataset", "_headers"):
             raise AttributeError(name)
         return getattr(self.dataset, name)
 
-    def state_dict(self, *args, **kwargs):
-        raise NotImplementedError("mid-epoch resume of bucketed batches is not supported yet")
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_headers"] = {}  # each process reads the headers of the streams it runs
+        return state
 
     # the thread backend's protocol (turboloader.loader.protocol): whole batches per stream
     yields_batches = True
+
+    def key(self) -> dict:
+        """What a resume state of this grouping records (positions are in its order)."""
+        return {"kind": "buckets", "batch_size": self.batch_size,
+                "buckets": [list(b) for b in self.buckets], "drop_last": self.drop_last}
+
+    def layout(self, st, samples):
+        """The bucket policy over one stream's items (its dataset-order ``samples``):
+        ``(order, groups, decoders)``: the items in delivery order, ``[(bucket, n), ...]``
+        the batches they form, one Decoder per bucket."""
+        from turboloader.data.cache import Decoder
+
+        groups = self._groups(st, samples)
+        decoders = [Decoder(self.transform(b), max_pixels=self.dataset.max_pixels)
+                    for b in self.buckets]
+        return groups[0], groups[1], decoders
+
+    def _groups(self, st, samples):
+        B, nb = self.batch_size, len(self.buckets)
+        queues = [[] for _ in range(nb)]
+        order, groups = [], []
+        for i, hw in enumerate(self._sizes(st, samples)):
+            b = 0 if hw is None else nearest_bucket(hw[0], hw[1], self.buckets)
+            q = queues[b]
+            q.append(i)
+            if len(q) == B:
+                order += q
+                groups.append((b, B))
+                queues[b] = []
+        for b, q in enumerate(queues):  # the remainders: every bucket's partial batch
+            if q and not self.drop_last:
+                order += q
+                groups.append((b, len(q)))
+        return order, groups
 
     def worker_sizes(self, num_workers):
         """Samples each logical worker stream reads per epoch (the dataset's shares)."""
@@ -127,6 +196,7 @@ class TarBuckets(torch.utils.data.IterableDataset):
         """The bucketed batches of logical worker ``worker`` of ``num_workers`` (what
         ``__iter__`` yields in that DataLoader worker), written into ``out(shape, dtype)``
         tensors when given. Call ``set_epoch`` first."""
+        from turboloader.data.checkpoint import topology
         from turboloader.data.reader import stream_name
 
         ds = self.dataset
@@ -134,87 +204,141 @@ class TarBuckets(torch.utils.data.IterableDataset):
         if epoch < 0:
             raise RuntimeError("TarBuckets.worker_stream: call set_epoch first "
                                "(turboloader.DataLoader does)")
-        rank, slots, samples = self._items(epoch, worker, num_workers)
+        rank, _ = topology(ds.rank, ds.world_size)
         name = stream_name(default=f"rank{rank}-stream{worker}")
-        return self._stream(name, slots, samples, epoch, alloc=out)
-
-    def _items(self, epoch, worker, num_workers):
-        from turboloader.data.checkpoint import topology
-
-        ds = self.dataset
-        rank, world = topology(ds.rank, ds.world_size)
-        fixed = epoch >= (1 << 62) and world > 1
-        slots, samples = sharding.worker_items(
-            ds._counts, seed=ds.seed, epoch=epoch, shuffle=ds.shuffle, rank=rank,
-            world_size=world, worker=worker, num_workers=num_workers, pad=ds.pad,
-            fixed=fixed, random_access=ds._random_access, mix_shards=ds.mix_shards)
-        return rank, slots.tolist(), samples.tolist()
+        return ds._open(worker, num_workers, name, epoch, out=out, timing=timing,
+                        grouping=self)
 
     def __iter__(self):
+        from turboloader.data.checkpoint import topology
+
         ds = self.dataset
         info = torch.utils.data.get_worker_info()
         epoch = ds._pass_epoch()
         ds._last_pass = epoch
-        worker, W = (0, 1) if info is None else (info.id, info.num_workers)
-        rank, slots, samples = self._items(epoch, worker, W)
-        name = f"rank{rank}-{'main' if info is None else f'worker{info.id}'}"
-        alloc = None
-        if info is not None:  # the batch crosses to the main process by handle
-            alloc = shared_pool().get
-        return self._stream(name, slots, samples, epoch, alloc=alloc, send=info is not None)
+        rank, _ = topology(ds.rank, ds.world_size)
+        if info is None:
+            return ds._open(0, 1, f"rank{rank}-main", epoch, grouping=self)
+        return self._sent(ds._open(ds._rotated(info, epoch), info.num_workers,
+                                   f"rank{rank}-worker{info.id}", epoch,
+                                   out=shared_pool().get, grouping=self))
 
-    def _stream(self, name, slots, samples, epoch, *, alloc=None, send=False):
-        from turboloader.data.cache import Decoder
+    def _sent(self, batches):
+        from turboloader.data.stream import send
+
+        pool = shared_pool()  # the batch crosses to the main process by handle
+        for batch in batches:
+            yield send(self.dataset, batch, pool)
+
+    # -- resume ---------------------------------------------------------------------------
+
+    def state_dict(self, *, batches=None, batch_size=None, num_workers=None, drop_last=False,
+                   delivered=None) -> dict:
+        """The position in the current epoch, as :meth:`TarDataset.state_dict
+        <turboloader.data.TarDataset.state_dict>` names it, in this grouping's order.
+
+        No arguments: the streams this process ran (a DataLoader worker, or
+        ``num_workers=0``). ``batches=k, num_workers=W``: the main process of a loader that
+        handed out ``k`` batches (torch's round-robin over ``W`` worker streams); the
+        main process then reads the headers of this rank's images once (one short read
+        each) to know every stream's batches. ``batch_size`` and ``drop_last`` are this
+        object's (a loader's are ignored: it loads with ``batch_size=None``).
+
+        Raises:
+            ValueError: ``delivered=`` (bucketed streams deliver batches, not samples), or
+                a main-process state of an automatic epoch (see TarDataset.state_dict).
+        """
+        from turboloader.data.checkpoint import batches_per_worker, topology
 
         ds = self.dataset
-        st = ds._lease(name)
+        if delivered is not None:
+            raise ValueError("TarBuckets.state_dict: a bucketed stream's position is counted "
+                             "in batches (batches=, num_workers=), not delivered samples")
+        epoch = ds._automatic_state_epoch(batches, num_workers, None)
+        rank, _ = topology(ds.rank, ds.world_size)
+        key = self.key()
+        base = {"format": "turboloader.TarDataset/1", "epoch": epoch, "rank": rank,
+                **ds._fingerprint(), "grouping": key}
+        info = torch.utils.data.get_worker_info()
+        progress = {w: p for w, p in ds._progress.items()
+                    if p["epoch"] == epoch and p.get("grouping") == key}
+        if batches is None:
+            W = info.num_workers if info is not None else max(
+                (p["num_workers"] for p in progress.values()), default=1)
+            workers = {str(w): _entry(p["pos"], p["failed_pos"], p["replaced"])
+                       for w, p in progress.items() if p["num_workers"] == W}
+            if info is None:
+                for w in range(W):
+                    workers.setdefault(str(w), _entry(0, [], 0))
+            return {**base, "scope": "worker" if info is not None else "rank",
+                    "num_workers": W, "next_worker": 0, "workers": workers,
+                    "delivered": None}
+        W = max(1, int(num_workers or 0))
+        reported = None
+        marks = []
+        for w in range(W):
+            p = progress.get(w)
+            if p is not None and p["num_workers"] == W:
+                failed = p["failed_pos"]
+            else:
+                if reported is None:
+                    reported = ds._telemetry.stream_failures(epoch, W)
+                failed = list(reported.get(w, []))
+            marks.append((self._marks(epoch, w, W, failed), failed))
+        got, next_worker = batches_per_worker([len(m) for m, _ in marks], int(batches))
+        workers = {}
+        for w, ((m, failed), g) in enumerate(zip(marks, got)):
+            pos, k = m[g - 1] if g else (0, 0)
+            workers[str(w)] = _entry(pos, failed, k)
+        return {**base, "scope": "rank", "num_workers": W, "next_worker": next_worker,
+                "workers": workers, "delivered": None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict` (the dataset's ``load_state_dict``, checked to
+        be a state of this grouping).
+
+        Raises:
+            ValueError: a state of another grouping (the dataset's samples, other buckets,
+                batch size or ``drop_last``), or any reason the dataset refuses it."""
+        if isinstance(state, dict) and state.get("grouping") != self.key():
+            raise ValueError(f"TarBuckets.load_state_dict: the state was taken over "
+                             f"{state.get('grouping') or 'the dataset samples'}, not over "
+                             f"these buckets ({self.key()})")
+        self.dataset.load_state_dict(state)
+
+    def _marks(self, epoch, worker, num_workers, failed):
+        """``(pos, replaced)`` after each batch stream ``worker`` yields in ``epoch``."""
+        from turboloader.data.checkpoint import topology
+        from turboloader.data.stream import grouped_marks
+
+        ds = self.dataset
+        _, samples = ds._worker_items(epoch, worker, num_workers)
+        rank, _ = topology(ds.rank, ds.world_size)
+        st = ds._lease(f"rank{rank}-main")  # its shards, to read headers
         try:
-            label = epoch if epoch < (1 << 62) else 0
-            counters = st.recorder.counters(label)
-            log = FailureLog(ds.policy, len(samples), epoch=label, recorder=st.recorder)
-            decoders = [Decoder(self.transform(b), max_pixels=ds.max_pixels)
-                        for b in self.buckets]
-            sizes = self._sizes(st, samples)
-            queues = [[] for _ in self.buckets]
-            B = self.batch_size
-            for g, slot, hw in zip(samples, slots, sizes):
-                b = 0 if hw is None else nearest_bucket(hw[0], hw[1], self.buckets)
-                q = queues[b]
-                q.append((g, slot))
-                if len(q) == B:
-                    queues[b] = []
-                    batch = self._batch(st, decoders[b], q, epoch, counters, log, alloc, send)
-                    if batch is not None:
-                        yield batch
-                    batch = None
-            for b, q in enumerate(queues):  # the remainders: every bucket's partial batch
-                if q and not self.drop_last:
-                    batch = self._batch(st, decoders[b], q, epoch, counters, log, alloc, send)
-                    if batch is not None:
-                        yield batch
-                    batch = None
+            _, groups = self._groups(st, samples)
         finally:
-            st.recorder.flush()
             ds._release(st)
+        return grouped_marks(groups, failed, self.batch_size)
+
+    # -- header sizes ---------------------------------------------------------------------
 
     def _sizes(self, st, samples):
         """``(h, w)`` of each sample's image from its header (None where unreadable: that
-        sample fails later, when it is decoded), read once per shard and stream."""
+        sample fails later, when it is decoded), read once per process."""
         ds = self.dataset
-        cache = st.__dict__.setdefault("header_sizes", {})
+        cache = self._headers
         offsets = ds._offsets
         shard_of = (np.searchsorted(offsets, samples, side="right") - 1).tolist()
         out = []
         buf = np.empty(_HEADER, np.uint8)
         for g, s in zip(samples, shard_of):
             url = ds.urls[s]
-            table = cache.get(url)
-            if table is None:
-                table = cache[url] = {}
             j = g - int(offsets[s])
-            if j not in table:
-                table[j] = self._read_header(st, url, j, buf)
-            out.append(table[j])
+            hw = cache.get((url, j), cache)
+            if hw is cache:
+                hw = cache[(url, j)] = self._read_header(st, url, j, buf)
+            out.append(hw)
         return out
 
     def _read_header(self, st, url, j, buf):
@@ -233,48 +357,12 @@ class TarBuckets(torch.utils.data.IterableDataset):
         except TurboLoaderError:
             return None
 
-    def _batch(self, st, decoder, items, epoch, counters, log, alloc, send):
-        """One bucket's batch: the items decoded into one tensor; failures skipped (or
-        raised) by the policy; None when every item failed."""
-        ds = self.dataset
-        chunk = ds._gather_chunk(st, items, epoch, counters)
-        shape = (len(items), *decoder.plan.output_shape) if decoder.plan is not None and \
-            decoder.plan.output_shape is not None else None
-        out = None
-        if shape is not None:
-            dtype = decoder.plan.output_dtype
-            out = alloc(shape, dtype) if alloc is not None else torch.empty(shape, dtype=dtype)
-        errors, objs = st.decode(chunk, out, counters=counters, decoder=decoder)
-        good, images, labels = [], [], []
-        for i, exc in enumerate(errors):
-            if exc is not None:
-                note, shard, key, offset = ds._where(st, chunk.where[i])
-                if isinstance(exc, TurboLoaderError):
-                    exc.add_note(note)
-                log.record(exc, shard=shard, key=key, offset=offset)
-                continue
-            good.append(i)
-            images.append(objs[i])
-            labels.append(chunk.labels[i])
-        counters["samples"] += len(good)
-        st.recorder.sample_done(len(good))
-        if not good:
-            return None
-        if out is None:
-            from torch.utils.data import default_collate
-
-            out = default_collate(images)
-        else:
-            n = compact(out, good, 0)
-            for r, img in enumerate(images):
-                if img is not None:
-                    fill_row(out, r, img)
-            if n < len(items):
-                out = out[:n]
-        if send:
-            out = shared_pool().send(out)
-        return [out, collate_labels(labels)]
-
     def __repr__(self):
         return (f"TarBuckets({self.dataset!r}, batch_size={self.batch_size}, "
                 f"buckets={self.buckets})")
+
+
+def _entry(pos, failed, replaced):
+    before = [int(f) for f in failed if f < pos]
+    return {"pos": int(pos), "failed_pos": before, "replaced": int(replaced),
+            "failures": len(before)}

@@ -321,7 +321,8 @@ class Decoder:
             buf = local.buf = np.empty(nbytes + nbytes // 4, np.uint8)
         return buf
 
-    def _generic(self, img, rng):
+    def transform_image(self, img, rng):
+        """A decoded image through ``transform`` with the sample's generator ``rng``."""
         if self.transform is None:
             return img
         with using_rng(rng):
@@ -378,7 +379,7 @@ class Decoder:
             else:
                 from PIL import Image
 
-                out = self._generic(Image.fromarray(source), rng)
+                out = self.transform_image(Image.fromarray(source), rng)
             timer.lap("transform_s")
             return out
         if plan is not None and is_jpeg(source):
@@ -387,7 +388,7 @@ class Decoder:
             return out
         img = _decode_rgb(source, max_pixels=self.max_pixels)
         timer.lap("decode_s")
-        out = self._generic(img, rng)
+        out = self.transform_image(img, rng)
         timer.lap("transform_s")
         return out
 

@@ -20,8 +20,8 @@ import torch.utils.data
 from turboloader.data.epochs import AUTO_EPOCH, torch_epoch_word
 from turboloader.errors import StateMismatchError
 
-__all__ = ["TarCheckpoints", "check_fingerprint", "delivered_counts", "shard_fingerprint",
-           "topology"]
+__all__ = ["TarCheckpoints", "batches_per_worker", "check_fingerprint", "delivered_counts",
+           "shard_fingerprint", "topology"]
 
 
 def topology(rank, world_size):
@@ -111,12 +111,27 @@ def delivered_counts(sizes, batches, batch_size, *, drop_last=False):
     if batch_size < 1 or batches < 0:
         raise ValueError(f"need batch_size >= 1 and batches >= 0, got {batch_size}, {batches}")
     nb = [n // batch_size if drop_last else -(-n // batch_size) for n in sizes]
+    got, next_worker = batches_per_worker(nb, batches)
+    return [min(g * batch_size, n) for g, n in zip(got, sizes)], next_worker
+
+
+def batches_per_worker(nb, batches):
+    """Batches each worker stream has delivered after ``batches`` batches of torch's
+    round-robin over streams of ``nb`` batches each (exhausted streams skipped), and the
+    stream the next batch comes from.
+
+    Example:
+        >>> batches_per_worker([3, 3, 2], 4)
+        ([2, 1, 1], 1)
+    """
+    if batches < 0:
+        raise ValueError(f"need batches >= 0, got {batches}")
     if batches > sum(nb):
         raise ValueError(f"{batches} batches is more than the epoch's {sum(nb)}")
-    got = [0] * len(sizes)
+    got = [0] * len(nb)
     left, r = batches, 0
     while left:
-        active = [w for w in range(len(sizes)) if nb[w] > r]
+        active = [w for w in range(len(nb)) if nb[w] > r]
         if left >= len(active):  # a whole round
             for w in active:
                 got[w] += 1
@@ -127,9 +142,9 @@ def delivered_counts(sizes, batches, batch_size, *, drop_last=False):
             got[w] += 1
         left = 0
     # the next batch: the lowest round still open, lowest worker in it
-    waiting = [(got[w], w) for w in range(len(sizes)) if nb[w] > got[w]]
+    waiting = [(got[w], w) for w in range(len(nb)) if nb[w] > got[w]]
     next_worker = min(waiting)[1] if waiting else 0
-    return [min(g * batch_size, n) for g, n in zip(got, sizes)], next_worker
+    return got, next_worker
 
 
 class TarCheckpoints:
@@ -222,6 +237,10 @@ class TarCheckpoints:
                 **self._fingerprint()}
         info = torch.utils.data.get_worker_info()
         progress = {w: p for w, p in self._progress.items() if p["epoch"] == epoch}
+        if any(p.get("grouping") is not None for p in progress.values()):
+            raise ValueError("TarDataset.state_dict: this epoch was read as bucketed batches, "
+                             "whose positions are in the buckets' order: take the state from "
+                             "the bucketed view (ds.bucketed(...).state_dict) or the loader")
         if info is not None and batches is None and delivered is None:
             # inside a DataLoader worker: this worker's own stream
             entries = {w: {"pos": p["pos"], "failed_pos": list(p["failed_pos"]),
@@ -368,7 +387,8 @@ class TarCheckpoints:
                 e.update(failed_pos=[], replaced=0, failures=0)
             workers[int(w)] = e
         self._resume = {"epoch": int(state["epoch"]), "num_workers": int(state["num_workers"]),
-                        "next_worker": int(state.get("next_worker", 0)), "workers": workers}
+                        "next_worker": int(state.get("next_worker", 0)), "workers": workers,
+                        "grouping": state.get("grouping")}
         if torch.utils.data.get_worker_info() is None and int(state["epoch"]) >= 0:
             # an automatic pass is pinned for the next pass only (see _pass_epoch)
             self._epoch.value = int(state["epoch"])

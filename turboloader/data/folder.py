@@ -76,6 +76,8 @@ class ImageFolder(MapDataset, torchvision.datasets.ImageFolder):
         max_pixels: refuse larger images (decompression-bomb guard).
         stats_interval: samples between statistics snapshots from each worker (at most
             one a second).
+        fields: not supported (a ``ValueError``): a class folder has no place for a mask,
+            boxes or text; ``ManifestDataset(..., fields=...)`` reads them from a list.
 
     Example:
         >>> from turboloader import ImageFolder, transforms as T             # doctest: +SKIP
@@ -87,7 +89,13 @@ class ImageFolder(MapDataset, torchvision.datasets.ImageFolder):
     def __init__(self, root, transform=None, target_transform=None, loader=None,
                  is_valid_file=None, allow_empty=False, *, seed=0, cache=None,
                  cache_short_side=None, on_error="raise", max_failures=0.01,
-                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256):
+                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, fields=None):
+        if fields is not None:
+            raise ValueError(
+                "ImageFolder does not take fields=: a class folder holds one image file per "
+                "sample and its class, with no place for a mask, boxes or text; list each "
+                "sample's files and values in a manifest and use ManifestDataset(..., "
+                "fields=...) (see the WebDataset fields guide)")
         self._custom_loader = loader is not None
         super().__init__(root, transform=transform, target_transform=target_transform,
                          loader=loader if loader is not None else torchvision.datasets.folder.default_loader,

@@ -33,21 +33,19 @@ from __future__ import annotations
 import os
 import threading
 import time
-import warnings
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from turboloader.data._buffers import BufferPool, as_row, shared_pool
-from turboloader.data.cache import Decoder, is_jpeg, parse_size
+from turboloader.data import step
+from turboloader.data.cache import Decoder, parse_size
 from turboloader.data.epochs import EpochMixin, SharedEpoch
 from turboloader.data.failures import FailureLog, FailurePolicy
+from turboloader.data.step import _is_slot, fill_row
 from turboloader.data.telemetry import Telemetry
-from turboloader.errors import DecodeWarning, FailureBudgetExceeded, TurboLoaderError
-from turboloader.transforms._batch import GENERIC, OK
-from turboloader.transforms._device import current_device_decode
-from turboloader.transforms._random import sample_key, sample_keys, sample_rng
+from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
 
 __all__ = ["BATCH_CHUNK", "Chunk", "GATHER_BYTES", "MIN_CHUNK", "MapDataset", "ReaderMixin",
            "SAMPLE_CHUNK", "StreamReader", "collate_labels", "compact", "fill_row", "reading_as",
@@ -148,8 +146,7 @@ class StreamReader:
         self.leased = False  # held by one iteration (see ReaderMixin._lease)
         self.seed = dataset.seed
         self.max_pixels = dataset.max_pixels
-        self.decoder = Decoder(dataset.transform, cache=dataset.cache_bytes,
-                               short_side=dataset.cache_short_side, max_pixels=dataset.max_pixels)
+        self.decoder = dataset._decoder()  # a SampleDecoder (turboloader.data.step)
         plan = self.decoder.plan
         # the batch path needs one output shape for all rows; otherwise every row runs the
         # per-sample path (which still fuses JPEG decoding and the transform)
@@ -220,197 +217,12 @@ class StreamReader:
         shape, dtype = self.out_shape
         return (shared_pool() if shared else self.buffers).get((n, *shape), dtype)
 
-    # -- the batch call -------------------------------------------------------------------
+    # -- the batch call: the one sample step (turboloader.data.step) -----------------------
 
     def decode(self, chunk, out, row0=0, *, counters, timing=None, decoder=None):
-        """Decode and transform every readable row of ``chunk``: row ``i`` into
-        ``out[row0 + i]`` on the batch path. ``decoder``: another transform's
-        :class:`~turboloader.data.cache.Decoder` (no cache) instead of the stream's own (an
-        aspect-ratio bucket's).
-
-        Returns:
-            ``(errors, objs)``: per row, the exception that made it fail (``chunk.errors``
-            updated in place) or None; and the image when it was *not* written into
-            ``out`` (the generic path, or ``out`` None), else None.
-        """
-        n = len(chunk)
-        sources, errors, sizes = chunk.sources, chunk.errors, chunk.sizes
-        objs = [None] * n
-        dec = self.decoder if decoder is None else decoder
-        if dec.cache is not None:
-            self._through_cache(chunk, counters)
-        plan = (self.plan if decoder is None else decoder.plan) if out is not None else None
-        fused, generic = [], []
-        for i in range(n):
-            if errors[i] is not None:
-                continue
-            src = sources[i]
-            if plan is not None and (isinstance(src, np.ndarray) or
-                                     (not callable(src) and is_jpeg(src))):
-                fused.append(i)
-            else:
-                generic.append(i)
-        native = 0.0
-        if fused:
-            t = time.perf_counter()
-            if len(fused) == n:   # every row (the usual case): no per-row selection
-                srcs, rows = sources, np.arange(row0, row0 + n, dtype=np.int64)
-            else:
-                srcs, rows = [sources[i] for i in fused], np.asarray(fused, np.int64) + row0
-            params = plan.prepare_batch(srcs, self._keys(chunk, fused),
-                                        source_sizes=_source_sizes(sizes, fused),
-                                        max_pixels=self.max_pixels)
-            device = current_device_decode()   # DataLoader(decode="gpu")'s decode threads
-            if device is not None:
-                result = device.run_batch(plan, srcs, params, out, rows=rows,
-                                          max_pixels=self.max_pixels)
-            else:
-                result = plan.run_batch(srcs, params, out, rows=rows, max_pixels=self.max_pixels)
-            native = result.nogil_seconds
-            status = result.status
-            if status.any():
-                status = status.tolist()
-                for j, i in enumerate(fused):
-                    if status[j] == GENERIC:
-                        generic.append(i)
-                    elif status[j] != OK:
-                        errors[i] = result.errors[j]
-            if any(result.warnings):
-                for j, i in enumerate(fused):
-                    if result.warnings[j] and errors[i] is None:
-                        warnings.warn(result.warnings[j], DecodeWarning, stacklevel=3)
-            if counters is not None:
-                counters["transform_s" if dec.cache is not None else "decode_s"] += \
-                    time.perf_counter() - t
-            if generic:
-                generic.sort()
-        t_generic = time.perf_counter()
-        for i in generic:
-            src = sources[i]
-            rng = sample_rng(self.seed, chunk.epochs[i], chunk.slots[i])
-            # a device batch (decode="gpu") takes a CPU image: the caller copies it
-            slot = None if out is None or (isinstance(out, torch.Tensor)
-                                           and out.device.type != "cpu") else out[row0 + i]
-            try:
-                if callable(src):  # a user's loader: its image goes through the transform
-                    timer = time.perf_counter()
-                    img = src()
-                    if counters is not None:
-                        counters["decode_s"] += time.perf_counter() - timer
-                    img = dec._generic(img, rng)
-                else:
-                    img = dec.transform_source(src, rng=rng, source_size=sizes[i],
-                                               counters=counters, out=slot)
-            except Exception as exc:  # the caller applies the policy in row order (and
-                errors[i] = exc           # raises what is not a turboloader error)
-                continue
-            if slot is None or not _is_slot(img, slot):
-                objs[i] = img
-        if self.joint is not None:
-            self._annotate(chunk, dec)
-        if timing is not None:
-            # the native batch call's time without the GIL plus the rows that ran one by one;
-            # the rest of this call (drawing parameters, bookkeeping) is Python
-            timing("decode", native + (time.perf_counter() - t_generic))
-        return errors, objs
-
-    def _annotate(self, chunk, dec):
-        """The masks and boxes of every decoded row of ``chunk`` (its ``labels``, the
-        ``fields`` values) through ``dec``'s transform with the row's own draws: the
-        generator the image drew from (``sample_rng(seed, epoch, slot)``, which the fused
-        batch call's keys are), on the image's stored size. A row whose annotations do not
-        fit its image fails like an image that does not decode."""
-        from turboloader.data.fields import _image_hw
-
-        fields, errors = self.joint, chunk.errors
-        for i in range(len(chunk)):
-            if errors[i] is not None:
-                continue
-            try:
-                # the annotations are in the original image's coordinates (a cached array's
-                # original size); the fused path draws on that size, the generic path on a
-                # cached array's stored (cache_short_side) size: there they are mapped to it
-                src = chunk.sources[i]
-                hw = _image_hw(src, chunk.sizes[i])
-                stored = (src.shape[:2] if dec.plan is None and isinstance(src, np.ndarray)
-                          else None)
-                chunk.labels[i] = fields.annotate(
-                    chunk.labels[i], hw, dec.transform,
-                    sample_rng(self.seed, chunk.epochs[i], chunk.slots[i]), stored=stored)
-            except TurboLoaderError as exc:
-                errors[i] = exc
-
-    def _keys(self, chunk, rows) -> np.ndarray:
-        """uint64 keys (``sample_keys``) of ``rows``: one vectorized call when they share an
-        epoch word (always, except automatic epochs of map-style datasets)."""
-        epochs, slots = chunk.epochs, chunk.slots
-        e0 = epochs[rows[0]]
-        if len(rows) == len(slots) and epochs.count(e0) == len(epochs):
-            return sample_keys(self.seed, e0, slots)
-        if all(epochs[i] == e0 for i in rows):
-            return sample_keys(self.seed, e0, [slots[i] for i in rows])
-        return np.array([sample_key(self.seed, epochs[i], slots[i]) for i in rows], np.uint64)
-
-    def _through_cache(self, chunk, counters):
-        """Replace cached rows' sources by their decoded arrays: hits, then misses (decoded
-        into the cache now, when it admits them; a full cache leaves their bytes, which the
-        batch call then decodes as uncached)."""
-        dec = self.decoder
-        sources, errors, keys = chunk.sources, chunk.errors, chunk.cache_keys
-        misses = []
-        for i, key in enumerate(keys):
-            if key is None or errors[i] is not None:
-                continue
-            if sources[i] is None:
-                sources[i], chunk.sizes[i] = dec.cached_array(key, None, counters=counters)
-            else:
-                misses.append(i)
-        t = time.perf_counter()
-        for i in misses:
-            try:
-                arr, size = dec.cached_array(keys[i], sources[i], counters=counters,
-                                             extra=chunk.labels[i])
-            except TurboLoaderError as exc:
-                errors[i] = exc
-                continue
-            if arr is not None:   # else not admitted: decoded from its bytes, uncached
-                sources[i], chunk.sizes[i] = arr, size
-        if misses and counters is not None:
-            counters["decode_s"] += time.perf_counter() - t
-
-
-def _source_sizes(sizes, rows):
-    """``prepare_batch``'s ``source_sizes`` for ``rows``: the original ``(h, w)`` of array
-    rows from the cache, 0 (their own size) elsewhere; None when no row has one."""
-    if sizes.count(None) == len(sizes) or all(sizes[i] is None for i in rows):
-        return None
-    out = np.zeros((len(rows), 2), np.int64)
-    for j, i in enumerate(rows):
-        if sizes[i] is not None:
-            out[j] = sizes[i]
-    return out
-
-
-def _is_slot(img, slot) -> bool:
-    return (isinstance(img, torch.Tensor) and img.data_ptr() == slot.data_ptr()
-            and img.dtype == slot.dtype and img.shape == slot.shape)
-
-
-def fill_row(out, r, img):
-    """Copy ``img`` into ``out[r]`` (a generic-path image of a batch on the batch path).
-
-    Raises:
-        RuntimeError: the shapes differ (torch's ``stack`` message, naming turboloader).
-        TypeError: ``img`` is not a tensor.
-    """
-    if not isinstance(img, torch.Tensor):
-        raise TypeError(f"expected a tensor image, got {type(img).__name__}")
-    dst = out[r]
-    if tuple(img.shape) != tuple(dst.shape):
-        raise RuntimeError(f"stack expects each tensor to be equal size, but got "
-                           f"{tuple(dst.shape)} and {tuple(img.shape)} in one batch "
-                           f"(turboloader)")
-    dst.copy_(img)
+        """:func:`turboloader.data.step.run` with this stream's reader."""
+        return step.run(self, chunk, out, row0, counters=counters, timing=timing,
+                        decoder=decoder)
 
 
 def compact(out, good_rows, row0):
@@ -469,6 +281,12 @@ class ReaderMixin(EpochMixin):
         state = self.__dict__.copy()
         state["_states"] = {}
         return state
+
+    def _decoder(self):
+        """The :class:`~turboloader.data.step.SampleDecoder` of a new stream: images through
+        the transform (fused when it plans), with the cache. Video clips supply their own."""
+        return Decoder(self.transform, cache=self.cache_bytes, short_side=self.cache_short_side,
+                       max_pixels=self.max_pixels)
 
     def _new_reader(self, name) -> StreamReader:
         return StreamReader(self, name)

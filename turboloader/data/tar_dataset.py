@@ -12,15 +12,14 @@ import torch.utils.data
 from turboloader.data import sharding
 from turboloader.data.cache import own_copy
 from turboloader.data.checkpoint import TarCheckpoints, delivered_counts, topology
-from turboloader.data._buffers import as_row, collated_batch_size, shared_pool
+from turboloader.data._buffers import shared_pool
 from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
-from turboloader.data.failures import FailureLog
-from turboloader.data import reader as _reader
-from turboloader.data.reader import (Chunk, ReaderMixin, StreamReader, collate_labels,
-                                     compact, fill_row, stream_name)
+from turboloader.data import stream
+from turboloader.data.stream import _Cursor
+from turboloader.data.reader import Chunk, ReaderMixin, StreamReader, stream_name
 from turboloader.io.shards import FIELDS_HINT, TarShards, check_record as _check_record, parse_label
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
-from turboloader.errors import FailureBudgetExceeded, SampleError, TarFormatError, TurboLoaderError
+from turboloader.errors import SampleError, TarFormatError, TurboLoaderError
 from turboloader.io.remote import RemoteShardError, ShardCache
 
 __all__ = ["TarBatches", "TarDataset", "delivered_counts"]
@@ -122,166 +121,6 @@ class _TarReader(StreamReader):
             reader.close()
         self.shards.clear()
         self.pinned.clear()
-
-
-class _Cursor:
-    """Where one logical worker stream stands in its pass, with the per-sample semantics of
-    the failure policy: items are read in order; a failed item (under "skip") is remembered
-    and, once the items run out, replaced by the stream's good samples cycled in order
-    with the failed item's random parameters. Rows are produced a chunk at a time
-    (:meth:`fill`); the public ``progress`` (what ``state_dict`` reads) moves only as rows
-    are delivered (:meth:`deliver`)."""
-
-    def __init__(self, ds, st, slots, samples, epoch, *, worker, num_workers, resume):
-        self.ds, self.st = ds, st
-        self.worker, self.num_workers = worker, num_workers
-        self.slots, self.samples = slots, samples
-        self.size = len(samples)
-        self.epoch = epoch
-        # statistics and failures are filed under the epoch; automatic passes under 0
-        self.label = epoch if epoch < AUTO_EPOCH else 0
-        self.counters = st.recorder.counters(self.label)
-        self.log = FailureLog(ds.policy, self.size, epoch=self.label, recorder=st.recorder)
-        self.pos, self.k = 0, 0
-        self.good, self.failed = [], []
-        self.failed_pos, self.failed_slots = [], []
-        self.progress = {"epoch": epoch, "num_workers": num_workers, "pos": 0,
-                         "failed_pos": [], "failed_slots": [], "replaced": 0, "failures": 0,
-                         "size": self.size}
-        if resume is not None:  # seek: no replay, no decoding of what was delivered
-            start = min(int(resume["pos"]), self.size)
-            failed_pos = [int(f) for f in resume["failed_pos"] if f < start]
-            self.k = int(resume["replaced"])
-            skip = set(failed_pos)
-            self.good = [samples[i] for i in range(start) if i not in skip]
-            self.failed = [slots[i] for i in failed_pos][self.k:]
-            self.failed_pos = list(failed_pos)
-            self.failed_slots = [slots[i] for i in failed_pos]
-            self.log.count = int(resume["failures"])
-            self.pos = start
-            self.progress.update(pos=start, failed_pos=list(self.failed_pos),
-                                 failed_slots=list(self.failed_slots), replaced=self.k,
-                                 failures=self.log.count)
-        ds._progress[worker] = self.progress
-
-    def _event(self):
-        return (self.pos, len(self.failed_pos), self.k, self.log.count)
-
-    def deliver(self, event):
-        """The row whose :meth:`fill` event this is has been handed out."""
-        p = self.progress
-        pos, nfail, k, failures = event
-        p["pos"], p["replaced"], p["failures"] = pos, k, failures
-        have = len(p["failed_pos"])
-        if nfail > have:
-            p["failed_pos"].extend(self.failed_pos[have:nfail])
-            p["failed_slots"].extend(self.failed_slots[have:nfail])
-
-    def _failure(self, chunk, i, exc, pos=-1):
-        """Apply the policy to gathered row ``i`` (item ``pos`` of the stream's list, -1 for
-        a replacement): raises (raise, over budget, or not a turboloader error), else
-        returns after counting and listing the skip."""
-        note, shard, key, offset = self.ds._where(self.st, chunk.where[i])
-        if isinstance(exc, TurboLoaderError):
-            exc.add_note(note)
-        self.log.record(exc, shard=shard, key=key, offset=offset,
-                        stream=(self.epoch, self.num_workers, self.worker, pos))
-
-    def fill(self, out, r0, r1, timing=None, *, defer=False):
-        """Rows ``r0..r1`` of ``out`` (``None``: no batch path) in the per-sample order.
-
-        Returns ``(n, images, labels, events, exc)``: rows filled (fewer at the end of the
-        stream), per filled row the image when it is not in ``out`` (else None) and its
-        label; the progress events to :meth:`deliver` (with ``defer``, one per row, as rows
-        are handed out one by one; else one for all of them); and, with ``defer``, the
-        exception the policy raised after
-        the filled rows (the caller raises it once it has handed them out); without
-        ``defer`` it propagates at once.
-        """
-        ds, st, counters = self.ds, self.st, self.counters
-        images, labels, events = [], [], []
-        row, exc_out = r0, None
-        while row < r1 and exc_out is None:
-            need = st.chunk_size(r1 - row)
-            if self.pos < self.size:
-                p0 = self.pos
-                p1 = min(self.size, p0 + need)
-                items = list(zip(self.samples[p0:p1], self.slots[p0:p1]))
-                chunk = ds._gather_chunk(st, items, self.epoch, counters, timing)
-                st.saw(chunk, len(items))
-                errors, objs = st.decode(chunk, out, row, counters=counters, timing=timing)
-                m = len(items)
-                if not defer and errors.count(None) == m:
-                    # every row read (the usual case): the walk below, for all rows at once
-                    self.pos = p1
-                    self.good.extend(self.samples[p0:p1])
-                    images.extend(objs)
-                    labels.extend(chunk.labels)
-                    row += m
-                    continue
-                good_rows = []
-                for i in range(m):
-                    self.pos = p0 + i + 1
-                    exc = errors[i]
-                    if exc is not None:
-                        try:
-                            self._failure(chunk, i, exc, p0 + i)
-                        except BaseException as raised:
-                            if not defer:
-                                raise
-                            exc_out = raised
-                            break
-                        slot = items[i][1]
-                        self.failed.append(slot)
-                        self.failed_pos.append(p0 + i)
-                        self.failed_slots.append(slot)
-                        continue
-                    self.good.append(items[i][0])
-                    good_rows.append(row + i)
-                    images.append(objs[i])
-                    labels.append(chunk.labels[i])
-                    if defer:
-                        events.append(self._event())
-                row = compact(out, good_rows, row) if out is not None else row + len(good_rows)
-            elif self.failed:  # replacements, so every worker yields its full share
-                if not self.good:
-                    err = FailureBudgetExceeded(
-                        f"no sample of this worker's {self.size} could be read to replace "
-                        f"{len(self.failed)} skipped ones (epoch {self.label})", self.log.failures)
-                    if not defer:
-                        raise err
-                    exc_out = err
-                    break
-                m = min(need, len(self.failed))
-                good = self.good
-                items = [(good[(self.k + i) % len(good)], self.failed[i]) for i in range(m)]
-                chunk = ds._gather_chunk(st, items, self.epoch, counters, timing)
-                errors, objs = st.decode(chunk, out, row, counters=counters, timing=timing)
-                for i in range(m):
-                    exc = errors[i]
-                    if exc is not None:
-                        try:
-                            self._failure(chunk, i, exc)
-                        except BaseException as raised:
-                            if not defer:
-                                raise
-                            exc_out = raised
-                            break
-                        # the rest of the chunk was planned with this sample still good
-                        good.remove(items[i][0])
-                        break
-                    self.k += 1
-                    self.failed.pop(0)
-                    images.append(objs[i])
-                    labels.append(chunk.labels[i])
-                    if defer:
-                        events.append(self._event())
-                    row += 1
-            else:
-                break
-        if not defer and row > r0:  # rows go out together: only the state after them counts
-            events.append(self._event())
-        return row - r0, images, labels, events, exc_out
 
 
 class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
@@ -721,6 +560,16 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         _, world = _topology(self.rank, self.world_size)
         return sharding.worker_counts(self.num_samples, world, num_workers, pad=self.pad)
 
+    def first_stream(self, num_workers: int) -> int:
+        """The logical stream whose batch comes first in the pass starting now: after
+        :meth:`load_state_dict`, the one whose batch was next when the state was taken
+        (torch's workers rotate to it, see ``_rotated``); else 0."""
+        resume = self._resume
+        if resume is not None and resume["epoch"] == self._epoch.value and \
+                resume["num_workers"] == num_workers:
+            return resume["next_worker"]
+        return 0
+
     def worker_stream(self, worker: int, num_workers: int, *, batch_size=None, out=None,
                       timing=None):
         """The samples (or batches) of logical worker ``worker`` of ``num_workers`` in the
@@ -761,10 +610,29 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                           timing=timing)
 
     def _open(self, worker, num_workers, name, epoch, *, batch_size=None, out=None,
-              timing=None):
-        rank, world = _topology(self.rank, self.world_size)
+              timing=None, grouping=None):
         if batch_size is not None and int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        slots, samples = self._worker_items(epoch, worker, num_workers)
+        key = None if grouping is None else grouping.key()
+        resume = self._resume
+        if resume is not None and resume["epoch"] == epoch and resume.get("grouping") != key:
+            def what(k):
+                return "the dataset's samples (or batches)" if k is None else f"buckets {k}"
+
+            raise ValueError(
+                f"TarDataset: the loaded state was taken over {what(resume.get('grouping'))} "
+                f"but this pass reads {what(key)}: positions differ between the two; take "
+                f"the state from the object the loader iterates (ds.bucketed(...).state_dict "
+                f"or turboloader.DataLoader.state_dict)")
+        resume = self._take_resume(epoch, worker, num_workers)
+        return self._stream(name, slots, samples, epoch, resume,
+                            worker=worker, num_workers=num_workers, batch_size=batch_size,
+                            out=out, timing=timing, grouping=grouping)
+
+    def _worker_items(self, epoch, worker, num_workers):
+        """``(slots, samples)`` lists of logical worker ``worker``'s pass over ``epoch``."""
+        rank, world = _topology(self.rank, self.world_size)
         # automatic epochs cannot be agreed across ranks without communication: every rank
         # keeps its samples (fixed assignment, as with the cache) and reshuffles within them
         fixed = bool(self.cache_bytes) or (epoch >= AUTO_EPOCH and world > 1)
@@ -773,129 +641,36 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
             world_size=world, worker=worker, num_workers=num_workers, pad=self.pad,
             fixed=fixed, random_access=self._random_access,
             mix_shards=self.mix_shards)
-        resume = self._take_resume(epoch, worker, num_workers)
-        return self._stream(name, slots.tolist(), samples.tolist(), epoch, resume,
-                            worker=worker, num_workers=num_workers, batch_size=batch_size,
-                            out=out, timing=timing)
+        return slots.tolist(), samples.tolist()
 
     def _stream(self, name, slots, samples, epoch, resume, *, worker, num_workers, batch_size,
-                out, timing):
+                out, timing, grouping=None):
         """One pass of one logical worker stream, with a reader of its own for as long as
-        it runs (see :meth:`~turboloader.data.reader.ReaderMixin._lease`)."""
+        it runs (see :meth:`~turboloader.data.reader.ReaderMixin._lease`): the walk
+        (:mod:`turboloader.data.stream`) grouped as samples, batches of ``batch_size``, or
+        by ``grouping`` (which orders the items into its groups first: buckets)."""
         st = self._lease(name)
         try:
             if self.shard_cache is not None:
                 seen = dict.fromkeys(int(np.searchsorted(self._offsets, g, side="right")) - 1
                                      for g in samples)
                 st.upcoming = [self.urls[s] for s in seen]
+            if grouping is not None:
+                order, groups, decoders = grouping.layout(st, samples)
+                slots = [slots[i] for i in order]
+                samples = [samples[i] for i in order]
             cursor = _Cursor(self, st, slots, samples, epoch, worker=worker,
                              num_workers=num_workers, resume=resume)
-            if batch_size is None:
-                yield from self._samples(cursor, timing)
+            if grouping is not None:
+                cursor.progress["grouping"] = grouping.key()
+                yield from stream.grouped(cursor, groups, decoders, grouping.batch_size, out,
+                                          timing)
+            elif batch_size is None:
+                yield from stream.samples(cursor, timing)
             else:
-                yield from self._batches(cursor, int(batch_size), out, timing)
+                yield from stream.batches(cursor, int(batch_size), out, timing)
         finally:
             self._release(st)
-
-    def _samples(self, cur, timing=None):
-        """``(image, label)`` one at a time, decoded a buffer at a time into a recycled
-        buffer (yielded images are views of it; it is reused once none is referenced). A
-        buffer is written whole before its first row is yielded, and never after.
-
-        In a DataLoader worker whose ``default_collate`` has stacked a batch of ``B`` rows
-        (see :func:`~turboloader.data._buffers.collated_batch_size`), the buffer is a
-        recycled shared one of ``B`` rows starting at a batch boundary of the stream: the
-        next batch is then exactly its rows, which collate hands on without a copy."""
-        st, counters = cur.st, cur.counters
-        tt = self.target_transform
-        worker = torch.utils.data.get_worker_info() is not None
-        # in a DataLoader worker, torch's collate stacks rows into recycled shared memory
-        row = as_row if worker else None
-        chunk = _reader.SAMPLE_CHUNK
-        fields = self._fields
-        pos = 0  # samples yielded
-        try:
-            while True:
-                B = collated_batch_size() if worker and st.plan is not None else 0
-                if B:  # up to the next batch boundary
-                    st.buffers.clear()  # the chunk buffers of the first batch: not needed now
-                    size = B - pos % B
-                    out = st.rows(size, shared=True)
-                else:
-                    size = chunk
-                    out = st.rows(size) if st.plan is not None else None
-                images, labels, events = [], [], []
-                r0, exc = 0, None
-                while r0 < size:
-                    want = min(size - r0, chunk)
-                    n, imgs, labs, evs, exc = cur.fill(out, r0, r0 + want, timing, defer=True)
-                    images += imgs
-                    labels += labs
-                    events += evs
-                    r0 += n
-                    if exc is not None or n < want:
-                        break
-                for r in range(r0):
-                    cur.deliver(events[r])
-                    counters["samples"] += 1
-                    st.recorder.sample_done()
-                    img = images[r]
-                    if img is None:
-                        img = out[r] if row is None else row(out[r])
-                    label = labels[r]
-                    images[r] = None
-                    if fields is not None:
-                        yield fields.sample(img, label)
-                    else:
-                        yield img, (label if tt is None else tt(label))
-                pos += r0
-                if exc is not None:
-                    raise exc
-                if r0 < size:
-                    return
-                # let go of this buffer before asking for the next one, so that it is
-                # reused when the consumer has dropped its samples
-                out = images = img = None
-        finally:
-            st.recorder.flush()
-
-    def _batches(self, cur, B, out, timing=None):
-        """``[images, labels]`` batches of ``B`` (the last one shorter), each decoded into
-        one tensor from ``out``."""
-        st, counters = cur.st, cur.counters
-        tt = self.target_transform
-        alloc = out or (lambda shape, dtype: torch.empty(shape, dtype=dtype))
-        try:
-            while True:
-                shape = st.out_shape
-                images_out = alloc((B, *shape[0]), shape[1]) if shape is not None else None
-                n, images, labels, events, _ = cur.fill(images_out, 0, B, timing)
-                if n == 0:
-                    return
-                cur.deliver(events[-1])
-                counters["samples"] += n
-                st.recorder.sample_done(n)
-                if images_out is None:
-                    images_out = _stack(images, alloc)
-                else:
-                    for r, img in enumerate(images):
-                        if img is not None:
-                            fill_row(images_out, r, img)
-                    if n < B:
-                        images_out = images_out[:n]
-                if self._fields is not None:
-                    batch = self._fields.batch(images_out, labels)
-                else:
-                    if tt is not None:
-                        labels = [tt(v) for v in labels]
-                    batch = [images_out, collate_labels(labels)]
-                images_out = images = None  # only the consumer holds the batch now
-                yield batch
-                if n < B:
-                    return
-                batch = None
-        finally:
-            st.recorder.flush()
 
     def bucketed(self, batch_size: int, buckets, *, transform=None, drop_last: bool = False):
         """This dataset yielding aspect-ratio-bucketed batches: each ``[images, labels]``
@@ -979,22 +754,6 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                 f"cache={self.cache_bytes or None}, on_error={self.policy.on_error!r})")
 
 
-def _stack(images, alloc):
-    """Images of the generic path as one batch: rows of an ``alloc`` tensor when they are
-    tensors of one shape, else torch's ``default_collate``."""
-    first = images[0]
-    if isinstance(first, torch.Tensor) and all(
-            isinstance(x, torch.Tensor) and x.shape == first.shape and x.dtype == first.dtype
-            for x in images):
-        out = alloc((len(images), *first.shape), first.dtype)
-        for r, img in enumerate(images):
-            out[r].copy_(img)
-        return out
-    from torch.utils.data._utils.collate import default_collate
-
-    return default_collate(images)
-
-
 class TarBatches(torch.utils.data.IterableDataset):
     """A :class:`TarDataset` that yields ``[images, labels]`` batches (see
     :meth:`TarDataset.batched`). Attributes not defined here are the dataset's."""
@@ -1029,6 +788,30 @@ class TarBatches(torch.utils.data.IterableDataset):
                 return
             yield batch
 
+    def state_dict(self, *, batches=None, batch_size=None, num_workers=None, drop_last=False,
+                   delivered=None) -> dict:
+        """The dataset's :meth:`TarDataset.state_dict` (batches of a stream are its samples in
+        order, so the state is the same), with ``batches=k`` counted in this object's
+        batches: ``batch_size`` and ``drop_last`` are this object's (a loader over it has
+        ``batch_size=None``); ``batch_size=``, when given, must agree.
+
+        Raises:
+            ValueError: a ``batch_size`` other than this object's, or what the dataset's
+                ``state_dict`` raises."""
+        if batches is not None:
+            if batch_size is not None and int(batch_size) != self.batch_size:
+                raise ValueError(f"TarBatches.state_dict: batch_size={batch_size} but these "
+                                 f"batches hold {self.batch_size}")
+            batch_size, drop_last = self.batch_size, self.drop_last
+        return self.dataset.state_dict(batches=batches, batch_size=batch_size,
+                                       num_workers=num_workers, drop_last=drop_last,
+                                       delivered=delivered)
+
+    def load_state_dict(self, state: dict) -> None:
+        """The dataset's :meth:`TarDataset.load_state_dict` (a state of its samples or of
+        these batches: the positions are the same)."""
+        self.dataset.load_state_dict(state)
+
     def __len__(self) -> int:
         """Batches per rank per epoch, for ``num_workers`` streams (one when not given)."""
         B = self.batch_size
@@ -1054,7 +837,7 @@ class TarBatches(torch.utils.data.IterableDataset):
             if self.drop_last and len(batch[1]) < B:
                 return
             if pool is not None:
-                batch[0] = pool.send(batch[0])
+                stream.send(ds, batch, pool)
             yield batch
 
     def __repr__(self):

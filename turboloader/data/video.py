@@ -31,7 +31,7 @@ import torchvision.datasets
 from turboloader.data.folder import gather_file
 from turboloader.io.files import read_file
 from turboloader.data.reader import MapDataset, StreamReader
-from turboloader.data.tar_dataset import TarDataset, _TarReader
+from turboloader.data.tar_dataset import TarDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.decode.video import VIDEO_EXTENSIONS, clip_indices, decode_clips
 from turboloader.transforms._batch import GENERIC, OK
@@ -60,8 +60,9 @@ def _set_state(rng, state):
 
 
 class _ClipDecoder:
-    """A stream's decoder for video sources: the clip's frames, then the transform with one
-    set of draws for all of them (what ``StreamReader.decode``'s generic path calls)."""
+    """A stream's decoder for video sources (a :class:`~turboloader.data.step.SampleDecoder`):
+    the clip's frames, then the transform with one set of draws for all of them. No plan:
+    the sample step runs every row through :meth:`transform_source`."""
 
     cache = None
     plan = None
@@ -78,7 +79,7 @@ class _ClipDecoder:
         clip_indices(1, self.frames_per_clip, self.stride, rng=np.random.default_rng(0),
                      sampling=sampling, clips=self.clips)  # argument checks, at once
 
-    def _generic(self, img, rng):
+    def transform_image(self, img, rng):
         return img
 
     def transform_source(self, source, *, rng, source_size=None, counters=None, out=None):
@@ -171,11 +172,8 @@ class VideoDataset(TarDataset):
         self._clip = _clip_options(frames_per_clip, stride, sampling, clips)
         super().__init__(urls, transform, target_transform, **kwargs)
 
-    def _new_reader(self, name):
-        st = _TarReader(self, name)
-        st.decoder = _ClipDecoder(self.transform, max_pixels=self.max_pixels, **self._clip)
-        st.plan = None  # every row through the clip decoder
-        return st
+    def _decoder(self):
+        return _ClipDecoder(self.transform, max_pixels=self.max_pixels, **self._clip)
 
 
 class VideoFolder(MapDataset, torchvision.datasets.DatasetFolder):
@@ -196,10 +194,10 @@ class VideoFolder(MapDataset, torchvision.datasets.DatasetFolder):
                           max_pixels=max_pixels, stats_interval=stats_interval)
 
     def _new_reader(self, name):
-        st = StreamReader(self, name, flush_failures=True)
-        st.decoder = _ClipDecoder(self.transform, max_pixels=self.max_pixels, **self._clip)
-        st.plan = None
-        return st
+        return StreamReader(self, name, flush_failures=True)
+
+    def _decoder(self):
+        return _ClipDecoder(self.transform, max_pixels=self.max_pixels, **self._clip)
 
     def _gather(self, st, chunk, i, slot, epoch, counters):
         path, target = self.samples[i]

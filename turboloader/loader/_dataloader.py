@@ -313,7 +313,6 @@ class DataLoader:
         self._last_epoch = None  # the epoch of the previous pass
         self._yielded, self._finished = 0, False  # batches handed out in the pass; its end
         self._resumed_batches = 0  # batches a loaded state already delivered
-        self._first_stream = 0  # thread backend: the stream a resumed pass starts from
         # thread backend: batch tensors recycled across batches and passes once nothing
         # outside the loader holds them (kept between passes, like persistent workers'
         # memory). As many as the streams prefetch (torch's prefetch_factor x workers): the
@@ -521,7 +520,6 @@ class DataLoader:
         if self._iterable:
             self.dataset.load_state_dict(state["dataset"])
             self.set_epoch(epoch)
-            self._first_stream = int(state["dataset"].get("next_worker", 0))
         else:
             self.set_epoch(epoch)
             self.sampler.skip_next(batches * self.batch_size)

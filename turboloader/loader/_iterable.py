@@ -42,8 +42,10 @@ class IterablePipeline(Pipeline):
     def _start(self, collate_out):
         loader = self.loader
         # after a resume, the stream whose batch was next comes first (torch's workers rotate
-        # their logical streams the same way in TarDataset.__iter__)
-        self.first_stream, loader._first_stream = loader._first_stream, 0
+        # their logical streams the same way in TarDataset.__iter__), however the resume
+        # point was loaded (the loader's state, the dataset's, Lightning's)
+        first_stream = getattr(self.dataset, "first_stream", None)
+        self.first_stream = int(first_stream(self.W)) if callable(first_stream) else 0
         first = self.first_stream % self.W
         self.active = collections.deque((first + i) % self.W for i in range(self.W))
         # prefetch_factor batches per stream, as torch counts them: the one being decoded

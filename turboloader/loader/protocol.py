@@ -23,6 +23,11 @@ what torch's DataLoader would do (``iter(dataset)`` in one thread, ``dataset[i]`
         with the stream's name, so per-stream state (decoder, cache, statistics, failure
         budget) can be kept per thread.
 
+    dataset.first_stream(num_workers) -> int  (optional)
+        The logical stream whose batch comes first in the pass starting now: after a
+        mid-epoch resume, the one whose batch was next (torch's workers rotate the same
+        way); default 0.
+
     A dataset whose items already are batches (``TarDataset.batched()``,
     ``TarDataset.bucketed()``) says so with ``yields_batches = True``: it is loaded with
     ``batch_size=None``, and ``worker_stream(worker, num_workers, timing=...)`` yields its

@@ -396,7 +396,7 @@ def _apply(decoder, s, rng):
             return decoder.plan.from_array(arr, rng=rng)
         from PIL import Image
 
-        return decoder._generic(Image.fromarray(arr.copy()), rng)
+        return decoder.transform_image(Image.fromarray(arr.copy()), rng)
     return decoder(s.data, key=s.key, rng=rng)
 
 

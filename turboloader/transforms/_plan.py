@@ -353,7 +353,7 @@ def _parse(members):
     i, n = 0, len(members)
     resize = crop = None
     filt = 1
-    if i < n and type(members[i]) is RandomResizedCrop:
+    if i < n and isinstance(members[i], RandomResizedCrop):  # (or a subclass's own draw)
         crop = members[i]
         filt = _fused_filter(crop.interpolation, crop.antialias)
         i += 1

@@ -1,0 +1,29 @@
+"""The one sample step (``turboloader.data.step``): every stream's decoder follows the
+declared ``SampleDecoder`` protocol and is supplied by its dataset, never built and then
+overwritten (video clips plug in their own)."""
+
+from helpers.shards import jpeg, write_tar
+
+from turboloader.data import TarDataset, VideoDataset
+from turboloader.data import cache as cache_module
+from turboloader.data.step import SampleDecoder
+from turboloader.data.video import _ClipDecoder
+
+
+def test_every_stream_decoder_is_a_sample_decoder_built_once(tmp_path, monkeypatch):
+    built = []
+    init = cache_module.Decoder.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(cache_module.Decoder, "__init__", counting)
+    video = write_tar(tmp_path / "v.tar", [("a.mp4", b"\x00" * 64), ("a.cls", b"1")])
+    st = VideoDataset(video, None)._lease("probe")
+    assert isinstance(st.decoder, _ClipDecoder) and isinstance(st.decoder, SampleDecoder)
+    assert built == [] and st.plan is None  # no image Decoder made only to be replaced
+
+    images = write_tar(tmp_path / "i.tar", [("a.jpg", jpeg(0)), ("a.cls", b"1")])
+    st = TarDataset(images, None)._lease("probe")
+    assert built == [st.decoder] and isinstance(st.decoder, SampleDecoder)
