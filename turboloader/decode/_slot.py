@@ -15,6 +15,7 @@ import numpy as np
 
 from turboloader._native import _fused, _jpeg
 from turboloader.decode._window import window_of_one
+from turboloader.decode.sizes import scaled_dims
 from turboloader.decode.jpeg import _window_k, _warn
 
 def _window(box, clip, out_size, decoded_size, scale, filt):
@@ -65,7 +66,7 @@ def resample_into_slot(src, out, *, box, clip, filt, source_size=None, flip=Fals
     buf, header = src
     W, H = header.width, header.height
     k = _window_k(box[2] - box[0], box[3] - box[1], ow, oh) if dct_scaling else 8
-    dw, dh = (W * k + 7) // 8, (H * k + 7) // 8
+    dh, dw = scaled_dims((H, W), k)
     wx, wy, ww, wh, inner = _window(box, clip, (oh, ow), (dh, dw), (k / 8, k / 8), filt)
     n_warnings, message = _fused.decode_resample_into(
         buf, out, scale_num=k, full=(ww == dw and wh == dh), win_x=wx, win_y=wy, win_w=ww,

@@ -17,6 +17,7 @@ import struct
 import numpy as np
 
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _max_pixels, decode_jpeg
+from turboloader.decode.sizes import fit_scale_num, scaled_dims, shrunk_size
 from turboloader.errors import DecodeError
 from turboloader.io.codec import Codec, as_codec, detect_codec
 
@@ -124,16 +125,6 @@ def decode_image(data, /, *, codec=None, strict=False, max_pixels=DEFAULT_MAX_PI
     return np.asarray(decode_pil(data, max_pixels))
 
 
-def _short_side_size(size, s):
-    """``(height, width)`` of ``size`` resized to short side ``s`` (never enlarged), as
-    torchvision's ``Resize(s)`` rounds it."""
-    h, w = size
-    if not s or min(h, w) <= s:
-        return h, w
-    f = s / min(h, w)
-    return max(s, round(h * f)), max(s, round(w * f))
-
-
 def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, alloc=None,
                   scratch=None):
     """A dataset sample's bytes to ``(HWC uint8 array, original (height, width))``.
@@ -158,11 +149,10 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
 
         buf, hdr, limit = _open(data, max_pixels)   # DecodeError over max_pixels
         size = (hdr.height, hdr.width)
-        k = 8
-        if s:   # the smallest fast DCT scale at least s on both sides (pick_scale's)
-            k = next((k for k in (1, 2, 4) if (min(size) * k + 7) // 8 >= s), 8)
-        decoded = ((hdr.height * k + 7) // 8, (hdr.width * k + 7) // 8)
-        final = _short_side_size(size, s)
+        # the smallest fast DCT scale at least s on both sides (pick_scale's)
+        k = fit_scale_num(size, (s, s)) if s else 8
+        decoded = scaled_dims(size, k)
+        final = shrunk_size(*size, s)
         if final[0] > decoded[0] or final[1] > decoded[1]:   # (a rounding pixel short)
             final = decoded
         out = None
@@ -187,7 +177,7 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
     else:
         arr = np.asarray(decode_pil(data, max_pixels))
         size = arr.shape[:2]
-        final = _short_side_size(size, s)
+        final = shrunk_size(*size, s)
         out = None
         if alloc is not None:
             buf = alloc(final[0] * final[1] * 3)

@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 
 from turboloader._native import _jpeg
+from turboloader.decode.sizes import FAST_K, fit_scale_num, scaled_dims, window_scale_num
 from turboloader.errors import DecodeError, DecodeWarning
 
 __all__ = [
@@ -201,8 +202,7 @@ def scaled_size(size, scale, *old):
         sh, sw = scaled_size((height, width), scale)
         return sw, sh
     height, width = _pair(size, "size")
-    k = _scale_num(scale)
-    return (height * k + 7) // 8, (width * k + 7) // 8
+    return scaled_dims((height, width), _scale_num(scale))
 
 
 #: DCT scales with a SIMD IDCT in libjpeg-turbo (8x8, 4x4, 2x2, 1x1 blocks). The other
@@ -250,12 +250,9 @@ def pick_scale(size, min_size, *old, fast_only=True) -> Fraction:
     else:
         height, width = _pair(size, "size")
         min_height, min_width = _pair(min_size, "min_size")
-    candidates = FAST_SCALES if fast_only else [Fraction(k, 8) for k in range(1, 9)]
-    for s in candidates:
-        k = s.numerator * 8 // s.denominator
-        if (width * k + 7) // 8 >= min_width and (height * k + 7) // 8 >= min_height:
-            return s
-    return Fraction(1)
+    k = fit_scale_num((height, width), (min_height, min_width),
+                      FAST_K if fast_only else range(1, 9))
+    return Fraction(k, 8)
 
 
 def window_scale(window_size, out_size, *old) -> int:
@@ -293,10 +290,8 @@ def window_scale(window_size, out_size, *old) -> int:
 
 
 def _window_k(crop_w, crop_h, out_w, out_h):
-    # turboloader.decode._window.scale_num for one row
-    from turboloader.decode._window import scale_num
-
-    return int(scale_num([[crop_w, crop_h]], [[out_w, out_h]])[0])
+    # turboloader.decode.sizes.window_scale_num for one row
+    return int(window_scale_num([[crop_w, crop_h]], [[out_w, out_h]])[0])
 
 
 def _check_out(out, h, w):
@@ -449,7 +444,7 @@ def decode_jpeg(
         k = int(pick_scale((header.height, header.width), (min_h, min_w)) * 8)
     else:
         k = _scale_num(scale)
-    dec_w, dec_h = (header.width * k + 7) // 8, (header.height * k + 7) // 8
+    dec_h, dec_w = scaled_dims((header.height, header.width), k)
 
     if window is None and crop is None:
         x = y = cw = ch = 0

@@ -50,7 +50,8 @@ import torch
 
 from turboloader._native._fused import MAX_COLOUR_OPS, BatchRunner
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _max_pixels
-from turboloader.decode._window import scale_num, windows
+from turboloader.decode._window import windows
+from turboloader.decode.sizes import scaled_dims, window_scale_num
 from turboloader.transforms._colour import ColorJitter
 from turboloader.transforms._containers import Compose, RandomApply, RandomChoice, RandomOrder
 from turboloader.transforms._draws import KeyDraws
@@ -389,15 +390,15 @@ def prepare_batch(fused, sources, keys, /, *, source_sizes=None, max_pixels=None
     # the decode scale and window, as Plan.from_jpeg / Plan.from_array
     box, out = r.box, r.out
     if fused.dct_scaling:   # the smallest fast scale at which the source box stays >= out
-        k = scale_num(box[:, 2:] - box[:, :2], out[:, ::-1])
+        k = window_scale_num(box[:, 2:] - box[:, :2], out[:, ::-1])
     else:
         k = np.full(n, 8, np.int64)
     if any_array:
         k[~is_jpeg] = 8
-        dims = np.where(is_jpeg[:, None], (HW[:, ::-1] * k[:, None] + 7) // 8, shapes[:, ::-1])
+        dims = np.where(is_jpeg[:, None], scaled_dims(HW[:, ::-1], k), shapes[:, ::-1])
         f = np.where(is_jpeg[:, None], (k / 8)[:, None], dims / HW[:, ::-1])
     else:
-        dims = (HW[:, ::-1] * k[:, None] + 7) // 8
+        dims = scaled_dims(HW[:, ::-1], k)
         f = (k / 8)[:, None]
     window, inner = windows(box, r.clip, out, dims, f, fused.filter)
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from turboloader.decode.sizes import resized_sizes
 from turboloader.transforms import functional as F
 from turboloader.transforms._draws import RngDraws
 from turboloader.transforms._transform import (
@@ -125,7 +126,7 @@ class Resize(Transform):
 
     def _output_sizes(self, sizes):
         """:meth:`output_size` for every row of ``sizes`` (``int64 (n, 2)``)."""
-        return F._array._resized_sizes(self.size, sizes, self.max_size)
+        return resized_sizes(self.size, sizes, self.max_size)
 
     def make_params(self, size, *, rng=None):
         """No randomness: ``{"size": (height, width)}``, the output size."""
