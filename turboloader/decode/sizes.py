@@ -19,7 +19,7 @@ and the cache are below the transforms), so the transforms import them from here
 
 import numpy as np
 
-__all__ = ["fit_scale_num", "resized_sizes", "scaled_dims", "shrunk_size", "shrunk_sizes",
+__all__ = ["FAST_K", "fit_scale_num", "resized_sizes", "scaled_dims", "shrunk_size", "shrunk_sizes",
            "window_scale_num"]
 
 #: The DCT scale numerators with a SIMD IDCT in libjpeg-turbo, smallest first.
