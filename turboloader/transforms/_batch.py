@@ -52,10 +52,8 @@ from turboloader._native._fused import MAX_COLOUR_OPS, BatchRunner
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _max_pixels
 from turboloader.decode._window import windows
 from turboloader.decode.sizes import scaled_dims, window_scale_num
-from turboloader.transforms._colour import ColorJitter
-from turboloader.transforms._containers import Compose, RandomApply, RandomChoice, RandomOrder
 from turboloader.transforms._draws import KeyDraws
-from turboloader.transforms._geometry import RandomHorizontalFlip, RandomResizedCrop
+from turboloader.transforms._geometry import RandomResizedCrop
 from turboloader.transforms._random import _as_u64
 
 __all__ = [
@@ -251,49 +249,10 @@ def draw(fused, HW, d, live=None):
     r.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
     r.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
     r.n_ops = np.zeros(n, np.int32)
-    for t in fused.post:
-        _draw_post(t, d, live, r)
+    for t in fused.post:   # each declares its own draw (Transform.fused_ops)
+        t._fused_draw(d, live, r)
     r.counter = d.counter if isinstance(d, KeyDraws) else None
     return r
-
-
-def _draw_post(t, d, mask, r):
-    # post-geometry member t for the rows in mask, in call order: flips commute with the
-    # colour operations, which are appended to each row's list
-    cls = type(t)
-    if cls is RandomHorizontalFlip:
-        r.flip ^= t._draw_batch(d, mask)
-    elif cls is ColorJitter:
-        ids, f = t._batch_ops(*t._draw_batch(d, mask))
-        k = ids.shape[1]
-        if k and len(mask) and mask.all() and (r.n_ops == r.n_ops[0]).all():   # every row at one column
-            c = int(r.n_ops[0])
-            r.ops[:, c:c + k], r.factors[:, c:c + k] = ids, f
-            r.n_ops += k
-            return
-        rows = np.flatnonzero(mask)
-        if k and rows.size:
-            cols = r.n_ops[rows, None] + np.arange(k)
-            r.ops[rows[:, None], cols] = ids[rows]
-            r.factors[rows[:, None], cols] = f[rows]
-            r.n_ops[rows] += k
-    elif cls is RandomApply:
-        apply = mask & t._draw_batch(d, mask)
-        for m in t.transforms:
-            _draw_post(m, d, apply, r)
-    elif cls is RandomChoice:
-        index = t._draw_batch(d, mask)
-        for i, m in enumerate(t.transforms):
-            _draw_post(m, d, mask & (index == i), r)
-    elif cls is RandomOrder:
-        order = t._draw_batch(d, mask)
-        for j in range(order.shape[1]):
-            for i, m in enumerate(t.transforms):
-                _draw_post(m, d, mask & (order[:, j] == i), r)
-    elif cls is Compose:
-        for m in t.transforms:
-            _draw_post(m, d, mask, r)
-    # else Identity: nothing
 
 
 def _classify(sources):

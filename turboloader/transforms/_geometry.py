@@ -22,7 +22,7 @@ import torch
 
 from turboloader.decode.sizes import resized_sizes
 from turboloader.transforms import functional as F
-from turboloader.transforms._draws import RngDraws
+from turboloader.transforms._draws import RngDraws, bernoulli, coin
 from turboloader.transforms._transform import (
     Transform,
     _check_interpolation,
@@ -464,8 +464,13 @@ class RandomHorizontalFlip(Transform):
     def _draw_batch(self, d, mask=None):
         """``bool (n,)``: whether each row flips, one ``random() < p`` draw per row (rows
         outside ``mask``: False, nothing drawn)."""
-        flip = d.random(mask) < self.p
-        return flip if mask is None else flip & mask
+        return bernoulli(d, self.p, mask)
+
+    def _fused_ops(self):   # a fused post-geometry member: flips the output
+        return 0
+
+    def _fused_draw(self, d, mask, r):
+        r.flip ^= self._draw_batch(d, mask)   # flips commute with the colour operations
 
     def transform(self, img, params):
         return F.horizontal_flip(img) if params["flip"] else img
@@ -702,7 +707,7 @@ class RandomPerspective(_RandomApplyTransform):
     def make_params(self, size, *, rng=None):
         """``{"apply": bool, "coefficients": 8 floats}`` (corners drawn only when applied)."""
         rng = _rng(rng)
-        if not rng.random() < self.p:
+        if not coin(rng, self.p):
             return {"apply": False, "coefficients": None}
         height, width = size
         half_height, half_width = height // 2, width // 2

@@ -83,7 +83,7 @@ from turboloader.transforms._conversion import (ConvertImageDtype, Normalize, PI
                                                 ToImage, ToPureTensor, ToTensor)
 from turboloader.transforms._geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip,
                                               RandomResizedCrop, Resize, _fused_filter)
-from turboloader.transforms._transform import Transform
+from turboloader.transforms._transform import Transform, fused_ops
 from turboloader.transforms import _auto_augment, _colour, _containers, _conversion, _geometry, _mixing
 from turboloader.transforms._random import current_rng, using_rng
 
@@ -305,22 +305,6 @@ def _fusable_crop(t):
         isinstance(t, RandomCrop) and t.padding is None and not t.pad_if_needed)
 
 
-def _post_ops(t):
-    """The most colour operations post-geometry member ``t`` can emit, or None when it is
-    not one (flips and ColorJitters, Identity, and containers of them)."""
-    cls = type(t)
-    if cls in (RandomHorizontalFlip, Identity):
-        return 0
-    if cls is ColorJitter:
-        return 4
-    if cls in (RandomApply, RandomChoice, RandomOrder, Compose):
-        counts = [_post_ops(m) for m in t.transforms]
-        if None in counts:
-            return None
-        return max(counts) if cls is RandomChoice else sum(counts)
-    return None
-
-
 def _dtype_scale(t):
     """(float32, scale) when dtype conversion ``t`` makes float32 of a uint8 image tensor."""
     if type(t) is ConvertImageDtype:
@@ -358,8 +342,8 @@ def _parse(members):
     if filt is None:
         return _why_not(i - 1, members[i - 1])
     post, n_ops = [], 0
-    while i < n and _post_ops(members[i]) is not None:
-        n_ops += _post_ops(members[i])
+    while i < n and fused_ops(members[i]) is not None:
+        n_ops += fused_ops(members[i])
         if n_ops > _MAX_OPS:
             return (f"member {i}, {_short(members[i])}: more than {_MAX_OPS} colour operations "
                     f"(at most {_MAX_OPS // 4} ColorJitters) in one fused call")
