@@ -173,9 +173,13 @@ def test_max_pixels_has_one_meaning():
     plan = T.plan(T.Compose([T.CenterCrop(8), T.ToImage()]))
     with pytest.raises(DecodeError, match="max_pixels"):
         plan.from_jpeg(data, max_pixels=1999)
-    # None meant "the default limit" here before: it now means no limit, and says so
-    with pytest.warns(FutureWarning, match="no pixel limit"):
+    # None: no limit, here as everywhere (no FutureWarning: the package was never released)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert plan.from_jpeg(data, max_pixels=None).shape == (3, 8, 8)
+    keys = np.zeros(1, np.uint64)
+    assert plan.prepare_batch([data], keys, max_pixels=1999).status.tolist() == [2]
+    assert plan.prepare_batch([data], keys, max_pixels=None).status.tolist() == [0]
     assert DEFAULT_MAX_PIXELS == 178956970
 
 

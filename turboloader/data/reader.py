@@ -45,7 +45,7 @@ from turboloader.data.epochs import EpochMixin, SharedEpoch
 from turboloader.data.failures import FailureLog, FailurePolicy
 from turboloader.data.telemetry import Telemetry
 from turboloader.errors import DecodeWarning, FailureBudgetExceeded, TurboLoaderError
-from turboloader.transforms._batch import GENERIC, OK
+from turboloader.decode.executor import GENERIC, OK
 from turboloader.transforms._random import sample_key, sample_keys, sample_rng
 
 __all__ = ["BATCH_CHUNK", "Chunk", "GATHER_BYTES", "MIN_CHUNK", "MapDataset", "ReaderMixin",
@@ -259,7 +259,7 @@ class StreamReader:
             params = plan.prepare_batch(srcs, self._keys(chunk, fused),
                                         source_sizes=_source_sizes(sizes, fused),
                                         max_pixels=self.max_pixels)
-            result = plan.run_batch(srcs, params, out, rows=rows, max_pixels=self.max_pixels)
+            result = plan.run_batch(srcs, params, out, rows=rows)
             native = result.nogil_seconds
             status = result.status
             if status.any():

@@ -13,7 +13,8 @@ import warnings
 import numpy as np
 
 from turboloader.decode._filters import _interpolation
-from turboloader.decode._slot import _window, resample_into_slot
+from turboloader.decode._window import window_of_one as _window
+from turboloader.decode.executor import resample_into_slot
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open
 
 __all__ = ["decode_resized_crop", "decode_window"]

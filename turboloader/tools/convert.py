@@ -37,7 +37,7 @@ from turboloader.errors import (
     UnreadableFileError,
 )
 from turboloader.decode import decode_image
-from turboloader.decode._slot import resample_into_slot
+from turboloader.decode.executor import resample_into_slot
 from turboloader.decode.sizes import resized_sizes, shrunk_size
 from turboloader.io.codec import Codec, detect_codec, image_size
 from turboloader.io.tbl import MAGIC, TBLFile, TBLWriter
