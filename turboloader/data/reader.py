@@ -326,7 +326,8 @@ class StreamReader:
                                or not isinstance(src, np.ndarray) else None)
                 chunk.labels[i] = fields.annotate(
                     chunk.labels[i], hw, dec.transform,
-                    sample_rng(self.seed, chunk.epochs[i], chunk.slots[i]))
+                    sample_rng(self.seed, chunk.epochs[i], chunk.slots[i]),
+                    max_pixels=self.max_pixels)
             except TurboLoaderError as exc:
                 errors[i] = exc
 

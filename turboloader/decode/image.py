@@ -34,7 +34,7 @@ def is_jpeg(data, /) -> bool:
     return bytes(data[:3]) == b"\xff\xd8\xff"
 
 
-def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS):
+def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS, *, mode="RGB"):
     """Decode any Pillow-readable image (PNG, WebP, ...) to an RGB ``PIL.Image``.
 
     Args:
@@ -42,9 +42,11 @@ def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS):
         max_pixels: applies as it does to JPEGs: the header's width x height is checked
             before any pixel is decoded (a 33 KB PNG can claim 3000 x 3000). None: no limit
             (Pillow's own decompression-bomb limit still applies).
+        mode: the Pillow mode to convert to; None keeps the file's own (a segmentation
+            mask's ``L`` or ``P``), loaded.
 
     Returns:
-        An RGB ``PIL.Image.Image``.
+        A ``PIL.Image.Image`` in ``mode``.
 
     Raises:
         DecodeError: the data does not decode, or the image is larger than ``max_pixels``.
@@ -63,8 +65,11 @@ def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS):
             if limit and w * h > limit:
                 too_large = (f"Image size {w} x {h} ({img.format}) exceeds the limit of "
                              f"{limit} pixels (max_pixels)")
+            elif mode is None:
+                img.load()
+                return img.copy()   # closing the file would release the loaded pixels
             else:
-                return img.convert("RGB")
+                return img.convert(mode)
     except (OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError,
             Image.DecompressionBombError) as exc:
         # Pillow signals bad data with all of these; ours are never raised from here
