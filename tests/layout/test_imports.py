@@ -19,7 +19,6 @@ LAYERS = [
     ("turboloader.errors", 0),
     ("turboloader._version", 0),
     ("turboloader._lazy", 0),
-    ("turboloader._deprecated", 9),  # the old paths' hook: installed by the front door
     ("turboloader._native", 0),
     ("turboloader.io", 1),
     ("turboloader.decode", 2),
