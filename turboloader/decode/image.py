@@ -130,6 +130,18 @@ def decode_image(data, /, *, codec=None, strict=False, max_pixels=DEFAULT_MAX_PI
     return np.asarray(decode_pil(data, max_pixels))
 
 
+_NO_ROOM = object()
+
+
+def _slot_of(alloc, hw):
+    """Where an ``hw`` HWC uint8 array is stored: None (nowhere yet: allocate it), the
+    ``alloc`` buffer shaped so, or ``_NO_ROOM`` (``alloc`` has none)."""
+    if alloc is None:
+        return None
+    flat = alloc(hw[0] * hw[1] * 3)
+    return _NO_ROOM if flat is None else flat.reshape(*hw, 3)
+
+
 def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, alloc=None,
                   scratch=None):
     """A dataset sample's bytes to ``(HWC uint8 array, original (height, width))``.
@@ -160,12 +172,9 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
         final = shrunk_size(*size, s)
         if final[0] > decoded[0] or final[1] > decoded[1]:   # (a rounding pixel short)
             final = decoded
-        out = None
-        if alloc is not None:
-            slot = alloc(final[0] * final[1] * 3)
-            if slot is None:
-                return None, size
-            out = slot.reshape(*final, 3)
+        out = _slot_of(alloc, final)
+        if out is _NO_ROOM:
+            return None, size
         if final != decoded:   # decoded larger than stored: into scratch, resampled below
             n = decoded[0] * decoded[1] * 3
             flat = np.empty(n, np.uint8) if scratch is None else scratch(n)[:n]
@@ -183,12 +192,9 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
         arr = np.asarray(decode_pil(data, max_pixels))
         size = arr.shape[:2]
         final = shrunk_size(*size, s)
-        out = None
-        if alloc is not None:
-            buf = alloc(final[0] * final[1] * 3)
-            if buf is None:
-                return None, size
-            out = buf.reshape(*final, 3)
+        out = _slot_of(alloc, final)
+        if out is _NO_ROOM:
+            return None, size
         if final == size:
             if out is None:
                 return np.ascontiguousarray(arr), size

@@ -68,7 +68,24 @@ def _fused_filter(interpolation, antialias):
     return None
 
 
-class Resize(Transform):
+class _Resizing(Transform):
+    """Base of the resizes: :meth:`make_params` gives ``{"size": ...}`` (an output
+    ``(height, width)`` or torchvision's ``[shorter side]``), and the image, masks and boxes
+    are resized to it (torchvision v2's functionals for the annotations)."""
+
+    def transform(self, img, params):
+        return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
+
+    def _transform_other(self, inpt, params):
+        return _tvf().resize(inpt, list(params["size"]))
+
+    def _extra_repr(self):
+        return (f"min_size={self.min_size}, max_size={self.max_size}, "
+                f"interpolation={_interp_repr(self.interpolation)!r}, "
+                f"antialias={self.antialias}")
+
+
+class Resize(_Resizing):
     """Resize to ``size``, like ``torchvision.transforms.v2.Resize``.
 
     Args:
@@ -131,12 +148,6 @@ class Resize(Transform):
     def make_params(self, size, *, rng=None):
         """No randomness: ``{"size": (height, width)}``, the output size."""
         return {"size": self.output_size(size)}
-
-    def transform(self, img, params):
-        return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
-
-    def _transform_other(self, inpt, params):
-        return _tvf().resize(inpt, list(params["size"]))
 
     def _extra_repr(self):
         return (f"size={self.size}, interpolation={self.interpolation!r}, "
@@ -790,7 +801,7 @@ class TenCrop(Transform):
         return f"size={self.size}, vertical_flip={self.vertical_flip}"
 
 
-class ScaleJitter(Transform):
+class ScaleJitter(_Resizing):
     """Resize by a random factor of the scale that fits the image into ``target_size``, like
     ``torchvision.transforms.v2.ScaleJitter`` (Large Scale Jitter, Ghiasi et al.): ``scale``
     uniform in ``scale_range``, ``r = min(target_size[1] / H, target_size[0] / W) * scale``,
@@ -824,19 +835,13 @@ class ScaleJitter(Transform):
         r = min(self.target_size[1] / orig_height, self.target_size[0] / orig_width) * scale
         return {"size": (int(orig_height * r), int(orig_width * r))}
 
-    def transform(self, img, params):
-        return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
-
-    def _transform_other(self, inpt, params):
-        return _tvf().resize(inpt, list(params["size"]))
-
     def _extra_repr(self):
         return (f"target_size={self.target_size}, scale_range={self.scale_range}, "
                 f"interpolation={_interp_repr(self.interpolation)!r}, "
                 f"antialias={self.antialias}")
 
 
-class RandomShortestSize(Transform):
+class RandomShortestSize(_Resizing):
     """Resize so the shorter side is one of ``min_size`` (drawn uniformly), the longer side
     at most ``max_size``, like ``torchvision.transforms.v2.RandomShortestSize``:
     ``r = min(min_size / min(H, W), max_size / max(H, W))``, output
@@ -870,19 +875,9 @@ class RandomShortestSize(Transform):
             r = min(r, self.max_size / max(orig_height, orig_width))
         return {"size": (int(orig_height * r), int(orig_width * r))}
 
-    def transform(self, img, params):
-        return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
-
-    def _transform_other(self, inpt, params):
-        return _tvf().resize(inpt, list(params["size"]))
-
-    def _extra_repr(self):
-        return (f"min_size={self.min_size}, max_size={self.max_size}, "
-                f"interpolation={_interp_repr(self.interpolation)!r}, "
-                f"antialias={self.antialias}")
 
 
-class RandomResize(Transform):
+class RandomResize(_Resizing):
     """Resize the shorter side to a size drawn uniformly from ``[min_size, max_size)``, like
     ``torchvision.transforms.v2.RandomResize`` (``torch.randint(min_size, max_size)`` under
     torch's RNG); usually followed by a ``RandomCrop``.
@@ -911,16 +906,6 @@ class RandomResize(Transform):
                              f"{self.max_size}")
         return {"size": [_rng(rng).randint(self.min_size, self.max_size - 1)]}
 
-    def transform(self, img, params):
-        return F.resize(img, params["size"], self.interpolation, antialias=self.antialias)
-
-    def _transform_other(self, inpt, params):
-        return _tvf().resize(inpt, params["size"])
-
-    def _extra_repr(self):
-        return (f"min_size={self.min_size}, max_size={self.max_size}, "
-                f"interpolation={_interp_repr(self.interpolation)!r}, "
-                f"antialias={self.antialias}")
 
 
 # every class here moves pixels: a mask or boxes of a joint sample must follow it, so one

@@ -21,8 +21,10 @@ import operator
 import numpy as np
 
 from turboloader._native import _chw, _colour, _resample, _warp
-from turboloader.decode._filters import _BY_NAME, Interpolation, _interpolation  # noqa: F401
+from turboloader.decode import Interpolation
 from turboloader.decode.sizes import resized_sizes
+
+_interpolation = Interpolation.parse
 
 __all__ = [
     "Interpolation",
