@@ -1,12 +1,11 @@
 """The window maths of a resample into a slot, written once, for a batch of rows.
 
-Which DCT scale to decode a source box at, and which window of the decoded image the filter
-reads: :func:`windows` works (the scale is :func:`turboloader.decode.sizes.window_scale_num`) on ``(n, 2)`` arrays (one row per sample).
-The per-sample path (:func:`turboloader.decode._slot.resample_into_slot`,
-:func:`turboloader.decode.window_scale`, :func:`turboloader.decode.decode_window`) is a
-batch of one; the batch path (``turboloader.transforms._batch.prepare_batch``) passes the
-whole batch. Same float64 operations in the same order either way, so the two paths decode
-the same pixels.
+Which window of the decoded image the filter reads: :func:`windows` works on ``(n, 2)``
+arrays (one row per sample); the DCT scale is :func:`turboloader.decode.sizes.window_scale_num`.
+The executor (:mod:`turboloader.decode.executor`) combines the two once, for a batch
+(``plan_slots``) and for one sample (``resample_into_slot``, a batch of one), as do
+:func:`turboloader.decode.window_scale` and :func:`turboloader.decode.decode_window`. Same
+float64 operations in the same order either way, so the two paths decode the same pixels.
 """
 
 import numpy as np

@@ -6,7 +6,7 @@ decode, written here once.
 side) and :func:`_decode_rgb` (the RGB image an unfused transform gets). JPEG goes to
 libjpeg-turbo, everything else to Pillow. The fused path (``Plan.from_jpeg``,
 ``decode_resized_crop``) decodes only a JPEG's window, in the same native call that resamples
-it (:mod:`turboloader.decode._slot`).
+it (:mod:`turboloader.decode.executor`).
 """
 
 from __future__ import annotations
