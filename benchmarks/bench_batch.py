@@ -53,7 +53,7 @@ if str(REPO) not in sys.path:
 import turboloader  # noqa: E402
 from turboloader import transforms as T  # noqa: E402
 from turboloader._native import _fused  # noqa: E402
-from turboloader.transforms._batch import OK, BatchRunner  # noqa: E402
+from turboloader.decode.executor import OK, BatchRunner  # noqa: E402
 from turboloader.transforms._random import sample_keys, sample_rng  # noqa: E402
 
 MEAN = (0.485, 0.456, 0.406)

@@ -114,7 +114,7 @@ def main(argv=None):
     import math
 
     from turboloader._native import _jpeg
-    from turboloader.decode._slot import resample_into_slot
+    from turboloader.decode.executor import resample_into_slot
     from turboloader.decode.jpeg import _open, _window_k
 
     blobs = [d for d, _ in items]

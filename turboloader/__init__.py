@@ -1,9 +1,24 @@
 """turboloader: fast, drop-in image data loading for PyTorch.
 
 Importing the package is cheap: public names are resolved from their modules on first use.
+
+The top level names the core (``__all__``): the errors, the datasets, the loader, the
+``transforms`` module, the decoders and the shard formats. Transforms are
+``turboloader.transforms.X``, torchvision's names with torchvision's arguments.
+
+The seed documents' names (``turboloader.Resize``, ``Compose``, ``ToTensor``, ``Pipeline``,
+``TransformConfig``, ...; :mod:`turboloader.compat`) also resolve here, so code written against
+those documents runs unchanged, but they are not in ``__all__`` (nor ``dir()``): they are
+that older API, not this one. Where a seed class and torchvision's share a name, a call that
+means the same in both works (``turboloader.Resize(224, 224)``: the square); a call that
+torchvision reads differently raises a TypeError naming the torchvision-exact class
+(``turboloader.Resize(224)``: use ``turboloader.transforms.Resize(224)``).
+``turboloader.DataLoader(dataset, ...)`` is :class:`turboloader.loader.DataLoader`;
+``turboloader.DataLoader(path, ...)`` is seed 001's call and returns its
+``SampleBatchLoader`` (batches of ``{"image", "label"}`` dicts).
 """
 
-from turboloader import _deprecated, _fork
+from turboloader import _fork
 from turboloader._lazy import lazy_names
 from turboloader.errors import (
     DecodeError,
@@ -20,7 +35,6 @@ from turboloader.errors import (
 
 from turboloader._version import __version__
 
-_deprecated.install()  # old module paths (turboloader.tar, .jpeg, ...) for one release
 _fork.install()  # forked DataLoader workers never finalize the parent's objects (see _fork)
 
 # public name -> module that defines it (the layers, bottom up: io -> decode -> transforms ->
@@ -50,7 +64,12 @@ _LAZY = {
     "DataLoader": "turboloader.compat",
     "profile": "turboloader.loader",
     "PrefetchLoader": "turboloader.prefetch",
-    # the seed documents' APIs (thin adapters over the above; see turboloader.compat)
+    "transforms": "turboloader.transforms",
+}
+
+# the seed documents' APIs (thin adapters over the above; see turboloader.compat): resolvable
+# for the code written against them, not listed in __all__ (the module docstring's rule)
+_SEED_NAMES = {
     "TransformConfig": "turboloader.compat",
     "ResizeMethod": "turboloader.compat",
     "Pipeline": "turboloader.compat",
@@ -65,7 +84,6 @@ _LAZY = {
     "TensorFormat": "turboloader.compat",
     "HighPerformanceDataset": "turboloader.compat",
     "create_dataloader": "turboloader.compat",
-    "transforms": "turboloader.transforms",
 }
 
 __all__ = [
@@ -84,4 +102,8 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
+__getattr__, _dir = lazy_names(__name__, {**_LAZY, **_SEED_NAMES}, globals())
+
+
+def __dir__():
+    return [n for n in _dir() if n not in _SEED_NAMES]

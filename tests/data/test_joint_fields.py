@@ -581,3 +581,48 @@ def test_unfused_pipeline_with_the_cache(shards):
     got = list(ds)
     assert len(got) == N
     assert all(tuple(s[1].shape) == tuple(s[0].shape[-2:]) == s[2].canvas_size for s in got)
+
+
+def test_masks_obey_the_datasets_max_pixels(tmp_path):
+    """A mask is decoded under the dataset's max_pixels, as its image: a small image whose
+    mask claims many pixels is refused on the mask's header (oracle: the limit named in the
+    error), before the mask is decoded; under the limit the same rows load."""
+    rows = []
+    for i in range(4):
+        ms = members(i)
+        if i == 2:
+            ms = [(name, encode(np.zeros((300, 400), np.uint8), "PNG")
+                   if name.endswith(".seg.png") else data) for name, data in ms]
+        rows += ms
+    path = write_tar(tmp_path / "big-mask.tar", rows)
+    pipe = pipelines()["rrc_flip"][0]
+    limit = 2 * H * W   # every image fits; sample 2's 400 x 300 mask does not
+    with pytest.raises(SampleError, match=r"s0002.*max_pixels") as info:
+        list(TarDataset(path, pipe, fields=FIELDS, shuffle=False, max_pixels=limit))
+    assert "400 x 300" in str(info.value)
+    ds = TarDataset(path, pipe, fields=FIELDS, shuffle=False, max_pixels=limit,
+                    on_error="skip", max_failures=1)
+    got = list(ds)
+    assert len(got) == 4 and "s0002" not in [s[-1] for s in got]   # replaced, as any failure
+    assert ds.stats()["failures"] == 1 and ds.stats()["skipped"][0]["key"] == "s0002"
+
+
+class _RefusesMasks(T.Transform):
+    """A user's transform that runs on images and raises a ValueError on masks."""
+
+    def transform(self, img, params):
+        return img
+
+    def _transform_other(self, inpt, params):
+        raise ValueError("this transform cannot move masks")
+
+
+def test_a_pipeline_that_refuses_masks_is_refused_at_construction(shards):
+    """The dataset's pipeline check no longer swallows what the mask probe raises: a
+    pipeline whose image call works and whose mask call raises is refused when the dataset
+    is built, with the pipeline's own error and a note naming MaskField / BoxesField."""
+    pipe = T.Compose([_RefusesMasks(), T.RandomResizedCrop(24), T.ToTensor()])
+    with pytest.raises(ValueError, match="cannot move masks") as info:
+        TarDataset(shards, pipe, fields=("jpg", MaskField("seg.png")))
+    assert any("MaskField" in n for n in getattr(info.value, "__notes__", []))
+    TarDataset(shards, pipe, fields=("jpg", "cls"))   # no annotations: nothing to follow

@@ -4,13 +4,25 @@ import ast
 import pathlib
 
 import turboloader
-from turboloader._deprecated import MOVED
 
 PACKAGE = pathlib.Path(turboloader.__file__).resolve().parent
 
-# old import paths kept for one release (answered by an import hook, turboloader/_deprecated.py;
-# no file is left at them): nothing in the package may import them
-ALIASES = dict(MOVED)
+# the module paths before the layout (turboloader.tar, .jpeg, ...): the package was never
+# released, so no alias answers for them; nothing may import them, and no file is left there
+ALIASES = {
+    "turboloader.tar": "turboloader.io.tar",
+    "turboloader.tbl": "turboloader.io.tbl",
+    "turboloader.data.shards": "turboloader.io.shards",
+    "turboloader.data.remote": "turboloader.io.remote",
+    "turboloader.jpeg": "turboloader.decode.jpeg",
+    "turboloader.fused": "turboloader.decode.fused",
+    "turboloader.seeds": "turboloader.compat.seeds",
+    "turboloader.cli": "turboloader.tools.cli",
+    "turboloader.convert": "turboloader.tools.convert",
+    "turboloader.demo": "turboloader.tools.demo",
+    "turboloader.synthetic": "turboloader.tools.synthetic",
+    "turboloader.data.policy": "turboloader.data.failures",
+}
 
 
 def modules():

@@ -19,7 +19,6 @@ LAYERS = [
     ("turboloader.errors", 0),
     ("turboloader._version", 0),
     ("turboloader._lazy", 0),
-    ("turboloader._deprecated", 9),  # the old paths' hook: installed by the front door
     ("turboloader._native", 0),
     ("turboloader.io", 1),
     ("turboloader.decode", 2),
@@ -44,7 +43,7 @@ def test_the_graph_is_not_trivial():
     # the parser sees the imports it must: a test that finds no edge cannot fail
     assert "turboloader.io.tar" in GRAPH["turboloader.data.tar_dataset"] or \
         "turboloader.io.shards" in GRAPH["turboloader.data.tar_dataset"]
-    assert "turboloader.decode._slot" in GRAPH["turboloader.transforms._plan"]
+    assert "turboloader.decode.executor" in GRAPH["turboloader.transforms._plan"]
     assert "turboloader.compat" in GRAPH["turboloader"]  # a _LAZY table entry
     assert "turboloader.io.tar" in GRAPH["turboloader.io.shards"]  # a deferred import
 
@@ -107,7 +106,7 @@ WALK = [
     "turboloader.transforms._draws",
     "turboloader.transforms._random",
 ]
-DECODE_WALK = ["turboloader.transforms._plan", "turboloader.decode._slot",
+DECODE_WALK = ["turboloader.transforms._plan", "turboloader.decode.executor",
                "turboloader.decode._window"]
 
 

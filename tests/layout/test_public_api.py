@@ -1,6 +1,6 @@
-"""Public names: ``__all__`` lists exactly them; old paths and old coordinate orders keep
-working for one release with a DeprecationWarning; one meaning of ``max_pixels``; the
-top-level DataLoader; the single decode entry against Pillow."""
+"""Public names: ``__all__`` lists exactly them; no deprecation shims (the package was never
+released: old paths and old coordinate orders are gone, not aliased); one meaning of
+``max_pixels``; the top-level names and DataLoader; the single decode entry against Pillow."""
 
 import ast
 import importlib
@@ -70,15 +70,13 @@ def test_all_lists_exactly_the_public_names(name, path):
 
 
 @pytest.mark.parametrize("old", sorted(ALIASES))
-def test_old_module_paths_warn_and_are_the_new_modules(old):
-    new = importlib.import_module(ALIASES[old])
-    sys.modules.pop(old, None)
-    parent, _, child = old.rpartition(".")
-    if hasattr(sys.modules[parent], child):
-        delattr(sys.modules[parent], child)
-    with pytest.deprecated_call(match=new.__name__):
-        module = importlib.import_module(old)
-    assert module is new
+def test_old_module_paths_are_gone(old):
+    """No shim answers for the paths before the layout: an import fails as for any name."""
+    importlib.import_module(ALIASES[old])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)
 
 
 def test_no_file_is_left_at_an_old_path():
@@ -87,18 +85,7 @@ def test_no_file_is_left_at_an_old_path():
         assert old not in MODULES and new in MODULES, (old, new)
 
 
-@pytest.mark.slow
-def test_python_m_old_cli_path_still_runs():
-    import subprocess
-
-    from helpers import subprocess_env
-
-    proc = subprocess.run([sys.executable, "-m", "turboloader.cli", "--version"],
-                          capture_output=True, text=True, env=subprocess_env(), timeout=120)
-    assert proc.returncode == 0 and proc.stdout.startswith("turboloader "), proc.stderr
-
-
-# -- coordinates: torchvision's order; the old forms warn and mean what they meant ---------
+# -- coordinates: torchvision's order, the only one ---------------------------------------
 
 
 def test_decode_jpeg_window_is_top_left_height_width():
@@ -106,11 +93,8 @@ def test_decode_jpeg_window_is_top_left_height_width():
     full = decode_jpeg(data)
     got = decode_jpeg(data, window=(10, 20, 30, 40))
     np.testing.assert_array_equal(got, full[10:40, 20:60])
-    with pytest.deprecated_call(match="window="):
-        old = decode_jpeg(data, crop=(20, 10, 40, 30))  # (x, y, width, height)
-    np.testing.assert_array_equal(old, got)
-    with pytest.raises(ValueError, match="not crop as well"):
-        decode_jpeg(data, window=(0, 0, 8, 8), crop=(0, 0, 8, 8))
+    with pytest.raises(TypeError, match="crop"):
+        decode_jpeg(data, crop=(20, 10, 40, 30))   # the old (x, y, width, height) keyword
 
 
 def test_scale_helpers_take_height_width():
@@ -120,15 +104,14 @@ def test_scale_helpers_take_height_width():
     assert pick_scale((1024, 768), (97, 128)) == Fraction(1, 4)
     assert window_scale((300, 900), (150, 224)) == 4
     assert window_scale((300, 900), (151, 224)) == 8
-    with pytest.deprecated_call():
-        assert scaled_size(1001, 750, Fraction(3, 8)) == (376, 282)
-    with pytest.deprecated_call():
-        assert pick_scale(1024, 768, 97, 128) == Fraction(1, 4)
-    with pytest.deprecated_call():
-        assert window_scale(900, 300, 224, 151) == 8
-    with pytest.deprecated_call():
-        old = decode_window((10, 20, 310, 320), False, (224, 224), 640, 480, (0.5, 0.25), 1)
-    assert old == decode_window((10, 20, 310, 320), False, (224, 224), (480, 640), (0.25, 0.5), 1)
+    # the old width-first positional forms are no longer accepted
+    for call in (lambda: scaled_size(1001, 750, Fraction(3, 8)),
+                 lambda: pick_scale(1024, 768, 97, 128),
+                 lambda: window_scale(900, 300, 224, 151),
+                 lambda: decode_window((10, 20, 310, 320), False, (224, 224), 640, 480,
+                                       (0.5, 0.25), 1)):
+        with pytest.raises(TypeError):
+            call()
 
 
 # -- decode_image: one codec dispatch --------------------------------------------------------
@@ -173,10 +156,41 @@ def test_max_pixels_has_one_meaning():
     plan = T.plan(T.Compose([T.CenterCrop(8), T.ToImage()]))
     with pytest.raises(DecodeError, match="max_pixels"):
         plan.from_jpeg(data, max_pixels=1999)
-    # None meant "the default limit" here before: it now means no limit, and says so
-    with pytest.warns(FutureWarning, match="no pixel limit"):
+    # None: no limit, here as everywhere (no FutureWarning: the package was never released)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert plan.from_jpeg(data, max_pixels=None).shape == (3, 8, 8)
+    keys = np.zeros(1, np.uint64)
+    assert plan.prepare_batch([data], keys, max_pixels=1999).status.tolist() == [2]
+    assert plan.prepare_batch([data], keys, max_pixels=None).status.tolist() == [0]
     assert DEFAULT_MAX_PIXELS == 178956970
+
+
+# -- the top level: the core, and the seed names outside __all__ -----------------------------
+
+
+def test_top_level_names_the_core_and_no_torchvision_transform_names():
+    """``__all__`` / ``dir()`` / ``import *`` of the top level list the core; no name there
+    shadows one of torchvision's transforms (the oracle: ``torchvision.transforms.v2``'s own
+    names). The seed documents' classes still resolve, as the seeds use them."""
+    from torchvision.transforms import v2
+
+    listed = set(turboloader.__all__) | set(dir(turboloader))
+    shadowing = sorted(n for n in listed if hasattr(v2, n) and not n.startswith("_"))
+    assert not shadowing, shadowing
+    for core in ("TarDataset", "ImageFolder", "DataLoader", "transforms", "DecodeError",
+                 "decode_image"):
+        assert core in turboloader.__all__, core
+    namespace = {}
+    exec("from turboloader import *", namespace)
+    assert "Resize" not in namespace and "TarDataset" in namespace
+    from turboloader.compat import seeds
+
+    for name in ("Resize", "Compose", "ToTensor", "CenterCrop", "Pipeline", "TransformConfig"):
+        assert getattr(turboloader, name) is getattr(seeds, name)   # the seeds run unchanged
+    assert turboloader.transforms.Resize is not turboloader.Resize
+    with pytest.raises(TypeError, match=r"turboloader\.transforms\.Resize\(224\)"):
+        turboloader.Resize(224)
 
 
 # -- the top-level DataLoader ------------------------------------------------------------------

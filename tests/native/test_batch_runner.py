@@ -19,7 +19,7 @@ import torch
 from turboloader import transforms as T
 from turboloader._native import _fused
 from turboloader.tools.synthetic import synthetic_jpegs
-from turboloader.transforms._batch import OK, BatchRunner
+from turboloader.decode.executor import OK, BatchRunner
 from turboloader.transforms._random import SampleRandom, sample_keys
 
 REPO = Path(__file__).resolve().parents[2]
@@ -213,7 +213,7 @@ def test_runner_works_in_a_forked_child():
         import os, numpy as np, torch
         from turboloader import transforms as T
         from turboloader.tools.synthetic import synthetic_jpegs
-        from turboloader.transforms._batch import BatchRunner
+        from turboloader.decode.executor import BatchRunner
         from turboloader.transforms._random import sample_keys
         jpegs = [b for b, _ in synthetic_jpegs(6, seed=1)]
         p = T.plan(T.Compose([T.RandomResizedCrop(64), T.ToImage()]))
@@ -244,7 +244,7 @@ def test_fuzzed_corrupt_batches_match_the_per_sample_path():
         from turboloader import DecodeError, DecodeWarning
         from turboloader import transforms as T
         from turboloader.tools.synthetic import synthetic_jpegs
-        from turboloader.transforms._batch import BatchRunner, OK, FAILED
+        from turboloader.decode.executor import BatchRunner, OK, FAILED
         from turboloader.transforms._random import SampleRandom, sample_keys
         rng = np.random.default_rng(0)
         base = [b for b, _ in synthetic_jpegs(8, seed=2, short_side=(160, 320))]

@@ -347,9 +347,6 @@ def test_crop_of_an_intact_file_stops_after_its_last_row_but_truncation_always_r
      (0, H - 9, 10, 10), (0, 0, W + 1, H)],
 )
 def test_crop_outside_image_is_value_error(crop):
-    # the deprecated (x, y, width, height) form still validates, and says it is deprecated
-    with pytest.raises(ValueError, match="crop"), pytest.deprecated_call():
-        decode_jpeg(jpeg("420"), crop=crop)
     x, y, w, h = crop
     with pytest.raises(ValueError, match="window"):
         decode_jpeg(jpeg("420"), window=(y, x, h, w))
@@ -366,16 +363,12 @@ def test_crop_is_in_scaled_coordinates():
 def test_crop_wrong_length_is_value_error(crop):
     with pytest.raises(ValueError):
         decode_jpeg(jpeg("420"), window=crop)
-    with pytest.deprecated_call(), pytest.raises(ValueError):
-        decode_jpeg(jpeg("420"), crop=crop)
 
 
 @pytest.mark.parametrize("crop", [(0.0, 0, 10, 10), 5, ("0", 0, 1, 1)])
 def test_crop_wrong_type_is_type_error(crop):
     with pytest.raises(TypeError):
         decode_jpeg(jpeg("420"), window=crop)
-    with pytest.deprecated_call(), pytest.raises(TypeError):
-        decode_jpeg(jpeg("420"), crop=crop)
 
 
 # -- out= and input buffers -------------------------------------------------------------

@@ -366,7 +366,7 @@ def test_threads(seekable420):
 
 @pytest.mark.parametrize("kind", ["420", "444", "gray"])
 def test_fused_resized_crop_is_identical_on_converted_files(kind):
-    from turboloader.decode._slot import resample_into_slot
+    from turboloader.decode.executor import resample_into_slot
     from turboloader.decode.jpeg import _open
 
     kw, mode = KINDS[kind]

@@ -15,7 +15,7 @@ from PIL import Image
 from turboloader import DecodeError, DecodeWarning
 from turboloader import transforms as T
 from turboloader.tools.synthetic import synthetic_jpegs
-from turboloader.transforms._batch import FAILED, GENERIC, OK, BatchParams, BatchRunner
+from turboloader.decode.executor import FAILED, GENERIC, OK, BatchParams, BatchRunner
 from turboloader.transforms._random import SampleRandom, sample_keys
 
 MEAN = (0.485, 0.456, 0.406)
@@ -397,11 +397,35 @@ def test_huge_images_never_size_scratch_memory(jpegs):
     assert torch.equal(out[2], p.from_jpeg(big, rng=SampleRandom(int(keys[2]))))
     # its ~60 MB window buffer is not kept for the runner's lifetime (buffers > 16 MiB go)
     assert runner.scratch_bytes() < 16 << 20, runner.scratch_bytes()
-    # max_pixels below the big image: refused before decoding, by prepare_batch or run_batch
-    small = p.run_batch(sources, p.prepare_batch(sources, keys), _batch(p, 4),
-                        max_pixels=10_000_000)
+    # max_pixels below the big image: refused before decoding, by prepare_batch's one check
+    small = p.run_batch(sources, p.prepare_batch(sources, keys, max_pixels=10_000_000),
+                        _batch(p, 4))
     assert small.status.tolist() == [OK, FAILED, FAILED, OK]
     assert "exceeds the limit of 10000000" in str(small.errors[2])
+
+
+def test_max_pixels_is_one_rule_checked_once_where_sizes_are_read(jpegs):
+    """max_pixels means the same in prepare_batch as in from_jpeg and decode_jpeg (the oracle:
+    the per-sample error): its default is DEFAULT_MAX_PIXELS, None is no limit, and a JPEG
+    over it is a FAILED row of the params already, with from_jpeg's message; run_batch has
+    no second limit of its own (it decodes under the one the params were planned with)."""
+    import inspect
+
+    from turboloader.decode import DEFAULT_MAX_PIXELS
+
+    p = T.plan(T.Compose(PIPELINES["val_uint8"]), dct_scaling=False)
+    huge = _with_size(jpegs[7], 20000, 10000)   # 2e8 pixels: over the default limit
+    sources = [jpegs[0], huge]
+    keys = sample_keys(0, 0, np.arange(2))
+    params = p.prepare_batch(sources, keys)
+    assert params.status.tolist() == [OK, FAILED]
+    with pytest.raises(DecodeError) as info:
+        p.from_jpeg(huge, rng=SampleRandom(int(keys[1])))
+    assert str(params.errors[1]) == str(info.value)
+    assert str(DEFAULT_MAX_PIXELS) in str(params.errors[1])
+    # None: no limit, the same meaning as from_jpeg's (its header is read and drawn on)
+    assert p.prepare_batch(sources, keys, max_pixels=None).status.tolist() == [OK, OK]
+    assert "max_pixels" not in inspect.signature(p.run_batch).parameters
 
 
 @pytest.mark.parametrize("kind", ["420", "444", "422", "gray", "cmyk", "progressive"])

@@ -367,6 +367,54 @@ def test_containers_fuse_with_the_generic_paths_draws(jpegs, name):
     assert outputs == {True, False} or name == "random_order"  # both branches were drawn
 
 
+class _AlwaysFlip(T.Transform):
+    """A post-geometry transform written as a user would add one: the class alone declares
+    how it fuses (``_fused_ops`` / ``_fused_draw``); nothing in the planner or the batch
+    path names it."""
+
+    def make_params(self, size=None, *, rng=None):
+        return {}
+
+    def transform(self, img, params):
+        return T.functional.horizontal_flip(img)
+
+    def _fused_ops(self):
+        return 0
+
+    def _fused_draw(self, d, mask, r):
+        r.flip ^= mask
+
+
+class _FlipSubclass(T.RandomHorizontalFlip):
+    """Changes what its parent does without declaring a fused form: must not fuse."""
+
+    def transform(self, img, params):
+        return img
+
+
+def test_a_fusable_post_geometry_class_is_declared_in_the_class_alone(jpegs):
+    """Each fusable class declares its post-geometry ops once (the planner and both
+    executors read the declaration): a new one fuses, per sample and per batch, with the
+    oracle its own unfused call on the geometry's output; a subclass that does not declare
+    its own fused form stays unfused."""
+    from turboloader.transforms._random import sample_keys
+
+    fused = T.plan(T.Compose([T.RandomResizedCrop(64), _AlwaysFlip(), T.ToImage()]),
+                   dct_scaling=False)
+    geometry = T.plan(T.Compose([T.RandomResizedCrop(64), T.ToImage()]), dct_scaling=False)
+    assert fused is not None
+    keys = sample_keys(3, 0, np.arange(len(jpegs)))
+    params = fused.prepare_batch(jpegs, keys)
+    batch = torch.empty((len(jpegs), 3, 64, 64), dtype=torch.uint8)
+    assert (fused.run_batch(jpegs, params, batch).status == 0).all()
+    for i, data in enumerate(jpegs):
+        x = geometry.from_jpeg(data, rng=sample_rng(3, 0, i))
+        want = torch.flip(x, dims=[2])
+        assert torch.equal(fused.from_jpeg(data, rng=sample_rng(3, 0, i)), want)
+        assert torch.equal(batch[i], want)
+    assert T.plan(T.Compose([T.RandomResizedCrop(64), _FlipSubclass(), T.ToImage()])) is None
+
+
 def test_conversion_spellings_fuse_alike(jpegs):
     geometry = [T.Resize(80), T.CenterCrop(64)]
     reference = T.plan(T.Compose(geometry + [T.ToTensor(), T.Normalize(MEAN, STD)]))

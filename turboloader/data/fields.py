@@ -49,6 +49,7 @@ import json
 import numpy as np
 import torch
 
+from turboloader.decode import DEFAULT_MAX_PIXELS, decode_pil
 from turboloader.errors import SampleError
 from turboloader.io.shards import IMAGE_EXTENSIONS
 
@@ -61,15 +62,12 @@ _JSON = frozenset({"json", "jsn"})
 _NAMES = ("__key__", "__url__")
 
 
-def _decode_image(data, where):
-    from PIL import Image
+def _decode_image(data, where, max_pixels=DEFAULT_MAX_PIXELS):
+    from turboloader.errors import DecodeError
 
-    try:
-        img = Image.open(io.BytesIO(data))
-        img.load()
-    except Exception as exc:  # Pillow raises many types for bad data
-        from turboloader.errors import DecodeError
-
+    try:   # the decoders' one max_pixels rule, on the header, before any pixel is decoded
+        img = decode_pil(data, max_pixels, mode=None)
+    except DecodeError as exc:
         raise DecodeError(f"{where}: cannot decode image member: {exc}") from None
     if img.mode not in ("L", "P", "RGB", "RGBA", "I;16", "I", "1"):
         img = img.convert("RGB")
@@ -210,11 +208,12 @@ def _parse_mask(data, where):
     return _Pending(data, None, where)
 
 
-def _decode_mask(v):
-    """The ``tv_tensors.Mask`` of a pending mask.
+def _decode_mask(v, max_pixels=DEFAULT_MAX_PIXELS):
+    """The ``tv_tensors.Mask`` of a pending mask, refused over ``max_pixels`` (the dataset's,
+    as its images) before it is decoded.
 
     Raises:
-        SampleError: the mask does not decode.
+        SampleError: the mask does not decode, or is over ``max_pixels``.
     """
     from torchvision import tv_tensors
 
@@ -223,7 +222,7 @@ def _decode_mask(v):
     t = v.data
     if not isinstance(t, torch.Tensor):
         try:
-            t = _decode_image(t, v.where)
+            t = _decode_image(t, v.where, max_pixels)
         except DecodeError as exc:  # a mask that does not decode: the sample's problem
             raise SampleError(f"{v.where}: the mask does not decode: {exc}") from None
     if t.ndim == 3 and t.shape[0] == 1:
@@ -313,9 +312,15 @@ def _check_pipeline(transform):
     """The pipeline must draw the same parameters for a lone annotation as for the image
     (each turboloader transform does; torchvision's or a user's callable cannot be replayed).
 
+    The probe runs the pipeline on a 383 x 257 image, then on a mask of that size. A pipeline
+    that refuses the probe image with a ValueError (a crop larger than it) cannot be judged
+    here: the dataset reports what real samples do. Once the image ran, any exception the
+    mask raises means the annotations cannot follow, and is raised now.
+
     Raises:
         ValueError: not a turboloader pipeline, or one that draws from torch's global
-            generator (a torchvision class inside it) or differently for a mask.
+            generator (a torchvision class inside it) or differently for a mask; or what
+            the pipeline raised on the mask.
         TypeError: a pipeline that refuses masks (AutoAugment, FiveCrop...).
     """
     import random
@@ -341,13 +346,13 @@ def _check_pipeline(transform):
         try:
             with using_rng(rng):
                 transform(x)
-        except TypeError as exc:
+        except Exception as exc:
             if states:  # the image ran, a mask cannot (AutoAugment, FiveCrop...): say so now
                 exc.add_note("MaskField / BoxesField: the pipeline refuses masks and boxes")
                 raise
-            return
-        except Exception:  # noqa: BLE001 (the dataset reports a pipeline that does not run)
-            return
+            if isinstance(exc, ValueError):
+                return   # the probe's size, not the pipeline (the dataset reports samples)
+            raise
         if not torch.equal(torch.get_rng_state(), torch_state):
             # e.g. a torchvision v2 class inside a turboloader Compose: its draws cannot be
             # replayed, so the mask would silently miss the image's geometry
@@ -510,7 +515,8 @@ class Fields:
         if self.joint:
             _check_pipeline(transform)
 
-    def annotate(self, values, hw, transform, rng, *, stored=None):
+    def annotate(self, values, hw, transform, rng, *, stored=None,
+                 max_pixels=DEFAULT_MAX_PIXELS):
         """``values`` (from :meth:`values`) with the masks and boxes transformed by
         ``transform`` with the draws of ``rng`` (the sample's generator, at draw 0), the
         image's stored size being ``hw`` (``(h, w)``, or None when unknown: then the mask's).
@@ -521,8 +527,8 @@ class Fields:
         A new list (``values`` may be cached).
 
         Raises:
-            SampleError: a mask does not decode or its size is not the image's; boxes
-                without a known canvas.
+            SampleError: a mask does not decode, is over ``max_pixels`` (the dataset's) or
+                its size is not the image's; boxes without a known canvas.
         """
         from torchvision import tv_tensors
 
@@ -534,7 +540,7 @@ class Fields:
                 continue
             v = values[i]
             if v.format is None:  # a mask
-                mask = _decode_mask(v)
+                mask = _decode_mask(v, max_pixels)
                 v = _Pending(mask, None, v.where)
                 size = tuple(mask.shape[-2:])
                 if hw is None:

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from turboloader.data.cache import is_jpeg
+from turboloader.decode.executor import GENERIC, OK
 from turboloader.errors import DecodeWarning, TurboLoaderError
-from turboloader.transforms._batch import GENERIC, OK
 from turboloader.transforms._device import current_device_decode
 from turboloader.transforms._random import sample_key, sample_keys, sample_rng
 
@@ -104,7 +104,7 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
             result = device.run_batch(plan, srcs, params, out, rows=rows,
                                       max_pixels=st.max_pixels)
         else:
-            result = plan.run_batch(srcs, params, out, rows=rows, max_pixels=st.max_pixels)
+            result = plan.run_batch(srcs, params, out, rows=rows)
         native = result.nogil_seconds
         status = result.status
         if status.any():
@@ -176,7 +176,8 @@ def _annotate(st, chunk, dec):
                       else None)
             chunk.labels[i] = fields.annotate(
                 chunk.labels[i], hw, dec.transform,
-                sample_rng(st.seed, chunk.epochs[i], chunk.slots[i]), stored=stored)
+                sample_rng(st.seed, chunk.epochs[i], chunk.slots[i]), stored=stored,
+                max_pixels=st.max_pixels)
         except TurboLoaderError as exc:
             errors[i] = exc
 

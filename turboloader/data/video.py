@@ -34,7 +34,7 @@ from turboloader.data.reader import MapDataset, StreamReader
 from turboloader.data.tar_dataset import TarDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.decode.video import VIDEO_EXTENSIONS, clip_indices, decode_clips
-from turboloader.transforms._batch import GENERIC, OK
+from turboloader.decode.executor import GENERIC, OK
 from turboloader.transforms._random import SampleRandom, using_rng
 
 __all__ = ["VideoDataset", "VideoFolder"]

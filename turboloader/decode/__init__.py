@@ -14,7 +14,9 @@ device). One meaning of every argument everywhere:
 Functions: :func:`decode_image` (any codec: JPEG, Pillow, raw), :func:`decode_jpeg`
 (DCT-scaled and crop-only decodes), :func:`decode_jpeg_header`, :func:`decode_resized_crop`
 (JPEG window -> resized, flipped, normalized CHW slot in one native call) and the
-scale helpers. Nothing here imports the transforms, the datasets or torch.
+scale helpers; :mod:`turboloader.decode.executor`, the one slot executor (n sources -> sizes
+-> n slots from a spec; one sample is n = 1), and :mod:`turboloader.decode.sizes`, the size
+rules. Nothing here imports the transforms, the datasets or torch.
 
 Example:
     >>> from turboloader.decode import decode_image, decode_resized_crop

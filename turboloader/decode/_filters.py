@@ -18,6 +18,20 @@ class Interpolation(enum.IntEnum):
     BILINEAR = _resample.BILINEAR
     BICUBIC = _resample.BICUBIC
 
+    @classmethod
+    def parse(cls, mode):
+        """The :class:`Interpolation` for a name (``"bilinear"``, ``"nearest-exact"``...), an
+        Interpolation or a torchvision ``InterpolationMode``.
+
+        Raises:
+            ValueError: an unknown or unsupported mode. TypeError: another type.
+
+        Example:
+            >>> Interpolation.parse("bicubic") is Interpolation.BICUBIC
+            True
+        """
+        return _interpolation(mode)
+
 
 _BY_NAME = {
     "nearest": Interpolation.NEAREST,

@@ -1,12 +1,11 @@
 """The window maths of a resample into a slot, written once, for a batch of rows.
 
-Which DCT scale to decode a source box at, and which window of the decoded image the filter
-reads: :func:`scale_num` and :func:`windows` work on ``(n, 2)`` arrays (one row per sample).
-The per-sample path (:func:`turboloader.decode._slot.resample_into_slot`,
-:func:`turboloader.decode.window_scale`, :func:`turboloader.decode.decode_window`) is a
-batch of one; the batch path (``turboloader.transforms._batch.prepare_batch``) passes the
-whole batch. Same float64 operations in the same order either way, so the two paths decode
-the same pixels.
+Which window of the decoded image the filter reads: :func:`windows` works on ``(n, 2)``
+arrays (one row per sample); the DCT scale is :func:`turboloader.decode.sizes.window_scale_num`.
+The executor (:mod:`turboloader.decode.executor`) combines the two once, for a batch
+(``plan_slots``) and for one sample (``resample_into_slot``, a batch of one), as do
+:func:`turboloader.decode.window_scale` and :func:`turboloader.decode.decode_window`. Same
+float64 operations in the same order either way, so the two paths decode the same pixels.
 """
 
 import numpy as np
@@ -15,20 +14,6 @@ __all__ = []
 
 # Half-width of each filter's kernel at scale 1 (nearest, bilinear, bicubic); other codes: 2
 SUPPORT = {0: 0.5, 1: 1.0, 2: 2.0}
-
-_K = np.array([1, 2, 4], np.int64)
-
-
-def scale_num(box_wh, out_wh):
-    """The DCT scale numerator k per row: the smallest k in (1, 2, 4) at which the source
-    box (``box_wh``: ``(n, 2)`` full-resolution (width, height), floats allowed) is still
-    at least the output (``out_wh``: ``(n, 2)`` (width, height)) on both axes, else 8.
-    Returns ``int64 (n,)``."""
-    box_wh = np.asarray(box_wh)
-    out_wh = np.asarray(out_wh)
-    fits = (box_wh[:, None, :] * _K[None, :, None] >= out_wh[:, None, :] * 8).all(axis=2)
-    return np.where(fits.any(axis=1), _K[fits.argmax(axis=1)], 8)
-
 
 def windows(box, clip, out_hw, dims, f, filt):
     """Where to decode and what to resample, per row.

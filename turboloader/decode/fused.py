@@ -8,12 +8,12 @@ Everything between the bytes and the output runs without the GIL.
 """
 
 import operator
-import warnings
 
 import numpy as np
 
 from turboloader.decode._filters import _interpolation
-from turboloader.decode._slot import _window, resample_into_slot
+from turboloader.decode._window import window_of_one as _window
+from turboloader.decode.executor import resample_into_slot
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open
 
 __all__ = ["decode_resized_crop", "decode_window"]
@@ -29,7 +29,7 @@ def _size(size):
     return h, w
 
 
-def decode_window(box, clip, out_size, decoded_size, scale, filt, *old):
+def decode_window(box, clip, out_size, decoded_size, scale, filt):
     """Where to decode and what to resample, for a source box of the full-resolution image.
 
     Args:
@@ -51,23 +51,10 @@ def decode_window(box, clip, out_size, decoded_size, scale, filt, *old):
         height: the native decoder's order) and the box ``(x0, y0, x1, y1)`` inside it to
         resample from.
 
-    Deprecated:
-        ``decode_window(box, clip, out_size, dw, dh, (fx, fy), filt)`` (width first) still
-        works with a DeprecationWarning until the next release.
-
     Example:
         >>> decode_window((10, 20, 310, 320), True, (224, 224), (480, 640), (0.5, 0.5), 1)
         (5, 10, 150, 150, (0.0, 0.0, 150.0, 150.0))
     """
-    if old:  # decode_window(box, clip, out_size, dw, dh, (fx, fy), filt)
-        if len(old) != 1:
-            raise TypeError(f"decode_window takes 6 arguments, got {6 + len(old)}")
-        warnings.warn("decode_window(box, clip, out_size, dw, dh, (fx, fy), filt) is "
-                      "deprecated: pass decode_window(box, clip, out_size, (dh, dw), (fy, fx), "
-                      "filt) (torchvision's (height, width) order); the old form is removed "
-                      "in the next release", DeprecationWarning, stacklevel=2)
-        dw, dh, (fx, fy), filt = decoded_size, scale, filt, old[0]
-        return _window(box, clip, out_size, (dh, dw), (fy, fx), filt)
     return _window(box, clip, out_size, tuple(decoded_size), tuple(scale), filt)
 
 

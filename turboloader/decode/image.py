@@ -6,7 +6,7 @@ decode, written here once.
 side) and :func:`_decode_rgb` (the RGB image an unfused transform gets). JPEG goes to
 libjpeg-turbo, everything else to Pillow. The fused path (``Plan.from_jpeg``,
 ``decode_resized_crop``) decodes only a JPEG's window, in the same native call that resamples
-it (:mod:`turboloader.decode._slot`).
+it (:mod:`turboloader.decode.executor`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import struct
 import numpy as np
 
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _max_pixels, decode_jpeg
+from turboloader.decode.sizes import fit_scale_num, scaled_dims, shrunk_size
 from turboloader.errors import DecodeError
 from turboloader.io.codec import Codec, as_codec, detect_codec
 
@@ -33,7 +34,7 @@ def is_jpeg(data, /) -> bool:
     return bytes(data[:3]) == b"\xff\xd8\xff"
 
 
-def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS):
+def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS, *, mode="RGB"):
     """Decode any Pillow-readable image (PNG, WebP, ...) to an RGB ``PIL.Image``.
 
     Args:
@@ -41,9 +42,11 @@ def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS):
         max_pixels: applies as it does to JPEGs: the header's width x height is checked
             before any pixel is decoded (a 33 KB PNG can claim 3000 x 3000). None: no limit
             (Pillow's own decompression-bomb limit still applies).
+        mode: the Pillow mode to convert to; None keeps the file's own (a segmentation
+            mask's ``L`` or ``P``), loaded.
 
     Returns:
-        An RGB ``PIL.Image.Image``.
+        A ``PIL.Image.Image`` in ``mode``.
 
     Raises:
         DecodeError: the data does not decode, or the image is larger than ``max_pixels``.
@@ -62,8 +65,11 @@ def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS):
             if limit and w * h > limit:
                 too_large = (f"Image size {w} x {h} ({img.format}) exceeds the limit of "
                              f"{limit} pixels (max_pixels)")
+            elif mode is None:
+                img.load()
+                return img.copy()   # closing the file would release the loaded pixels
             else:
-                return img.convert("RGB")
+                return img.convert(mode)
     except (OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError,
             Image.DecompressionBombError) as exc:
         # Pillow signals bad data with all of these; ours are never raised from here
@@ -124,14 +130,16 @@ def decode_image(data, /, *, codec=None, strict=False, max_pixels=DEFAULT_MAX_PI
     return np.asarray(decode_pil(data, max_pixels))
 
 
-def _short_side_size(size, s):
-    """``(height, width)`` of ``size`` resized to short side ``s`` (never enlarged), as
-    torchvision's ``Resize(s)`` rounds it."""
-    h, w = size
-    if not s or min(h, w) <= s:
-        return h, w
-    f = s / min(h, w)
-    return max(s, round(h * f)), max(s, round(w * f))
+_NO_ROOM = object()
+
+
+def _slot_of(alloc, hw):
+    """Where an ``hw`` HWC uint8 array is stored: None (nowhere yet: allocate it), the
+    ``alloc`` buffer shaped so, or ``_NO_ROOM`` (``alloc`` has none)."""
+    if alloc is None:
+        return None
+    flat = alloc(hw[0] * hw[1] * 3)
+    return _NO_ROOM if flat is None else flat.reshape(*hw, 3)
 
 
 def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, alloc=None,
@@ -158,19 +166,15 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
 
         buf, hdr, limit = _open(data, max_pixels)   # DecodeError over max_pixels
         size = (hdr.height, hdr.width)
-        k = 8
-        if s:   # the smallest fast DCT scale at least s on both sides (pick_scale's)
-            k = next((k for k in (1, 2, 4) if (min(size) * k + 7) // 8 >= s), 8)
-        decoded = ((hdr.height * k + 7) // 8, (hdr.width * k + 7) // 8)
-        final = _short_side_size(size, s)
+        # the smallest fast DCT scale at least s on both sides (pick_scale's)
+        k = fit_scale_num(size, (s, s)) if s else 8
+        decoded = scaled_dims(size, k)
+        final = shrunk_size(*size, s)
         if final[0] > decoded[0] or final[1] > decoded[1]:   # (a rounding pixel short)
             final = decoded
-        out = None
-        if alloc is not None:
-            slot = alloc(final[0] * final[1] * 3)
-            if slot is None:
-                return None, size
-            out = slot.reshape(*final, 3)
+        out = _slot_of(alloc, final)
+        if out is _NO_ROOM:
+            return None, size
         if final != decoded:   # decoded larger than stored: into scratch, resampled below
             n = decoded[0] * decoded[1] * 3
             flat = np.empty(n, np.uint8) if scratch is None else scratch(n)[:n]
@@ -187,13 +191,10 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
     else:
         arr = np.asarray(decode_pil(data, max_pixels))
         size = arr.shape[:2]
-        final = _short_side_size(size, s)
-        out = None
-        if alloc is not None:
-            buf = alloc(final[0] * final[1] * 3)
-            if buf is None:
-                return None, size
-            out = buf.reshape(*final, 3)
+        final = shrunk_size(*size, s)
+        out = _slot_of(alloc, final)
+        if out is _NO_ROOM:
+            return None, size
         if final == size:
             if out is None:
                 return np.ascontiguousarray(arr), size

@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 
 from turboloader._native import _jpeg
+from turboloader.decode.sizes import FAST_K, fit_scale_num, scaled_dims, window_scale_num
 from turboloader.errors import DecodeError, DecodeWarning
 
 __all__ = [
@@ -166,13 +167,7 @@ def _pair(value, name):
     return _positive_int(h, name), _positive_int(w, name)
 
 
-def _old_form(func, old, new):
-    warnings.warn(f"{func}({old}) is deprecated: pass {func}({new}) (torchvision's (height, "
-                  "width) order); the old form is removed in the next release",
-                  DeprecationWarning, stacklevel=3)
-
-
-def scaled_size(size, scale, *old):
+def scaled_size(size, scale):
     """Size of an image decoded with DCT scaling, as libjpeg computes it: ceil(dim * k / 8).
 
     Args:
@@ -185,24 +180,12 @@ def scaled_size(size, scale, *old):
     Raises:
         ValueError: ``scale`` is not k/8 with k in 1..8, or a size is not positive.
 
-    Deprecated:
-        ``scaled_size(width, height, scale)``, returning ``(scaled_width, scaled_height)``,
-        still works with a DeprecationWarning until the next release.
-
     Example:
         >>> scaled_size((750, 1001), Fraction(3, 8))
         (282, 376)
     """
-    if old:  # scaled_size(width, height, scale) -> (width, height)
-        if len(old) != 1:
-            raise TypeError(f"scaled_size takes 2 arguments, got {2 + len(old)}")
-        _old_form("scaled_size", "width, height, scale", "(height, width), scale")
-        width, height, scale = size, scale, old[0]
-        sh, sw = scaled_size((height, width), scale)
-        return sw, sh
     height, width = _pair(size, "size")
-    k = _scale_num(scale)
-    return (height * k + 7) // 8, (width * k + 7) // 8
+    return scaled_dims((height, width), _scale_num(scale))
 
 
 #: DCT scales with a SIMD IDCT in libjpeg-turbo (8x8, 4x4, 2x2, 1x1 blocks). The other
@@ -211,7 +194,7 @@ def scaled_size(size, scale, *old):
 FAST_SCALES = (Fraction(1, 8), Fraction(1, 4), Fraction(1, 2), Fraction(1))
 
 
-def pick_scale(size, min_size, *old, fast_only=True) -> Fraction:
+def pick_scale(size, min_size, *, fast_only=True) -> Fraction:
     """The smallest DCT scale at which the decoded image is still at least the minimum size.
 
     Decoding at a smaller scale is much faster; use this to decode no more pixels than a
@@ -230,35 +213,20 @@ def pick_scale(size, min_size, *old, fast_only=True) -> Fraction:
     Raises:
         ValueError: a size is not positive.
 
-    Deprecated:
-        ``pick_scale(width, height, min_height, min_width)`` still works with a
-        DeprecationWarning until the next release.
-
     Example:
         >>> pick_scale((768, 1024), (224, 224))
         Fraction(1, 2)
         >>> pick_scale((768, 1024), (224, 224), fast_only=False)
         Fraction(3, 8)
     """
-    if old:  # pick_scale(width, height, min_height, min_width)
-        if len(old) != 2:
-            raise TypeError(f"pick_scale takes 2 positional arguments, got {2 + len(old)}")
-        _old_form("pick_scale", "width, height, min_height, min_width",
-                  "(height, width), (min_height, min_width)")
-        width, height, min_height, min_width = (_positive_int(v, n) for v, n in zip(
-            (size, min_size, *old), ("width", "height", "min_height", "min_width")))
-    else:
-        height, width = _pair(size, "size")
-        min_height, min_width = _pair(min_size, "min_size")
-    candidates = FAST_SCALES if fast_only else [Fraction(k, 8) for k in range(1, 9)]
-    for s in candidates:
-        k = s.numerator * 8 // s.denominator
-        if (width * k + 7) // 8 >= min_width and (height * k + 7) // 8 >= min_height:
-            return s
-    return Fraction(1)
+    height, width = _pair(size, "size")
+    min_height, min_width = _pair(min_size, "min_size")
+    k = fit_scale_num((height, width), (min_height, min_width),
+                      FAST_K if fast_only else range(1, 9))
+    return Fraction(k, 8)
 
 
-def window_scale(window_size, out_size, *old) -> int:
+def window_scale(window_size, out_size) -> int:
     """The k of the smallest fast DCT scale k/8 (1, 2, 4 or 8) at which a window of
     ``window_size`` full-resolution pixels is still at least ``out_size``.
 
@@ -274,29 +242,12 @@ def window_scale(window_size, out_size, *old) -> int:
     Returns:
         k in (1, 2, 4, 8).
 
-    Deprecated:
-        ``window_scale(crop_w, crop_h, out_w, out_h)`` still works with a
-        DeprecationWarning until the next release.
-
     Example:
         >>> window_scale((700, 900), (224, 224))
         2
     """
-    if old:  # window_scale(crop_w, crop_h, out_w, out_h)
-        if len(old) != 2:
-            raise TypeError(f"window_scale takes 2 positional arguments, got {2 + len(old)}")
-        _old_form("window_scale", "crop_w, crop_h, out_w, out_h",
-                  "(crop_h, crop_w), (out_h, out_w)")
-        return _window_k(window_size, out_size, old[0], old[1])
     (crop_h, crop_w), (out_h, out_w) = window_size, out_size
-    return _window_k(crop_w, crop_h, out_w, out_h)
-
-
-def _window_k(crop_w, crop_h, out_w, out_h):
-    # turboloader.decode._window.scale_num for one row
-    from turboloader.decode._window import scale_num
-
-    return int(scale_num([[crop_w, crop_h]], [[out_w, out_h]])[0])
+    return int(window_scale_num([[crop_w, crop_h]], [[out_w, out_h]])[0])
 
 
 def _check_out(out, h, w):
@@ -348,22 +299,8 @@ def _warn(n_warnings, message, stacklevel):
         warnings.warn(f"{message}{more}", DecodeWarning, stacklevel=stacklevel + 1)
 
 
-def _window(window, crop):
-    """``(top, left, height, width)`` from ``window``, or from the deprecated ``crop``."""
-    if crop is not None:
-        if window is not None:
-            raise ValueError("pass window=(top, left, height, width), not crop as well")
-        warnings.warn("decode_jpeg(crop=(x, y, width, height)) is deprecated: pass "
-                      "window=(top, left, height, width) (torchvision's order); crop is "
-                      "removed in the next release", DeprecationWarning, stacklevel=3)
-        try:
-            values = tuple(crop)
-        except TypeError:
-            raise TypeError("crop must be a sequence (x, y, width, height)") from None
-        if len(values) != 4:
-            raise ValueError(f"crop must have 4 items (x, y, width, height), got {len(values)}")
-        x, y, w, h = values
-        return y, x, h, w
+def _window(window):
+    """``(top, left, height, width)`` from ``window``."""
     try:
         values = tuple(window)
     except TypeError:
@@ -385,7 +322,6 @@ def decode_jpeg(
     max_pixels=DEFAULT_MAX_PIXELS,
     fast_dct=False,
     fancy_upsampling=True,
-    crop=None,
 ) -> np.ndarray:
     """Decode a JPEG to an RGB uint8 array, optionally DCT-scaled and cropped.
 
@@ -417,8 +353,6 @@ def decode_jpeg(
         fast_dct: use the faster, slightly less accurate integer IDCT (JDCT_IFAST).
         fancy_upsampling: interpolate chroma (libjpeg's default, matches Pillow); False
             replicates it, which is faster.
-        crop: deprecated: ``(x, y, width, height)``, the same window in the old order
-            (DeprecationWarning; removed in the next release).
 
     Returns:
         ``(h, w, 3)`` uint8 RGB array (``out`` when given).
@@ -449,16 +383,15 @@ def decode_jpeg(
         k = int(pick_scale((header.height, header.width), (min_h, min_w)) * 8)
     else:
         k = _scale_num(scale)
-    dec_w, dec_h = (header.width * k + 7) // 8, (header.height * k + 7) // 8
+    dec_h, dec_w = scaled_dims((header.height, header.width), k)
 
-    if window is None and crop is None:
+    if window is None:
         x = y = cw = ch = 0
         h, w = dec_h, dec_w
     else:
-        y, x, ch, cw = (_int(v, "window") for v in _window(window, crop))
+        y, x, ch, cw = (_int(v, "window") for v in _window(window))
         if cw <= 0 or ch <= 0 or x < 0 or y < 0 or x + cw > dec_w or y + ch > dec_h:
-            given = (f"crop {(x, y, cw, ch)}" if crop is not None else
-                     f"window (top={y}, left={x}, height={ch}, width={cw})")
+            given = f"window (top={y}, left={x}, height={ch}, width={cw})"
             raise ValueError(f"{given} is not a non-empty window inside the decoded "
                              f"{dec_w} x {dec_h} image (scale {k}/8)")
         h, w = ch, cw

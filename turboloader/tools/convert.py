@@ -37,7 +37,8 @@ from turboloader.errors import (
     UnreadableFileError,
 )
 from turboloader.decode import decode_image
-from turboloader.decode._slot import resample_into_slot
+from turboloader.decode.executor import resample_into_slot
+from turboloader.decode.sizes import resized_sizes, shrunk_size
 from turboloader.io.codec import Codec, detect_codec, image_size
 from turboloader.io.tbl import MAGIC, TBLFile, TBLWriter
 
@@ -710,13 +711,11 @@ class _Processor:
 
 def _shrunk_size(h, w, short_side=None, max_side=None):
     """``(h, w)`` after shrinking (never enlarging) to a shorter side of ``short_side``
-    (torchvision's rule for an int size), then to a longer side of at most ``max_side``."""
-    if short_side and min(h, w) > short_side:
-        h, w = (short_side, int(short_side * w / h)) if h <= w else \
-            (int(short_side * h / w), short_side)
+    (torchvision's ``Resize(short_side)``), then to a longer side of at most ``max_side``
+    (torchvision's ``Resize(None, max_size=max_side)``, never below 1 pixel)."""
+    h, w = shrunk_size(h, w, short_side)
     if max_side and max(h, w) > max_side:
-        h, w = (max(1, int(max_side * h / w)), max_side) if h <= w else \
-            (max_side, max(1, int(max_side * w / h)))
+        h, w = (max(1, int(v)) for v in resized_sizes(None, [[h, w]], max_side)[0])
     return h, w
 
 
@@ -724,9 +723,7 @@ def _shrink(img, short_side):
     """``img`` (HWC uint8) bicubic-resized so that its shorter side is ``short_side``
     (torchvision's rule for an int size), antialiased: the resample-into-slot entry into a
     uint8 CHW slot, returned as HWC."""
-    h, w = img.shape[:2]
-    size = (short_side, int(short_side * w / h)) if h <= w else (int(short_side * h / w), short_side)
-    return _shrink_to(img, size)
+    return _shrink_to(img, resized_sizes([short_side], [img.shape[:2]])[0].tolist())
 
 
 def _shrink_to(img, size):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from turboloader.transforms import functional as F
-from turboloader.transforms._draws import RngDraws
+from turboloader.transforms._draws import RngDraws, coin
 from turboloader.transforms._transform import (
     Transform,
     _channels,
@@ -93,19 +93,21 @@ class ColorJitter(Transform):
             raise ValueError(f"{name} values should be between {bound} and increasing, but got {value}.")
         return None if value[0] == value[1] == center else (float(value[0]), float(value[1]))
 
+    #: The adjustments in torchvision's ``fn_idx`` numbering, which is also the native
+    #: kernel's (``_native._fused.BRIGHTNESS`` ... ``HUE``): the one list of them.
+    FNS = ("brightness", "contrast", "saturation", "hue")
+
     def make_params(self, size=None, *, rng=None):
         """``{"fn_idx": [permutation of 0..3], "brightness_factor", "contrast_factor",
         "saturation_factor", "hue_factor"}`` (None for an unset adjustment)."""
         perm, table = self._draw_batch(RngDraws(_rng(rng)))
-        fn_idx = perm[0].tolist()
-        factors = [None if r is None else float(table[0, i])
-                   for i, r in enumerate(self._ranges())]
-        return {"fn_idx": fn_idx, "brightness_factor": factors[0],
-                "contrast_factor": factors[1], "saturation_factor": factors[2],
-                "hue_factor": factors[3]}
+        params = {"fn_idx": perm[0].tolist()}
+        for i, (name, r) in enumerate(zip(self.FNS, self._ranges())):
+            params[f"{name}_factor"] = None if r is None else float(table[0, i])
+        return params
 
     def _ranges(self):
-        return (self.brightness, self.contrast, self.saturation, self.hue)
+        return tuple(getattr(self, name) for name in self.FNS)
 
     def _draw_batch(self, d, mask=None):
         """:meth:`make_params` for every row (rows outside ``mask`` draw nothing): the order
@@ -128,12 +130,32 @@ class ColorJitter(Transform):
             ids = perm[np.array(is_set)[perm]].reshape(len(perm), sum(is_set))
         return ids, table[np.arange(len(perm))[:, None], ids]
 
-    @staticmethod
-    def ops(params):
+    @classmethod
+    def ops(cls, params):
         """The adjustments to run, in order: a list of ``(fn_id, factor)``."""
-        factors = (params["brightness_factor"], params["contrast_factor"],
-                   params["saturation_factor"], params["hue_factor"])
+        factors = [params[f"{name}_factor"] for name in cls.FNS]
         return [(int(i), factors[int(i)]) for i in params["fn_idx"] if factors[int(i)] is not None]
+
+    # -- in a fused pipeline: a post-geometry member (see Transform._fused_ops) ----------
+
+    def _fused_ops(self):
+        return len(self.FNS)
+
+    def _fused_draw(self, d, mask, r):
+        # append this jitter's operations to each row's list
+        ids, f = self._batch_ops(*self._draw_batch(d, mask))
+        k = ids.shape[1]
+        if k and len(mask) and mask.all() and (r.n_ops == r.n_ops[0]).all():   # every row at one column
+            c = int(r.n_ops[0])
+            r.ops[:, c:c + k], r.factors[:, c:c + k] = ids, f
+            r.n_ops += k
+            return
+        rows = np.flatnonzero(mask)
+        if k and rows.size:
+            cols = r.n_ops[rows, None] + np.arange(k)
+            r.ops[rows[:, None], cols] = ids[rows]
+            r.factors[rows[:, None], cols] = f[rows]
+            r.n_ops[rows] += k
 
     def transform(self, img, params):
         # arrays: the first adjustment copies, the others work on that copy in place (2% of
@@ -150,7 +172,7 @@ class ColorJitter(Transform):
 
 
 # ColorJitter's fn_idx order
-_ADJUST = (F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue)
+_ADJUST = tuple(getattr(F, f"adjust_{name}") for name in ColorJitter.FNS)
 
 
 class Grayscale(Transform):
@@ -379,10 +401,10 @@ class RandomPhotometricDistort(Transform):
         for key, (lo, hi) in (("brightness_factor", self.brightness),
                               ("contrast_factor", self.contrast),
                               ("saturation_factor", self.saturation), ("hue_factor", self.hue)):
-            params[key] = _uniform_f32(rng, lo, hi) if rng.random() < self.p else None
-        params["contrast_before"] = rng.random() < 0.5
+            params[key] = _uniform_f32(rng, lo, hi) if coin(rng, self.p) else None
+        params["contrast_before"] = coin(rng, 0.5)
         permutation = None
-        if rng.random() < self.p:
+        if coin(rng, self.p):
             permutation = list(range(channels))
             rng.shuffle(permutation)  # torch.randperm(channels) under torch's RNG
         params["channel_permutation"] = permutation

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import torch
 
-from turboloader.transforms._draws import RngDraws
-from turboloader.transforms._transform import Transform, _check_p, _rng
+from turboloader.transforms._draws import RngDraws, bernoulli
+from turboloader.transforms._transform import Transform, _check_p, _rng, fused_ops
 
 __all__ = ["Compose", "Identity", "Lambda", "RandomApply", "RandomChoice", "RandomOrder"]
 
@@ -43,6 +43,13 @@ def _run(transforms, inputs):
         outputs = t(*inputs)
         inputs = outputs if needs_unpacking else (outputs,)
     return outputs
+
+
+def _members_ops(transforms, combine=sum):
+    """:func:`fused_ops` of a container: its members' counts combined, or None when one of
+    them is not a fused post-geometry member."""
+    counts = [fused_ops(m) for m in transforms]
+    return None if None in counts else combine(counts)
 
 
 def _repr(obj, transforms, extra=""):
@@ -76,6 +83,13 @@ class Compose:
 
     def __call__(self, *inputs):
         return _run(self.transforms, inputs)
+
+    def _fused_ops(self):
+        return _members_ops(self.transforms)
+
+    def _fused_draw(self, d, mask, r):
+        for m in self.transforms:
+            m._fused_draw(d, mask, r)
 
     def __repr__(self):
         return _repr(self, self.transforms)
@@ -114,8 +128,15 @@ class RandomApply:
     def _draw_batch(self, d, mask=None):
         """``bool (n,)``: whether each row applies the members, ``random() < p`` (rows
         outside ``mask``: False, nothing drawn)."""
-        apply = d.random(mask) < self.p
-        return apply if mask is None else apply & mask
+        return bernoulli(d, self.p, mask)
+
+    def _fused_ops(self):
+        return _members_ops(self.transforms)
+
+    def _fused_draw(self, d, mask, r):
+        apply = mask & self._draw_batch(d, mask)
+        for m in self.transforms:
+            m._fused_draw(d, apply, r)
 
     def __call__(self, *inputs):
         if not self.make_params()["apply"]:
@@ -167,6 +188,14 @@ class RandomChoice:
         """``int64 (n,)``: the member each row applies, drawn with probabilities ``p``."""
         return d.categorical(self.p, mask)
 
+    def _fused_ops(self):
+        return _members_ops(self.transforms, max)
+
+    def _fused_draw(self, d, mask, r):
+        index = self._draw_batch(d, mask)
+        for i, m in enumerate(self.transforms):
+            m._fused_draw(d, mask & (index == i), r)
+
     def __call__(self, *inputs):
         return self.transforms[self.make_params()["index"]](*inputs)
 
@@ -204,6 +233,15 @@ class RandomOrder:
     def _draw_batch(self, d, mask=None):
         """``int64 (n, k)``: each row's order of the k members, ``shuffle(list(range(k)))``."""
         return d.permutation(len(self.transforms), mask)
+
+    def _fused_ops(self):
+        return _members_ops(self.transforms)
+
+    def _fused_draw(self, d, mask, r):
+        order = self._draw_batch(d, mask)
+        for j in range(order.shape[1]):
+            for i, m in enumerate(self.transforms):
+                m._fused_draw(d, mask & (order[:, j] == i), r)
 
     def __call__(self, *inputs):
         order = self.make_params()["order"]
@@ -260,6 +298,12 @@ class Identity(Transform):
 
     def __call__(self, *inputs):
         return inputs if len(inputs) > 1 else inputs[0]
+
+    def _fused_ops(self):   # a fused post-geometry member that does nothing
+        return 0
+
+    def _fused_draw(self, d, mask, r):
+        pass
 
     def transform(self, img, params):
         return img

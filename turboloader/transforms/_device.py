@@ -2,12 +2,12 @@
 flip and normalize there, and the batch is written into a batch tensor on the device.
 
 :class:`DeviceDecode` is the executor ``turboloader.DataLoader(..., decode="gpu")`` runs in
-its decode threads in place of the CPU's :func:`~turboloader.transforms._batch.run_batch`,
+its decode threads in place of the CPU's :func:`~turboloader.decode.executor.run_batch`,
 with the same contract: the dataset gathers the bytes, :meth:`Plan.prepare_batch
 <turboloader.transforms.Plan.prepare_batch>` reads the headers and draws every row's
 parameters (one definition: the same seeds give the same crop windows and flips on both
 paths), and :meth:`DeviceDecode.run_batch` writes the rows and returns a
-:class:`~turboloader.transforms._batch.BatchResult` (row status, typed errors, warnings) that
+:class:`~turboloader.decode.executor.BatchResult` (row status, typed errors, warnings) that
 the dataset's failure policy reads as it reads the CPU's. Per row:
 
 * a JPEG that :func:`turboloader.decode._device.route` sends to the device is decoded there
@@ -39,8 +39,8 @@ from turboloader.decode._device import (DEVICE_CALL_BYTES, DEVICE_CALL_FILES, as
 from turboloader.decode._filters import Interpolation
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _max_pixels
 from turboloader.errors import DeviceUnavailableError
-from turboloader.transforms import _batch
-from turboloader.transforms._batch import FAILED, JPEG, OK, BatchParams, BatchResult
+from turboloader.decode import executor
+from turboloader.decode.executor import FAILED, OK, BatchParams, BatchResult
 from turboloader.transforms._colour import ColorJitter
 from turboloader.transforms._containers import Compose, RandomApply, RandomChoice, RandomOrder
 
@@ -196,7 +196,7 @@ class DeviceDecode:
         ``(N, *output_shape)`` tensor on this executor's device.
 
         Returns:
-            A :class:`~turboloader.transforms._batch.BatchResult`. The work is complete on
+            A :class:`~turboloader.decode.executor.BatchResult`. The work is complete on
             the device when it returns (the caller may hand ``out`` to any stream).
 
         Raises:
@@ -238,14 +238,14 @@ class DeviceDecode:
         todo = status == OK
         if limit:
             big = todo & (params.source_size[:, 0] * params.source_size[:, 1] > limit)
-            big &= params.kind == JPEG
+            big &= params.kind == executor.JPEG
             for i in np.flatnonzero(big).tolist():
                 status[i] = FAILED
-                errors[i] = _batch._too_large(params.source_size[i], limit)
+                errors[i] = executor._too_large(params.source_size[i], limit)
             todo &= ~big
         t0 = time.perf_counter()
-        jpeg_rows = np.flatnonzero(todo & (params.kind == JPEG)).tolist()
-        cpu = {i: "decoded array" for i in np.flatnonzero(todo & (params.kind != JPEG)).tolist()}
+        jpeg_rows = np.flatnonzero(todo & (params.kind == executor.JPEG)).tolist()
+        cpu = {i: "decoded array" for i in np.flatnonzero(todo & (params.kind != executor.JPEG)).tolist()}
         reasons, sizes = route([sources[i] for i in jpeg_rows])
         dev_rows = []
         for i, why, hw in zip(jpeg_rows, reasons, sizes):
@@ -350,8 +350,9 @@ class DeviceDecode:
         pin = self.device.type == "cuda"
         staging = torch.empty((len(idx), *fused.output_shape), dtype=fused.output_dtype,
                               pin_memory=pin)
-        result = _batch.run_batch(fused, [sources[i] for i in idx], sub, staging,
-                                  max_pixels=max_pixels)
+        dtype = np.float32 if fused.output_dtype == torch.float32 else np.uint8
+        result = executor.run_batch([sources[i] for i in idx], sub, staging, dtype=dtype,
+                                    shape=fused.output_shape, affine=fused.affine)
         done = []
         for j, i in enumerate(idx):
             warns[i] = result.warnings[j]

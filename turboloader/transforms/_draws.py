@@ -156,3 +156,16 @@ class RngDraws:
         if mask is not None and not mask[0]:
             return np.zeros(1, np.int64)
         return np.array([_categorical(self.rng, p)], np.int64)
+
+
+def bernoulli(d, p, mask=None):
+    """The one Bernoulli draw of every ``p``-gated transform: ``bool (n,)``, one
+    ``random() < p`` per row (torchvision's ``torch.rand(1) < p``, i.e. skipping when
+    ``>= p``), also when ``p`` is 0 or 1; rows outside ``mask``: False, nothing drawn."""
+    hit = d.random(mask) < p
+    return hit if mask is None else hit & mask
+
+
+def coin(rng, p):
+    """:func:`bernoulli` for one sample drawing from ``rng``: a ``bool``."""
+    return bool(bernoulli(RngDraws(rng), p)[0])

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from turboloader.decode.sizes import resized_sizes
 from turboloader.transforms import functional as F
-from turboloader.transforms._draws import RngDraws
+from turboloader.transforms._draws import RngDraws, bernoulli, coin
 from turboloader.transforms._transform import (
     Transform,
     _check_interpolation,
@@ -67,7 +68,24 @@ def _fused_filter(interpolation, antialias):
     return None
 
 
-class Resize(Transform):
+class _Resizing(Transform):
+    """Base of the resizes: :meth:`make_params` gives ``{"size": ...}`` (an output
+    ``(height, width)`` or torchvision's ``[shorter side]``), and the image, masks and boxes
+    are resized to it (torchvision v2's functionals for the annotations)."""
+
+    def transform(self, img, params):
+        return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
+
+    def _transform_other(self, inpt, params):
+        return _tvf().resize(inpt, list(params["size"]))
+
+    def _extra_repr(self):
+        return (f"min_size={self.min_size}, max_size={self.max_size}, "
+                f"interpolation={_interp_repr(self.interpolation)!r}, "
+                f"antialias={self.antialias}")
+
+
+class Resize(_Resizing):
     """Resize to ``size``, like ``torchvision.transforms.v2.Resize``.
 
     Args:
@@ -125,17 +143,11 @@ class Resize(Transform):
 
     def _output_sizes(self, sizes):
         """:meth:`output_size` for every row of ``sizes`` (``int64 (n, 2)``)."""
-        return F._array._resized_sizes(self.size, sizes, self.max_size)
+        return resized_sizes(self.size, sizes, self.max_size)
 
     def make_params(self, size, *, rng=None):
         """No randomness: ``{"size": (height, width)}``, the output size."""
         return {"size": self.output_size(size)}
-
-    def transform(self, img, params):
-        return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
-
-    def _transform_other(self, inpt, params):
-        return _tvf().resize(inpt, list(params["size"]))
 
     def _extra_repr(self):
         return (f"size={self.size}, interpolation={self.interpolation!r}, "
@@ -464,8 +476,13 @@ class RandomHorizontalFlip(Transform):
     def _draw_batch(self, d, mask=None):
         """``bool (n,)``: whether each row flips, one ``random() < p`` draw per row (rows
         outside ``mask``: False, nothing drawn)."""
-        flip = d.random(mask) < self.p
-        return flip if mask is None else flip & mask
+        return bernoulli(d, self.p, mask)
+
+    def _fused_ops(self):   # a fused post-geometry member: flips the output
+        return 0
+
+    def _fused_draw(self, d, mask, r):
+        r.flip ^= self._draw_batch(d, mask)   # flips commute with the colour operations
 
     def transform(self, img, params):
         return F.horizontal_flip(img) if params["flip"] else img
@@ -702,7 +719,7 @@ class RandomPerspective(_RandomApplyTransform):
     def make_params(self, size, *, rng=None):
         """``{"apply": bool, "coefficients": 8 floats}`` (corners drawn only when applied)."""
         rng = _rng(rng)
-        if not rng.random() < self.p:
+        if not coin(rng, self.p):
             return {"apply": False, "coefficients": None}
         height, width = size
         half_height, half_width = height // 2, width // 2
@@ -785,7 +802,7 @@ class TenCrop(Transform):
         return f"size={self.size}, vertical_flip={self.vertical_flip}"
 
 
-class ScaleJitter(Transform):
+class ScaleJitter(_Resizing):
     """Resize by a random factor of the scale that fits the image into ``target_size``, like
     ``torchvision.transforms.v2.ScaleJitter`` (Large Scale Jitter, Ghiasi et al.): ``scale``
     uniform in ``scale_range``, ``r = min(target_size[1] / H, target_size[0] / W) * scale``,
@@ -819,19 +836,13 @@ class ScaleJitter(Transform):
         r = min(self.target_size[1] / orig_height, self.target_size[0] / orig_width) * scale
         return {"size": (int(orig_height * r), int(orig_width * r))}
 
-    def transform(self, img, params):
-        return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
-
-    def _transform_other(self, inpt, params):
-        return _tvf().resize(inpt, list(params["size"]))
-
     def _extra_repr(self):
         return (f"target_size={self.target_size}, scale_range={self.scale_range}, "
                 f"interpolation={_interp_repr(self.interpolation)!r}, "
                 f"antialias={self.antialias}")
 
 
-class RandomShortestSize(Transform):
+class RandomShortestSize(_Resizing):
     """Resize so the shorter side is one of ``min_size`` (drawn uniformly), the longer side
     at most ``max_size``, like ``torchvision.transforms.v2.RandomShortestSize``:
     ``r = min(min_size / min(H, W), max_size / max(H, W))``, output
@@ -865,19 +876,9 @@ class RandomShortestSize(Transform):
             r = min(r, self.max_size / max(orig_height, orig_width))
         return {"size": (int(orig_height * r), int(orig_width * r))}
 
-    def transform(self, img, params):
-        return F.resize(img, list(params["size"]), self.interpolation, antialias=self.antialias)
-
-    def _transform_other(self, inpt, params):
-        return _tvf().resize(inpt, list(params["size"]))
-
-    def _extra_repr(self):
-        return (f"min_size={self.min_size}, max_size={self.max_size}, "
-                f"interpolation={_interp_repr(self.interpolation)!r}, "
-                f"antialias={self.antialias}")
 
 
-class RandomResize(Transform):
+class RandomResize(_Resizing):
     """Resize the shorter side to a size drawn uniformly from ``[min_size, max_size)``, like
     ``torchvision.transforms.v2.RandomResize`` (``torch.randint(min_size, max_size)`` under
     torch's RNG); usually followed by a ``RandomCrop``.
@@ -906,16 +907,6 @@ class RandomResize(Transform):
                              f"{self.max_size}")
         return {"size": [_rng(rng).randint(self.min_size, self.max_size - 1)]}
 
-    def transform(self, img, params):
-        return F.resize(img, params["size"], self.interpolation, antialias=self.antialias)
-
-    def _transform_other(self, inpt, params):
-        return _tvf().resize(inpt, params["size"])
-
-    def _extra_repr(self):
-        return (f"min_size={self.min_size}, max_size={self.max_size}, "
-                f"interpolation={_interp_repr(self.interpolation)!r}, "
-                f"antialias={self.antialias}")
 
 
 # every class here moves pixels: a mask or boxes of a joint sample must follow it, so one

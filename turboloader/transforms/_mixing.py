@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from turboloader.transforms import functional as F
+from turboloader.transforms._draws import coin
 from turboloader.transforms._random import TorchRandom
 from turboloader.transforms._transform import (
     Transform,
@@ -87,7 +88,7 @@ class RandomErasing(Transform):
         says so or no rectangle fits in 10 attempts."""
         rng = _rng(rng)
         none = {"apply": False, "i": 0, "j": 0, "h": 0, "w": 0, "noise_seed": None}
-        if not rng.random() < self.p:
+        if not coin(rng, self.p):
             return none
         img_h, img_w = size
         area = img_h * img_w

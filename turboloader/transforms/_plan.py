@@ -74,10 +74,11 @@ import warnings
 import numpy as np
 import torch
 
-from turboloader.decode._slot import resample_into_slot
-from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open, decode_jpeg
+from turboloader.decode import executor
+from turboloader.decode.executor import open_jpeg, out_view, resample_into_slot
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, decode_jpeg
 from turboloader.transforms import _batch
-from turboloader.transforms._batch import Fused, draw, out_view
+from turboloader.transforms._batch import Fused, draw
 from turboloader.transforms._draws import RngDraws
 from turboloader.transforms._colour import ColorJitter
 from turboloader.transforms._containers import (Compose, Identity, Lambda, RandomApply,
@@ -86,7 +87,7 @@ from turboloader.transforms._conversion import (ConvertImageDtype, Normalize, PI
                                                 ToImage, ToPureTensor, ToTensor)
 from turboloader.transforms._geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip,
                                               RandomResizedCrop, Resize, _fused_filter)
-from turboloader.transforms._transform import Transform
+from turboloader.transforms._transform import Transform, fused_ops
 from turboloader.transforms import _auto_augment, _colour, _containers, _conversion, _geometry, _mixing
 from turboloader.transforms._random import current_rng, using_rng
 
@@ -317,22 +318,6 @@ def _fusable_crop(t):
         isinstance(t, RandomCrop) and t.padding is None and not t.pad_if_needed)
 
 
-def _post_ops(t):
-    """The most colour operations post-geometry member ``t`` can emit, or None when it is
-    not one (flips and ColorJitters, Identity, and containers of them)."""
-    cls = type(t)
-    if cls in (RandomHorizontalFlip, Identity):
-        return 0
-    if cls is ColorJitter:
-        return 4
-    if cls in (RandomApply, RandomChoice, RandomOrder, Compose):
-        counts = [_post_ops(m) for m in t.transforms]
-        if None in counts:
-            return None
-        return max(counts) if cls is RandomChoice else sum(counts)
-    return None
-
-
 def _dtype_scale(t):
     """(float32, scale) when dtype conversion ``t`` makes float32 of a uint8 image tensor."""
     if type(t) is ConvertImageDtype:
@@ -370,8 +355,8 @@ def _parse(members):
     if filt is None:
         return _why_not(i - 1, members[i - 1])
     post, n_ops = [], 0
-    while i < n and _post_ops(members[i]) is not None:
-        n_ops += _post_ops(members[i])
+    while i < n and fused_ops(members[i]) is not None:
+        n_ops += fused_ops(members[i])
         if n_ops > _MAX_OPS:
             return (f"member {i}, {_short(members[i])}: more than {_MAX_OPS} colour operations "
                     f"(at most {_MAX_OPS // 4} ColorJitters) in one fused call")
@@ -444,6 +429,10 @@ class Plan:
                             out_dtype)
 
     @property
+    def _np_dtype(self):
+        return np.float32 if self.output_dtype is torch.float32 else np.uint8
+
+    @property
     def output_shape(self):
         return self._fused.output_shape
 
@@ -488,9 +477,9 @@ class Plan:
     def _slot(self, out, shape):
         """(numpy view to write, object to return) for ``out`` (None: allocate)."""
         if out is None:
-            arr = np.empty(shape, np.float32 if self.output_dtype is torch.float32 else np.uint8)
+            arr = np.empty(shape, self._np_dtype)
             return arr, torch.from_numpy(arr)
-        view = out_view(out, self.output_dtype)
+        view = out_view(out, self._np_dtype)
         if view.shape != tuple(shape):
             raise ValueError(f"out must have shape {tuple(shape)}, got {tuple(view.shape)}")
         return view, out
@@ -520,8 +509,7 @@ class Plan:
             strict: make libjpeg's warnings about recoverable corruption errors.
             max_pixels: refuse larger images (default
                 :data:`turboloader.decode.DEFAULT_MAX_PIXELS`); ``None``: no limit, as
-                everywhere in turboloader. (Before 0.2, ``None`` here meant the default
-                limit: passing it explicitly warns for one release.)
+                everywhere in turboloader.
 
         Returns:
             A ``torch.Tensor`` (3, H, W) of ``output_dtype`` (``out`` itself when given).
@@ -532,14 +520,8 @@ class Plan:
 
         Warns:
             DecodeWarning: libjpeg recovered from corrupt data (when not ``strict``).
-            FutureWarning: ``max_pixels=None``, whose meaning changed (now: no limit).
         """
-        if max_pixels is None:
-            warnings.warn("Plan.from_jpeg(max_pixels=None) now means no pixel limit, as it "
-                          "does in decode_jpeg and the datasets (it meant the default limit "
-                          "before); pass max_pixels=turboloader.decode.DEFAULT_MAX_PIXELS for "
-                          "the limit", FutureWarning, stacklevel=2)
-        buf, header, limit = _open(data, max_pixels)
+        buf, header, limit = open_jpeg(data, max_pixels=max_pixels)
         rng = current_rng() if rng is None else rng
         W, H = header.width, header.height
         drawn = self._draw(H, W, rng)
@@ -597,7 +579,8 @@ class Plan:
 
     # -- batches (turboloader.transforms._batch) -----------------------------------------
 
-    def prepare_batch(self, sources, keys, /, *, source_sizes=None, max_pixels=None):
+    def prepare_batch(self, sources, keys, /, *, source_sizes=None,
+                      max_pixels=DEFAULT_MAX_PIXELS):
         """Draw a whole batch's parameters at once (GIL held, vectorized with NumPy).
 
         Row i gets exactly what :meth:`from_jpeg` / :meth:`from_array` would draw with
@@ -612,11 +595,14 @@ class Plan:
                 originals of decoded-array rows (``from_array``'s ``source_size``); rows
                 with a non-positive entry, and JPEG rows, use their own size. JPEG headers
                 are read natively, in one pass without the GIL.
-            max_pixels: JPEGs with more pixels are FAILED rows here already (default
-                None: only :meth:`run_batch` checks its own ``max_pixels``).
+            max_pixels: JPEGs whose header's width * height exceeds it are FAILED rows,
+                before anything is sized for them (default
+                :data:`turboloader.decode.DEFAULT_MAX_PIXELS`; None: no limit). The one check
+                of the batch path (:func:`turboloader.decode.executor.read_sizes`);
+                :meth:`run_batch` decodes under the same limit.
 
         Returns:
-            A :class:`~turboloader.transforms._batch.BatchParams`: per-row ``status``
+            A :class:`~turboloader.decode.executor.BatchParams`: per-row ``status``
             (OK, GENERIC: run the per-sample path for that row, FAILED: ``errors[i]``) and
             the geometry/flip/colour/scale/window arrays :meth:`run_batch` takes.
 
@@ -632,27 +618,23 @@ class Plan:
         return _batch.prepare_batch(self._fused, sources, keys, source_sizes=source_sizes,
                                     max_pixels=max_pixels)
 
-    def run_batch(self, sources, params, out, /, *, rows=None, runner=None, strict=False,
-                  max_pixels=DEFAULT_MAX_PIXELS):
+    def run_batch(self, sources, params, out, /, *, rows=None, runner=None, strict=False):
         """Decode and transform a prepared batch into ``out`` in one native call without
         the GIL, on ``runner``'s threads.
 
         Args:
             sources: the same sequence given to :meth:`prepare_batch`.
-            params: its :class:`~turboloader.transforms._batch.BatchParams`.
+            params: its :class:`~turboloader.decode.executor.BatchParams`.
             out: ``(N, *output_shape)`` CPU tensor or ndarray of ``output_dtype``,
                 C-contiguous (e.g. a recycled batch buffer).
             rows: ``int[n]``: the row of ``out`` each source is written to (default
                 ``arange(n)``); distinct for the rows that run.
-            runner: a :class:`~turboloader.transforms._batch.BatchRunner`; default: a
+            runner: a :class:`~turboloader.decode.executor.BatchRunner`; default: a
                 1-thread runner private to the calling thread.
             strict: make libjpeg's warnings about recoverable corruption errors.
-            max_pixels: refuse larger JPEGs, as FAILED rows, before sizing any memory
-                for them (default :data:`turboloader.decode.DEFAULT_MAX_PIXELS`; None: no
-                limit).
 
         Returns:
-            A :class:`~turboloader.transforms._batch.BatchResult`: ``status[i]`` OK (row
+            A :class:`~turboloader.decode.executor.BatchResult`: ``status[i]`` OK (row
             ``rows[i]`` written, bit-identical to :meth:`from_jpeg` / :meth:`from_array`
             with ``rng=SampleRandom(keys[i])``), GENERIC or FAILED (not written; the
             exception in ``errors[i]``, never raised), and ``warnings[i]`` (libjpeg's
@@ -662,5 +644,7 @@ class Plan:
             TypeError / ValueError: a bad ``out``, ``rows``, ``runner`` or ``params``
                 (a bad sample is a row status, never an exception).
         """
-        return _batch.run_batch(self._fused, sources, params, out, rows=rows, runner=runner,
-                                strict=strict, max_pixels=max_pixels)
+        f = self._fused
+        return executor.run_batch(sources, params, out, dtype=self._np_dtype,
+                                  shape=f.output_shape, affine=f.affine, rows=rows,
+                                  runner=runner, strict=strict)

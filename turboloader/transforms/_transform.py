@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from turboloader.transforms import functional as F
+from turboloader.transforms._draws import coin
 from turboloader.transforms._random import current_rng
 
 __all__ = ["Transform", "image_size"]
@@ -220,6 +221,21 @@ class Transform:
         return f"{type(self).__name__}({self._extra_repr()})"
 
 
+def fused_ops(t):
+    """How many colour operations ``t`` can add to a fused call as a post-geometry member, or
+    None when it is not one.
+
+    A class joins the fused path's post-geometry members (after the crop or resize, before
+    the tensor conversion) by declaring, in its own body, ``_fused_ops(self)`` (that count)
+    and ``_fused_draw(self, d, mask, r)`` (draw its parameters from ``d`` for the rows in
+    ``mask`` and record them in ``r``: ``r.flip`` (bool (n,)), ``r.ops``/``r.factors``/
+    ``r.n_ops``, the colour operations of each row in order). Only the class's own
+    declaration counts, so a subclass that changes what its parent does is not fused by
+    accident: it declares these again if it fuses."""
+    fn = vars(type(t)).get("_fused_ops")
+    return None if fn is None else fn(t)
+
+
 _ANNOTATIONS = ("Mask", "BoundingBoxes", "KeyPoints")
 
 
@@ -293,7 +309,7 @@ class _RandomApplyTransform(Transform):
 
     def make_params(self, size=None, *, rng=None):
         """``{"apply": bool}``: one ``rng.random()`` draw."""
-        return {"apply": _rng(rng).random() < self.p}
+        return {"apply": coin(_rng(rng), self.p)}
 
     def transform(self, img, params):
         if not params["apply"]:

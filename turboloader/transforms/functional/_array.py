@@ -21,7 +21,10 @@ import operator
 import numpy as np
 
 from turboloader._native import _chw, _colour, _resample, _warp
-from turboloader.decode._filters import _BY_NAME, Interpolation, _interpolation  # noqa: F401
+from turboloader.decode import Interpolation
+from turboloader.decode.sizes import resized_sizes
+
+_interpolation = Interpolation.parse
 
 __all__ = [
     "Interpolation",
@@ -136,35 +139,8 @@ def _resized_size(size, height, width, max_size=None):
         if size is not None and max_size <= size[0]:
             raise ValueError(f"max_size = {max_size} must be strictly greater than the "
                              f"requested size for the smaller edge size = {size}")
-    return tuple(int(v) for v in _resized_sizes(size, np.array([[height, width]], np.int64),
+    return tuple(int(v) for v in resized_sizes(size, np.array([[height, width]], np.int64),
                                                  max_size)[0])
-
-
-def _resized_sizes(size, hw, max_size=None):
-    """:func:`_resized_size` for every row of ``hw`` (``(n, 2)`` int64 (height, width)), with
-    ``size`` and ``max_size`` already validated: ``int64 (n, 2)``. The definition of the
-    rule; one image is a batch of one. ``s * long / short`` is the correctly rounded quotient
-    of the exact product, as Python's int / int is, while the product is below 2**53."""
-    h, w = hw[:, 0], hw[:, 1]
-    if size is not None and len(size) == 2:
-        return np.broadcast_to(np.array(size, np.int64), hw.shape).copy()
-    portrait = w <= h
-    short, long = np.minimum(h, w), np.maximum(h, w)
-    if size is None:
-        new_short = (max_size * short / long).astype(np.int64)
-        new_long = np.full_like(short, max_size)
-    else:
-        s = size[0]
-        new_short = np.full_like(short, s)
-        new_long = (s * long / short).astype(np.int64)
-        if max_size is not None:
-            cap = new_long > max_size
-            new_short = np.where(cap, (max_size * new_short / np.where(cap, new_long, 1))
-                                 .astype(np.int64), new_short)
-            new_long = np.where(cap, max_size, new_long)
-    new_h = np.where(portrait, new_long, new_short)
-    new_w = np.where(portrait, new_short, new_long)
-    return np.stack([new_h, new_w], axis=1)
 
 
 def _hwc_out(out, out_h, out_w, channels, flat, what):
