@@ -20,7 +20,7 @@ from turboloader.data import TarDataset
 from turboloader.errors import DeviceUnavailableError
 from turboloader.loader import DataLoader, DeviceDecode
 from turboloader.tools.synthetic import synthetic_jpegs
-from turboloader.transforms._batch import FAILED, OK
+from turboloader.decode.executor import FAILED, OK
 from turboloader.transforms._random import SampleRandom, sample_keys
 
 from helpers.images import pixels

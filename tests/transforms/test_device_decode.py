@@ -23,7 +23,7 @@ from turboloader import transforms as T
 from turboloader.decode._device import as_tensors, decode_on_device, groups, route
 from turboloader.errors import DeviceUnavailableError
 from turboloader.tools.synthetic import synthetic_jpegs
-from turboloader.transforms._batch import FAILED, GENERIC, OK
+from turboloader.decode.executor import FAILED, GENERIC, OK
 from turboloader.transforms._device import DeviceDecode
 from turboloader.transforms._random import SampleRandom, sample_keys
 

@@ -73,7 +73,7 @@ OK = 0
 GENERIC = 1
 FAILED = 2
 
-JPEG = _JPEG = 0
+_JPEG = 0
 _ARRAY = 1
 
 _local = threading.local()

@@ -238,14 +238,14 @@ class DeviceDecode:
         todo = status == OK
         if limit:
             big = todo & (params.source_size[:, 0] * params.source_size[:, 1] > limit)
-            big &= params.kind == executor.JPEG
+            big &= params.kind == executor._JPEG
             for i in np.flatnonzero(big).tolist():
                 status[i] = FAILED
                 errors[i] = executor._too_large(params.source_size[i], limit)
             todo &= ~big
         t0 = time.perf_counter()
-        jpeg_rows = np.flatnonzero(todo & (params.kind == executor.JPEG)).tolist()
-        cpu = {i: "decoded array" for i in np.flatnonzero(todo & (params.kind != executor.JPEG)).tolist()}
+        jpeg_rows = np.flatnonzero(todo & (params.kind == executor._JPEG)).tolist()
+        cpu = {i: "decoded array" for i in np.flatnonzero(todo & (params.kind != executor._JPEG)).tolist()}
         reasons, sizes = route([sources[i] for i in jpeg_rows])
         dev_rows = []
         for i, why, hw in zip(jpeg_rows, reasons, sizes):
