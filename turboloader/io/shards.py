@@ -63,7 +63,7 @@ LABEL_EXTENSIONS = ("cls", "json")
 _WANTED = frozenset(IMAGE_EXTENSIONS + LABEL_EXTENSIONS)
 _STREAM_SUFFIXES = (".tar.gz", ".tgz")
 # where (image, label) reading stalls on shards made for other uses (captions, JSON)
-FIELDS_HINT = (", or pass fields= to read other members as webdataset's to_tuple does, e.g. "
+_FIELDS_HINT = (", or pass fields= to read other members as webdataset's to_tuple does, e.g. "
                "fields=('jpg', 'txt') or fields=('jpg', 'json')")
 
 
@@ -220,7 +220,7 @@ def parse_label(data, ext: str, label_key):
         keys = f" (its keys: {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) \
             else f" (it is a JSON {type(obj).__name__})"
         raise SampleError(f".json label has no key {label_key!r}{keys}; label_key= names the "
-                          f"label's key{FIELDS_HINT}")
+                          f"label's key{_FIELDS_HINT}")
     value = obj[label_key]
     if isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
         raise SampleError(f".json label {label_key!r} = {value} does not fit in int64")
@@ -265,7 +265,7 @@ def check_record(record, *, require_label=True):
                           f"(.{', .'.join(IMAGE_EXTENSIONS)})")
     if require_label and record.label is None:
         raise SampleError(f"sample {record.key!r} has no label member (.cls or .json); "
-                          f"missing_label= labels such samples{FIELDS_HINT}")
+                          f"missing_label= labels such samples{_FIELDS_HINT}")
 
 
 class TarShard:
