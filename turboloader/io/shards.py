@@ -93,8 +93,9 @@ def braceexpand(pattern: str) -> list[str]:
 
 def list_shards(directory) -> list[str]:
     """The shards directly inside a local ``directory``: its ``.tar``, ``.tar.gz`` and
-    ``.tgz`` files, sorted by name (the ``.tmp-<pid>`` files of an unfinished
-    ``turboloader convert`` do not match).
+    ``.tgz`` entries, sorted by name (the ``.tmp-<pid>`` files of an unfinished
+    ``turboloader convert`` do not match; a FIFO or device so named is listed, and refused
+    with a typed error when opened).
 
     Raises:
         FileNotFoundError: the directory holds no shard.
@@ -102,7 +103,7 @@ def list_shards(directory) -> list[str]:
     directory = os.fspath(directory)
     found = sorted(os.path.join(directory, f) for f in os.listdir(directory)
                    if f.lower().endswith((".tar",) + _STREAM_SUFFIXES)
-                   and os.path.isfile(os.path.join(directory, f)))
+                   and not os.path.isdir(os.path.join(directory, f)))
     if not found:
         raise FileNotFoundError(f"no shards (.tar, .tar.gz, .tgz files) in the directory "
                                 f"{directory!r}")
