@@ -3,6 +3,7 @@ hub), against a Pillow oracle; exactly once per epoch across ranks x workers, se
 shuffling, resume, the failure policy, from_hf."""
 
 import io
+import os
 
 import numpy as np
 import pytest
@@ -49,6 +50,14 @@ def files(tmp_path):
 
 def _labels(ds):
     return [int(y) for _, y in ds]
+
+
+def test_a_directory_is_its_parquet_files(tmp_path, files):
+    d = os.path.dirname(files[0])
+    assert ParquetDataset(d, size_of).urls == ParquetDataset(sorted(files), size_of).urls
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no .parquet or .arrow files"):
+        ParquetDataset(str(tmp_path / "empty"), size_of)
 
 
 def test_shards_are_row_groups(files):

@@ -15,6 +15,7 @@ from helpers import subprocess_env
 
 SCRIPT = r"""
 import sys
+import torch
 from helpers.shards import write_shards
 import turboloader
 from turboloader import transforms as T
@@ -31,7 +32,7 @@ elif how == "batches":          # a worker stream of batches, left open
     it = ds.worker_stream(0, 1, batch_size=4)
     first = next(it)
 elif how == "resume":           # the resume guide's shape: break, save, resume, break
-    it = iter(torch_loader := __import__("torch").utils.data.DataLoader(ds, batch_size=4))
+    it = iter(torch.utils.data.DataLoader(ds, batch_size=4))
     for step, batch in enumerate(it, 1):
         if step == 2:
             state = ds.state_dict(batches=step, batch_size=4, num_workers=0)

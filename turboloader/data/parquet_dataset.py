@@ -38,7 +38,8 @@ class ParquetDataset(TarDataset):
     None), with ``fields=`` as without.
 
     Args:
-        urls: a Parquet file, glob, brace pattern or list of them; remote URLs
+        urls: a Parquet file, a directory (its ``.parquet`` / ``.arrow`` files, sorted),
+            a glob, brace pattern or list of them; remote URLs
             (``s3://``, ``gs://``, ``hdfs://`` through pyarrow, others such as
             ``https://`` through fsspec) are brace-expanded, not globbed.
         transform, target_transform: as :class:`TarDataset`.

@@ -17,7 +17,7 @@ from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
 from turboloader.data import stream
 from turboloader.data.stream import _Cursor
 from turboloader.data.reader import Chunk, ReaderMixin, StreamReader, stream_name
-from turboloader.io.shards import FIELDS_HINT, TarShards, check_record as _check_record, parse_label
+from turboloader.io.shards import _FIELDS_HINT, TarShards, check_record as _check_record, parse_label
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import SampleError, TarFormatError, TurboLoaderError
 from turboloader.io.remote import RemoteShardError, ShardCache
@@ -457,7 +457,7 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
                     if require_label:
                         raise SampleError(f"sample {shard.key(j)!r} has no label member "
                                           f"(.cls or .json); missing_label= labels such "
-                                          f"samples{FIELDS_HINT}")
+                                          f"samples{_FIELDS_HINT}")
                     label = self.missing_label
             except TurboLoaderError as exc:
                 chunk.fail(exc, where, slot, epoch)

@@ -334,7 +334,16 @@ class ParquetShards:
             if is_remote(url) or ("://" in url and not url.startswith("file://")):
                 files.extend(braceexpand(url))
             else:
-                files.extend(expand_urls(url[7:] if url.startswith("file://") else url))
+                local = url[7:] if url.startswith("file://") else url
+                if os.path.isdir(local):  # a folder of Parquet / Arrow files, sorted
+                    found = sorted(os.path.join(local, n) for n in os.listdir(local)
+                                   if n.lower().endswith((".parquet", ".arrow")))
+                    if not found:
+                        raise FileNotFoundError(f"no .parquet or .arrow files in the "
+                                                f"directory {local!r}")
+                    files.extend(found)
+                else:
+                    files.extend(expand_urls(local))
         step = max(1, int(rows_per_shard))
         for f in files:
             if f.lower().endswith(".arrow") and "://" not in f:

@@ -65,7 +65,7 @@ LABEL_EXTENSIONS = ("cls", "json")
 _WANTED = frozenset(IMAGE_EXTENSIONS + LABEL_EXTENSIONS)
 _STREAM_SUFFIXES = (".tar.gz", ".tgz")
 # where (image, label) reading stalls on shards made for other uses (captions, JSON)
-FIELDS_HINT = (", or pass fields= to read other members as webdataset's to_tuple does, e.g. "
+_FIELDS_HINT = (", or pass fields= to read other members as webdataset's to_tuple does, e.g. "
                "fields=('jpg', 'txt') or fields=('jpg', 'json')")
 
 
@@ -95,8 +95,9 @@ def braceexpand(pattern: str) -> list[str]:
 
 def list_shards(directory) -> list[str]:
     """The shards directly inside a local ``directory``: its ``.tar``, ``.tar.gz`` and
-    ``.tgz`` files, sorted by name (the ``.tmp-<pid>`` files of an unfinished
-    ``turboloader convert`` do not match).
+    ``.tgz`` entries, sorted by name (the ``.tmp-<pid>`` files of an unfinished
+    ``turboloader convert`` do not match; a FIFO or device so named is listed, and refused
+    with a typed error when opened).
 
     Raises:
         FileNotFoundError: the directory holds no shard.
@@ -104,7 +105,7 @@ def list_shards(directory) -> list[str]:
     directory = os.fspath(directory)
     found = sorted(os.path.join(directory, f) for f in os.listdir(directory)
                    if f.lower().endswith((".tar",) + _STREAM_SUFFIXES)
-                   and os.path.isfile(os.path.join(directory, f)))
+                   and not os.path.isdir(os.path.join(directory, f)))
     if not found:
         raise FileNotFoundError(f"no shards (.tar, .tar.gz, .tgz files) in the directory "
                                 f"{directory!r}")
@@ -222,7 +223,7 @@ def parse_label(data, ext: str, label_key):
         keys = f" (its keys: {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) \
             else f" (it is a JSON {type(obj).__name__})"
         raise SampleError(f".json label has no key {label_key!r}{keys}; label_key= names the "
-                          f"label's key{FIELDS_HINT}")
+                          f"label's key{_FIELDS_HINT}")
     value = obj[label_key]
     if isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
         raise SampleError(f".json label {label_key!r} = {value} does not fit in int64")
@@ -267,7 +268,7 @@ def check_record(record, *, require_label=True):
                           f"(.{', .'.join(IMAGE_EXTENSIONS)})")
     if require_label and record.label is None:
         raise SampleError(f"sample {record.key!r} has no label member (.cls or .json); "
-                          f"missing_label= labels such samples{FIELDS_HINT}")
+                          f"missing_label= labels such samples{_FIELDS_HINT}")
 
 
 class TarShard:

@@ -819,9 +819,9 @@ def _manifests_in(directory):
 
 
 def _manifest_of_shard(shard):
-    own = os.path.abspath(os.fspath(shard)) + "." + MANIFEST
     from turboloader.io.shards import _shard_set_file
 
+    own = os.path.abspath(os.fspath(shard)) + "." + MANIFEST
     return own if os.path.isfile(own) else _shard_set_file(shard, MANIFEST)
 
 
@@ -933,7 +933,8 @@ def check_manifest(path, fmt=None):
         raise missing
     mans = {}
     for f in sorted(found):
-        mans[f] = (_load_manifest(f), _check_entries(f, _load_manifest(f)))
+        man = _load_manifest(f)
+        mans[f] = (man, _check_entries(f, man))
     for u, f in per_shard.items():
         if f is None or os.path.abspath(u) not in mans[f][1]:
             where = f or ", ".join(sorted(mans))
