@@ -250,6 +250,7 @@ class StreamReader:
             else:
                 generic.append(i)
         native = 0.0
+        batch_rows = ()   # rows the fused call wrote: their masks / boxes follow its params
         if fused:
             t = time.perf_counter()
             if len(fused) == n:   # every row (the usual case): no per-row selection
@@ -262,6 +263,9 @@ class StreamReader:
             result = plan.run_batch(srcs, params, out, rows=rows, max_pixels=self.max_pixels)
             native = result.nogil_seconds
             status = result.status
+            if self.joint is not None:
+                ok = np.flatnonzero(status == OK)
+                batch_rows = ([fused[j] for j in ok.tolist()], params, ok)
             if status.any():
                 status = status.tolist()
                 for j, i in enumerate(fused):
@@ -299,14 +303,16 @@ class StreamReader:
             if slot is None or not _is_slot(img, slot):
                 objs[i] = img
         if self.joint is not None:
-            self._annotate(chunk, dec)
+            done = (self.joint.annotate_batch(chunk.labels, *batch_rows, chunk.errors)
+                    if batch_rows else ())
+            self._annotate(chunk, dec, done)
         if timing is not None:
             # the native batch call's time without the GIL plus the rows that ran one by one;
             # the rest of this call (drawing parameters, bookkeeping) is Python
             timing("decode", native + (time.perf_counter() - t_generic))
         return errors, objs
 
-    def _annotate(self, chunk, dec):
+    def _annotate(self, chunk, dec, done=()):
         """The masks and boxes of every decoded row of ``chunk`` (its ``labels``, the
         ``fields`` values) through ``dec``'s transform with the row's own draws: the
         generator the image drew from (``sample_rng(seed, epoch, slot)``, which the fused
@@ -316,7 +322,7 @@ class StreamReader:
 
         fields, errors = self.joint, chunk.errors
         for i in range(len(chunk)):
-            if errors[i] is not None:
+            if errors[i] is not None or i in done:   # done: by Fields.annotate_batch
                 continue
             try:
                 # the size the image's draws saw: the stored size on the fused path (a cached

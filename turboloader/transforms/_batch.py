@@ -65,6 +65,7 @@ __all__ = [
     "BatchResult",
     "BatchRunner",
     "Fused",
+    "Geometry",
     "default_runner",
     "draw",
     "out_view",
@@ -108,10 +109,13 @@ class BatchParams:
         n_ops, ops, factors: ColorJitter operations in order (``int32 (n, 8)`` ids as
             torchvision's ``fn_idx``, ``float64 (n, 8)`` factors), ``n_ops`` of them.
         counter: ``int64``: draws consumed per sample (rows drawn: OK ones).
+        geometry: the drawn crop and resize on the source grid, for annotations (masks,
+            boxes) that follow the image: :class:`Geometry`, or None (not drawn here).
     """
 
     __slots__ = ("n", "status", "errors", "kind", "source_size", "out_size", "scale_num",
-                 "full", "window", "box", "flip", "n_ops", "ops", "factors", "counter")
+                 "full", "window", "box", "flip", "n_ops", "ops", "factors", "counter",
+                 "geometry")
 
     def __init__(self, n):
         self.n = n
@@ -129,6 +133,7 @@ class BatchParams:
         self.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
         self.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
         self.counter = np.zeros(n, np.int64)
+        self.geometry = None
 
     def fail(self, i, error):
         """Mark row ``i`` FAILED with ``error`` (an exception instance)."""
@@ -177,9 +182,26 @@ class BatchResult:
 class _Drawn:
     """What :func:`draw` returns: box (n, 4) float64 source pixels, clip (n,) bool, out
     (n, 2) output size, flip (n,) bool, ops/factors (n, 8), n_ops (n,), generic (n,) bool
-    (rows that need the generic path: nothing drawn for them), counter (KeyDraws only)."""
+    (rows that need the generic path: nothing drawn for them), counter (KeyDraws only),
+    geometry (:class:`Geometry`)."""
 
-    __slots__ = ("box", "clip", "out", "flip", "ops", "factors", "n_ops", "generic", "counter")
+    __slots__ = ("box", "clip", "out", "flip", "ops", "factors", "n_ops", "generic", "counter",
+                 "geometry")
+
+
+class Geometry(NamedTuple):
+    """A batch's drawn geometry as torchvision applies it to a ``Mask`` or ``BoundingBoxes``
+    given with the image (what ``MaskField`` / ``BoxesField`` follow without replaying the
+    pipeline). ``axes``: ``int64 (n, 2, 4)``, per row and axis (y, x) ``(origin, offset,
+    size, resized)``: source pixel ``j`` of the output along that axis is
+    ``origin + min(floor((offset + j) * (size / resized)), size - 1)`` (torch's nearest
+    index, float32). ``crop_first``: crop ``[origin, origin + size)`` then resize it to
+    ``resized`` (RandomResizedCrop, or a crop alone: ``size == resized``); else resize the
+    whole ``size`` to ``resized``, then crop the output from ``offset`` when ``crop``."""
+
+    axes: np.ndarray
+    crop_first: bool
+    crop: bool
 
 
 class Fused(NamedTuple):
@@ -213,6 +235,7 @@ def draw(fused, HW, d, live=None):
     live = np.ones(n, bool) if live is None else np.array(live, bool)
     r = _Drawn()
     r.generic = np.zeros(n, bool)
+    axes = np.zeros((n, 2, 4), np.int64)   # Geometry.axes: (origin, offset, size, resized)
     if isinstance(crop, RandomResizedCrop):
         p = crop._draw_batch(HW, d, live)
         r.box = box = np.empty((n, 4), np.float64)
@@ -221,6 +244,8 @@ def draw(fused, HW, d, live=None):
         r.clip = np.ones(n, bool)
         r.out = np.empty((n, 2), np.int64)
         r.out[:] = crop.size
+        axes[:, 0, 0], axes[:, 0, 2], axes[:, 0, 3] = p["top"], p["height"], crop.size[0]
+        axes[:, 1, 0], axes[:, 1, 2], axes[:, 1, 3] = p["left"], p["width"], crop.size[1]
     else:
         resized = HW if resize is None else resize._output_sizes(HW)
         rh, rw = resized[:, 0], resized[:, 1]
@@ -246,6 +271,13 @@ def draw(fused, HW, d, live=None):
             with np.errstate(divide="ignore", invalid="ignore"):   # generic rows: unused
                 scale = np.tile(HW[:, ::-1] / resized[:, ::-1], 2)
                 r.box = np.where(r.clip[:, None], box.astype(np.float64), box * scale)
+        if resize is None:   # a crop alone: crop_first with size == resized
+            axes[:, 0, 0], axes[:, 1, 0] = top, left
+            axes[:, :, 2] = axes[:, :, 3] = r.out
+        else:
+            axes[:, 0, 1], axes[:, 1, 1] = top, left
+            axes[:, :, 2], axes[:, :, 3] = HW, resized
+    r.geometry = Geometry(axes, resize is None, crop is not None)
     r.flip = np.zeros(n, bool)
     r.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
     r.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
@@ -412,6 +444,7 @@ def prepare_batch(fused, sources, keys, /, *, source_sizes=None, max_pixels=None
     p.box = inner
     p.flip = r.flip.view(np.uint8)
     p.n_ops, p.ops, p.factors, p.counter = r.n_ops, r.ops, r.factors, r.counter
+    p.geometry = r.geometry   # what MaskField / BoxesField follow (data/fields.py)
     # the argument checks of the native entry points, as a row status
     size = window[:, 2:]
     good = ((size > 0) & (window[:, :2] >= 0) & (inner[:, :2] >= 0) & (inner[:, :2] < inner[:, 2:])
