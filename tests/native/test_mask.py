@@ -1,17 +1,17 @@
 """The PNG mask kernel (``_native/_mask``, ``decode/_mask.py``): PNG rows inflated,
 unfiltered and sampled nearest through index maps, against the oracles Pillow (the decoded
 values) then torchvision v2 (``resized_crop`` / ``resize`` + ``crop`` and ``horizontal_flip``
-of a ``Mask``), and zlib (the inflater). PNGs are written here byte by byte so that every
+of a ``Mask``), and zlib (the inflater). PNGs are written byte by byte (``helpers/png.py``) so that every
 bit depth, colour type, filter type, deflate block type and IDAT split is covered."""
 
 import io
-import struct
 import threading
 import zlib
 
 import numpy as np
 import pytest
 import torch
+from helpers.png import write_png
 from PIL import Image
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as TF
@@ -23,75 +23,6 @@ from turboloader.transforms._annotations import nearest_maps
 from turboloader.transforms._batch import Geometry
 
 KINDS = [(0, 1), (0, 2), (0, 4), (0, 8), (0, 16), (3, 1), (3, 2), (3, 4), (3, 8)]
-
-
-def _chunk(kind, data):
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
-def _filter(kind, row, prev, bpp):
-    out = bytearray(len(row))
-    for i, x in enumerate(row):
-        a = row[i - bpp] if i >= bpp else 0
-        b = prev[i]
-        c = prev[i - bpp] if i >= bpp else 0
-        if kind == 0:
-            p = 0
-        elif kind == 1:
-            p = a
-        elif kind == 2:
-            p = b
-        elif kind == 3:
-            p = (a + b) // 2
-        else:
-            q = a + b - c
-            pa, pb, pc = abs(q - a), abs(q - b), abs(q - c)
-            p = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
-        out[i] = (x - p) & 0xFF
-    return bytes(out)
-
-
-def pack_rows(values, depth):
-    """Rows of ``values`` (H, W) packed at ``depth`` bits (PNG order: high bits first)."""
-    h, w = values.shape
-    if depth == 16:
-        return [values[y].astype(">u2").tobytes() for y in range(h)]
-    if depth == 8:
-        return [values[y].astype(np.uint8).tobytes() for y in range(h)]
-    per = 8 // depth
-    stride = (w * depth + 7) // 8
-    rows = []
-    for y in range(h):
-        row = bytearray(stride)
-        for x in range(w):
-            row[x // per] |= int(values[y, x]) << (8 - depth * (x % per + 1))
-        rows.append(bytes(row))
-    return rows
-
-
-def write_png(values, colour, depth, *, filters=None, level=6, strategy=zlib.Z_DEFAULT_STRATEGY,
-              split=1, interlace=0, rng=None):
-    """A PNG of ``values`` written by hand: row filters ``filters`` (a type per row, or
-    random), deflate ``level`` / ``strategy``, the stream in ``split`` IDAT chunks."""
-    h, w = values.shape
-    rng = rng or np.random.default_rng(0)
-    bpp = 2 if depth == 16 else 1
-    raw, prev = bytearray(), bytes(len(pack_rows(values[:1], depth)[0]))
-    for y, row in enumerate(pack_rows(values, depth)):
-        f = int(rng.integers(0, 5)) if filters is None else filters[y % len(filters)]
-        raw += bytes([f]) + _filter(f, row, prev, bpp)
-        prev = row
-    c = zlib.compressobj(level, zlib.DEFLATED, 15, 9, strategy)
-    stream = c.compress(bytes(raw)) + c.flush()
-    out = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, colour,
-                                                            0, 0, interlace))
-    if colour == 3:
-        pal = rng.integers(0, 256, (1 << depth, 3), dtype=np.uint8)
-        out += _chunk(b"PLTE", pal.tobytes())
-    cuts = np.linspace(0, len(stream), split + 1).astype(int)
-    for a, b in zip(cuts[:-1], cuts[1:]):
-        out += _chunk(b"IDAT", stream[a:b])
-    return out + _chunk(b"IEND", b"")
 
 
 def random_values(rng, h, w, depth, *, runs=True):
