@@ -29,9 +29,12 @@ alternatives separated by ``;`` (the first the sample has is taken), or ``__key_
   ``tv_tensors.BoundingBoxes`` whose canvas is the image's stored size, then transformed
   with the image's parameters and clamped to the new canvas, as torchvision v2 does.
 
-The image stays on the fused path: the annotations replay the pipeline from the sample's
-generator (``sample_rng(seed, epoch, index)``, the one the fused plan draws from) on the
-image's stored size, exactly what :func:`turboloader.transforms.transform_jointly` does.
+The image stays on the fused path. Rows of the fused batch call take its drawn parameters
+(:meth:`Fields.annotate_batch`: one-channel PNG masks sampled nearest from their rows by one
+native call per batch, boxes moved per batch); the others replay the pipeline from the
+sample's generator (``sample_rng(seed, epoch, index)``, the one the fused plan draws from) on
+the image's stored size, exactly what :func:`turboloader.transforms.transform_jointly` does.
+Both equal torchvision v2 given the same parameters.
 A mask whose size differs from the image's, or boxes that are not ``N x 4`` numbers, are
 :class:`~turboloader.errors.SampleError` naming the key and the field.
 
