@@ -126,6 +126,7 @@ def extensions():
         ext("_colour", "_colour.pyx", "colour_kernels.c"),
         ext("_chw", "_chw.pyx", "chw_kernels.c"),
         ext("_warp", "_warp.pyx", "warp_kernels.c"),
+        ext("_mask", "_mask.pyx", "mask_kernels.c"),
         ext("_fused", "_fused.pyx", "jpeg_shim.c", "batch_pool.c", jpeg=True, threads=True),
     ]
     only = {s.strip() for s in os.environ.get("TURBOLOADER_ONLY", "").split(",") if s.strip()}
@@ -160,6 +161,6 @@ class build_ext(_build_ext):
 # platform wheel) without resolving anything at import.
 PLACEHOLDERS = [Extension(f"turboloader._native.{n}", [str(NATIVE / f"{n}.pyx")])
                 for n in ("_cpu", "_tar", "_jpeg", "_resample", "_colour", "_chw", "_warp",
-                          "_fused")]
+                          "_mask", "_fused")]
 
 setup(ext_modules=PLACEHOLDERS, cmdclass={"build_ext": build_ext})

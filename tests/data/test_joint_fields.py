@@ -626,3 +626,112 @@ def test_a_pipeline_that_refuses_masks_is_refused_at_construction(shards):
         TarDataset(shards, pipe, fields=("jpg", MaskField("seg.png")))
     assert any("MaskField" in n for n in getattr(info.value, "__notes__", []))
     TarDataset(shards, pipe, fields=("jpg", "cls"))   # no annotations: nothing to follow
+
+
+# -- the batch path: masks sampled from their PNG rows, boxes moved per batch (#32) ----------
+
+def _mask_png(mask, kind):
+    """``mask`` (H, W) class ids as a PNG of ``kind``, and the values Pillow decodes."""
+    from helpers.png import write_png
+
+    if kind == "gray16":
+        values = mask.astype(np.int64) * 4099   # beyond 8 bits
+        return write_png(values, 0, 16), values
+    if kind == "gray1":
+        values = (mask > 0).astype(np.int64)
+        return write_png(values, 0, 1), values * 255   # Pillow's "1" -> "L": 0 / 255
+    if kind == "palette2":
+        return write_png(mask.astype(np.int64), 3, 2), mask
+    if kind == "interlaced":   # Adam7: not this path's, Pillow's (the replay)
+        return write_png(mask.astype(np.int64), 0, 8, interlace=1), mask
+    return encode(mask, "PNG"), mask
+
+
+@pytest.mark.parametrize("kind", ["gray8", "gray16", "gray1", "palette2", "interlaced"])
+@pytest.mark.parametrize("name", ["rrc_flip", "resize_center_flip"])
+def test_batch_path_masks_and_boxes_equal_torchvision_v2(tmp_path, monkeypatch, kind, name):
+    """Every PNG kind through the fused batch call: the masks sampled from their rows and
+    the boxes moved per batch (Fields.annotate, the per-sample replay, never runs for
+    them), equal to torchvision v2 on Pillow's decode with the drawn parameters."""
+    from turboloader.data import fields as fields_mod
+
+    rows, want = [], {}
+    for i in range(N):
+        mask, boxes, labels = sample_arrays(i)
+        png, values = _mask_png(mask, kind)
+        want[i] = values
+        key = f"s{i:04d}"
+        rows += [(f"{key}.jpg", encode(PALETTE[mask], "JPEG", quality=95)),
+                 (f"{key}.seg.png", png),
+                 (f"{key}.json", json.dumps({"boxes": boxes, "labels": labels}).encode()),
+                 (f"{key}.cls", str(i).encode())]
+    path = write_tar(tmp_path / "kinds.tar", rows)
+    replayed = []
+    real = fields_mod.Fields.annotate
+    monkeypatch.setattr(fields_mod.Fields, "annotate",
+                        lambda self, *a: replayed.append(1) or real(self, *a))
+    pipe = pipelines()[name][0]
+    ds = TarDataset(path, pipe, fields=FIELDS, seed=SEED)
+    ds.set_epoch(1)
+    got = list(ds.batched(7))
+    assert (len(replayed) == N) == (kind == "interlaced"), len(replayed)
+    seen = 0
+    for batch in got:
+        images, masks, boxes, _, _, keys = batch
+        for k, key in enumerate(keys):
+            i = int(key[1:])
+            _, _, ref_boxes = v2_reference(name, i, 1)
+            ref = v2_reference_values(name, i, 1, want[i])   # this kind's stored values
+            assert torch.equal(masks[k], ref), (key, kind)
+            assert boxes[k].canvas_size == ref_boxes.canvas_size
+            assert torch.equal(boxes[k].as_subclass(torch.Tensor),
+                               ref_boxes.as_subclass(torch.Tensor)), key
+            seen += 1
+    assert seen == N
+
+
+def v2_reference_values(name, i, epoch, values):
+    """torchvision v2's mask of ``values`` (sample ``i``'s stored mask values) with the
+    parameters turboloader's classes draw from ``sample_rng(SEED, epoch, i)``."""
+    ours, tvs = pipelines()[name]
+    dtype = torch.int64 if values.max() > 255 else torch.uint8
+    m = tv_tensors.Mask(torch.from_numpy(values).to(dtype))
+    rng = sample_rng(SEED, epoch, i)
+    size = (H, W)
+    for t, tv in zip(ours.transforms, tvs):
+        params = t.make_params(size, rng=rng)
+        if tv is None:
+            continue
+        if isinstance(t, T.RandomHorizontalFlip):
+            tv = type(tv)(p=1.0 if params.get("flip", params.get("apply")) else 0.0)
+        else:
+            tv.make_params = lambda flat, p=params: dict(p)
+        m = tv(m)
+        size = tuple(m.shape[-2:])
+    return m.as_subclass(torch.Tensor)
+
+
+def test_corrupt_png_mask_with_good_crcs_is_a_typed_error(tmp_path):
+    """A mask whose zlib stream is garbage under valid chunk CRCs: the kernel's status sends
+    it to Pillow's decode, which names the problem (a SampleError, or a counted skip)."""
+    import struct
+    import zlib
+
+    mask, _, _ = sample_arrays(2)
+    png = bytearray(encode(mask, "PNG"))
+    at = png.index(b"IDAT")
+    length = struct.unpack(">I", png[at - 4:at])[0]
+    body = bytes(np.random.default_rng(0).integers(0, 256, length, dtype=np.uint8))
+    body = b"\x78\x9c" + body[2:]   # a zlib header, then noise
+    png[at + 4:at + 4 + length] = body
+    png[at + 4 + length:at + 8 + length] = struct.pack(">I", zlib.crc32(b"IDAT" + body))
+    rows = []
+    for i in range(6):
+        rows += [m if not (i == 2 and m[0].endswith(".seg.png")) else (m[0], bytes(png))
+                 for m in members(i)]
+    path = write_tar(tmp_path / "corrupt.tar", rows)
+    pipe = pipelines()["rrc_flip"][0]
+    with pytest.raises(SampleError, match=r"s0002.*MaskField.*does not decode"):
+        list(TarDataset(path, pipe, fields=FIELDS, shuffle=False))
+    ds = TarDataset(path, pipe, fields=FIELDS, shuffle=False, on_error="skip", max_failures=1)
+    assert len(list(ds)) == 6 and ds.stats()["failures"] == 1

@@ -29,9 +29,12 @@ alternatives separated by ``;`` (the first the sample has is taken), or ``__key_
   ``tv_tensors.BoundingBoxes`` whose canvas is the image's stored size, then transformed
   with the image's parameters and clamped to the new canvas, as torchvision v2 does.
 
-The image stays on the fused path: the annotations replay the pipeline from the sample's
-generator (``sample_rng(seed, epoch, index)``, the one the fused plan draws from) on the
-image's stored size, exactly what :func:`turboloader.transforms.transform_jointly` does.
+The image stays on the fused path. Rows of the fused batch call take its drawn parameters
+(:meth:`Fields.annotate_batch`: one-channel PNG masks sampled nearest from their rows by one
+native call per batch, boxes moved per batch); the others replay the pipeline from the
+sample's generator (``sample_rng(seed, epoch, index)``, the one the fused plan draws from) on
+the image's stored size, exactly what :func:`turboloader.transforms.transform_jointly` does.
+Both equal torchvision v2 given the same parameters.
 A mask whose size differs from the image's, or boxes that are not ``N x 4`` numbers, are
 :class:`~turboloader.errors.SampleError` naming the key and the field.
 
@@ -574,6 +577,100 @@ class Fields:
         for i, v in zip(at, items):
             out[i] = v
         return out
+
+    def annotate_batch(self, values, rows, params, prows, errors):
+        """The masks and boxes of the rows ``rows`` of a fused batch call, from its
+        ``params`` (:class:`~turboloader.transforms._batch.BatchParams`; row ``rows[k]`` is
+        its row ``prows[k]``) instead of replaying the pipeline per sample: PNG masks
+        sampled nearest straight from their rows into the output grid (one native call for
+        the batch, :mod:`turboloader.decode._mask`), boxes moved by NumPy / torch
+        expressions over the batch (:mod:`turboloader.transforms._annotations`); equal to
+        :meth:`annotate`'s torchvision replay. ``values[i]`` is replaced by the transformed
+        list; ``errors[i]`` set (a SampleError) where a mask's size is not its image's.
+
+        Returns:
+            The set of rows done; the others (a mask this path does not take: not a
+            one-channel PNG, interlaced, corrupt...) are left to :meth:`annotate`.
+        """
+        from torchvision import tv_tensors
+
+        from turboloader.decode._mask import png_mask_header, png_masks_nearest
+        from turboloader.transforms._annotations import boxes_batch, nearest_maps
+
+        geometry = params.geometry
+        if geometry is None or not len(rows):
+            return set()
+        out_hw = tuple(int(v) for v in params.out_size[prows[0]])
+        if (params.out_size[prows] != out_hw).any():
+            return set()   # one output size per call (always, on the batch path)
+        cols = [i for i, k in enumerate(self.kinds) if k is not None]
+        take, pngs = [], []   # rows whose masks this path samples; their masks, in order
+        done = set()
+        for i, j in zip(rows, prows):
+            hw = (int(params.source_size[j, 0]), int(params.source_size[j, 1]))
+            heads = []
+            for c in cols:
+                v = values[i][c]
+                if v.format is not None:
+                    continue
+                head = png_mask_header(v.data)
+                if head is None:
+                    break
+                if (head.height, head.width) != hw:   # annotate's message
+                    errors[i] = SampleError(f"{v.where}: a mask of size "
+                                            f"{(head.height, head.width)} for an image of "
+                                            f"size {hw}")
+                    done.add(i)
+                    break
+                heads.append(head)
+            else:
+                take.append((i, j))
+                pngs.extend(heads)
+        if not take:
+            return done
+        rows_i = [i for i, _ in take]
+        prow = np.array([j for _, j in take], np.int64)
+        flip = params.flip[prow].astype(bool)
+        n_masks = sum(1 for c in cols if isinstance(self.kinds[c], MaskField))
+        results = {}
+        if n_masks:
+            ymap, xmap = nearest_maps(geometry, prow, flip, out_hw)
+            pick = np.repeat(np.arange(len(take)), n_masks)
+            out8, out16, ok = png_masks_nearest(pngs, ymap[pick], xmap[pick])
+            t8 = torch.from_numpy(out8)
+            for m, head in enumerate(pngs):
+                if not ok[m]:
+                    results[m] = None
+                elif head.bit_depth == 16:
+                    results[m] = torch.from_numpy(out16[m].astype(np.int64))
+                else:
+                    results[m] = t8[m]
+        boxes = {}
+        for c in cols:
+            kind = self.kinds[c]
+            if isinstance(kind, BoxesField):
+                moved = boxes_batch([values[i][c].data for i in rows_i], kind.format,
+                                    geometry, prow, flip, out_hw)
+                boxes[c] = moved
+        for k, i in enumerate(rows_i):
+            out = list(values[i])
+            m = k * n_masks
+            failed = False
+            for c in cols:
+                if isinstance(self.kinds[c], MaskField):
+                    t = results[m]
+                    m += 1
+                    if t is None:
+                        failed = True   # a corrupt stream: annotate's Pillow decode says how
+                        break
+                    out[c] = tv_tensors.Mask(t)
+                else:
+                    out[c] = tv_tensors.BoundingBoxes(boxes[c][k], format=values[i][c].format,
+                                                      canvas_size=out_hw)
+            if not failed:
+                values[i] = out
+                done.add(i)
+        return done
 
     def sample(self, image, values):
         """The sample tuple: ``values`` with ``image`` at its place."""

@@ -90,6 +90,7 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
         else:
             generic.append(i)
     native = 0.0
+    batch_rows = ()   # rows the fused call wrote: their masks / boxes follow its params
     if fused:
         t = time.perf_counter()
         if len(fused) == n:   # every row (the usual case): no per-row selection
@@ -107,6 +108,9 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
             result = plan.run_batch(srcs, params, out, rows=rows)
         native = result.nogil_seconds
         status = result.status
+        if st.joint is not None:
+            ok = np.flatnonzero(status == OK)
+            batch_rows = ([fused[j] for j in ok.tolist()], params, ok)
         if status.any():
             status = status.tolist()
             for j, i in enumerate(fused):
@@ -146,7 +150,9 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
         if slot is None or not _is_slot(img, slot):
             objs[i] = img
     if st.joint is not None:
-        _annotate(st, chunk, dec)
+        done = (st.joint.annotate_batch(chunk.labels, *batch_rows, chunk.errors)
+                if batch_rows else ())
+        _annotate(st, chunk, dec, done)
     if timing is not None:
         # the native batch call's time without the GIL plus the rows that ran one by one;
         # the rest of this call (drawing parameters, bookkeeping) is Python
@@ -154,7 +160,7 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
     return errors, objs
 
 
-def _annotate(st, chunk, dec):
+def _annotate(st, chunk, dec, done=()):
     """The masks and boxes of every decoded row of ``chunk`` (its ``labels``, the
     ``fields`` values) through ``dec``'s transform with the row's own draws: the
     generator the image drew from (``sample_rng(seed, epoch, slot)``, which the fused
@@ -164,7 +170,7 @@ def _annotate(st, chunk, dec):
 
     fields, errors = st.joint, chunk.errors
     for i in range(len(chunk)):
-        if errors[i] is not None:
+        if errors[i] is not None or i in done:   # done: by Fields.annotate_batch
             continue
         try:
             # the annotations are in the original image's coordinates (a cached array's

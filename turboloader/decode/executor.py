@@ -101,9 +101,12 @@ class SlotSpec:
             torchvision's ColorJitter ``fn_idx``, ``float64`` factors), ``n_ops`` of them.
         generic: ``bool (n,)``: rows the fused path cannot do (nothing drawn for them).
         counter: ``int64 (n,)`` draws consumed per row, or None.
+        geometry: the transforms' description of the drawn crop and resize for annotations
+            that follow the image (opaque to the executor; carried to :class:`BatchParams`).
     """
 
-    __slots__ = ("box", "clip", "out", "flip", "ops", "factors", "n_ops", "generic", "counter")
+    __slots__ = ("box", "clip", "out", "flip", "ops", "factors", "n_ops", "generic", "counter",
+                 "geometry")
 
     def __init__(self, n):
         self.generic = np.zeros(n, bool)
@@ -112,6 +115,7 @@ class SlotSpec:
         self.factors = np.zeros((n, MAX_COLOUR_OPS), np.float64)
         self.n_ops = np.zeros(n, np.int32)
         self.counter = None
+        self.geometry = None
 
 
 class SourceSizes:
@@ -145,6 +149,9 @@ class BatchParams:
         filter: the native filter code the windows were planned for.
         max_pixels: the pixel limit :func:`read_sizes` applied (0: none), which the native
             decoder re-checks.
+        geometry: the drawn crop and resize on the source grid (the transforms'
+            ``Geometry``, opaque here), for annotations (masks, boxes) that follow the image,
+            or None.
         source_box: ``float64 (n, 4)``: the drawn source box ``(x0, y0, x1, y1)`` in
             full-resolution pixels, before any DCT scale (what a device decode crops).
         clip: ``bool``: the filter stops at ``source_box`` (crop-then-resize), else it
@@ -153,7 +160,7 @@ class BatchParams:
 
     __slots__ = ("n", "status", "errors", "kind", "source_size", "out_size", "scale_num",
                  "full", "window", "box", "flip", "n_ops", "ops", "factors", "counter",
-                 "filter", "max_pixels", "source_box", "clip")
+                 "filter", "max_pixels", "source_box", "clip", "geometry")
 
     def fail(self, i, error):
         """Mark row ``i`` FAILED with ``error`` (an exception instance)."""
@@ -363,6 +370,7 @@ def plan_slots(sizes, spec, /, *, filter, dct_scaling=True):
     p.n_ops, p.ops, p.factors, p.counter = spec.n_ops, spec.ops, spec.factors, spec.counter
     p.filter, p.max_pixels = filter, sizes.max_pixels
     p.source_box, p.clip = box, spec.clip   # what a device decode crops (decode='gpu')
+    p.geometry = spec.geometry   # what MaskField / BoxesField follow (data/fields.py)
     # the argument checks of the native entry points, as a row status
     size = window[:, 2:]
     good = ((size > 0) & (window[:, :2] >= 0) & (inner[:, :2] >= 0) & (inner[:, :2] < inner[:, 2:])

@@ -38,9 +38,24 @@ from turboloader.transforms._draws import KeyDraws
 from turboloader.transforms._geometry import RandomResizedCrop
 from turboloader.transforms._random import _as_u64
 
-__all__ = ["Fused", "draw", "prepare_batch"]
+__all__ = ["Fused", "Geometry", "draw", "prepare_batch"]
 
 # -- a fused Compose's draws, for a batch of rows: the definition ---------------------------
+
+class Geometry(NamedTuple):
+    """A batch's drawn geometry as torchvision applies it to a ``Mask`` or ``BoundingBoxes``
+    given with the image (what ``MaskField`` / ``BoxesField`` follow without replaying the
+    pipeline). ``axes``: ``int64 (n, 2, 4)``, per row and axis (y, x) ``(origin, offset,
+    size, resized)``: source pixel ``j`` of the output along that axis is
+    ``origin + min(floor((offset + j) * (size / resized)), size - 1)`` (torch's nearest
+    index, float32). ``crop_first``: crop ``[origin, origin + size)`` then resize it to
+    ``resized`` (RandomResizedCrop, or a crop alone: ``size == resized``); else resize the
+    whole ``size`` to ``resized``, then crop the output from ``offset`` when ``crop``."""
+
+    axes: np.ndarray
+    crop_first: bool
+    crop: bool
+
 
 class Fused(NamedTuple):
     """A fused pipeline as the draws and the native calls see it (``Plan._fused``):
@@ -72,6 +87,7 @@ def draw(fused, HW, d, live=None):
     n = len(HW)
     live = np.ones(n, bool) if live is None else np.array(live, bool)
     r = SlotSpec(n)
+    axes = np.zeros((n, 2, 4), np.int64)   # Geometry.axes: (origin, offset, size, resized)
     if isinstance(crop, RandomResizedCrop):
         p = crop._draw_batch(HW, d, live)
         r.box = box = np.empty((n, 4), np.float64)
@@ -80,6 +96,8 @@ def draw(fused, HW, d, live=None):
         r.clip = np.ones(n, bool)
         r.out = np.empty((n, 2), np.int64)
         r.out[:] = crop.size
+        axes[:, 0, 0], axes[:, 0, 2], axes[:, 0, 3] = p["top"], p["height"], crop.size[0]
+        axes[:, 1, 0], axes[:, 1, 2], axes[:, 1, 3] = p["left"], p["width"], crop.size[1]
     else:
         resized = HW if resize is None else resize._output_sizes(HW)
         rh, rw = resized[:, 0], resized[:, 1]
@@ -105,6 +123,13 @@ def draw(fused, HW, d, live=None):
             with np.errstate(divide="ignore", invalid="ignore"):   # generic rows: unused
                 scale = np.tile(HW[:, ::-1] / resized[:, ::-1], 2)
                 r.box = np.where(r.clip[:, None], box.astype(np.float64), box * scale)
+        if resize is None:   # a crop alone: crop_first with size == resized
+            axes[:, 0, 0], axes[:, 1, 0] = top, left
+            axes[:, :, 2] = axes[:, :, 3] = r.out
+        else:
+            axes[:, 0, 1], axes[:, 1, 1] = top, left
+            axes[:, :, 2], axes[:, :, 3] = HW, resized
+    r.geometry = Geometry(axes, resize is None, crop is not None)
     for t in fused.post:   # each declares its own draw (Transform.fused_ops)
         t._fused_draw(d, live, r)
     r.counter = d.counter if isinstance(d, KeyDraws) else None
