@@ -669,7 +669,7 @@ def test_batch_path_masks_and_boxes_equal_torchvision_v2(tmp_path, monkeypatch, 
     replayed = []
     real = fields_mod.Fields.annotate
     monkeypatch.setattr(fields_mod.Fields, "annotate",
-                        lambda self, *a: replayed.append(1) or real(self, *a))
+                        lambda self, *a, **k: replayed.append(1) or real(self, *a, **k))
     pipe = pipelines()[name][0]
     ds = TarDataset(path, pipe, fields=FIELDS, seed=SEED)
     ds.set_epoch(1)

@@ -578,7 +578,8 @@ class Fields:
             out[i] = v
         return out
 
-    def annotate_batch(self, values, rows, params, prows, errors):
+    def annotate_batch(self, values, rows, params, prows, errors, *,
+                       max_pixels=DEFAULT_MAX_PIXELS):
         """The masks and boxes of the rows ``rows`` of a fused batch call, from its
         ``params`` (:class:`~turboloader.transforms._batch.BatchParams`; row ``rows[k]`` is
         its row ``prows[k]``) instead of replaying the pipeline per sample: PNG masks
@@ -586,7 +587,9 @@ class Fields:
         the batch, :mod:`turboloader.decode._mask`), boxes moved by NumPy / torch
         expressions over the batch (:mod:`turboloader.transforms._annotations`); equal to
         :meth:`annotate`'s torchvision replay. ``values[i]`` is replaced by the transformed
-        list; ``errors[i]`` set (a SampleError) where a mask's size is not its image's.
+        list; ``errors[i]`` set (a SampleError) where a mask's size is not its image's. A
+        mask over ``max_pixels`` (the dataset's) is left to :meth:`annotate`, which refuses
+        it before decoding, as the dataset's images.
 
         Returns:
             The set of rows done; the others (a mask this path does not take: not a
@@ -597,6 +600,9 @@ class Fields:
         from turboloader.decode._mask import png_mask_header, png_masks_nearest
         from turboloader.transforms._annotations import boxes_batch, nearest_maps
 
+        from turboloader.decode.jpeg import _max_pixels
+
+        limit = _max_pixels(max_pixels)   # 0: no limit
         geometry = params.geometry
         if geometry is None or not len(rows):
             return set()
@@ -614,7 +620,7 @@ class Fields:
                 if v.format is not None:
                     continue
                 head = png_mask_header(v.data)
-                if head is None:
+                if head is None or (limit and head.height * head.width > limit):
                     break
                 if (head.height, head.width) != hw:   # annotate's message
                     errors[i] = SampleError(f"{v.where}: a mask of size "

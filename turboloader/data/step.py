@@ -150,7 +150,8 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
         if slot is None or not _is_slot(img, slot):
             objs[i] = img
     if st.joint is not None:
-        done = (st.joint.annotate_batch(chunk.labels, *batch_rows, chunk.errors)
+        done = (st.joint.annotate_batch(chunk.labels, *batch_rows, chunk.errors,
+                                        max_pixels=st.max_pixels)
                 if batch_rows else ())
         _annotate(st, chunk, dec, done)
     if timing is not None:
