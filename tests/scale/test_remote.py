@@ -11,8 +11,9 @@ import torch
 from helpers.shards import write_shards
 from helpers.shards import size_of
 from turboloader.data import TarDataset
-from turboloader.io.remote import (RemoteShardError, RemoteShardNotFoundError, ShardCache,
-                                     is_remote, open_remote, redact)
+from turboloader.io.remote import (RemoteShardError, RemoteShardNotFoundError, is_remote,
+                                     open_remote, redact)
+from turboloader.io.shard_cache import ShardCache
 
 SIZES = [5, 3, 7, 4]
 N = sum(SIZES)

@@ -27,7 +27,7 @@ _LAZY = {
     "ParquetDataset": "turboloader.data.parquet_dataset",
     "ResumableSampler": "turboloader.data.tbl_dataset",
     "SampleCache": "turboloader.data.cache",
-    "ShardCache": "turboloader.io.remote",
+    "ShardCache": "turboloader.io.shard_cache",
     "delivered_counts": "turboloader.data.checkpoint",
     "TarBatches": "turboloader.data.tar_dataset",
     "TarBuckets": "turboloader.data.buckets",

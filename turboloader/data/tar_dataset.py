@@ -20,7 +20,8 @@ from turboloader.data.reader import Chunk, ReaderMixin, StreamReader, stream_nam
 from turboloader.io.shards import _FIELDS_HINT, TarShards, check_record as _check_record, parse_label
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import SampleError, TarFormatError, TurboLoaderError
-from turboloader.io.remote import RemoteShardError, ShardCache
+from turboloader.io.remote import RemoteShardError
+from turboloader.io.shard_cache import ShardCache
 
 __all__ = ["TarBatches", "TarDataset", "delivered_counts"]
 

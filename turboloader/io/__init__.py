@@ -6,8 +6,9 @@ The first stage of the sample path (shard -> bytes -> decode -> transform -> bat
   read zero-copy through ``mmap``.
 * :mod:`~turboloader.io.shards`: shard lists (brace expansion, globs), local and remote shard
   readers, webdataset's grouping of members into samples, label parsing.
-* :mod:`~turboloader.io.remote`: ``s3://`` and ``http(s)://`` shards, streamed with retries
-  or fetched into a node-local :class:`ShardCache`.
+* :mod:`~turboloader.io.remote`: ``s3://`` and ``http(s)://`` shards, streamed with retries.
+* :mod:`~turboloader.io.shard_cache`: :class:`ShardCache`, remote shards fetched once per node
+  into a local directory, LRU-bounded in bytes.
 * :mod:`~turboloader.io.tbl`: the TBL single-file format, writer and ``pread`` reader.
 * :mod:`~turboloader.io.codec`: what the bytes are (:func:`detect_codec`) and their image size
   from the header, without decoding.
@@ -26,7 +27,7 @@ from turboloader._lazy import lazy_names
 _LAZY = {
     "Codec": "turboloader.io.codec",
     "Compression": "turboloader.io.tbl",
-    "ShardCache": "turboloader.io.remote",
+    "ShardCache": "turboloader.io.shard_cache",
     "TBLFile": "turboloader.io.tbl",
     "TBLRecord": "turboloader.io.tbl",
     "TBLWriter": "turboloader.io.tbl",

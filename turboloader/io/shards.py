@@ -14,7 +14,7 @@ Two readers:
   always visited in stream order. Counting a stream shard's samples decompresses it once.
 
 Remote shards (``s3://``, ``http(s)://``, see :mod:`turboloader.io.remote`): without a
-:class:`~turboloader.io.remote.ShardCache` they are streamed (a :class:`StreamShard`
+:class:`~turboloader.io.shard_cache.ShardCache` they are streamed (a :class:`StreamShard`
 over a retrying remote stream, read in stream order, nothing downloaded ahead); with one,
 the shard is fetched into the node-local cache and read as a local file (``.tar``: a
 random-access :class:`TarShard` over the cached copy). Errors name the URL.
@@ -572,7 +572,7 @@ class StreamShard:
 def open_shard(url: str, /, *, cache=None, strict=False):
     """A :class:`TarShard` for ``.tar`` files, a :class:`StreamShard` for ``.tar.gz``/``.tgz``.
 
-    Remote URLs: with ``cache`` (a :class:`~turboloader.io.remote.ShardCache`) the shard
+    Remote URLs: with ``cache`` (a :class:`~turboloader.io.shard_cache.ShardCache`) the shard
     is fetched into it and read locally; without, it is streamed (a :class:`StreamShard`).
     """
     if is_remote(url):
