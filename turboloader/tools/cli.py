@@ -352,7 +352,7 @@ def _pick_samples(path, fmt, n, seed):
     """Up to ``n`` readable samples: a seeded random choice where the format allows it."""
     import random
 
-    from turboloader.tools.convert import Sample, _FolderSource, _TarSource, open_source
+    from turboloader.tools.sources import Sample, _FolderSource, _TarSource, open_source
 
     source = open_source(path, fmt)
     rnd = random.Random(seed)
@@ -486,7 +486,7 @@ def _loader_row(args, transform, n):
         ds = ImageFolder(args.path, transform, on_error="skip")
         data = torch.utils.data.Subset(ds, range(min(n, len(ds))))
     else:
-        from turboloader.tools.convert import _TarSource
+        from turboloader.tools.sources import _TarSource
         from turboloader.data import TarDataset
 
         ds = TarDataset(_TarSource(args.path).urls, transform, shuffle=False, on_error="skip")
@@ -512,7 +512,7 @@ def _cmd_bench(args, out):
 
     import torch
 
-    from turboloader.tools.convert import Sample, open_source
+    from turboloader.tools.sources import Sample, open_source
     from turboloader.data.cache import Decoder
     from turboloader.decode import decode_image
     from turboloader.io.codec import Codec
