@@ -188,5 +188,5 @@ PROTOCOL_HOOKS = {
     "turboloader.data._buffers -> turboloader.loader._iterable.give_up",
     "turboloader.data.step -> turboloader.loader.stats.timing",
     "turboloader.data.stream -> turboloader.loader._iterable.alloc",
-    "turboloader.data.tar_dataset -> turboloader.loader.stats.timing",
+    "turboloader.data.tar_reader -> turboloader.loader.stats.timing",
 }

@@ -2,129 +2,31 @@
 
 from __future__ import annotations
 
-import time
 import warnings
-from collections import OrderedDict
 
 import numpy as np
 import torch.utils.data
 
 from turboloader.data import sharding
-from turboloader.data.cache import own_copy
 from turboloader.data.checkpoint import TarCheckpoints, delivered_counts, topology
-from turboloader.data._buffers import shared_pool
 from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
 from turboloader.data import stream
 from turboloader.data.stream import _Cursor
-from turboloader.data.reader import Chunk, ReaderMixin, StreamReader, stream_name
-from turboloader.io.shards import _FIELDS_HINT, TarShards, check_record as _check_record, parse_label
+from turboloader.data.batched import TarBatches
+from turboloader.data.reader import ReaderMixin, stream_name
+from turboloader.data.tar_reader import _TarGather, _TarReader
+from turboloader.io.shards import TarShards
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
-from turboloader.errors import SampleError, TarFormatError, TurboLoaderError
+from turboloader.errors import TarFormatError
 from turboloader.io.remote import RemoteShardError
 from turboloader.io.shard_cache import ShardCache
 
-__all__ = ["TarBatches", "TarDataset", "delivered_counts"]
+__all__ = ["TarDataset", "delivered_counts"]
 
 _topology = topology
 
-_MISSING = object()
 
-
-class _TarReader(StreamReader):
-    """A TarDataset stream's reader: the shared one plus its open shards (an LRU) and the
-    labels of every shard it touched, parsed once.
-
-    Every shard source (``.tar``, ``.tar.gz``, remote, Parquet row groups: whatever the
-    dataset's shard I/O opens) is opened here and closed only here. The LRU's bound,
-    ``max_open``, is soft: a shard a chunk still has to read is *pinned* (see
-    :meth:`shard`, :meth:`unpin`) and never closed, so a chunk that spans more shards than
-    the bound (the end of one mixing window and the start of the next, rare buckets,
-    tiny shards) keeps them all open until its reads are done; the LRU then shrinks back.
-    """
-
-    def __init__(self, dataset, name):
-        super().__init__(dataset, name)
-        self.shards = OrderedDict()
-        self.max_open = dataset.mix_shards + 4  # the window, plus pads and replacements
-        self.pinned = {}  # url -> pins held on it (chunks still reading it)
-        self.shard_cache = dataset.shard_cache
-        self.open_shard = dataset._io.open
-        self.upcoming = []  # the shards of the current pass, in order of first use (prefetch)
-        self.labels = {}  # url -> (values, {j: (exception type, args)})
-        self.label_key = dataset.label_key
-        self.fields = dataset._fields
-        self.image_exts = (dataset._fields.image_exts if dataset._fields is not None
-                           else dataset._image_exts)
-
-    def shard(self, url, pin=None):
-        """The open shard ``url`` (opened now if it is not), the most recently used.
-
-        ``pin``: a set owned by a reader of several shards (a chunk being gathered); the
-        shard is added to it and stays open, even past ``max_open``, until
-        :meth:`unpin` releases the set. Without a pin the shard returned is still open,
-        but a later call may close it.
-        """
-        reader = self.shards.get(url)
-        if reader is None:
-            reader = self.shards[url] = self.open_shard(url)
-            if self.image_exts:  # the image member the fields (or a subclass) name
-                reader.use_image_extensions(self.image_exts)
-            if self.fields is not None and not reader.random_access:
-                reader.read_members(self.fields.exts)
-            if self.shard_cache is not None and self.upcoming:
-                # a new shard: have the node cache fetch the ones this stream reads next
-                try:
-                    i = self.upcoming.index(url)
-                except ValueError:
-                    i = -1
-                self.shard_cache.prefetch(
-                    self.upcoming[i + 1:i + 1 + self.shard_cache.prefetch_count])
-            opened = True
-        else:
-            self.shards.move_to_end(url)
-            opened = False
-        if pin is not None and url not in pin:
-            pin.add(url)
-            self.pinned[url] = self.pinned.get(url, 0) + 1
-        if opened:
-            self._shrink(keep=url)
-        return reader
-
-    def unpin(self, pin):
-        """Release the shards of ``pin`` (see :meth:`shard`) and close the least recently
-        used unpinned shards beyond ``max_open``."""
-        pinned = self.pinned
-        for url in pin:
-            n = pinned.pop(url) - 1
-            if n:
-                pinned[url] = n
-        pin.clear()
-        self._shrink()
-
-    def _shrink(self, keep=None):
-        excess = len(self.shards) - self.max_open
-        if excess <= 0:
-            return
-        pinned = self.pinned
-        for url in [u for u in self.shards if u not in pinned and u != keep][:excess]:
-            self.shards.pop(url).close()
-
-    def label_table(self, url, shard):
-        table = self.labels.get(url)
-        if table is None:
-            values, errors = shard.labels(self.label_key)
-            # kept as (type, args): each failure raises a fresh exception with its own notes
-            table = self.labels[url] = (values, {j: (type(e), e.args) for j, e in errors.items()})
-        return table
-
-    def close(self):
-        for reader in self.shards.values():
-            reader.close()
-        self.shards.clear()
-        self.pinned.clear()
-
-
-class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
+class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     """(image, label) samples from WebDataset-style TAR shards, sharded over DDP ranks and
     DataLoader workers, shuffled per epoch, with an optional decoded-sample cache.
 
@@ -381,126 +283,6 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         states = self._own_readers()
         return states[-1] if states else None
 
-    # -- reading ----------------------------------------------------------------------------
-
-    def _gather_chunk(self, st, items, epoch, counters, timing=None):
-        """A :class:`~turboloader.data.reader.Chunk` of the ``(global index, slot)`` items:
-        cached images by key, a ``.tar`` shard's images read into the stream's gather buffer
-        (one ``pread`` each) with their labels from the shard's parsed label table, a
-        ``.tar.gz`` shard's records as they come. The chunk pins every shard it reads
-        (see :meth:`_TarReader.shard`) until its reads are done, however many it spans."""
-        pin = set()
-        try:
-            return self._gather_pinned(st, items, epoch, counters, timing, pin)
-        finally:
-            st.unpin(pin)
-
-    def _gather_pinned(self, st, items, epoch, counters, timing, pin):
-        t0 = time.perf_counter()
-        chunk = Chunk()
-        cache = st.decoder.cache
-        offsets = self._offsets
-        shard_of = (np.searchsorted(offsets, [g for g, _ in items], side="right") - 1).tolist()
-        pending = []  # (row, shard, member j, size): image bytes still to read
-        read = False
-        fields = self._fields
-        require_label = self.missing_label is None and fields is None
-        # shard number -> (url, shard, its length, labels, label errors, its first index)
-        opened = {}
-        add = chunk.add
-        for r, (g, slot) in enumerate(items):
-            if cache is not None:
-                label = st.decoder.cached_extra(g, _MISSING)
-                if label is not _MISSING:  # cached with its label: no shard access at all
-                    add(None, label, ("cache", g), slot, epoch, cache_key=g)
-                    continue
-            read = True
-            s = shard_of[r]
-            entry = opened.get(s)
-            j = g - (entry[5] if entry is not None else int(offsets[s]))
-            try:
-                if entry is None:
-                    where = ("tar", self.urls[s], j, None)
-                    url = self.urls[s]
-                    shard = st.shard(url, pin)
-                    table = ((None, None) if fields is not None or not shard.random_access
-                             else st.label_table(url, shard))
-                    entry = opened[s] = (url, shard, len(shard) if shard.random_access else -1,
-                                         *table, int(offsets[s]))
-                url, shard, n, values, label_errors, _ = entry
-                where = ("tar", url, j, shard if n >= 0 else None)
-                if n < 0:  # a stream shard: records as they come
-                    record = shard.sample(j)
-                    where = ("rec", url, record)
-                    _check_record(record, require_label=require_label)
-                    if fields is not None:
-                        label = fields.values(record.key, url, record.extras or {})
-                    else:
-                        label = (self.missing_label if record.label is None
-                                 else parse_label(record.label, record.label_ext, self.label_key))
-                    add(record.image, label, where, slot, epoch,
-                        cache_key=None if cache is None else g)
-                    chunk.nbytes += record.nbytes
-                    continue
-                size = shard.image_size(j) if j < n else -1
-                if size < 0:  # no usable image, or no sample j any more: the record says why
-                    _check_record(shard.sample(j), require_label=require_label)
-                if fields is not None:
-                    label = fields.values(shard.key(j), url, shard.members(j, fields.exts))
-                    add(None, label, where, slot, epoch, cache_key=None if cache is None else g)
-                    pending.append((r, shard, j, size))
-                    continue
-                if label_errors and j in label_errors:
-                    err = label_errors[j]
-                    raise err[0](*err[1])
-                label = own_copy(values[j])  # the table's is parsed once per shard
-                if label is None:
-                    if require_label:
-                        raise SampleError(f"sample {shard.key(j)!r} has no label member "
-                                          f"(.cls or .json); missing_label= labels such "
-                                          f"samples{_FIELDS_HINT}")
-                    label = self.missing_label
-            except TurboLoaderError as exc:
-                chunk.fail(exc, where, slot, epoch)
-                continue
-            add(None, label, where, slot, epoch, cache_key=None if cache is None else g)
-            pending.append((r, shard, j, size))
-        if pending:
-            buf = st.gather_buffer(sum(p[3] for p in pending)).data
-            at = 0
-            for r, shard, j, size in pending:
-                view = buf[at:at + size]
-                try:
-                    shard.read_image_into(j, view)
-                except TurboLoaderError as exc:
-                    chunk.errors[r] = exc
-                    continue
-                chunk.sources[r] = view
-                chunk.nbytes += size
-                at += size
-        if read:
-            dt = time.perf_counter() - t0
-            counters["read_s"] += dt
-            counters["bytes_read"] += chunk.nbytes
-            if timing is not None:
-                timing("read", dt)
-        return chunk
-
-    def _where(self, st, where):
-        """``(note, shard, key, offset)`` naming a gathered sample in errors and stats."""
-        if where[0] == "cache":
-            return f"TarDataset: cached sample #{where[1]}", None, None, None
-        if where[0] == "rec":
-            _, url, rec = where
-            return (f"TarDataset: shard {url!r}, key {rec.key!r}, member {rec.member!r} at "
-                    f"byte offset {rec.offset}", url, rec.key, rec.offset)
-        _, url, j, shard = where
-        if shard is None or not 0 <= j < len(shard):
-            return f"TarDataset: shard {url!r}, sample #{j} of the shard", url, None, None
-        key, member, offset = shard.where(j)
-        return (f"TarDataset: shard {url!r}, key {key!r}, member {member!r} at byte offset "
-                f"{offset}", url, key, offset)
-
     def _pass_epoch(self) -> int:
         """The epoch word of the pass starting now in this process.
 
@@ -753,93 +535,3 @@ class TarDataset(ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
         return (f"TarDataset({len(self.urls)} shards, {self.num_samples} samples, "
                 f"shuffle={self.shuffle}, seed={self.seed}, pad={self.pad}, "
                 f"cache={self.cache_bytes or None}, on_error={self.policy.on_error!r})")
-
-
-class TarBatches(torch.utils.data.IterableDataset):
-    """A :class:`TarDataset` that yields ``[images, labels]`` batches (see
-    :meth:`TarDataset.batched`). Attributes not defined here are the dataset's."""
-
-    def __init__(self, dataset, batch_size, *, drop_last=False, num_workers=None):
-        if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.dataset = dataset
-        self.batch_size = int(batch_size)
-        self.drop_last = bool(drop_last)
-        self.num_workers = num_workers
-
-    def __getattr__(self, name):
-        if name == "dataset":
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
-
-    # the thread backend's protocol (turboloader.loader.protocol): whole batches per stream
-    yields_batches = True
-
-    def worker_sizes(self, num_workers):
-        """Samples each logical worker stream yields per epoch (the dataset's shares)."""
-        return self.dataset.worker_sizes(num_workers)
-
-    def worker_stream(self, worker, num_workers, *, batch_size=None, out=None, timing=None):
-        """The batches of logical worker ``worker`` (see :meth:`TarDataset.worker_stream`
-        with this object's ``batch_size``), its short last one dropped with ``drop_last``."""
-        B = self.batch_size
-        for batch in self.dataset.worker_stream(worker, num_workers, batch_size=B, out=out,
-                                                timing=timing):
-            if self.drop_last and len(batch[1]) < B:
-                return
-            yield batch
-
-    def state_dict(self, *, batches=None, batch_size=None, num_workers=None, drop_last=False,
-                   delivered=None) -> dict:
-        """The dataset's :meth:`TarDataset.state_dict` (batches of a stream are its samples in
-        order, so the state is the same), with ``batches=k`` counted in this object's
-        batches: ``batch_size`` and ``drop_last`` are this object's (a loader over it has
-        ``batch_size=None``); ``batch_size=``, when given, must agree.
-
-        Raises:
-            ValueError: a ``batch_size`` other than this object's, or what the dataset's
-                ``state_dict`` raises."""
-        if batches is not None:
-            if batch_size is not None and int(batch_size) != self.batch_size:
-                raise ValueError(f"TarBatches.state_dict: batch_size={batch_size} but these "
-                                 f"batches hold {self.batch_size}")
-            batch_size, drop_last = self.batch_size, self.drop_last
-        return self.dataset.state_dict(batches=batches, batch_size=batch_size,
-                                       num_workers=num_workers, drop_last=drop_last,
-                                       delivered=delivered)
-
-    def load_state_dict(self, state: dict) -> None:
-        """The dataset's :meth:`TarDataset.load_state_dict` (a state of its samples or of
-        these batches: the positions are the same)."""
-        self.dataset.load_state_dict(state)
-
-    def __len__(self) -> int:
-        """Batches per rank per epoch, for ``num_workers`` streams (one when not given)."""
-        B = self.batch_size
-        sizes = self.dataset.worker_sizes(max(1, int(self.num_workers or 0)))
-        return sum(n // B if self.drop_last else -(-n // B) for n in sizes)
-
-    def __iter__(self):
-        ds = self.dataset
-        info = torch.utils.data.get_worker_info()
-        epoch = ds._pass_epoch()
-        ds._last_pass = epoch
-        rank, _ = _topology(ds.rank, ds.world_size)
-        if info is None:
-            worker, W, name = 0, 1, f"rank{rank}-main"
-            pool = None
-        else:
-            worker, W = ds._rotated(info, epoch), info.num_workers
-            name = f"rank{rank}-worker{info.id}"
-            pool = shared_pool()  # the batch crosses to the main process by handle
-        B = self.batch_size
-        for batch in ds._open(worker, W, name, epoch, batch_size=B,
-                              out=pool and pool.get):
-            if self.drop_last and len(batch[1]) < B:
-                return
-            if pool is not None:
-                stream.send(ds, batch, pool)
-            yield batch
-
-    def __repr__(self):
-        return f"TarBatches({self.dataset!r}, batch_size={self.batch_size})"

@@ -1,0 +1,241 @@
+"""How a :class:`~turboloader.data.tar_dataset.TarDataset` reads its shards.
+
+:class:`_TarReader` is a stream's reader with its open shards (an LRU whose chunks pin what
+they still read) and each shard's label table, parsed once; :class:`_TarGather` gathers a
+chunk of the pass's items from those shards (or the decoded-sample cache) and names where a
+gathered sample came from, for errors and statistics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from turboloader.data.cache import own_copy
+from turboloader.data.reader import Chunk, StreamReader
+from turboloader.errors import SampleError, TurboLoaderError
+from turboloader.io.shards import _FIELDS_HINT, check_record as _check_record, parse_label
+
+__all__ = []
+
+_MISSING = object()
+
+
+class _TarReader(StreamReader):
+    """A TarDataset stream's reader: the shared one plus its open shards (an LRU) and the
+    labels of every shard it touched, parsed once.
+
+    Every shard source (``.tar``, ``.tar.gz``, remote, Parquet row groups: whatever the
+    dataset's shard I/O opens) is opened here and closed only here. The LRU's bound,
+    ``max_open``, is soft: a shard a chunk still has to read is *pinned* (see
+    :meth:`shard`, :meth:`unpin`) and never closed, so a chunk that spans more shards than
+    the bound (the end of one mixing window and the start of the next, rare buckets,
+    tiny shards) keeps them all open until its reads are done; the LRU then shrinks back.
+    """
+
+    def __init__(self, dataset, name):
+        super().__init__(dataset, name)
+        self.shards = OrderedDict()
+        self.max_open = dataset.mix_shards + 4  # the window, plus pads and replacements
+        self.pinned = {}  # url -> pins held on it (chunks still reading it)
+        self.shard_cache = dataset.shard_cache
+        self.open_shard = dataset._io.open
+        self.upcoming = []  # the shards of the current pass, in order of first use (prefetch)
+        self.labels = {}  # url -> (values, {j: (exception type, args)})
+        self.label_key = dataset.label_key
+        self.fields = dataset._fields
+        self.image_exts = (dataset._fields.image_exts if dataset._fields is not None
+                           else dataset._image_exts)
+
+    def shard(self, url, pin=None):
+        """The open shard ``url`` (opened now if it is not), the most recently used.
+
+        ``pin``: a set owned by a reader of several shards (a chunk being gathered); the
+        shard is added to it and stays open, even past ``max_open``, until
+        :meth:`unpin` releases the set. Without a pin the shard returned is still open,
+        but a later call may close it.
+        """
+        reader = self.shards.get(url)
+        if reader is None:
+            reader = self.shards[url] = self.open_shard(url)
+            if self.image_exts:  # the image member the fields (or a subclass) name
+                reader.use_image_extensions(self.image_exts)
+            if self.fields is not None and not reader.random_access:
+                reader.read_members(self.fields.exts)
+            if self.shard_cache is not None and self.upcoming:
+                # a new shard: have the node cache fetch the ones this stream reads next
+                try:
+                    i = self.upcoming.index(url)
+                except ValueError:
+                    i = -1
+                self.shard_cache.prefetch(
+                    self.upcoming[i + 1:i + 1 + self.shard_cache.prefetch_count])
+            opened = True
+        else:
+            self.shards.move_to_end(url)
+            opened = False
+        if pin is not None and url not in pin:
+            pin.add(url)
+            self.pinned[url] = self.pinned.get(url, 0) + 1
+        if opened:
+            self._shrink(keep=url)
+        return reader
+
+    def unpin(self, pin):
+        """Release the shards of ``pin`` (see :meth:`shard`) and close the least recently
+        used unpinned shards beyond ``max_open``."""
+        pinned = self.pinned
+        for url in pin:
+            n = pinned.pop(url) - 1
+            if n:
+                pinned[url] = n
+        pin.clear()
+        self._shrink()
+
+    def _shrink(self, keep=None):
+        excess = len(self.shards) - self.max_open
+        if excess <= 0:
+            return
+        pinned = self.pinned
+        for url in [u for u in self.shards if u not in pinned and u != keep][:excess]:
+            self.shards.pop(url).close()
+
+    def label_table(self, url, shard):
+        table = self.labels.get(url)
+        if table is None:
+            values, errors = shard.labels(self.label_key)
+            # kept as (type, args): each failure raises a fresh exception with its own notes
+            table = self.labels[url] = (values, {j: (type(e), e.args) for j, e in errors.items()})
+        return table
+
+    def close(self):
+        for reader in self.shards.values():
+            reader.close()
+        self.shards.clear()
+        self.pinned.clear()
+
+
+class _TarGather:
+    """The TarDataset half that reads: a chunk of the pass's items gathered from its shards
+    (or the cache), and where a gathered sample came from. A mixin of :class:`TarDataset`
+    (``self`` is the dataset: its ``urls``, ``_offsets``, ``_fields``, labels)."""
+
+    def _gather_chunk(self, st, items, epoch, counters, timing=None):
+        """A :class:`~turboloader.data.reader.Chunk` of the ``(global index, slot)`` items:
+        cached images by key, a ``.tar`` shard's images read into the stream's gather buffer
+        (one ``pread`` each) with their labels from the shard's parsed label table, a
+        ``.tar.gz`` shard's records as they come. The chunk pins every shard it reads
+        (see :meth:`_TarReader.shard`) until its reads are done, however many it spans."""
+        pin = set()
+        try:
+            return self._gather_pinned(st, items, epoch, counters, timing, pin)
+        finally:
+            st.unpin(pin)
+
+    def _gather_pinned(self, st, items, epoch, counters, timing, pin):
+        t0 = time.perf_counter()
+        chunk = Chunk()
+        cache = st.decoder.cache
+        offsets = self._offsets
+        shard_of = (np.searchsorted(offsets, [g for g, _ in items], side="right") - 1).tolist()
+        pending = []  # (row, shard, member j, size): image bytes still to read
+        read = False
+        fields = self._fields
+        require_label = self.missing_label is None and fields is None
+        # shard number -> (url, shard, its length, labels, label errors, its first index)
+        opened = {}
+        add = chunk.add
+        for r, (g, slot) in enumerate(items):
+            if cache is not None:
+                label = st.decoder.cached_extra(g, _MISSING)
+                if label is not _MISSING:  # cached with its label: no shard access at all
+                    add(None, label, ("cache", g), slot, epoch, cache_key=g)
+                    continue
+            read = True
+            s = shard_of[r]
+            entry = opened.get(s)
+            j = g - (entry[5] if entry is not None else int(offsets[s]))
+            try:
+                if entry is None:
+                    where = ("tar", self.urls[s], j, None)
+                    url = self.urls[s]
+                    shard = st.shard(url, pin)
+                    table = ((None, None) if fields is not None or not shard.random_access
+                             else st.label_table(url, shard))
+                    entry = opened[s] = (url, shard, len(shard) if shard.random_access else -1,
+                                         *table, int(offsets[s]))
+                url, shard, n, values, label_errors, _ = entry
+                where = ("tar", url, j, shard if n >= 0 else None)
+                if n < 0:  # a stream shard: records as they come
+                    record = shard.sample(j)
+                    where = ("rec", url, record)
+                    _check_record(record, require_label=require_label)
+                    if fields is not None:
+                        label = fields.values(record.key, url, record.extras or {})
+                    else:
+                        label = (self.missing_label if record.label is None
+                                 else parse_label(record.label, record.label_ext, self.label_key))
+                    add(record.image, label, where, slot, epoch,
+                        cache_key=None if cache is None else g)
+                    chunk.nbytes += record.nbytes
+                    continue
+                size = shard.image_size(j) if j < n else -1
+                if size < 0:  # no usable image, or no sample j any more: the record says why
+                    _check_record(shard.sample(j), require_label=require_label)
+                if fields is not None:
+                    label = fields.values(shard.key(j), url, shard.members(j, fields.exts))
+                    add(None, label, where, slot, epoch, cache_key=None if cache is None else g)
+                    pending.append((r, shard, j, size))
+                    continue
+                if label_errors and j in label_errors:
+                    err = label_errors[j]
+                    raise err[0](*err[1])
+                label = own_copy(values[j])  # the table's is parsed once per shard
+                if label is None:
+                    if require_label:
+                        raise SampleError(f"sample {shard.key(j)!r} has no label member "
+                                          f"(.cls or .json); missing_label= labels such "
+                                          f"samples{_FIELDS_HINT}")
+                    label = self.missing_label
+            except TurboLoaderError as exc:
+                chunk.fail(exc, where, slot, epoch)
+                continue
+            add(None, label, where, slot, epoch, cache_key=None if cache is None else g)
+            pending.append((r, shard, j, size))
+        if pending:
+            buf = st.gather_buffer(sum(p[3] for p in pending)).data
+            at = 0
+            for r, shard, j, size in pending:
+                view = buf[at:at + size]
+                try:
+                    shard.read_image_into(j, view)
+                except TurboLoaderError as exc:
+                    chunk.errors[r] = exc
+                    continue
+                chunk.sources[r] = view
+                chunk.nbytes += size
+                at += size
+        if read:
+            dt = time.perf_counter() - t0
+            counters["read_s"] += dt
+            counters["bytes_read"] += chunk.nbytes
+            if timing is not None:
+                timing("read", dt)
+        return chunk
+
+    def _where(self, st, where):
+        """``(note, shard, key, offset)`` naming a gathered sample in errors and stats."""
+        if where[0] == "cache":
+            return f"TarDataset: cached sample #{where[1]}", None, None, None
+        if where[0] == "rec":
+            _, url, rec = where
+            return (f"TarDataset: shard {url!r}, key {rec.key!r}, member {rec.member!r} at "
+                    f"byte offset {rec.offset}", url, rec.key, rec.offset)
+        _, url, j, shard = where
+        if shard is None or not 0 <= j < len(shard):
+            return f"TarDataset: shard {url!r}, sample #{j} of the shard", url, None, None
+        key, member, offset = shard.where(j)
+        return (f"TarDataset: shard {url!r}, key {key!r}, member {member!r} at byte offset "
+                f"{offset}", url, key, offset)
