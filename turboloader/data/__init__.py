@@ -6,6 +6,7 @@ policy.
 
 Modules: :mod:`~turboloader.data.reader` (the sample reader the datasets share: decoder,
 cache, failure policy, statistics, per-stream state and the batch path),
+:mod:`~turboloader.data.map_dataset` (the map-style datasets' ``__getitem__``/``__getitems__``),
 :mod:`~turboloader.data.tar_reader` (how a :class:`TarDataset` reads its shards: open shards,
 label tables, the chunk gather), :mod:`~turboloader.data.batched` (``TarDataset.batched()``),
 :mod:`~turboloader.data.sharding` (epoch order, rank/worker split), :mod:`~turboloader.data.cache`

@@ -8,7 +8,7 @@ import time
 
 import torchvision.datasets
 
-from turboloader.data.reader import MapDataset
+from turboloader.data.map_dataset import MapDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import UnreadableFileError
 # the guarded reader lives with the other byte sources; these names stay importable from here

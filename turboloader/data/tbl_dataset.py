@@ -8,7 +8,8 @@ import numpy as np
 import torch.utils.data
 
 from turboloader.data.checkpoint import check_fingerprint, shard_fingerprint
-from turboloader.data.reader import MapDataset, StreamReader
+from turboloader.data.map_dataset import MapDataset
+from turboloader.data.reader import StreamReader
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import SampleError, TurboLoaderError
 from turboloader.io.shards import expand_urls

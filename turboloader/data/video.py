@@ -30,7 +30,8 @@ import torchvision.datasets
 
 from turboloader.data.folder import gather_file
 from turboloader.io.files import read_file
-from turboloader.data.reader import MapDataset, StreamReader
+from turboloader.data.map_dataset import MapDataset
+from turboloader.data.reader import StreamReader
 from turboloader.data.tar_dataset import TarDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.decode.video import VIDEO_EXTENSIONS, clip_indices, decode_clips
