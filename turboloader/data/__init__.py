@@ -8,7 +8,7 @@ Modules: :mod:`~turboloader.data.reader` (the sample reader the datasets share: 
 cache, failure policy, statistics, per-stream state and the batch path),
 :mod:`~turboloader.data.map_dataset` (the map-style datasets' ``__getitem__``/``__getitems__``),
 :mod:`~turboloader.data.tar_reader` (how a :class:`TarDataset` reads its shards: open shards,
-label tables, the chunk gather), :mod:`~turboloader.data.batched` (``TarDataset.batched()``),
+label tables, the chunk gather),
 :mod:`~turboloader.data.sharding` (epoch order, rank/worker split), :mod:`~turboloader.data.cache`
 (the decoded-sample cache, and a byte-bounded LRU), :mod:`~turboloader.data.failures` (skip/raise policy),
 :mod:`~turboloader.data.epochs` (shared epochs), :mod:`~turboloader.data.telemetry`
@@ -32,7 +32,7 @@ _LAZY = {
     "SampleCache": "turboloader.data.cache",
     "ShardCache": "turboloader.io.shard_cache",
     "delivered_counts": "turboloader.data.checkpoint",
-    "TarBatches": "turboloader.data.batched",
+    "TarBatches": "turboloader.data.tar_dataset",
     "TarBuckets": "turboloader.data.buckets",
     "TarDataset": "turboloader.data.tar_dataset",
     "TBLDataset": "turboloader.data.tbl_dataset",
