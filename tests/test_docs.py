@@ -130,7 +130,7 @@ def test_sphinx_build_has_no_warnings(tmp_path):
     lightning = (html / "api" / "lightning.html").read_text()
     assert 'id="turboloader.lightning.TurboDataModule"' in lightning
     # the top-level page opens with the datasets, the loader and the transforms, and
-    # documents every public name (the seed APIs and the exceptions last)
+    # documents every public name (the exceptions last)
     import turboloader
 
     top = (html / "api" / "turboloader.html").read_text()
@@ -141,7 +141,8 @@ def test_sphinx_build_has_no_warnings(tmp_path):
                                                                           "transforms")}
     assert order["DataLoader"] < order["TurboLoaderError"]
     assert max(order, key=order.get) in turboloader.errors.__all__
-    assert min(order[n] for n in turboloader.errors.__all__ if n in order) > order["create_dataloader"]
+    # the seed documents' names resolve at the top level but are documented under compat
+    assert "create_dataloader" not in names and "Pipeline" not in names
     assert 'href="transforms.html"' in top
     # every Markdown page is part of the site (a page missing from the toctrees is a warning)
     for page in DOCS.rglob("*.md"):
