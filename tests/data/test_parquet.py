@@ -330,3 +330,22 @@ def test_arrow_ipc_files(tmp_path):
     (tmp_path / "bad.arrow").write_bytes(b"nope" * 100)
     with pytest.raises(FormatError, match="Arrow"):
         ParquetDataset(str(tmp_path / "bad.arrow"))
+
+
+def test_parquet_shards_follow_the_declared_shard_protocols(files):
+    """ParquetShards / ColumnShard are what TarDataset's stream declares it reads
+    (io.shards.ShardSource, IndexedShard), and an opened row group reads as its rows."""
+    from turboloader.io.shards import IndexedShard, Shard, ShardSource
+
+    ds = ParquetDataset(files, size_of, shuffle=False)
+    source = ds._io
+    assert isinstance(source, ShardSource)
+    shard = source.open(ds.urls[0])
+    try:
+        assert isinstance(shard, Shard) and isinstance(shard, IndexedShard)
+        assert shard.random_access and len(shard) == source.count(ds.urls[0])
+        size = shard.image_size(0)
+        buf = bytearray(size)
+        assert shard.read_image_into(0, buf) == size and bytes(buf) == jpeg(0)
+    finally:
+        shard.close()

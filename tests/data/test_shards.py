@@ -9,6 +9,9 @@ from helpers.shards import jpeg, labelled_members, labels_of, size_of, write_tar
 
 from turboloader import SampleError, TarDataset
 from turboloader.io.shards import (
+    IndexedShard,
+    Shard,
+    ShardSource,
     StreamShard,
     TarShard,
     braceexpand,
@@ -174,3 +177,30 @@ def test_byte_order_mark_in_labels_and_classes(tmp_path):
     ds = TarDataset(path, size_of, shuffle=False)
     assert labels_of(ds) == [0, 1, 2, 3]
     assert ds.classes == ["a", "b", "c", "d"]
+
+
+def test_shard_readers_follow_the_declared_protocols(tmp_path, make_shards):
+    """The shard readers a dataset's stream uses are the declared protocols: a ``.tar`` is
+    an IndexedShard (random access), a ``.tar.gz`` a Shard read in order, and the dataset's
+    shard source a ShardSource; each reads the samples tarfile sees."""
+    import tarfile
+
+    paths = make_shards([3])
+    gz = str(tmp_path / "s.tar.gz")
+    with tarfile.open(paths[0]) as src, tarfile.open(gz, "w:gz") as dst:
+        for m in src.getmembers():
+            dst.addfile(m, src.extractfile(m))
+    ds = TarDataset(paths + [gz], size_of, shuffle=False)
+    assert isinstance(ds._io, ShardSource)
+    tar, stream = ds._io.open(paths[0]), ds._io.open(gz)
+    try:
+        assert isinstance(tar, IndexedShard) and tar.random_access
+        assert isinstance(stream, Shard) and not stream.random_access
+        assert not isinstance(stream, IndexedShard)
+        with tarfile.open(paths[0]) as oracle:
+            keys = sorted({m.name.split(".")[0] for m in oracle.getmembers()})
+        assert [tar.key(j) for j in range(len(tar))] == keys
+        assert [stream.sample(j).key for j in range(3)] == keys
+    finally:
+        tar.close()
+        stream.close()

@@ -29,6 +29,7 @@ import os
 import tarfile
 import zlib
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -40,8 +41,11 @@ from turboloader.errors import (RemoteShardError, SampleError, TarFormatError,
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "IndexedShard",
     "LABEL_EXTENSIONS",
     "SampleRecord",
+    "Shard",
+    "ShardSource",
     "StreamShard",
     "TarShard",
     "TarShards",
@@ -269,6 +273,86 @@ def check_record(record, *, require_label=True):
     if require_label and record.label is None:
         raise SampleError(f"sample {record.key!r} has no label member (.cls or .json); "
                           f"missing_label= labels such samples{_FIELDS_HINT}")
+
+
+@runtime_checkable
+class Shard(Protocol):
+    """What a dataset's stream reads one shard through (a ``.tar``, ``.tar.gz``, remote or
+    Parquet row-group shard; :class:`TarShard`, :class:`StreamShard`,
+    :class:`~turboloader.io.parquet.ColumnShard`). A shard that is not ``random_access`` is
+    read in order, one :meth:`sample` after the other.
+
+    * ``random_access``: whether samples can be read in any order (then it is also an
+      :class:`IndexedShard`).
+    * ``use_image_extensions(exts)``: the image member to take, in order of preference.
+    * ``sample(j)``: sample ``j`` as a :class:`SampleRecord`.
+    * ``close()``: release the file, mapping or connection (idempotent).
+    """
+
+    random_access: bool
+
+    def use_image_extensions(self, exts, /) -> None:
+        ...
+
+    def sample(self, j: int, /) -> SampleRecord:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+@runtime_checkable
+class IndexedShard(Shard, Protocol):
+    """A random-access :class:`Shard` (``.tar``, Parquet): the batch path reads its image
+    bytes straight into a gather buffer.
+
+    * ``len(shard)``, ``key(j)``, ``where(j)`` (``(key, member, byte offset)`` for errors);
+    * ``image_size(j)`` then ``read_image_into(j, out)``: the image member's size, then its
+      bytes into ``out`` (a writable buffer of that size);
+    * ``members(j, exts)``: ``{ext: bytes}`` of the members ``fields=`` asks for;
+    * ``labels(label_key)``: ``(values, {j: exception})`` for the whole shard at once.
+    """
+
+    def __len__(self) -> int:
+        ...
+
+    def key(self, j: int, /) -> str:
+        ...
+
+    def where(self, j: int, /) -> tuple:
+        ...
+
+    def image_size(self, j: int, /) -> int:
+        ...
+
+    def read_image_into(self, j: int, out, /) -> int:
+        ...
+
+    def members(self, j: int, exts, /) -> dict:
+        ...
+
+    def labels(self, label_key, /) -> tuple:
+        ...
+
+
+@runtime_checkable
+class ShardSource(Protocol):
+    """Where a dataset's shards come from (:class:`TarShards`,
+    :class:`~turboloader.io.parquet.ParquetShards`), the ``_io`` of a ``TarDataset``:
+    ``count(name)`` (samples in a shard), ``random_access(name)``,
+    ``open(name)`` (a :class:`Shard`) and ``classes()`` (class names, or None)."""
+
+    def count(self, name) -> int:
+        ...
+
+    def random_access(self, name) -> bool:
+        ...
+
+    def open(self, name) -> Shard:
+        ...
+
+    def classes(self):
+        ...
 
 
 class TarShard:
