@@ -115,7 +115,11 @@ def main(argv=None):
 
     from turboloader._native import _jpeg
     from turboloader.decode.executor import resample_into_slot
-    from turboloader.decode.jpeg import _open, _window_k
+    from turboloader.decode.jpeg import _open
+    from turboloader.decode.sizes import window_scale_num
+
+    def _window_k(crop_w, crop_h, out_w, out_h):   # the executor's rule, for one row
+        return int(window_scale_num([[crop_w, crop_h]], [[out_w, out_h]])[0])
 
     blobs = [d for d, _ in items]
     seek = [_jpeg.transcode_restart(d)[0] for d in blobs]

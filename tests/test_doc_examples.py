@@ -6,6 +6,8 @@ fresh folder that holds small generated data under the names the pages use:
     shards/train-00000.tar, shards/train-00001.tar   16 JPEG + .cls samples each
     shards/val-00000.tar                             8 samples
     damaged/train-00000.tar                          16 samples, one of them a truncated JPEG
+    seg/train-00000.tar, seg/train-00001.tar         the train images with a .seg.png mask
+                                                     and a .json {"boxes": [...]} each
     imagenet/train/<class>/*.jpg, imagenet/val/...   the same images as class folders
     train-00000.tar                                  a copy of the first shard
     train.tbl                                        the train images as a TBL file
@@ -93,6 +95,29 @@ def _tar(path, samples):
                 tar.addfile(info, io.BytesIO(data))
 
 
+def _seg_tar(path, samples):
+    """Segmentation / detection shards: each image with a 0/1 PNG mask of its size and a
+    box around the mask's object (what README's MaskField / BoxesField block reads)."""
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    with tarfile.open(path, "w") as tar:
+        for key, blob, label in samples:
+            w, h = Image.open(io.BytesIO(blob)).size
+            mask = np.zeros((h, w), np.uint8)
+            mask[h // 4:3 * h // 4, w // 4:3 * w // 4] = 1
+            png = io.BytesIO()
+            Image.fromarray(mask).save(png, "PNG")
+            boxes = json.dumps({"boxes": [[w // 4, h // 4, 3 * w // 4, 3 * h // 4]]}).encode()
+            for name, data in ((f"{key}.jpg", blob), (f"{key}.seg.png", png.getvalue()),
+                               (f"{key}.json", boxes), (f"{key}.cls", str(label).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     from turboloader.io.tbl import write_tbl
@@ -110,6 +135,9 @@ def data(tmp_path_factory):
     damaged = [(k, b[: len(b) // 2] if n == 5 else b, lab) for n, (k, b, lab) in
                enumerate(train[:16])]
     _tar(root / "damaged" / "train-00000.tar", damaged)
+    (root / "seg").mkdir()
+    for n, part in enumerate((train[:16], train[16:])):
+        _seg_tar(root / "seg" / f"train-{n:05d}.tar", part)
     for part, group in (("train", train), ("val", val)):
         for key, blob, label in group:
             folder = root / "imagenet" / part / f"class{label}"
