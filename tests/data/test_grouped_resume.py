@@ -25,6 +25,21 @@ def _same(got, want):
     for (a, la), (b, lb) in zip(got, want):
         assert torch.equal(la, lb) and torch.equal(a, b)
 
+def _resumes_after(make, full, ks):
+    """For each k in ``ks``: a loader from ``make()`` stopped after k batches, its state loaded
+    into a fresh one, delivers exactly the rest of the uninterrupted pass ``full``."""
+    for k in ks:
+        loader = make()
+        it = iter(loader)
+        for _ in range(k):
+            next(it)
+        state = loader.state_dict()
+        del it
+        again = make()
+        again.load_state_dict(state)
+        _same(_pairs(again), full[k:])
+
+
 
 def _view(ds, kind):
     return ds.batched(8) if kind == "batched" else ds.bucketed(4, BUCKETS)
@@ -42,16 +57,7 @@ def test_loader_state_of_a_grouped_view_resumes_exactly(shards, kind, backend): 
 
     full = _pairs(make())
     assert sorted(i for _, y in full for i in y.tolist()) == list(range(N))
-    for k in (1, 3, len(full) - 1):
-        loader = make()
-        it = iter(loader)
-        for _ in range(k):
-            next(it)
-        state = loader.state_dict()
-        del it
-        again = make()
-        again.load_state_dict(state)
-        _same(_pairs(again), full[k:])
+    _resumes_after(make, full, (1, 3, len(full) - 1))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -128,13 +134,4 @@ def test_bucketed_resume_with_skipped_samples_and_replacements(tmp_path):
     full = _pairs(make())
     got = [i for _, y in full for i in y.tolist()]
     assert len(got) == 30 and set(got) == {i for i in range(30) if i % 9 != 4}
-    for k in range(1, len(full)):
-        loader = make()
-        it = iter(loader)
-        for _ in range(k):
-            next(it)
-        state = loader.state_dict()
-        del it
-        again = make()
-        again.load_state_dict(state)
-        _same(_pairs(again), full[k:])
+    _resumes_after(make, full, range(1, len(full)))
