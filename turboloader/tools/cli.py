@@ -24,6 +24,16 @@ _PATH_HELP = ("the dataset: an ImageFolder root, TAR shards (a .tar, a directory
               "brace pattern or glob) or a .tbl file")
 
 
+def _pipeline_input(parser):
+    """PATH, --from and --transform: what preview and bench run their pipeline on."""
+    parser.add_argument("path", metavar="PATH", help=_PATH_HELP)
+    parser.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"),
+                        help="input format (default: detected)")
+    parser.add_argument("--transform", choices=("train", "val"), default="train",
+                        help="train: RandomResizedCrop + flip; val: Resize + CenterCrop "
+                             "(default train)")
+
+
 def _build_parser():
     parser = argparse.ArgumentParser(
         prog="turboloader", description="Fast image data loading for PyTorch.",
@@ -163,12 +173,7 @@ def _build_parser():
                     "or Resize + CenterCrop; then the tensor conversion and normalization), undo "
                     "the normalization for display and save them as one image grid.",
         epilog=_EXIT_CODES)
-    prev.add_argument("path", metavar="PATH", help=_PATH_HELP)
-    prev.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"),
-                      help="input format (default: detected)")
-    prev.add_argument("--transform", choices=("train", "val"), default="train",
-                      help="train: RandomResizedCrop + flip; val: Resize + CenterCrop "
-                           "(default train)")
+    _pipeline_input(prev)
     prev.add_argument("-o", "--output", default="preview.png", help="output image (default preview.png)")
     prev.add_argument("-n", "--num", type=int, default=16, help="samples (default 16)")
     prev.add_argument("--cols", type=int, default=None, help="grid columns (default: square-ish)")
@@ -185,12 +190,7 @@ def _build_parser():
                     "samples of PATH, single-threaded and on all threads, then the dataset "
                     "through torch's DataLoader with its per-stage statistics.",
         epilog=_EXIT_CODES)
-    bench.add_argument("path", metavar="PATH", help=_PATH_HELP)
-    bench.add_argument("--from", dest="src_format", choices=("folder", "tar", "tbl"),
-                       help="input format (default: detected)")
-    bench.add_argument("--transform", choices=("train", "val"), default="train",
-                       help="train: RandomResizedCrop + flip; val: Resize + CenterCrop "
-                            "(default train)")
+    _pipeline_input(bench)
     bench.add_argument("-n", "--num", type=int, default=500, help="samples to time (default 500)")
     bench.add_argument("--size", type=int, default=224, metavar="PX",
                        help="the pipeline's output side: RandomResizedCrop(PX), or CenterCrop(PX) "
