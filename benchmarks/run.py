@@ -68,6 +68,7 @@ SYSTEMS = {
     "turboloader-pypi": ("TurboLoader 2.39.0 (PyPI, C++)", "tl_pypi.py", "turboloader-pypi", "", False),
     "spdl": ("SPDL pipeline (threads)", "spdl_sys.py", "spdl", "", False),
     "dali": ("NVIDIA DALI CPU pipeline (device_id=None)", "dali_sys.py", "dali", "", False),
+    "datago": ("datago file source, crop_and_resize (PyPI, Rust)", "datago_sys.py", "datago", "", False),
     "turboloader-seekable": ("turboloader DataLoader(backend='threads'), --seekable shards", "tl_ours.py", None, "threads-seekable", True),
     "turboloader-cache-fill": ("turboloader threads + cache: filling epoch", "tl_ours.py", None, "threads-cache-fill", True),
     "turboloader-cache": ("turboloader threads + cache: epoch from the cache", "tl_ours.py", None, "threads-cache", True),

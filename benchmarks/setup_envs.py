@@ -11,6 +11,7 @@ under ``benchmarks/.venv-<name>`` (git-ignored):
 - ``spdl``: Meta's SPDL (``spdl``, which pulls ``spdl_io`` and ``spdl_core``).
 - ``dali``: NVIDIA DALI (``nvidia-dali-cuda120``, pinned), whose CPU pipeline runs with
   ``device_id=None`` on a machine without a GPU.
+- ``datago``: Photoroom's Rust loader (``datago``, a binary wheel).
 
 torch and torchvision are large; by default every venv *shares* them (and NumPy) with the
 interpreter running this script through a ``.pth`` file, so nothing multi-GB is downloaded
@@ -60,6 +61,8 @@ ENVS = {
     "dali": (["nvidia-dali-cuda120==2.4.0"], None,
              "import nvidia.dali as d, nvidia.dali.fn, nvidia.dali.types; "
              "print('nvidia-dali-cuda120', d.__version__)"),
+    "datago": (["datago"], None,
+               "import datago; import importlib.metadata as m; print('datago', m.version('datago'))"),
 }
 
 
