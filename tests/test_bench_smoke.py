@@ -177,3 +177,31 @@ def test_issue22_rows_run(tmp_path):
     assert "train ≥ 2: not measured" in dali  # its venv failed: the target is not judged
     hits = res["turboloader-cache"]["pipelines"]["train"]["note"]
     assert re.search(r"cache over this loader's epochs: [1-9]\d* hits", hits), hits
+
+
+@pytest.mark.slow
+def test_datago_row_runs(tmp_path):
+    """datago's val row (benchmarks/.venv-datago) delivers every sample once, labelled, and
+    matches the baseline's val images (its Lanczos3 resize is the only difference); its train
+    row says why it is not run; the truncated JPEG's fate is reported."""
+    if run.setup_envs.status("datago")[0] != "ok":
+        pytest.skip("benchmarks/.venv-datago not set up (python benchmarks/setup_envs.py datago)")
+    rc = run.main(["--quick", "--n", "16", "--batch", "8", "--workers", "1",
+                   "--systems", "torchvision,datago", "--data-root", str(tmp_path / "data"),
+                   "--out-dir", str(tmp_path), "--tag", "dg"])
+    assert rc == 0
+    res = json.loads((tmp_path / "dg.json").read_text())["results"]
+    val = res["datago"]["pipelines"]["val"]
+    assert val["labels"] == ["ok"] and val["images_per_s"] > 0, val
+    assert val["output"]["shape"] == [3, 224, 224] and val["output"]["dtype"] == "float32"
+    assert "crop_and_resize" in val["note"]
+    assert "not implemented" in res["datago"]["pipelines"]["train"]["error"]
+    md = (tmp_path / "dg.md").read_text()
+    row = next(r for r in _rows(md, "val:") if r.startswith("| datago"))
+    assert "differs" not in row, row  # thumbnails within 0.1 of torchvision's, channel stats too
+    mad = float(re.search(r"val thumbs abs Δ median ([0-9.]+)", row).group(1))
+    assert mad < 0.03, row  # Lanczos3 vs bilinear: well under two 8-bit levels
+    train = next(r for r in _rows(md, "train:") if r.startswith("| datago"))
+    assert "no random crop" in train, train
+    corrupt = next(r for r in _rows(md, "Corrupt sample") if r.startswith("| datago"))
+    assert re.search(r"raised|skipped|delivered", corrupt), corrupt
