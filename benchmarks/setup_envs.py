@@ -62,7 +62,7 @@ ENVS = {
              "import nvidia.dali as d, nvidia.dali.fn, nvidia.dali.types; "
              "print('nvidia-dali-cuda120', d.__version__)"),
     "datago": (["datago"], None,
-               "import datago; import importlib.metadata as m; print('datago', m.version('datago'))"),
+               "import datago, importlib.metadata as m; print('datago', m.version('datago'))"),
 }
 
 
