@@ -829,7 +829,7 @@ def main(argv=None):
         for v in needed:
             if setup_envs.status(v)[0] == "missing":
                 setup_envs.create(v, share=True, force=False)
-    data_root = Path(a.data_root)
+    data_root = Path(a.data_root).resolve()  # systems run in their work directory
     tagdata = f"bench-n{a.n}-s{a.seed}{'-hires' if a.hires else ''}"
     print(f"preparing data {data_root / tagdata} ...", flush=True)
     data = prepare_data(data_root / tagdata, a.n, a.seed, a.hires, a.workers)
