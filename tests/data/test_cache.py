@@ -105,42 +105,6 @@ def test_sample_cache_maps_slabs_within_capacity():
     assert [int(s[0]) for s in slots[:3]] == [0, 1, 2]
 
 
-def _smaps_flags(addr):
-    """The kernel's ``VmFlags`` of this process's mapping that holds ``addr``, or None."""
-    try:
-        lines = open("/proc/self/smaps").read().splitlines()
-    except OSError:
-        return None
-    inside = False
-    for line in lines:
-        head = line.split()[0]
-        if "-" in head and not head.endswith(":"):
-            lo, hi = (int(v, 16) for v in head.split("-"))
-            inside = lo <= addr < hi
-        elif inside and head == "VmFlags:":
-            return line.split()[1:]
-    return None
-
-
-def test_sample_cache_slabs_ask_for_huge_pages():
-    """The slabs carry the ``MADV_HUGEPAGE`` advice (the kernel's own record of it: ``hg``
-    in the mapping's ``VmFlags``), so that a filling epoch faults in 2 MiB at a time rather
-    than 4 KiB where transparent huge pages are on; the memory stays zeroed and writable."""
-    import mmap
-
-    if not hasattr(mmap, "MADV_HUGEPAGE"):
-        pytest.skip("no MADV_HUGEPAGE on this platform")
-    cache = SampleCache(64 << 20)
-    slot = cache.reserve(3 << 20)
-    assert (slot == 0).all()
-    slot[:] = 5
-    flags = _smaps_flags(slot.__array_interface__["data"][0])
-    if flags is None:
-        pytest.skip("no /proc/self/smaps")
-    assert "hg" in flags, flags
-    assert int(slot.sum()) == 5 * (3 << 20)
-
-
 def test_full_cache_decodes_the_rest_as_uncached(make_shards):
     """A sample the full cache did not admit is decoded from its bytes by the fused path:
     pixel for pixel what the dataset without a cache gives."""

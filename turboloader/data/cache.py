@@ -157,24 +157,18 @@ _ALIGN = 64        # every slot starts on a cache line
 
 
 def _map(nbytes):
-    """``nbytes`` of zeroed private memory, in transparent huge pages where the kernel
-    offers them (``MADV_HUGEPAGE``; Linux with THP in ``madvise`` or ``always`` mode).
-
-    Its pages are faulted in as the decoder first writes them. With 4 KiB pages a filling
-    epoch took one fault per 4 KiB stored, about 60 per ImageNet-sized image at
-    ``cache_short_side=256``, and those faults were a tenth of the epoch's CPU time on the
-    2-core VM; a 2 MiB page is one fault for several images. Populating a slab ahead
-    (``MAP_POPULATE``) was measured slower with 4 KiB pages (800-950 against 900-1200
-    images/s for a filling epoch at full size), zeroing memory that is cold again by the
-    time it is written, and no faster with huge pages."""
-    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is not None:
-        try:
-            m.madvise(advice)
-        except OSError:   # a kernel without THP: 4 KiB pages, as without the advice
-            pass
-    return np.frombuffer(m, np.uint8)
+    """``nbytes`` of zeroed private memory. Its pages are faulted in as the decoder first
+    writes them, so each is zeroed just before it is filled, while in cache: populating a
+    slab ahead (``MAP_POPULATE``) was measured slower, 800-950 against 900-1200 images/s
+    for a filling epoch at full size on the 2-core VM, zeroing memory that is cold again by
+    the time it is written. Transparent huge pages (``MADV_HUGEPAGE`` on each slab) halved
+    the faults of a filling epoch (143 to 75 per image at ``cache_short_side=256``) and did
+    not make it faster (CPU per image 2547 against 2599 µs, medians of 8 alternated fills
+    in one process; 2103-2284 against 2384-2415 at full size): the kernel then zeroes 2 MiB
+    at a time (``clear_page_erms`` 2 % -> 8 % of the epoch), cold again when the decoder
+    writes it, the same trade as ``MAP_POPULATE``."""
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS),
+                         np.uint8)
 
 
 class SampleCache:
