@@ -24,8 +24,18 @@ CPU microseconds per image of this process (``time.process_time`` over the epoch
 threads; other processes do not count, so it is the steadier one on a shared machine).
 Only ratios within one run mean anything.
 
+With ``--breakdown`` it prints instead where a filling epoch's time goes, per stage, in one
+thread (CPU microseconds per image, the best of ``--rounds`` passes over the first
+``min(--n, 512)`` images), against the batch call of the uncached epoch on the same images:
+the whole decode at the cache's DCT scale, the resample to ``cache_short_side``, the same
+into fresh memory (the cache's first touch of each page), the cache's whole miss path
+(``Decoder.cached_array``: sizing, decode, resample, store), and the batch call that crops
+the epoch's output from the stored images. ``fill floor`` adds the stages without the
+memory and the Python (what the stored image needs at the least).
+
     python benchmarks/bench_cache.py                          # 1024 images, 2 threads
     python benchmarks/bench_cache.py --short-sides 0,160,224 --rounds 5
+    python benchmarks/bench_cache.py --breakdown --short-sides 160,256 --rounds 5
 """
 
 from __future__ import annotations
@@ -74,6 +84,118 @@ def _epoch(loader, ds, epoch):
     return n / (time.perf_counter() - t), (time.process_time() - c) / n * 1e6, n
 
 
+def _cpu_us(fn, n, rounds):
+    """The best of ``rounds`` calls of ``fn``, in CPU microseconds of this process per image."""
+    best = float("inf")
+    for _ in range(rounds):
+        c = time.process_time()
+        fn()
+        best = min(best, time.process_time() - c)
+    return best / n * 1e6
+
+
+def breakdown(urls, sides, rounds, n_max=512):
+    """Rows ``(stage, cache_short_side, CPU us per image)`` of a filling epoch's stages in one
+    thread, with the uncached batch call and the ratios (see the module docstring)."""
+    import mmap
+    import tarfile
+
+    import numpy as np
+    import torch
+
+    from turboloader._native import _jpeg, _resample
+    from turboloader.data.cache import Decoder, SampleCache
+    from turboloader.decode.jpeg import _open
+    from turboloader.decode.sizes import fit_scale_num, scaled_dims, shrunk_size
+    from turboloader.transforms._random import sample_keys
+
+    datas = []
+    for url in urls:
+        with tarfile.open(url) as tar:
+            datas += [tar.extractfile(m).read() for m in tar.getmembers()
+                      if m.name.endswith(".jpg")]
+    datas = datas[:n_max]
+    n = len(datas)
+    plan = Decoder(_transform()).plan
+    out = torch.empty((n, 3, 224, 224))
+    keys = sample_keys(0, 0, list(range(n)))
+    hw = [(h.height, h.width) for h in (_open(d, None)[1] for d in datas)]
+    def run_uncached():
+        plan.run_batch(datas, plan.prepare_batch(datas, keys), out)
+
+    # measured again after each cache_short_side (the best of all): a neighbour's load
+    # that comes and goes then hits it as it hits the stages
+    uncached = _cpu_us(run_uncached, n, rounds)
+    rows = [("uncached batch call (window decode, resample, flip, normalize)", "", uncached)]
+    for s in sides:
+        ks = [fit_scale_num(size, (s, s)) if s else 8 for size in hw]
+        decoded = [scaled_dims(size, k) for size, k in zip(hw, ks)]
+        finals = [shrunk_size(*size, s) for size in decoded]
+        scratch = np.empty(max(h * w * 3 for h, w in decoded), np.uint8)
+        images = [np.empty((*size, 3), np.uint8) for size in decoded]
+
+        def decode(into=None):
+            for d, k, img in zip(datas, ks, images):
+                dst = img if into is None else into[:img.size].reshape(img.shape)
+                _jpeg.decode_into(_open(d, None)[0], dst, scale_num=k, crop_x=0, crop_y=0,
+                                  crop_w=0, crop_h=0, flags=0, max_pixels=0)
+
+        decode()   # the decoded images the resample rows read
+        warm = [np.empty((*f, 3), np.uint8) for f in finals]
+        todo = [(img, dst) for img, dst in zip(images, warm) if img.shape != dst.shape]
+
+        def resample_warm():
+            for img, dst in todo:
+                _resample.resample_into(img, dst, filter=_resample.BILINEAR)
+
+        def resample_fresh():
+            size = sum(-(-dst.nbytes // 64) * 64 for _, dst in todo) or 64
+            slab = np.frombuffer(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE |
+                                           mmap.MAP_ANONYMOUS), np.uint8)
+            top = 0
+            for img, dst in todo:
+                _resample.resample_into(img, slab[top:top + dst.nbytes].reshape(dst.shape),
+                                        filter=_resample.BILINEAR)
+                top += -(-dst.nbytes // 64) * 64
+
+        dec = Decoder(_transform(), cache="64GB", short_side=s)
+
+        def miss_path():
+            dec.cache = SampleCache("64GB")
+            for i, d in enumerate(datas):
+                dec.cached_array(i, d)
+
+        t_decode = _cpu_us(lambda: decode(scratch), n, rounds)
+        t_warm = _cpu_us(resample_warm, n, rounds)
+        t_fresh = _cpu_us(resample_fresh, n, rounds)
+        t_miss = _cpu_us(miss_path, n, rounds)
+        stored = [dec.cached_array(i, d) for i, d in enumerate(datas)]
+        srcs = [a for a, _ in stored]
+        sizes = np.array([size for _, size in stored], np.int64)
+        t_crop = _cpu_us(lambda: plan.run_batch(
+            srcs, plan.prepare_batch(srcs, keys, source_sizes=sizes), out), n, rounds)
+        side = s or "full size"
+        scales = ", ".join(f"{ks.count(k)} at {k}/8" for k in sorted(set(ks)))
+        rows += [
+            (f"whole decode at the cache's DCT scale ({scales}), warm buffer", side, t_decode),
+        ]
+        if todo:   # (at full size every image is decoded straight into its slot)
+            rows += [("resample to the short side, warm memory", side, t_warm),
+                     ("resample to the short side, fresh memory (first touch)", side, t_fresh)]
+        rows += [
+            ("the cache's miss path (Decoder.cached_array: all of the above, sizing, store)",
+             side, t_miss),
+            ("batch call from the stored images (crop, resample, flip, normalize)", side,
+             t_crop),
+            ("fill (miss path + batch call from the stored images)", side, t_miss + t_crop),
+            ("fill floor (decode + warm resample + batch call from the stored images)", side,
+             t_decode + t_warm + t_crop),
+        ]
+        uncached = min(uncached, _cpu_us(run_uncached, n, rounds))
+    rows[0] = rows[0][:2] + (uncached,)
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -88,12 +210,28 @@ def main(argv=None):
     p.add_argument("--partial", type=float, default=0.0,
                    help="also time a cache holding this fraction of the data (default: off)")
     p.add_argument("--workdir", default=str(HERE / "data"))
+    p.add_argument("--breakdown", action="store_true",
+                   help="print where a filling epoch's time goes, per stage, in one thread")
     a = p.parse_args(argv)
 
     import turboloader as tl
 
     urls = _data(a.n, a.seed, a.workdir)
     sides = [int(s) or None for s in a.short_sides.split(",")]
+    if a.breakdown:
+        rows = breakdown(urls, sides, a.rounds)
+        print(f"`python benchmarks/bench_cache.py "
+              f"{' '.join(argv if argv is not None else sys.argv[1:])}` "
+              f"({time.strftime('%Y-%m-%d')})\n")
+        print(f"machine: {os.cpu_count()} CPUs, {platform.system()} {platform.machine()}, "
+              f"Python {platform.python_version()}, load average at the end "
+              f"{os.getloadavg()[0]:.1f}; one thread, best of {a.rounds}\n")
+        base = rows[0][2]
+        print("| stage | cache_short_side | CPU us/image | uncached ÷ this |")
+        print("|---|---|---:|---:|")
+        for stage, side, us in rows:
+            print(f"| {stage} | {side} | {us:.0f} | {base / us:.2f} |")
+        return rows
 
     def loader(**kw):
         ds = tl.TarDataset(urls, _transform(), shuffle=True, seed=a.seed, **kw)

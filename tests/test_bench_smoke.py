@@ -205,3 +205,26 @@ def test_datago_row_runs(tmp_path):
     assert "no random crop" in train, train
     corrupt = next(r for r in _rows(md, "Corrupt sample") if r.startswith("| datago"))
     assert re.search(r"raised|skipped|delivered", corrupt), corrupt
+
+
+def test_bench_cache_breakdown_rows(tmp_path, capsys):
+    """``bench_cache.py --breakdown`` times a filling epoch's stages against the uncached
+    batch call on the same images: every stage per ``cache_short_side`` (the resample rows
+    only where an image is resampled), the fill the sum of its two steps. No timing is
+    asserted beyond being positive."""
+    import bench_cache
+
+    rows = bench_cache.main(["--breakdown", "--n", "6", "--rounds", "1",
+                             "--short-sides", "0,160", "--workdir", str(tmp_path)])
+    by = {(stage.split(" (")[0], side): us for stage, side, us in rows}
+    assert by[("uncached batch call", "")] > 0
+    for side in ("full size", 160):
+        miss, crop = by[("the cache's miss path", side)], by[("batch call from the stored "
+                                                                "images", side)]
+        assert miss > 0 and crop > 0
+        assert by[("fill", side)] == pytest.approx(miss + crop)
+        assert by[("fill floor", side)] > 0
+    assert ("resample to the short side, warm memory", 160) in by
+    assert ("resample to the short side, warm memory", "full size") not in by
+    out = capsys.readouterr().out
+    assert "| stage | cache_short_side | CPU us/image | uncached ÷ this |" in out

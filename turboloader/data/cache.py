@@ -161,7 +161,15 @@ def _map(nbytes):
     writes them, so each is zeroed just before it is filled, while in cache: populating a
     slab ahead (``MAP_POPULATE``) was measured slower, 800-950 against 900-1200 images/s
     for a filling epoch at full size on the 2-core VM, zeroing memory that is cold again by
-    the time it is written."""
+    the time it is written. Transparent huge pages (``MADV_HUGEPAGE`` on each slab) halved
+    the faults of a filling epoch (143 to 75 per image at ``cache_short_side=256``) and did
+    not make it faster (CPU per image 2599 µs with them against 2547 without, medians of 8
+    alternated fills in one process; 2384-2415 against 2103-2284 at full size): the kernel
+    then zeroes 2 MiB at a time (``clear_page_erms`` 2 % -> 8 % of the epoch), cold again
+    when the decoder writes it, the same trade as ``MAP_POPULATE``. ``MADV_POPULATE_WRITE``
+    over each slot just before it is written gained nothing either (a resample into fresh
+    memory 511 against 522 µs per image): a page costs its allocation, zeroing and
+    charging, not the trap (``benchmarks/results/cache.md``, issue 32)."""
     return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS),
                          np.uint8)
 
