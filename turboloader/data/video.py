@@ -92,10 +92,13 @@ class _ClipDecoder:
             counters["decode_s"] += time.perf_counter() - t
             t = time.perf_counter()
         state = _get_state(rng)  # every frame (and clip) draws the same parameters
-        out = torch.stack([self._clip(frames, rng, state) for frames in clips])
+        # one clip is the sample itself (no stack: its frames were written once)
+        result = [self._clip(frames, rng, state) for frames in clips]
+        # (a plain tensor, as stacking gave, when torchvision's transform returned a Video)
+        out = result[0].as_subclass(torch.Tensor) if self.clips == 1 else torch.stack(result)
         if counters is not None:
             counters["transform_s"] += time.perf_counter() - t
-        return out[0] if self.clips == 1 else out
+        return out
 
     def _clip(self, frames, rng, state):
         if self.transform is None:  # each frame copied once, straight into its CHW slot

@@ -233,9 +233,12 @@ def _decode_packets(cc, packets, wanted):
     B-frame, H.264/HEVC's non-reference pictures), by its own bitstream rules; every
     reference frame and every wanted frame is decoded in full, so the frames are the
     same as decoding everything."""
+    skip = None
     for packet in packets:
         t = packet.pts if packet.pts is not None else packet.dts
-        cc.skip_frame = "DEFAULT" if t in wanted else "NONREF"
+        if (t not in wanted) is not skip:  # set only when it changes (a string to parse)
+            skip = t not in wanted
+            cc.skip_frame = "NONREF" if skip else "DEFAULT"
         yield from cc.decode(packet)
     cc.skip_frame = "DEFAULT"
     yield from cc.decode(None)
