@@ -1,12 +1,16 @@
-"""Video clips: the frames of a clip decoded from an encoded video's bytes, with seeking.
+"""Video clips: the frames of a clip decoded from an encoded video's bytes.
 
 Decoding goes through PyAV (FFmpeg inside its wheels: ``pip install
 'torch-turboloader[video]'``), chosen over torchcodec because its wheels carry FFmpeg and
-install in CI. A clip is a list of frame indices; :func:`decode_frames` seeks to the key frame
-before the first one and decodes forward only as far as the last, so one clip never decodes
-the whole file. Frames are numbered in presentation order from the stream's packets (read
-without decoding), so a variable frame rate leaves no gaps; frames over ``max_pixels`` are
-refused from the stream header, before anything is decoded.
+install in CI. A clip is a list of frame indices. The container is demuxed once: its packets
+number the frames in presentation order (so a variable frame rate leaves no gaps) and are
+kept, so :func:`decode_frames` decodes from them, starting at the key frame before the clip
+and stopping at its last frame: one clip never decodes the whole file. On the way, a frame
+outside the clip that no other frame refers to (a B-frame) is skipped by the codec
+(``skip_frame="NONREF"`` for its packet only), so the clip's frames are bit-identical to a
+front-to-back decode. One swscale converter (one thread) turns every frame of the clip into
+RGB. Frames over ``max_pixels`` are refused from the stream header, before anything is
+decoded.
 """
 
 from __future__ import annotations
@@ -186,8 +190,9 @@ def clip_indices(num_frames, frames_per_clip, stride, *, rng=None, sampling="ran
 
 def decode_frames(data, indices, /, *, max_pixels=None) -> dict:
     """``{index: (H, W, 3) uint8 RGB array}`` for the frame ``indices`` of encoded ``data``
-    (frame ``i``: the ``i``-th in presentation order), seeking to the key frame before the
-    first and decoding forward to the last.
+    (frame ``i``: the ``i``-th in presentation order), decoded from the key frame before the
+    first to the last, frames outside them that nothing refers to skipped. The arrays may be
+    views of FFmpeg's frame buffers (rows padded only where FFmpeg aligns them).
 
     Raises:
         DecodeError: not a readable video, frames over ``max_pixels`` (checked against the
