@@ -126,6 +126,40 @@ def test_frames_outside_the_clip_that_nothing_references_are_not_decoded(codec, 
         assert all(types[i] != "B" for i in decoded_idx - set(idx)), decoded_idx
 
 
+def test_open_gop_leading_frames_decode_from_the_key_frame_before():
+    """An open GOP (x264 ``open-gop=1``): the B-frames that follow a key frame in decode order
+    but show before it refer to the previous GOP. Decoding a clip of them must start at the
+    key frame before theirs, not at the one their packets follow: every frame alone, and
+    clips across the boundaries, equal PyAV's front-to-back decode."""
+    if "libx264" not in av.codecs_available:
+        pytest.skip("this PyAV has no libx264 encoder")
+    buf = io.BytesIO()
+    c = av.open(buf, "w", format="mp4")
+    s = c.add_stream("libx264", rate=25, options={
+        "bf": "3", "x264-params": "open-gop=1:b-adapt=0:keyint=8:min-keyint=8:scenecut=0"})
+    s.width, s.height, s.pix_fmt = W, H, "yuv420p"
+    yy, xx = np.mgrid[0:H, 0:W]
+    for i in range(FRAMES):
+        arr = np.stack([(xx * 3 + i * 8) % 256, (yy * 4 + i * 5) % 256,
+                        np.full_like(xx, (i * 9) % 256)], -1).astype(np.uint8)
+        for p in s.encode(av.VideoFrame.from_ndarray(arr, format="rgb24")):
+            c.mux(p)
+    for p in s.encode():
+        c.mux(p)
+    c.close()
+    data = buf.getvalue()
+    with av.open(io.BytesIO(data)) as c:  # a key frame with leading frames after it
+        order = [(p.pts, p.is_keyframe) for p in c.demux(c.streams.video[0]) if p.size]
+    assert any(k and any(t < pts for t, _ in order[j + 1:j + 4])
+               for j, (pts, k) in enumerate(order) if j)
+    every = pyav_frames(data)
+    for i in range(FRAMES):
+        assert np.array_equal(decode_frames(data, [i])[i], every[i]), i
+    for idx in ([7, 9, 11], [5, 6, 7, 8], [15, 16, 17], [3, 11, 19, 27]):
+        got = decode_frames(data, idx)
+        assert all(np.array_equal(got[i], every[i]) for i in idx), idx
+
+
 def test_clip_indices():
     rng = np.random.default_rng(0)
     (c,) = clip_indices(30, 4, 3, rng=rng)
