@@ -294,6 +294,10 @@ def main():
     a = ap.parse_args()
     if a.torchcodec_child:
         return torchcodec_child(a.torchcodec_child)
+    import av
+
+    if a.codec == "h264" and "libx264" not in av.codecs_available:
+        ap.error("this PyAV has no libx264 encoder: use --codec mpeg4")
     sys.path.insert(0, str(REPO))
     import torch
 
