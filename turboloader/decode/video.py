@@ -100,10 +100,11 @@ class _Timeline:
             self._check_duration(container, vs)
 
     def start(self, want):
-        """Where decoding starts for the frames ``want`` (sorted indices): the last key
-        frame's packet before all of their packets whose own frame is not after the first
-        of them (an open GOP's leading frames need the key frame before theirs); the first
-        packet when there is none."""
+        """The packet to start decoding at for the frames ``want`` (sorted, present
+        indices): the last key frame that comes no later than any of their packets in decode
+        order and shows no later than the first of them (an open GOP's leading frames follow
+        their key frame's packet but refer to the GOP before); the first packet when no key
+        frame qualifies."""
         first = min(self.position[self.pts[i]] for i in want)
         lowest = self.pts[want[0]]
         best = 0
@@ -202,7 +203,7 @@ def decode_frames(data, indices, /, *, max_pixels=None) -> dict:
     limit = _max_pixels(max_pixels)
     container = _open(data)
     try:
-        return _frames(container, _Timeline(container, max_pixels=limit), indices, limit)
+        return _frames(_Timeline(container, max_pixels=limit), indices, limit)
     finally:
         container.close()
 
@@ -225,7 +226,7 @@ def decode_clips(data, frames_per_clip, stride, /, *, rng=None, sampling="random
         timeline = _Timeline(container, max_pixels=limit)
         chosen = clip_indices(len(timeline), frames_per_clip, stride, rng=rng,
                               sampling=sampling, clips=clips)
-        frames = _frames(container, timeline, [i for c in chosen for i in c], limit)
+        frames = _frames(timeline, [i for c in chosen for i in c], limit)
         return [[frames[i] for i in c] for c in chosen]
     finally:
         container.close()
@@ -249,7 +250,7 @@ def _decode_packets(cc, packets, wanted):
     yield from cc.decode(None)
 
 
-def _frames(container, timeline, indices, limit):
+def _frames(timeline, indices, limit):
     from av.video.reformatter import VideoReformatter
 
     want = sorted(set(int(i) for i in indices))
