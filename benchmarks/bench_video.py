@@ -1,28 +1,49 @@
-"""Video clips: VideoDataset against PyAV alone plus torchvision v2 transforms, same run.
+"""Video clips: VideoDataset against torchcodec and PyAV, each plus torchvision v2, same run.
 
-    python benchmarks/bench_video.py                  # 24 generated videos, 320x240, 64 frames
-    python benchmarks/bench_video.py --videos 48 --frames-per-clip 16 --stride 2
+    python benchmarks/bench_video.py                       # H.264 with B-frames, 24 videos
+    python benchmarks/bench_video.py --codec mpeg4 --videos 48 --frames-per-clip 16 --stride 2
+    python benchmarks/setup_envs.py torchcodec             # once: torchcodec's own venv
 
-Both sides decode the same clips (a random start per video, ``frames_per_clip`` frames
-``stride`` apart, after a seek to the key frame before the clip) of the same videos, in one
-process, and apply the train recipe at 112 px: RandomResizedCrop + flip + float + Normalize,
-one set of parameters per clip.
+Every system decodes the same clips (per video and round, the frame indices that
+``VideoDataset`` draws: ``clip_indices(n, T, stride, rng=sample_rng(seed, round, video))``)
+of the same videos, one thread each, and applies the train recipe at 112 px:
+RandomResizedCrop + flip + float + Normalize, one set of parameters per clip.
 
-- ``pyav+torchvision``: ``av.open`` -> seek -> decode the frames -> a ``(T, C, H, W)`` uint8
-  tensor -> ``torchvision.transforms.v2`` on it (torchvision's video semantics);
-- ``turboloader``: ``turboloader.VideoDataset`` over a TAR shard of the same videos (seeking
-  decode through PyAV, then the fused per-frame pipeline with shared draws).
+- ``torchcodec+torchvision``: ``torchcodec.decoders.VideoDecoder(bytes,
+  seek_mode="exact", num_ffmpeg_threads=1).get_frames_at(indices)`` -> ``(T, C, H, W)`` uint8
+  -> ``torchvision.transforms.v2``. torchcodec runs in its own venv
+  (``benchmarks/.venv-torchcodec``, torch shared) as a subprocess started once per round; its
+  clock covers only its decode loop. It needs the system's FFmpeg libraries (Debian:
+  ``apt-get install ffmpeg``); without the venv its row says so.
+- ``pyav+torchvision``: ``av.open`` -> seek to the clip's first frame -> decode forward,
+  ``frame.to_ndarray(format="rgb24")`` for the clip's frames -> ``(T, C, H, W)`` -> v2, as a
+  PyAV user writes it.
+- ``turboloader``: ``turboloader.VideoDataset`` over a TAR shard of the same videos (the peers
+  get the bytes from memory), its fused per-frame pipeline with shared draws.
+- ``decode only (limit)``: what FFmpeg's decoder alone costs for the clip, the floor of every
+  row: open the container, number the frames from its packets, decode the frames the clip
+  needs (turboloader's path: the reference frames from the key frame on, and the clip's),
+  nothing converted to RGB or transformed.
 
-The videos are generated (moving gradients and noise, MPEG-4 Part 2, a key frame every 16
-frames): no video data ships with the benchmark machines. Printed: clips/s, frames/s and the
-ratio, with the machine.
+Checked in the same run, before timing: the decoded uint8 frames (no transform) of every
+clip, ours against each peer's (bit-equal frames counted, the largest difference printed), and
+after ``Resize(128) + CenterCrop(112)`` (uint8), ours against torchvision v2's antialiased
+resize of torchcodec's frames (the largest difference in levels and the share of values
+that differ).
+
+The videos are generated (moving gradients and noise): ``--codec h264`` (libx264, 3 B-frames
+with x264's B-pyramid, as most camera and web video has) or ``mpeg4`` (MPEG-4 Part 2, no
+B-frames), a key frame every ``--gop`` frames. Printed: clips/s, frames/s and the ratio of
+each row to each peer (the median of ``--rounds``), with the machine.
 """
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import platform
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -32,17 +53,24 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
+TORCHCODEC_PY = Path(__file__).resolve().parent / ".venv-torchcodec" / "bin" / "python"
 MEAN, STD = (0.43, 0.4, 0.37), (0.23, 0.22, 0.22)
 
 
-def make_video(k, n, w, h):
+def make_video(k, n, w, h, codec="h264", gop=16):
     import av
 
     buf = io.BytesIO()
     c = av.open(buf, "w", format="mp4")
-    s = c.add_stream("mpeg4", rate=25)
+    if codec == "h264":
+        # b-adapt=0: three B-frames between references, as x264 chooses on natural video
+        # (on these synthetic gradients its adaptive choice picks almost none)
+        s = c.add_stream("libx264", rate=25, options={"bf": "3", "preset": "fast",
+                                                      "x264-params": "b-adapt=0"})
+    else:
+        s = c.add_stream("mpeg4", rate=25)
     s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-    s.codec_context.gop_size = 16
+    s.codec_context.gop_size = gop
     s.bit_rate = 1_500_000
     rng = np.random.default_rng(k)
     yy, xx = np.mgrid[0:h, 0:w]
@@ -59,45 +87,196 @@ def make_video(k, n, w, h):
     return buf.getvalue()
 
 
-def baseline(videos, a, seed):
-    import av
+def v2_train():
     import torch
     from torchvision.transforms import v2
 
-    from turboloader.decode.video import clip_indices
+    return v2.Compose([v2.RandomResizedCrop(112, antialias=True), v2.RandomHorizontalFlip(),
+                       v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
 
-    tf = v2.Compose([v2.RandomResizedCrop(112, antialias=True), v2.RandomHorizontalFlip(),
-                     v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
-    rng = np.random.default_rng(seed)
-    out = 0
-    for data in videos:
-        with av.open(io.BytesIO(data)) as c:
-            vs = c.streams.video[0]
-            n, rate, tb = vs.frames, vs.average_rate, vs.time_base
-            (idx,) = clip_indices(n, a.frames_per_clip, a.stride, rng=rng)
-            c.seek(int(idx[0] / rate / tb), stream=vs, backward=True)
-            frames, want = {}, set(idx)
-            for f in c.decode(vs):
-                i = int(round(float(f.pts * tb * rate)))
-                if i in want:
-                    frames[i] = f.to_ndarray(format="rgb24")
-                if i >= idx[-1]:
+
+def v2_resize():
+    from torchvision.transforms import v2
+
+    return v2.Compose([v2.Resize(128, antialias=True), v2.CenterCrop(112)])
+
+
+def read_tar(path):
+    with tarfile.open(path) as tf:
+        return {m.name: tf.extractfile(m).read() for m in tf.getmembers()
+                if m.name.endswith(".mp4")}
+
+
+# -- peers ---------------------------------------------------------------------------------
+
+def pyav_clip(data, idx):
+    """The clip's frames as PyAV users decode them: seek by time, decode forward."""
+    import av
+    import torch
+
+    with av.open(io.BytesIO(data)) as c:
+        vs = c.streams.video[0]
+        rate, tb, start = vs.average_rate, vs.time_base, vs.start_time or 0
+        c.seek(start + int(idx[0] / rate / tb), stream=vs, backward=True)
+        frames, want = {}, set(idx)
+        for f in c.decode(vs):
+            i = int(round(float((f.pts - start) * tb * rate)))
+            if i in want:
+                frames[i] = f.to_ndarray(format="rgb24")
+            if i >= idx[-1]:
+                break
+    return torch.from_numpy(np.stack([frames[i] for i in idx])).permute(0, 3, 1, 2)
+
+
+def pyav_run(videos, clips, seed):
+    import torch
+
+    torch.manual_seed(seed)
+    tf = v2_train()
+    return sum(tf(pyav_clip(videos[name], idx)).shape[0] for name, idx in clips.items())
+
+
+def torchcodec_clip(data, idx):
+    from torchcodec.decoders import VideoDecoder
+
+    dec = VideoDecoder(data, seek_mode="exact", num_ffmpeg_threads=1,
+                       dimension_order="NCHW")
+    return dec.get_frames_at(idx).data
+
+
+def torchcodec_child(job):
+    """In torchcodec's venv: ``time`` (decode + v2 on every clip, the loop's seconds) or
+    ``frames`` (the decoded uint8 clips, plain and resized, saved for the parent)."""
+    import torch
+
+    torch.set_num_threads(1)
+    spec = json.loads(Path(job).read_text())
+    videos = read_tar(spec["tar"])
+    clips = spec["clips"]
+    if spec["mode"] == "frames":
+        tf = v2_resize()
+        plain = {n: torchcodec_clip(videos[n], idx).numpy() for n, idx in clips.items()}
+        np.savez(spec["out"], **{f"plain/{n}": a for n, a in plain.items()},
+                 **{f"resized/{n}": tf(torch.from_numpy(a)).numpy() for n, a in plain.items()})
+        return
+    torch.manual_seed(spec["seed"])
+    tf = v2_train()
+    torchcodec_clip(videos[next(iter(clips))], [0])  # load FFmpeg before the clock
+    t = time.perf_counter()
+    frames = sum(tf(torchcodec_clip(videos[n], idx)).shape[0] for n, idx in clips.items())
+    print(json.dumps({"seconds": time.perf_counter() - t, "frames": frames}))
+
+
+def torchcodec_call(tmp, spec):
+    job = Path(tmp) / "job.json"
+    job.write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.run([str(TORCHCODEC_PY), __file__, "--torchcodec-child", str(job)],
+                       capture_output=True, text=True, env=env, cwd=tmp)
+    if p.returncode:
+        raise RuntimeError(f"torchcodec failed: {p.stderr.strip().splitlines()[-1:]}")
+    return p.stdout
+
+
+def torchcodec_status():
+    if not TORCHCODEC_PY.exists():
+        return "no benchmarks/.venv-torchcodec: run python benchmarks/setup_envs.py torchcodec"
+    failed = TORCHCODEC_PY.parent.parent / "FAILED"
+    return failed.read_text().strip() if failed.exists() else None
+
+
+def limit_run(videos, clips):
+    """The decoder's limit: open, number the frames, and decode what the clip needs (the
+    reference frames from the key frame on and the clip's own), nothing converted or
+    transformed; turboloader's decode path without its last two steps."""
+    from turboloader.decode import video as V
+
+    frames = 0
+    for name, idx in clips.items():
+        c = V._open(videos[name])
+        try:
+            tl = V._Timeline(c)
+            want = sorted(set(idx))
+            wanted = {tl.pts[i] for i in want}
+            cc = tl.stream.codec_context
+            cc.thread_count = 1
+            got = 0
+            for f in V._decode_packets(cc, tl.packets[tl.start(want):], wanted):
+                got += f.pts in wanted
+                if got == len(want):
                     break
-        clip = torch.from_numpy(np.stack([frames[i] for i in idx])).permute(0, 3, 1, 2)
-        out += tf(clip).shape[0]
-    return out
+            frames += len(idx)
+        finally:
+            c.close()
+    return frames
 
 
-def ours(path, a, epoch):
+# -- ours ----------------------------------------------------------------------------------
+
+def ours_run(path, a, epoch, tf="train"):
     import turboloader
     from turboloader import transforms as T
 
-    tf = T.Compose([T.RandomResizedCrop(112), T.RandomHorizontalFlip(), T.ToTensor(),
-                    T.Normalize(MEAN, STD)])
+    if tf == "train":
+        tf = T.Compose([T.RandomResizedCrop(112), T.RandomHorizontalFlip(), T.ToTensor(),
+                        T.Normalize(MEAN, STD)])
     ds = turboloader.VideoDataset(path, tf, frames_per_clip=a.frames_per_clip,
-                                  stride=a.stride, shuffle=False)
+                                  stride=a.stride, shuffle=False, seed=a.seed)
     ds.set_epoch(epoch)
-    return sum(clip.shape[0] for clip, _ in ds)
+    return list(ds)
+
+
+def clips_of(names, lengths, a, epoch):
+    from turboloader.decode.video import clip_indices
+    from turboloader.transforms import sample_rng
+
+    return {n: clip_indices(lengths[n], a.frames_per_clip, a.stride,
+                            rng=sample_rng(a.seed, epoch, k))[0]
+            for k, n in enumerate(names)}
+
+
+def check(path, videos, names, lengths, a, tmp, have_tc):
+    """Decoded frames of the round-0 clips: ours against each peer."""
+    from turboloader import transforms as T
+
+    clips = clips_of(names, lengths, a, 0)
+    ours = {n: clip.numpy() for n, (clip, _) in zip(names, ours_run(path, a, 0, tf=None))}
+    resized = {n: clip.numpy() for n, (clip, _) in zip(
+        names, ours_run(path, a, 0, tf=T.Compose([T.Resize(128), T.CenterCrop(112),
+                                                  T.PILToTensor()])))}
+    lines = []
+
+    def compare(label, peer, mine):
+        frames = sum(len(peer[n]) for n in names)
+        equal = sum(int(np.array_equal(p, m)) for n in names
+                    for p, m in zip(peer[n], mine[n]))
+        diff = max(int(np.abs(peer[n].astype(int) - mine[n]).max()) for n in names)
+        share = np.mean([np.mean(peer[n] != mine[n]) for n in names])
+        lines.append(f"  {label}: {equal}/{frames} frames bit-equal, max |diff| {diff}, "
+                     f"{share:.2%} of values differ")
+
+    compare("decoded, ours vs pyav", {n: pyav_clip(videos[n], idx).numpy()
+                                      for n, idx in clips.items()}, ours)
+    if have_tc:
+        out = Path(tmp) / "tc_frames.npz"
+        torchcodec_call(tmp, {"tar": path, "clips": clips, "mode": "frames", "out": str(out)})
+        z = np.load(out)
+        compare("decoded, ours vs torchcodec", {n: z[f"plain/{n}"] for n in names}, ours)
+        compare("Resize(128)+CenterCrop(112) uint8, ours vs v2 on torchcodec's frames",
+                {n: z[f"resized/{n}"] for n in names}, resized)
+    return lines
+
+
+def machine():
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
 
 
 def main():
@@ -105,40 +284,78 @@ def main():
     ap.add_argument("--videos", type=int, default=24)
     ap.add_argument("--frames", type=int, default=64, help="frames per video")
     ap.add_argument("--size", default="320x240")
+    ap.add_argument("--codec", choices=("h264", "mpeg4"), default="h264")
+    ap.add_argument("--gop", type=int, default=16, help="frames from one key frame to the next")
     ap.add_argument("--frames-per-clip", type=int, default=16)
     ap.add_argument("--stride", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--torchcodec-child", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.torchcodec_child:
+        return torchcodec_child(a.torchcodec_child)
+    import av
+
+    if a.codec == "h264" and "libx264" not in av.codecs_available:
+        ap.error("this PyAV has no libx264 encoder: use --codec mpeg4")
     sys.path.insert(0, str(REPO))
     import torch
 
+    from turboloader.decode.video import video_info
+
     torch.set_num_threads(1)
     w, h = (int(v) for v in a.size.split("x"))
-    videos = [make_video(k, a.frames, w, h) for k in range(a.videos)]
+    names = [f"v{k:04d}.mp4" for k in range(a.videos)]
+    videos = {n: make_video(k, a.frames, w, h, a.codec, a.gop) for k, n in enumerate(names)}
+    lengths = {n: video_info(d)[0] for n, d in videos.items()}
     tmp = tempfile.mkdtemp(prefix="bench-video-")
     path = os.path.join(tmp, "videos.tar")
     with tarfile.open(path, "w") as tf:
-        for k, data in enumerate(videos):
-            for name, payload in ((f"v{k:04d}.mp4", data), (f"v{k:04d}.cls", str(k).encode())):
+        for k, n in enumerate(names):
+            for name, payload in ((n, videos[n]), (f"v{k:04d}.cls", str(k).encode())):
                 info = tarfile.TarInfo(name)
                 info.size = len(payload)
                 tf.addfile(info, io.BytesIO(payload))
-    rates = {"pyav+torchvision": [], "turboloader": []}
+    tc_missing = torchcodec_status()
+    print(f"machine: {machine()}; {a.videos} videos {w}x{h} {a.codec} (key frame every "
+          f"{a.gop}), {a.frames} frames, clips of {a.frames_per_clip} frames stride "
+          f"{a.stride}, 1 thread, {a.rounds} rounds (median)")
+    print("equality (round 0's clips):")
+    for line in check(path, videos, names, lengths, a, tmp, tc_missing is None):
+        print(line)
+    systems = ["torchcodec+torchvision", "pyav+torchvision", "turboloader",
+               "decode only (limit)"]
+    if tc_missing:
+        systems.remove("torchcodec+torchvision")
+    rates = {s: [] for s in systems}
     for r in range(a.rounds):
-        for name in (rates if r % 2 == 0 else reversed(list(rates))):
-            t = time.perf_counter()
-            frames = baseline(videos, a, r) if name == "pyav+torchvision" else ours(path, a, r)
-            dt = time.perf_counter() - t
+        clips = clips_of(names, lengths, a, r)
+        for name in (systems if r % 2 == 0 else systems[::-1]):
+            if name == "torchcodec+torchvision":
+                got = json.loads(torchcodec_call(tmp, {"tar": path, "clips": clips,
+                                                       "mode": "time", "seed": r}))
+                dt, frames = got["seconds"], got["frames"]
+            else:
+                t = time.perf_counter()
+                if name == "pyav+torchvision":
+                    frames = pyav_run(videos, clips, r)
+                elif name == "decode only (limit)":
+                    frames = limit_run(videos, clips)
+                else:
+                    frames = sum(clip.shape[0] for clip, _ in ours_run(path, a, r))
+                dt = time.perf_counter() - t
             rates[name].append((a.videos / dt, frames / dt))
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"{a.videos} videos {w}x{h}, {a.frames} frames, clips of {a.frames_per_clip} "
-          f"frames stride {a.stride}, 1 thread, {a.rounds} rounds (median)")
-    base = float(np.median([c for c, _ in rates["pyav+torchvision"]]))
-    print(f"{'system':18s} {'clips/s':>9s} {'frames/s':>9s} {'ratio':>6s}")
-    for name, got in rates.items():
-        clips = float(np.median([c for c, _ in got]))
-        frames = float(np.median([f for _, f in got]))
-        print(f"{name:18s} {clips:9.1f} {frames:9.1f} {clips / base:6.2f}")
+    med = {n: (float(np.median([c for c, _ in g])), float(np.median([f for _, f in g])))
+           for n, g in rates.items()}
+    peers = [p for p in systems if p != "turboloader"]
+    print(f"{'system':24s} {'clips/s':>8s} {'frames/s':>9s} "
+          + " ".join(f"{'vs ' + p.split('+')[0].split(' ')[0]:>14s}" for p in peers))
+    for name in systems:
+        c, f = med[name]
+        print(f"{name:24s} {c:8.1f} {f:9.1f} "
+              + " ".join(f"{c / med[p][0]:14.2f}" for p in peers))
+    if tc_missing:
+        print(f"torchcodec+torchvision: not run ({tc_missing})")
 
 
 if __name__ == "__main__":

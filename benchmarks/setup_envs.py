@@ -11,7 +11,12 @@ under ``benchmarks/.venv-<name>`` (git-ignored):
 - ``spdl``: Meta's SPDL (``spdl``, which pulls ``spdl_io`` and ``spdl_core``).
 - ``dali``: NVIDIA DALI (``nvidia-dali-cuda120``, pinned), whose CPU pipeline runs with
   ``device_id=None`` on a machine without a GPU.
-- ``datago``: Photoroom's Rust loader (``datago``, a binary wheel).
+- ``datago``: Photoroom's Rust loader (``datago==2026.10.1``, a binary wheel).
+
+
+- ``torchcodec``: PyTorch's video decoder (``torchcodec==0.16.0``, the release its
+  compatibility table pairs with torch 2.14). Its wheels do not carry FFmpeg: it loads the
+  system's FFmpeg shared libraries (Debian: ``apt-get install ffmpeg``, FFmpeg 4 to 8).
 
 torch and torchvision are large; by default every venv *shares* them (and NumPy) with the
 interpreter running this script through a ``.pth`` file, so nothing multi-GB is downloaded
@@ -61,8 +66,14 @@ ENVS = {
     "dali": (["nvidia-dali-cuda120==2.4.0"], None,
              "import nvidia.dali as d, nvidia.dali.fn, nvidia.dali.types; "
              "print('nvidia-dali-cuda120', d.__version__)"),
-    "datago": (["datago"], None,
+    "datago": (["datago==2026.10.1"], None,
                "import datago, importlib.metadata as m; print('datago', m.version('datago'))"),
+
+
+    "torchcodec": (["torchcodec==0.16.0"], None,
+                   "import torchcodec, torchcodec.decoders; "
+                   "print('torchcodec', torchcodec.__version__, 'ffmpeg', "
+                   "torchcodec._core.get_ffmpeg_library_versions()['ffmpeg_version'])"),
 }
 
 

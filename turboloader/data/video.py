@@ -92,14 +92,21 @@ class _ClipDecoder:
             counters["decode_s"] += time.perf_counter() - t
             t = time.perf_counter()
         state = _get_state(rng)  # every frame (and clip) draws the same parameters
-        out = torch.stack([self._clip(frames, rng, state) for frames in clips])
+        # one clip is the sample itself (no stack: its frames were written once)
+        result = [self._clip(frames, rng, state) for frames in clips]
+        # (a plain tensor, as stacking gave, when torchvision's transform returned a Video)
+        out = result[0].as_subclass(torch.Tensor) if self.clips == 1 else torch.stack(result)
         if counters is not None:
             counters["transform_s"] += time.perf_counter() - t
-        return out[0] if self.clips == 1 else out
+        return out
 
     def _clip(self, frames, rng, state):
-        if self.transform is None:
-            return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).contiguous()
+        if self.transform is None:  # each frame copied once, straight into its CHW slot
+            h, w = frames[0].shape[:2]
+            out = torch.empty((len(frames), 3, h, w), dtype=torch.uint8)
+            for t, frame in enumerate(frames):
+                out[t].copy_(torch.from_numpy(frame).permute(2, 0, 1))
+            return out
         plan = self.frame_plan
         if plan is not None and plan.output_shape is not None:
             # every frame the same key: one batch call, one set of draws (those of

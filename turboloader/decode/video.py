@@ -1,12 +1,16 @@
-"""Video clips: the frames of a clip decoded from an encoded video's bytes, with seeking.
+"""Video clips: the frames of a clip decoded from an encoded video's bytes.
 
 Decoding goes through PyAV (FFmpeg inside its wheels: ``pip install
 'torch-turboloader[video]'``), chosen over torchcodec because its wheels carry FFmpeg and
-install in CI. A clip is a list of frame indices; :func:`decode_frames` seeks to the key frame
-before the first one and decodes forward only as far as the last, so one clip never decodes
-the whole file. Frames are numbered in presentation order from the stream's packets (read
-without decoding), so a variable frame rate leaves no gaps; frames over ``max_pixels`` are
-refused from the stream header, before anything is decoded.
+install in CI. A clip is a list of frame indices. The container is demuxed once: its packets
+number the frames in presentation order (so a variable frame rate leaves no gaps) and are
+kept, so :func:`decode_frames` decodes from them, starting at the key frame before the clip
+and stopping at its last frame: one clip never decodes the whole file. On the way, a frame
+outside the clip that no other frame refers to (a B-frame) is skipped by the codec
+(``skip_frame="NONREF"`` for its packet only), so the clip's frames are bit-identical to a
+front-to-back decode. One swscale converter (one thread) turns every frame of the clip into
+RGB. Frames over ``max_pixels`` are refused from the stream header, before anything is
+decoded.
 """
 
 from __future__ import annotations
@@ -69,19 +73,23 @@ class _Timeline:
         cc = vs.codec_context
         _check_size(int(cc.width or 0), int(cc.height or 0), max_pixels)
         self.rate = _rate(vs)
-        pts = []
+        # the packets themselves are kept (decode order): a clip decodes from them, so the
+        # file is demuxed once, and their key-frame flags say where decoding may start
+        packets = self.packets = []
         try:
             for packet in container.demux(vs):
                 t = packet.pts if packet.pts is not None else packet.dts
                 if t is not None and packet.size:
-                    pts.append(int(t))
+                    packets.append(packet)
         except Exception as exc:  # FFmpeg's errors while demuxing
             raise DecodeError(f"cannot read the video's packets: {exc}") from None
-        if not pts:
+        if not packets:
             raise DecodeError("the video stream has no frames")
-        pts.sort()
-        self.pts = pts
+        order = [int(p.pts if p.pts is not None else p.dts) for p in packets]
+        pts = self.pts = sorted(order)
         self.index = {t: i for i, t in enumerate(pts)}
+        self.position = {t: k for k, t in enumerate(order)}  # frame pts -> its packet
+        self.keys = [k for k, p in enumerate(packets) if p.is_keyframe]
         header = int(vs.frames or 0)
         # an AVI's frame count includes a dropped frame's empty chunk, which has no packet
         if header and "avi" not in container.format.name.split(","):
@@ -90,6 +98,23 @@ class _Timeline:
                                   f"header lists (a truncated file)")
         else:
             self._check_duration(container, vs)
+
+    def start(self, want):
+        """The packet to start decoding at for the frames ``want`` (sorted, present
+        indices): the last key frame that comes no later than any of their packets in decode
+        order and shows no later than the first of them (an open GOP's leading frames follow
+        their key frame's packet but refer to the GOP before); the first packet when no key
+        frame qualifies."""
+        first = min(self.position[self.pts[i]] for i in want)
+        lowest = self.pts[want[0]]
+        best = 0
+        for k in self.keys:
+            if k > first:
+                break
+            p = self.packets[k]
+            if (p.pts if p.pts is not None else p.dts) <= lowest:
+                best = k
+        return best
 
     def _check_duration(self, container, vs):
         """Without a frame count to trust: the packets must reach the stream's duration
@@ -166,8 +191,9 @@ def clip_indices(num_frames, frames_per_clip, stride, *, rng=None, sampling="ran
 
 def decode_frames(data, indices, /, *, max_pixels=None) -> dict:
     """``{index: (H, W, 3) uint8 RGB array}`` for the frame ``indices`` of encoded ``data``
-    (frame ``i``: the ``i``-th in presentation order), seeking to the key frame before the
-    first and decoding forward to the last.
+    (frame ``i``: the ``i``-th in presentation order), decoded from the key frame before the
+    first to the last, frames outside them that nothing refers to skipped. The arrays may be
+    views of FFmpeg's frame buffers (rows padded only where FFmpeg aligns them).
 
     Raises:
         DecodeError: not a readable video, frames over ``max_pixels`` (checked against the
@@ -177,7 +203,7 @@ def decode_frames(data, indices, /, *, max_pixels=None) -> dict:
     limit = _max_pixels(max_pixels)
     container = _open(data)
     try:
-        return _frames(container, _Timeline(container, max_pixels=limit), indices, limit)
+        return _frames(_Timeline(container, max_pixels=limit), indices, limit)
     finally:
         container.close()
 
@@ -200,30 +226,54 @@ def decode_clips(data, frames_per_clip, stride, /, *, rng=None, sampling="random
         timeline = _Timeline(container, max_pixels=limit)
         chosen = clip_indices(len(timeline), frames_per_clip, stride, rng=rng,
                               sampling=sampling, clips=clips)
-        frames = _frames(container, timeline, [i for c in chosen for i in c], limit)
+        frames = _frames(timeline, [i for c in chosen for i in c], limit)
         return [[frames[i] for i in c] for c in chosen]
     finally:
         container.close()
 
 
-def _frames(container, timeline, indices, limit):
+def _decode_packets(cc, packets, wanted):
+    """The frames decoded from ``packets`` (decode order), then the decoder's delayed ones.
+    A packet whose frame is not ``wanted`` (a set of timestamps) is decoded with
+    ``skip_frame="NONREF"``: the codec skips it when no other frame refers to it (a
+    B-frame, H.264/HEVC's non-reference pictures), by its own bitstream rules; every
+    reference frame and every wanted frame is decoded in full, so the frames are the
+    same as decoding everything."""
+    skip = None
+    for packet in packets:
+        t = packet.pts if packet.pts is not None else packet.dts
+        if (t not in wanted) is not skip:  # set only when it changes (a string to parse)
+            skip = t not in wanted
+            cc.skip_frame = "NONREF" if skip else "DEFAULT"
+        yield from cc.decode(packet)
+    cc.skip_frame = "DEFAULT"
+    yield from cc.decode(None)
+
+
+def _frames(timeline, indices, limit):
+    from av.video.reformatter import VideoReformatter
+
     want = sorted(set(int(i) for i in indices))
-    vs = timeline.stream
+    present = [i for i in want if 0 <= i < len(timeline)]  # the others are missing frames
+    wanted = {timeline.pts[i] for i in present}
+    cc = timeline.stream.codec_context
+    cc.thread_count = 1  # parallelism belongs to the loader (set before the codec opens)
+    # one converter for every frame: a new one per frame (PyAV's to_ndarray(format=...))
+    # sets up swscale and its slice threads for each frame, more than the decode costs
+    # at small sizes; threads=1 converts the same pixels without them
+    rgb = VideoReformatter()
+    got = {}
     try:
-        # the timeline's demuxing read the whole file: always seek back
-        target = timeline.pts[want[0]] if want[0] < len(timeline) else timeline.pts[-1]
-        container.seek(target, stream=vs, backward=True, any_frame=False)
-        got = {}
-        wanted = set(want)
-        for frame in container.decode(vs):
+        packets = timeline.packets[timeline.start(present):] if present else []
+        for frame in _decode_packets(cc, packets, wanted) if packets else ():
             t = frame.pts if frame.pts is not None else frame.dts
-            idx = timeline.index.get(t)
-            if idx is None:
+            if t not in wanted:
                 continue
-            if idx in wanted:
-                _check_size(frame.width, frame.height, limit)  # a size change mid-stream
-                got[idx] = frame.to_ndarray(format="rgb24")
-            if idx >= want[-1]:
+            idx = timeline.index[t]
+            _check_size(frame.width, frame.height, limit)  # a size change mid-stream
+            # a view of the converted frame's pixels (PyAV pads rows only when it must)
+            got[idx] = rgb.reformat(frame, format="rgb24", threads=1).to_ndarray()
+            if len(got) == len(present):
                 break
     except DecodeError:
         raise
