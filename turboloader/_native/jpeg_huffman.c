@@ -47,6 +47,7 @@ struct jpeg_entropy_decoder {
 #endif
 
 #define TL_LOOKUP_BITS 10
+#define TL_FAST_EOB 0x1000
 /* Zero bytes after a segment's data: a block reads at most 64 codes of 16 bits plus 64
  * values of 16 bits (256 bytes) before the bit count is checked, and a load reads 8. */
 #define TL_SEG_PAD 320
@@ -67,7 +68,8 @@ typedef struct {
     int32_t valoff[17];                   /* symbol index of code c of length l: c + valoff[l] */
     uint8_t huffval[256];
     /* AC tables: a code and its value together, when both fit TL_LOOKUP_BITS bits:
-     * (value << 16) | (run << 8) | bits of code and value; 0: take the two steps */
+     * (value << 16) | (run << 8) | bits of code and value, or TL_FAST_EOB | bits of an
+     * end-of-block code; 0: take the two steps */
     int32_t fast_ac[1 << TL_LOOKUP_BITS];
 } tl_htab;
 
@@ -153,6 +155,8 @@ static int tl_build_table(const JHUFF_TBL *t, tl_htab *h, int is_ac)
                 int v = r < (1 << (sz - 1)) ? r - (1 << sz) + 1 : r;   /* HUFF_EXTEND */
                 h->fast_ac[i] = (int32_t)(((uint32_t)v << 16) | ((unsigned)run << 8) |
                                           (unsigned)(len + sz));
+            } else if (e && !sz && run != 15) {
+                h->fast_ac[i] = (int32_t)(TL_FAST_EOB | (unsigned)len);  /* end of block */
             }
         }
     }
@@ -387,9 +391,11 @@ static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
                 TL_REFILL();
                 f = ac->fast_ac[acc >> (64 - TL_LOOKUP_BITS)];
                 if (f) {
-                    k += (f >> 8) & 15;
                     acc <<= (f & 0xFF);
                     cnt -= (f & 0xFF);
+                    if (f & TL_FAST_EOB)
+                        break;
+                    k += (f >> 8) & 15;
                     (*block)[tl_natural_order[k]] = (JCOEF)(f >> 16);
                     continue;
                 }
@@ -414,9 +420,11 @@ static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
                 TL_REFILL();
                 f = ac->fast_ac[acc >> (64 - TL_LOOKUP_BITS)];
                 if (f) {
-                    k += (f >> 8) & 15;
                     acc <<= (f & 0xFF);
                     cnt -= (f & 0xFF);
+                    if (f & TL_FAST_EOB)
+                        break;
+                    k += (f >> 8) & 15;
                     continue;
                 }
                 TL_SYMBOL(ac, s);
