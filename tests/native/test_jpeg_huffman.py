@@ -196,3 +196,26 @@ def test_threads(seekable):
 
     with ThreadPoolExecutor(4) as ex:
         assert all(ex.map(one, crops * 3))
+
+
+# -- the switch -----------------------------------------------------------------------------
+
+
+def test_environment_switch_selects_libjpegs_decoder_with_the_same_pixels(seekable, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    import turboloader.decode.jpeg as tl_jpeg
+    from turboloader.decode import decode_resized_crop
+
+    code = "import turboloader.decode.jpeg as j; print(j._flags(), j._flags(True))"
+    for value, want in (("1", STOCK), ("0", 0), ("", 0)):
+        env = dict(os.environ, TURBOLOADER_STOCK_HUFFMAN=value)
+        got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout.split()
+        assert got == [str(want), str(want | _jpeg.STRICT)]
+    ours = decode_resized_crop(seekable, 30, 200, 100, 90, 64)
+    monkeypatch.setattr(tl_jpeg, "_STOCK_HUFFMAN", True)
+    assert tl_jpeg._flags() == STOCK
+    np.testing.assert_array_equal(decode_resized_crop(seekable, 30, 200, 100, 90, 64), ours)
