@@ -121,14 +121,15 @@ def extensions():
     exts = [
         ext("_cpu", "_cpu.pyx"),
         ext("_tar", "_tar.pyx"),
-        ext("_jpeg", "_jpeg.pyx", "jpeg_shim.c", "jpeg_transcode.c", jpeg=True),
+        ext("_jpeg", "_jpeg.pyx", "jpeg_shim.c", "jpeg_transcode.c", "jpeg_huffman.c",
+            jpeg=True),
         ext("_resample", "_resample.pyx", "resample_kernels.c"),
         ext("_colour", "_colour.pyx", "colour_kernels.c"),
         ext("_chw", "_chw.pyx", "chw_kernels.c"),
         ext("_warp", "_warp.pyx", "warp_kernels.c"),
         ext("_mask", "_mask.pyx", "mask_kernels.c"),
-        ext("_fused", "_fused.pyx", "jpeg_shim.c", "jpeg_transcode.c", "batch_pool.c", jpeg=True,
-            threads=True),
+        ext("_fused", "_fused.pyx", "jpeg_shim.c", "jpeg_transcode.c", "jpeg_huffman.c",
+            "batch_pool.c", jpeg=True, threads=True),
     ]
     only = {s.strip() for s in os.environ.get("TURBOLOADER_ONLY", "").split(",") if s.strip()}
     if only:

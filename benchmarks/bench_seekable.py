@@ -13,7 +13,9 @@ photographs at ImageNet's sizes):
   shared machine do not count): the full decode of every original JPEG (the decode limit of
   one thread), and the fused decode -> crop/resize -> CHW step the datasets run per sample
   (``resample_into_slot``) with torchvision's RandomResizedCrop(224) boxes (train) and
-  Resize(256) + CenterCrop(224) boxes (val), on the original and on the seekable bytes;
+  Resize(256) + CenterCrop(224) boxes (val), on the original and on the seekable bytes (the
+  seekable ones also through libjpeg-turbo's own Huffman decoder, as with
+  ``TURBOLOADER_STOCK_HUFFMAN=1``, against turboloader's ``jpeg_huffman.c``);
 * loader rows, wall time: train (RandomResizedCrop 224 + flip + normalize) and val (Resize 256
   + CenterCrop 224 + normalize) through ``turboloader.DataLoader(TarDataset,
   backend="threads", num_workers=--threads)`` on the original and the seekable shards, against
@@ -148,10 +150,17 @@ def main(argv=None):
              for p, f in (("train", rrc_box), ("val", val_box))}
     slot = np.empty((3, 224, 224), np.uint8)
 
-    def kernel(which, pipeline):
+    import turboloader.decode.jpeg as tl_jpeg
+
+    def kernel(which, pipeline, stock=False):
         def go():
-            for o, (box, clip) in zip(opened, boxes[pipeline]):
-                resample_into_slot(o[which], slot, box=box, clip=clip, filt=1)
+            # stock: libjpeg-turbo's own Huffman decoder (TURBOLOADER_STOCK_HUFFMAN=1)
+            tl_jpeg._STOCK_HUFFMAN = stock
+            try:
+                for o, (box, clip) in zip(opened, boxes[pipeline]):
+                    resample_into_slot(o[which], slot, box=box, clip=clip, filt=1)
+            finally:
+                tl_jpeg._STOCK_HUFFMAN = False
             return len(opened)
         return go
 
@@ -164,6 +173,8 @@ def main(argv=None):
     for pipeline in ("train", "val"):
         ksys[f"{pipeline}: fused decode+crop+resize, original"] = kernel(0, pipeline)
         ksys[f"{pipeline}: fused decode+crop+resize, seekable"] = kernel(1, pipeline)
+        ksys[f"{pipeline}: fused decode+crop+resize, seekable, libjpeg-turbo's Huffman "
+             "decoder"] = kernel(1, pipeline, stock=True)
         if args.finest:
             ksys[f"{pipeline}: fused decode+crop+resize, seekable, 1 MCU per interval"] = \
                 kernel(2, pipeline)

@@ -1,6 +1,6 @@
 """Checks an installed turboloader wheel: run by tests/packaging/test_wheel.py (in a fresh venv)
 and by the release workflow (.github/workflows/wheels.yml) on every built wheel. Generates its
-own data in the current folder, decodes a JPEG, runs a TarDataset epoch with workers, and
+own data in the current folder, decodes a JPEG (and one with restart markers), runs a TarDataset epoch with workers, and
 prints OK. Run it from outside the source tree, so that the installed package is imported.
 
     python tests/packaging/wheel_smoke.py [--no-compiler]   (also: no C compiler on PATH)
@@ -44,6 +44,22 @@ def main():
     maps = Path("/proc/self/maps").read_text()
     jpeg_libs = set(re.findall(r"(\S*libjpeg\S*)", maps))
     assert all("/pillow.libs/" in p for p in jpeg_libs), jpeg_libs
+    # a file with restart markers decodes through turboloader's Huffman decoder to the pixels
+    # the wheel's own libjpeg-turbo gives (its STOCK_HUFFMAN path), whole and windowed
+    from turboloader._native import _jpeg
+
+    seek = _jpeg.transcode_restart(data, restart_mcus=1)[0]
+    for crop in ((0, 0, 0, 0), (17, 9, 40, 30)):
+        outs = []
+        for flags in (0, _jpeg.STOCK_HUFFMAN):
+            h, w = crop[3] or 64, crop[2] or 96
+            out = np.empty((h, w, 3), np.uint8)
+            _jpeg.decode_into(np.frombuffer(seek, np.uint8), out, crop_x=crop[0],
+                              crop_y=crop[1], crop_w=crop[2], crop_h=crop[3], flags=flags,
+                              restart=True)
+            outs.append(out)
+        assert np.array_equal(*outs)
+    assert np.array_equal(outs[0], img[9:39, 17:57])
     with tarfile.open("s.tar", "w") as tar:
         for i in range(10):
             for name, blob in ((f"{i:03d}.jpg", data), (f"{i:03d}.cls", str(i).encode())):

@@ -10,7 +10,8 @@ from libc.stdlib cimport free, malloc
 from turboloader._native.jpeg_shim cimport (
     TL_CS_CMYK, TL_CS_GRAY, TL_CS_RGB, TL_CS_YCBCR, TL_CS_YCCK, TL_ERR_ARG, TL_FAST_DCT,
     TL_ERR_OUTPUT_FULL, TL_MAX_SCANS, TL_MSG_LEN, TL_NO_FANCY_UPSAMPLING, TL_OK,
-    TL_RST_SCRATCH, TL_STRICT, TL_TRANSCODE_BOUND, tl_jpeg_decode_rst, tl_jpeg_info,
+    TL_RST_SCRATCH, TL_STOCK_HUFFMAN, TL_STRICT, TL_TRANSCODE_BOUND, tl_jpeg_decode_rst,
+    tl_jpeg_info,
     tl_jpeg_read_header, tl_jpeg_restart_window, tl_jpeg_transcode_restart,
 )
 
@@ -19,6 +20,7 @@ from turboloader.errors import DecodeError
 STRICT = TL_STRICT
 FAST_DCT = TL_FAST_DCT
 NO_FANCY_UPSAMPLING = TL_NO_FANCY_UPSAMPLING
+STOCK_HUFFMAN = TL_STOCK_HUFFMAN
 MAX_SCANS = TL_MAX_SCANS
 
 _COLOR_SPACES = {

@@ -1,5 +1,6 @@
 /*
- * jpeg_internal.h -- what jpeg_shim.c shares with jpeg_transcode.c: the error manager and
+ * jpeg_internal.h -- what jpeg_shim.c shares with jpeg_transcode.c and
+ * jpeg_huffman.c: the error manager and
  * decompressor context (libjpeg's types, so never cimported from Cython; jpeg_shim.h is the
  * public contract), and the helpers both files call. Not part of the API.
  */
@@ -30,7 +31,13 @@ typedef struct {
     struct jpeg_progress_mgr progress;   /* cinfo.progress points here (see tl_ctx_of) */
     long long blocks;                    /* coefficient blocks of a progressive image */
     long long max_work;                  /* > 0: limit on scans x blocks (TL_ERR_TOO_MUCH_WORK) */
+    void *huff;                          /* jpeg_huffman.c's state while it decodes the scan */
 } tl_ctx;
+
+/* Internal status (never returned by the public functions): jpeg_huffman.c met data that
+ * libjpeg's own decoder would warn about or recover from; tl_decode decodes again with
+ * TL_STOCK_HUFFMAN. */
+#define TL_RETRY_STOCK -100
 
 /* Ends the call: longjmp to the caller's setjmp with status (a TL_ERR_* code). */
 void tl_fail(j_common_ptr cinfo, int status);
@@ -43,6 +50,10 @@ int tl_arg_error(char *errmsg, const char *msg);
 int tl_check_limits(tl_ctx *c, long long max_pixels);
 /* Whether the data's last bytes are an EOI marker (FF D9), as an intact file's are. */
 int tl_ends_with_eoi(const unsigned char *data, size_t size);
+/* After jpeg_start_decompress: decode the scan's entropy-coded data with jpeg_huffman.c's
+ * decoder instead of libjpeg's when it is a sequential Huffman scan with restart markers
+ * (1: installed; 0: libjpeg's decoder stays). */
+int tl_huff_install(tl_ctx *c);
 /* One decode with its own setjmp (tl_jpeg_decode / _wide; whole_rows: see jpeg_shim.c). */
 int tl_decode(const unsigned char *data, size_t size, int scale_num,
               int crop_x, int crop_y, int crop_w, int crop_h,

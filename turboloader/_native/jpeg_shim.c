@@ -1,7 +1,8 @@
 /*
  * jpeg_shim.c -- every libjpeg call turboloader makes, and the setjmp that catches libjpeg's
  * errors: headers and decodes. The restart-interval window decode and the lossless transcode
- * to restart intervals are in jpeg_transcode.c. See jpeg_shim.h for the contract. No globals: all state lives in a tl_ctx on the
+ * to restart intervals are in jpeg_transcode.c; the Huffman decoder for scans with restart
+ * markers in jpeg_huffman.c. See jpeg_shim.h for the contract. No globals: all state lives in a tl_ctx on the
  * caller's stack, so concurrent calls from several threads never share anything.
  */
 #include <limits.h>
@@ -318,6 +319,10 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
         jpeg_abort_decompress(cinfo);
         return TL_ERR_DECODE;
     }
+    /* libjpeg-turbo decodes scans with restart markers through its slow Huffman path only;
+     * ours is fast there and gives the same coefficients (else tl_decode retries without). */
+    if (!(flags & TL_STOCK_HUFFMAN))
+        tl_huff_install(c);
 
     col0 = x;
     /* whole_rows: the image is a restart-interval sub-image, hardly wider than the window;
@@ -417,12 +422,12 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
     return TL_OK;
 }
 
-int tl_decode(const unsigned char *data, size_t size, int scale_num,
-              int crop_x, int crop_y, int crop_w, int crop_h,
-              unsigned char *out, ptrdiff_t out_stride, size_t out_size,
-              int flags, long long max_pixels,
-              char *errmsg, int *n_warnings, char *warnmsg, int *col_offset,
-              int whole_rows)
+static int tl_decode_once(const unsigned char *data, size_t size, int scale_num,
+                          int crop_x, int crop_y, int crop_w, int crop_h,
+                          unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+                          int flags, long long max_pixels,
+                          char *errmsg, int *n_warnings, char *warnmsg, int *col_offset,
+                          int whole_rows)
 {
     tl_ctx c;
     char localmsg[TL_MSG_LEN];
@@ -456,6 +461,26 @@ int tl_decode(const unsigned char *data, size_t size, int scale_num,
     jpeg_destroy_decompress(&c.cinfo);
     if (n_warnings != NULL)
         *n_warnings = c.err.n_warnings;
+    return status;
+}
+
+/* tl_decode_once, and again with libjpeg's own Huffman decoder where jpeg_huffman.c's met
+ * data that libjpeg would warn about or recover from (its warnings, errors and pixels are
+ * then exactly libjpeg's). */
+int tl_decode(const unsigned char *data, size_t size, int scale_num,
+              int crop_x, int crop_y, int crop_w, int crop_h,
+              unsigned char *out, ptrdiff_t out_stride, size_t out_size,
+              int flags, long long max_pixels,
+              char *errmsg, int *n_warnings, char *warnmsg, int *col_offset,
+              int whole_rows)
+{
+    int status = tl_decode_once(data, size, scale_num, crop_x, crop_y, crop_w, crop_h, out,
+                                out_stride, out_size, flags, max_pixels, errmsg, n_warnings,
+                                warnmsg, col_offset, whole_rows);
+    if (status == TL_RETRY_STOCK && !(flags & TL_STOCK_HUFFMAN))
+        status = tl_decode_once(data, size, scale_num, crop_x, crop_y, crop_w, crop_h, out,
+                                out_stride, out_size, flags | TL_STOCK_HUFFMAN, max_pixels,
+                                errmsg, n_warnings, warnmsg, col_offset, whole_rows);
     return status;
 }
 

@@ -67,6 +67,8 @@ extern "C" {
 #define TL_STRICT              1  /* every libjpeg warning is an error (TL_ERR_STRICT) */
 #define TL_FAST_DCT            2  /* JDCT_IFAST instead of the accurate JDCT_ISLOW */
 #define TL_NO_FANCY_UPSAMPLING 4  /* replicate chroma instead of interpolating (faster) */
+#define TL_STOCK_HUFFMAN       8  /* libjpeg's own Huffman decoder also for scans with restart
+                                     markers (default: jpeg_huffman.c's, same output) */
 
 typedef struct {
     int width, height;  /* of the file, unscaled */
@@ -107,7 +109,7 @@ int tl_jpeg_read_header(const unsigned char *data, size_t size, tl_jpeg_info *in
  * out         first byte of the window's top-left pixel; row r starts at out + r*out_stride.
  * out_stride  bytes between rows, >= 3 * window width.
  * out_size    bytes writable from `out`; must be >= (h - 1) * out_stride + 3 * w.
- * flags       TL_STRICT | TL_FAST_DCT | TL_NO_FANCY_UPSAMPLING.
+ * flags       TL_STRICT | TL_FAST_DCT | TL_NO_FANCY_UPSAMPLING | TL_STOCK_HUFFMAN.
  * max_pixels  > 0: refuse files whose width*height exceeds it (TL_ERR_TOO_LARGE), checked
  *             right after the header, before libjpeg allocates its image buffers. <= 0: no limit.
  * errmsg      TL_MSG_LEN bytes: the error message on failure, "" on success.

@@ -47,7 +47,8 @@ import numpy as np
 from turboloader._native import _fused, _jpeg
 from turboloader._native._fused import MAX_COLOUR_OPS, BatchRunner
 from turboloader.decode._window import windows
-from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _max_pixels, _open, _warn
+from turboloader.decode.jpeg import (DEFAULT_MAX_PIXELS, _as_buffer, _flags, _max_pixels, _open,
+                                      _warn)
 from turboloader.decode.sizes import scaled_dims, window_scale_num
 from turboloader.errors import DecodeError
 
@@ -502,7 +503,7 @@ def run_batch(sources, params, out, /, *, dtype, shape=None, affine=None, rows=N
         todo=todo.view(np.uint8), kind=params.kind, rows=rows, window=params.window,
         full=params.full, scale_num=params.scale_num, box=params.box, flip=params.flip,
         n_ops=params.n_ops, ops=params.ops, factors=params.factors, filter=params.filter,
-        mean_scale=scale, bias=bias, flags=_jpeg.STRICT if strict else 0,
+        mean_scale=scale, bias=bias, flags=_flags(strict),
         max_pixels=params.max_pixels)
     for i in np.flatnonzero(failed).tolist():
         status[i] = FAILED
@@ -563,6 +564,6 @@ def resample_into_slot(src, out, *, box, clip, filt, source_size=None, flip=Fals
         buf, out, scale_num=int(k[0]), full=(ww == dims[0, 0] and wh == dims[0, 1]),
         win_x=wx, win_y=wy, win_w=ww, win_h=wh, box=tuple(inner[0].tolist()), filter=filt,
         flip=flip, ops=ops, mean_scale=scale, bias=bias,
-        flags=_jpeg.STRICT if strict else 0, max_pixels=max_pixels)
+        flags=_flags(strict), max_pixels=max_pixels)
     _warn(n_warnings, message, stacklevel + 1)
     return out

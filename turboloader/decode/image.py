@@ -16,7 +16,7 @@ import struct
 
 import numpy as np
 
-from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _max_pixels, decode_jpeg
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _flags, _max_pixels, decode_jpeg
 from turboloader.decode.sizes import fit_scale_num, scaled_dims, shrunk_size
 from turboloader.errors import DecodeError
 from turboloader.io.codec import Codec, as_codec, detect_codec
@@ -182,7 +182,7 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
         else:
             into = np.empty((*decoded, 3), np.uint8) if out is None else out
         n_warnings, message = _jpeg.decode_into(
-            buf, into, scale_num=k, crop_x=0, crop_y=0, crop_w=0, crop_h=0, flags=0,
+            buf, into, scale_num=k, crop_x=0, crop_y=0, crop_w=0, crop_h=0, flags=_flags(),
             max_pixels=limit)
         _warn(n_warnings, message, stacklevel=3)
         if final == decoded:

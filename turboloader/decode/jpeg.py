@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+import os
 import warnings
 from dataclasses import dataclass
 from fractions import Fraction
@@ -33,6 +34,18 @@ __all__ = [
 #: Files with more pixels (width * height, before scaling) are refused. Pillow's
 #: ``Image.MAX_IMAGE_PIXELS * 2``, the size at which Pillow raises DecompressionBombError.
 DEFAULT_MAX_PIXELS = 178956970
+
+#: ``TURBOLOADER_STOCK_HUFFMAN=1`` in the environment (read at import): files with restart
+#: markers (``convert --seekable``) entropy-decode through libjpeg-turbo's own Huffman decoder
+#: instead of turboloader's (``_native/jpeg_huffman.c``; same pixels, faster). For comparison
+#: (``benchmarks/run.py``'s ``turboloader-seekable-stock`` row) and as an escape hatch.
+_STOCK_HUFFMAN = os.environ.get("TURBOLOADER_STOCK_HUFFMAN", "") not in ("", "0")
+
+
+def _flags(strict=False):
+    """The native decode flags every JPEG decode passes: STRICT when asked, and the Huffman
+    decoder choice (:data:`_STOCK_HUFFMAN`, read at call time so a benchmark can switch it)."""
+    return (_jpeg.STRICT if strict else 0) | (_jpeg.STOCK_HUFFMAN if _STOCK_HUFFMAN else 0)
 
 _SUBSAMPLING = {
     (1, 1): "4:4:4",
@@ -401,9 +414,7 @@ def decode_jpeg(
     else:
         _check_out(out, h, w)
 
-    flags = 0
-    if strict:
-        flags |= _jpeg.STRICT
+    flags = _flags(strict)
     if fast_dct:
         flags |= _jpeg.FAST_DCT
     if not fancy_upsampling:

@@ -1,0 +1,223 @@
+"""turboloader's own Huffman decoder for scans with restart markers (jpeg_huffman.c) against
+libjpeg-turbo's (the oracle, ``flags=STOCK_HUFFMAN``): the same pixels, warnings and errors on
+every subsampling, restart interval, DCT scale and window, on the restart-interval window path
+and the plain one; and on hostile data (misnumbered, missing, extra RST markers, bytes left
+over or missing in an interval, fill bytes, bit flips, truncation), where it hands the decode
+back to libjpeg's decoder."""
+
+import io
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from turboloader import DecodeError
+from turboloader._native import _jpeg
+
+STOCK = _jpeg.STOCK_HUFFMAN
+
+
+def synth(h, w, seed=0):
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.stack([xx / w * 255, yy / h * 255,
+                    128 + 100 * np.sin(xx / 7) * np.cos(yy / 11)], axis=-1)
+    img += rng.normal(0, 20, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def encode(arr, mode="RGB", quality=90, **kw):
+    im = Image.fromarray(arr)
+    if mode != "RGB":
+        im = im.convert(mode)
+    bio = io.BytesIO()
+    im.save(bio, "JPEG", quality=quality, **kw)
+    return bio.getvalue()
+
+
+KINDS = {
+    "444": (dict(subsampling=0), "RGB"),
+    "422": (dict(subsampling=1), "RGB"),
+    "420": (dict(subsampling=2), "RGB"),
+    "gray": ({}, "L"),
+    "cmyk": ({}, "CMYK"),
+}
+
+
+def outcome(data, k=8, crop=None, restart=False, flags=0):
+    """(pixels, n_warnings, first warning) of a decode, or (exception type, message)."""
+    W, H = _jpeg.read_header(np.frombuffer(data, np.uint8))[:2]
+    dw, dh = (W * k + 7) // 8, (H * k + 7) // 8
+    x, y, w, h = crop or (0, 0, 0, 0)
+    out = np.zeros((h or dh, w or dw, 3), np.uint8)
+    try:
+        warn = _jpeg.decode_into(np.frombuffer(data, np.uint8), out, scale_num=k, crop_x=x,
+                                 crop_y=y, crop_w=w, crop_h=h, flags=flags, restart=restart)
+    except (DecodeError, ValueError) as exc:
+        return type(exc), str(exc)
+    return out, warn
+
+
+def assert_same(data, k=8, crop=None, restart=False, flags=0):
+    ours = outcome(data, k, crop, restart, flags)
+    stock = outcome(data, k, crop, restart, flags | STOCK)
+    if isinstance(stock[0], np.ndarray):
+        assert isinstance(ours[0], np.ndarray), ours
+        np.testing.assert_array_equal(ours[0], stock[0])
+        assert ours[1] == stock[1]
+    else:
+        assert ours == stock
+    return stock
+
+
+def windows(H, W, k):
+    dw, dh = (W * k + 7) // 8, (H * k + 7) // 8
+    return [None, (0, 0, min(40, dw), min(30, dh)), (dw // 3, dh // 4, dw // 3, dh // 2),
+            (dw - min(25, dw), dh - min(20, dh), min(25, dw), min(20, dh)),
+            (max(0, dw // 2 - 1), 0, 1, dh)]
+
+
+@pytest.fixture(scope="module", params=[(kind, size, rst) for kind in KINDS
+                                        for size in [(203, 317), (331, 517), (64, 48)]
+                                        for rst in (0, 1, 3, 5)],
+                ids=lambda p: f"{p[0]}-{p[1][1]}x{p[1][0]}-rst{p[2]}")
+def converted(request):
+    # (64, 48) is below TL_HUFF_MIN_BLOCKS: libjpeg's decoder either way; the windows of the
+    # larger sizes give sub-images above and below it
+    kind, (h, w), rst = request.param
+    kw, mode = KINDS[kind]
+    # rst 0: the automatic interval (what convert --seekable writes); 5: wraps rows
+    return _jpeg.transcode_restart(encode(synth(h, w), mode, **kw), restart_mcus=rst)[0], h, w
+
+
+@pytest.mark.parametrize("k", [8, 6, 4, 3, 2, 1])
+def test_same_pixels_as_libjpeg_every_scale_and_window(converted, k):
+    data, h, w = converted
+    for crop in windows(h, w, k):
+        for restart in (False, True):
+            assert isinstance(assert_same(data, k, crop, restart)[0], np.ndarray)
+
+
+def test_same_pixels_with_fast_dct_and_no_fancy_upsampling(converted):
+    data, h, w = converted
+    for flags in (_jpeg.FAST_DCT, _jpeg.NO_FANCY_UPSAMPLING, _jpeg.STRICT):
+        for crop in windows(h, w, 8)[:3]:
+            assert_same(data, 8, crop, True, flags)
+
+
+def test_unoptimized_tables_and_low_quality():
+    # libjpeg's standard tables have long AC codes (the decoder's canonical path) and
+    # quality 10 has long zero runs (ZRL) and large DC steps
+    for q in (10, 50, 98):
+        for opt in (False, True):
+            orig = encode(synth(120, 150, seed=q), quality=q, subsampling=2)
+            data = _jpeg.transcode_restart(orig, restart_mcus=2, optimize=opt)[0]
+            for k in (8, 2):
+                assert isinstance(assert_same(data, k)[0], np.ndarray)
+
+
+# -- hostile data: whatever libjpeg makes of it, so does the decode -------------------------
+
+
+def _entropy_start(data):
+    i = data.index(b"\xff\xda")
+    return i + 2 + int.from_bytes(data[i + 2:i + 4], "big")
+
+
+def _rsts(data):
+    start = _entropy_start(data)
+    return [i for i in range(start, len(data) - 1)
+            if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
+
+
+@pytest.fixture(scope="module")
+def seekable():
+    orig = encode(synth(203, 317), subsampling=2)
+    return _jpeg.transcode_restart(orig, restart_mcus=2)[0]
+
+
+def hostile_cases(conv):
+    rsts = _rsts(conv)
+    assert len(rsts) > 40
+    b = bytearray(conv)
+    b[rsts[5] + 1] = 0xD0 + (b[rsts[5] + 1] - 0xD0 + 3) % 8
+    yield "misnumbered", bytes(b)
+    yield "missing", conv[:rsts[7]] + conv[rsts[7] + 2:]
+    yield "one too many", conv[:rsts[9]] + b"\xff\xd3" + conv[rsts[9]:]
+    yield "extra bytes before a marker", conv[:rsts[11]] + b"\x12\x34" + conv[rsts[11]:]
+    yield "a byte short", conv[:rsts[13] - 1] + conv[rsts[13]:]
+    yield "fill bytes before a marker", conv[:rsts[15]] + b"\xff\xff\xff" + conv[rsts[15]:]
+    yield "empty interval", conv[:rsts[17] + 2] + conv[rsts[18]:]
+    yield "garbage before EOI", conv[:-2] + b"\x00\x01\x02\xff\xd9"
+    yield "RST before EOI", conv[:-2] + b"\xff\xd0\xff\xd9"
+    yield "EOI early", conv[:rsts[20]] + b"\xff\xd9"
+    yield "truncated", conv[:rsts[25] + 5]
+    yield "no markers at all", conv[:_entropy_start(conv)] + bytes(
+        v for i, v in enumerate(conv[_entropy_start(conv):], _entropy_start(conv))
+        if not any(r <= i < r + 2 for r in rsts))
+    big = bytearray(conv)
+    big[rsts[3] + 4] = 0xFF                      # a marker-like byte inside an interval
+    big[rsts[3] + 5] = 0xC4
+    yield "DHT inside the data", bytes(big)
+
+
+@pytest.mark.parametrize("flags", [0, _jpeg.STRICT], ids=["lenient", "strict"])
+def test_hostile_restart_data_decodes_as_libjpeg_decodes_it(seekable, flags):
+    crops = [None, (200, 120, 60, 50), (0, 0, 64, 64), (250, 150, 67, 53)]
+    outcomes = set()
+    for name, bad in hostile_cases(seekable):
+        for crop in crops:
+            for restart in (False, True):
+                r = assert_same(bad, 8, crop, restart, flags)
+                outcomes.add("pixels" if isinstance(r[0], np.ndarray) else r[0].__name__)
+    # the cases reach both ends: decodes (with or without warnings) and errors
+    assert "pixels" in outcomes and "DecodeError" in outcomes
+
+
+def test_bit_flips_decode_as_libjpeg_decodes_them(seekable):
+    rng = np.random.default_rng(11)
+    start = _entropy_start(seekable)
+    for trial in range(80):
+        b = bytearray(seekable)
+        for _ in range(int(rng.integers(1, 4))):
+            i = int(rng.integers(start, len(b) - 2))
+            b[i] ^= 1 << int(rng.integers(0, 8))
+        bad = bytes(b)
+        crop = [None, (200, 120, 60, 50), (10, 150, 100, 40)][trial % 3]
+        assert_same(bad, 8, crop, trial % 2 == 0, _jpeg.STRICT if trial % 4 == 1 else 0)
+
+
+def test_threads(seekable):
+    ref = outcome(seekable, restart=False, flags=STOCK)[0]
+    crops = [(x, y, 50, 40) for x in range(0, 260, 37) for y in range(0, 160, 41)]
+
+    def one(crop):
+        x, y, w, h = crop
+        return np.array_equal(outcome(seekable, 8, crop, True)[0], ref[y:y + h, x:x + w])
+
+    with ThreadPoolExecutor(4) as ex:
+        assert all(ex.map(one, crops * 3))
+
+
+# -- the switch -----------------------------------------------------------------------------
+
+
+def test_environment_switch_selects_libjpegs_decoder_with_the_same_pixels(seekable, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    import turboloader.decode.jpeg as tl_jpeg
+    from turboloader.decode import decode_resized_crop
+
+    code = "import turboloader.decode.jpeg as j; print(j._flags(), j._flags(True))"
+    for value, want in (("1", STOCK), ("0", 0), ("", 0)):
+        env = dict(os.environ, TURBOLOADER_STOCK_HUFFMAN=value)
+        got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout.split()
+        assert got == [str(want), str(want | _jpeg.STRICT)]
+    ours = decode_resized_crop(seekable, 30, 200, 100, 90, 64)
+    monkeypatch.setattr(tl_jpeg, "_STOCK_HUFFMAN", True)
+    assert tl_jpeg._flags() == STOCK
+    np.testing.assert_array_equal(decode_resized_crop(seekable, 30, 200, 100, 90, 64), ours)

@@ -1,0 +1,468 @@
+/*
+ * jpeg_huffman.c -- turboloader's own Huffman decoder for sequential JPEG scans with restart
+ * markers (what `convert --seekable` writes, and what the restart-interval window decodes).
+ *
+ * Why: libjpeg-turbo keeps its fast Huffman path off for every MCU of a scan that has restart
+ * markers (jdhuff.c, decode_mcu: usefast = 0), so those files entropy-decode through its
+ * slow, bit-at-a-time path; the profile of the seekable train and val steps puts that slow
+ * path at ~40% of their CPU time. This decoder replaces libjpeg's decode_mcu for such a scan
+ * (after jpeg_start_decompress, through the entropy module's function pointer) and hands
+ * libjpeg the same coefficient blocks, so its IDCT, upsampling and colour conversion run
+ * unchanged.
+ *
+ * Exactness: coefficients are written exactly as jdhuff.c's decode_mcu_slow writes them
+ * (DC prediction in int, the same natural-order table with its 16 guard entries, DC and AC
+ * only where libjpeg needs them). Wherever libjpeg would warn or recover instead (a code
+ * that matches nothing, bits running out before an MCU ends, bytes left over before a
+ * marker, a missing or misnumbered RST marker, a marker where data should be) this decoder
+ * does not try to imitate it: it ends the decode with TL_RETRY_STOCK, and tl_decode decodes
+ * the same bytes again with libjpeg's own decoder (TL_STOCK_HUFFMAN). So every file decodes
+ * to libjpeg's pixels, warnings and errors, corrupt ones included.
+ *
+ * No globals; the state lives in libjpeg's JPOOL_IMAGE pool of the decompressor (freed by
+ * jpeg_abort/destroy_decompress on every path).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+#include "jpeg_shim.h"
+#include "jpeg_internal.h"
+
+/* libjpeg's entropy-decoder module (jpegint.h, not installed by every libjpeg-turbo; the
+ * layout has not changed since IJG 6b). */
+struct jpeg_entropy_decoder {
+    void (*start_pass)(j_decompress_ptr cinfo);
+    boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
+    boolean insufficient_data;
+};
+
+#if JPEG_LIB_VERSION >= 70
+#define TL_DCT_SCALED_SIZE(c) ((c)->DCT_h_scaled_size)
+#else
+#define TL_DCT_SCALED_SIZE(c) ((c)->DCT_scaled_size)
+#endif
+
+#define TL_LOOKUP_BITS 10
+#define TL_FAST_EOB 0x1000
+/* Scans of fewer blocks stay with libjpeg's decoder: building the tables (~6 us) costs more
+ * than the faster decoding saves on them (a 32 x 43 4:2:0 image, 36 blocks: 0.73x; 144 blocks:
+ * 1.03x; 840 blocks: 1.15x, one thread). */
+#define TL_HUFF_MIN_BLOCKS 256
+/* Zero bytes after a segment's data: a block reads at most 64 codes of 16 bits plus 64
+ * values of 16 bits (256 bytes) before the bit count is checked, and a load reads 8. */
+#define TL_SEG_PAD 320
+
+/* jdhuff.c's natural order, with its 16 guard entries (corrupt run lengths land on 63). */
+static const int tl_natural_order[DCTSIZE2 + 16] = {
+    0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5,
+    12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6, 7, 14, 21, 28,
+    35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+    58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
+    63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63
+};
+
+/* One Huffman table: codes of up to TL_LOOKUP_BITS bits by lookup, longer ones canonically. */
+typedef struct {
+    uint16_t look[1 << TL_LOOKUP_BITS];  /* (length << 8) | symbol; 0: longer code */
+    int32_t maxcode[18];                  /* largest code of length l, -1 if none; [17] sentinel */
+    int32_t valoff[17];                   /* symbol index of code c of length l: c + valoff[l] */
+    uint8_t huffval[256];
+    /* AC tables: a code and its value together, when both fit TL_LOOKUP_BITS bits:
+     * (value << 16) | (run << 8) | bits of code and value, or TL_FAST_EOB | bits of an
+     * end-of-block code; 0: take the two steps */
+    int32_t fast_ac[1 << TL_LOOKUP_BITS];
+} tl_htab;
+
+typedef struct {
+    tl_htab tabs[4];                      /* DC tables 0-1 / AC tables 2-3 (by slot) */
+    const tl_htab *dc[D_MAX_BLOCKS_IN_MCU], *ac[D_MAX_BLOCKS_IN_MCU];
+    int ci[D_MAX_BLOCKS_IN_MCU];          /* scan component of each block */
+    int dc_needed[D_MAX_BLOCKS_IN_MCU], ac_needed[D_MAX_BLOCKS_IN_MCU];
+    int last_dc[MAX_COMPS_IN_SCAN];
+    unsigned restarts_to_go, next_restart;
+    long long mcus_left;                  /* MCUs of the scan not yet decoded */
+    /* the input: [src, src_end) of the caller's bytes; the segment being decoded, unstuffed */
+    const unsigned char *src, *src_end;
+    unsigned char *seg;                   /* capacity: the scan's bytes + TL_SEG_PAD */
+    size_t seg_len;                       /* data bytes in seg */
+    size_t bitpos;                        /* bits of seg consumed */
+    int marker;                           /* the marker after the segment */
+    const unsigned char *marker_at;       /* its 0xFF (fill bytes before it skipped) */
+    int started;
+} tl_huff;
+
+static void tl_retry(j_decompress_ptr cinfo)
+{
+    tl_fail((j_common_ptr)cinfo, TL_RETRY_STOCK);
+}
+
+/* Builds a table the way jdhuff.c's jpeg_make_d_derived_tbl does (which has already
+ * checked it: libjpeg built its own from the same JHUFF_TBL at the start of the scan). */
+static int tl_build_table(const JHUFF_TBL *t, tl_htab *h, int is_ac)
+{
+    int l, i, p = 0, n;
+    int32_t code = 0;
+    unsigned char size[257];
+    int32_t codes[257];
+    memset(h, 0, sizeof(*h));
+    for (l = 1; l <= 16; l++) {
+        n = t->bits[l];
+        if (n < 0 || p + n > 256)
+            return 0;
+        for (i = 0; i < n; i++)
+            size[p++] = (unsigned char)l;
+    }
+    size[p] = 0;
+    n = p;
+    p = 0;
+    l = size[0];
+    while (size[p]) {
+        while ((int)size[p] == l) {
+            codes[p++] = code;
+            code++;
+        }
+        if (code >= (1L << l))
+            return 0;
+        code <<= 1;
+        l++;
+    }
+    p = 0;
+    for (l = 1; l <= 16; l++) {
+        if (t->bits[l]) {
+            h->valoff[l] = p - codes[p];
+            p += t->bits[l];
+            h->maxcode[l] = codes[p - 1];
+        } else {
+            h->maxcode[l] = -1;
+        }
+    }
+    h->maxcode[17] = 0x7FFFFFFF;
+    memcpy(h->huffval, t->huffval, sizeof(h->huffval));
+    for (i = 0; i < n; i++) {
+        int len = size[i];
+        if (len <= TL_LOOKUP_BITS) {
+            int shift = TL_LOOKUP_BITS - len, j;
+            for (j = 0; j < (1 << shift); j++)
+                h->look[(codes[i] << shift) | j] = (uint16_t)((len << 8) | t->huffval[i]);
+        }
+    }
+    if (is_ac) {
+        for (i = 0; i < (1 << TL_LOOKUP_BITS); i++) {
+            unsigned e = h->look[i];
+            int len = (int)(e >> 8), run = (int)(e & 0xFF) >> 4, sz = (int)(e & 15);
+            if (e && sz && len + sz <= TL_LOOKUP_BITS) {
+                int r = (i >> (TL_LOOKUP_BITS - len - sz)) & ((1 << sz) - 1);
+                int v = r < (1 << (sz - 1)) ? r - (1 << sz) + 1 : r;   /* HUFF_EXTEND */
+                h->fast_ac[i] = (int32_t)(((uint32_t)v << 16) | ((unsigned)run << 8) |
+                                          (unsigned)(len + sz));
+            } else if (e && !sz && run != 15) {
+                h->fast_ac[i] = (int32_t)(TL_FAST_EOB | (unsigned)len);  /* end of block */
+            }
+        }
+    }
+    return 1;
+}
+
+static inline uint64_t tl_be64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_bswap64(v);
+#else
+    return ((v & 0xFFULL) << 56) | ((v & 0xFF00ULL) << 40) | ((v & 0xFF0000ULL) << 24) |
+           ((v & 0xFF000000ULL) << 8) | ((v >> 8) & 0xFF000000ULL) |
+           ((v >> 24) & 0xFF0000ULL) | ((v >> 40) & 0xFF00ULL) | (v >> 56);
+#endif
+}
+
+/* Copies the entropy-coded bytes from h->src up to the next marker into h->seg without the
+ * stuffed zeros; records the marker and where its 0xFF is. 0 when no marker ends the data. */
+static int tl_load_segment(tl_huff *h)
+{
+    const unsigned char *p = h->src, *end = h->src_end;
+    unsigned char *o = h->seg;
+    for (;;) {
+        const unsigned char *q = memchr(p, 0xFF, (size_t)(end - p));
+        size_t n;
+        if (q == NULL || q + 1 >= end)
+            return 0;
+        n = (size_t)(q - p);
+        memcpy(o, p, n);
+        o += n;
+        if (q[1] == 0x00) {                   /* a stuffed 0xFF data byte */
+            *o++ = 0xFF;
+            p = q + 2;
+            continue;
+        }
+        h->marker_at = q;
+        while (q + 1 < end && q[1] == 0xFF)   /* fill bytes before a marker */
+            q++;
+        if (q + 1 >= end)
+            return 0;
+        h->marker = q[1];
+        h->src = q + 2;                       /* where the next segment starts */
+        break;
+    }
+    h->seg_len = (size_t)(o - h->seg);
+    memset(o, 0, TL_SEG_PAD);
+    h->bitpos = 0;
+    return 1;
+}
+
+/* The segment just decoded must have ended exactly: every byte used (only the padding bits
+ * of its last byte left), as libjpeg's decoder would find it without a warning. */
+static int tl_segment_exact(const tl_huff *h)
+{
+    return h->bitpos <= 8 * h->seg_len && (h->bitpos + 7) / 8 == h->seg_len;
+}
+
+static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
+
+int tl_huff_install(tl_ctx *c)
+{
+    j_decompress_ptr cinfo = &c->cinfo;
+    tl_huff *h;
+    int blkn, ci;
+    if (cinfo->restart_interval == 0 || cinfo->progressive_mode || cinfo->arith_code ||
+        cinfo->data_precision != 8 || cinfo->comps_in_scan != cinfo->num_components ||
+        cinfo->comps_in_scan < 1 || cinfo->comps_in_scan > MAX_COMPS_IN_SCAN ||
+        cinfo->Ss != 0 || cinfo->Se != DCTSIZE2 - 1 || cinfo->Ah != 0 || cinfo->Al != 0 ||
+        cinfo->blocks_in_MCU < 1 || cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU ||
+        cinfo->entropy == NULL || cinfo->src == NULL || cinfo->unread_marker != 0 ||
+        (long long)cinfo->MCUs_per_row * cinfo->MCU_rows_in_scan * cinfo->blocks_in_MCU <
+            TL_HUFF_MIN_BLOCKS)
+        return 0;
+    h = (tl_huff *)(*cinfo->mem->alloc_small)((j_common_ptr)cinfo, JPOOL_IMAGE, sizeof(tl_huff));
+    memset(h, 0, sizeof(*h));
+    for (ci = 0; ci < cinfo->comps_in_scan; ci++) {
+        jpeg_component_info *comp = cinfo->cur_comp_info[ci];
+        int d = comp->dc_tbl_no, a = comp->ac_tbl_no;
+        if (d < 0 || d > 1 || a < 0 || a > 1 || cinfo->dc_huff_tbl_ptrs[d] == NULL ||
+            cinfo->ac_huff_tbl_ptrs[a] == NULL)
+            return 0;   /* tables 2-3 (extended sequential files): libjpeg's decoder stays */
+    }
+    for (ci = 0; ci < 2; ci++) {
+        /* only the tables a component uses; build failures leave libjpeg's decoder on */
+        int used_dc = 0, used_ac = 0, k;
+        for (k = 0; k < cinfo->comps_in_scan; k++) {
+            used_dc |= cinfo->cur_comp_info[k]->dc_tbl_no == ci;
+            used_ac |= cinfo->cur_comp_info[k]->ac_tbl_no == ci;
+        }
+        if (used_dc && !tl_build_table(cinfo->dc_huff_tbl_ptrs[ci], &h->tabs[ci], 0))
+            return 0;
+        if (used_ac && !tl_build_table(cinfo->ac_huff_tbl_ptrs[ci], &h->tabs[2 + ci], 1))
+            return 0;
+    }
+    for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
+        int k = cinfo->MCU_membership[blkn];
+        jpeg_component_info *comp;
+        if (k < 0 || k >= cinfo->comps_in_scan)
+            return 0;
+        comp = cinfo->cur_comp_info[k];
+        h->ci[blkn] = k;
+        h->dc[blkn] = &h->tabs[comp->dc_tbl_no];
+        h->ac[blkn] = &h->tabs[2 + comp->ac_tbl_no];
+        /* as jdhuff.c's start_pass_huff_decoder */
+        h->dc_needed[blkn] = comp->component_needed ? 1 : 0;
+        h->ac_needed[blkn] = comp->component_needed && TL_DCT_SCALED_SIZE(comp) > 1;
+    }
+    h->restarts_to_go = cinfo->restart_interval;
+    h->next_restart = 0;
+    h->mcus_left = (long long)cinfo->MCUs_per_row * (long long)cinfo->MCU_rows_in_scan;
+    h->src = cinfo->src->next_input_byte;
+    h->src_end = h->src + cinfo->src->bytes_in_buffer;
+    h->seg = (unsigned char *)(*cinfo->mem->alloc_large)(
+        (j_common_ptr)cinfo, JPOOL_IMAGE, cinfo->src->bytes_in_buffer + TL_SEG_PAD);
+    c->huff = h;
+    cinfo->entropy->decode_mcu = tl_decode_mcu;
+    return 1;
+}
+
+/* The bit reader: acc holds cnt unread bits, left-aligned (the bits below them are zero),
+ * p the next byte of seg not yet in acc. After TL_REFILL, cnt >= 32: enough for a code
+ * (<= 16 bits) and its value (<= 15 bits). Bits consumed so far: 8 * (p - seg) - cnt. Past
+ * the segment's data seg holds zeros (TL_SEG_PAD), which libjpeg's reader also feeds in at a
+ * marker; using them is caught by the per-block check against the segment's length. */
+#define TL_REFILL()                                                  \
+    do {                                                             \
+        if (cnt < 32) {                                              \
+            acc |= tl_be64(p) >> cnt;                                \
+            p += (63 - cnt) >> 3;                                    \
+            cnt |= 56;                                               \
+        }                                                            \
+    } while (0)
+
+/* Decodes one symbol of table t into sym; -1: no code matches (bits consumed: undefined). */
+#define TL_SYMBOL(t, sym)                                                               \
+    do {                                                                                \
+        unsigned e_ = (t)->look[acc >> (64 - TL_LOOKUP_BITS)];                          \
+        if (e_) {                                                                       \
+            acc <<= (e_ >> 8);                                                          \
+            cnt -= (int)(e_ >> 8);                                                      \
+            sym = (int)(e_ & 0xFF);                                                     \
+        } else {                                                                        \
+            int l_ = TL_LOOKUP_BITS + 1;                                                \
+            int32_t code_ = (int32_t)(acc >> (64 - l_));                                \
+            while (code_ > (t)->maxcode[l_]) {                                          \
+                l_++;                                                                   \
+                code_ = (int32_t)(acc >> (64 - l_));                                    \
+            }                                                                           \
+            if (l_ > 16) {                                                              \
+                sym = -1;                                                               \
+            } else {                                                                    \
+                acc <<= l_;                                                             \
+                cnt -= l_;                                                              \
+                sym = (t)->huffval[(code_ + (t)->valoff[l_]) & 0xFF];                   \
+            }                                                                           \
+        }                                                                               \
+    } while (0)
+
+/* The next s bits (1 <= s <= 15), made signed as jdhuff.c's HUFF_EXTEND does. */
+#define TL_VALUE(s, v)                                                                  \
+    do {                                                                                \
+        int r_ = (int)(acc >> (64 - (s)));                                              \
+        acc <<= (s);                                                                    \
+        cnt -= (s);                                                                     \
+        v = r_ - (int)((((unsigned)r_ >> ((s) - 1)) - 1u) & ((1u << (s)) - 1u));        \
+    } while (0)
+
+static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
+{
+    tl_ctx *c = (tl_ctx *)((char *)cinfo->progress - offsetof(tl_ctx, progress));
+    tl_huff *h = c->huff;
+    const unsigned char *seg, *p;
+    uint64_t acc;
+    int cnt;
+    size_t limit;
+    int blkn;
+
+    if (h->mcus_left <= 0)
+        tl_retry(cinfo);                      /* more MCUs than the scan has */
+    if (!h->started) {
+        if (!tl_load_segment(h))
+            tl_retry(cinfo);
+        h->started = 1;
+    }
+    if (cinfo->restart_interval) {
+        if (h->restarts_to_go == 0) {
+            /* the segment must have ended exactly at RST(next_restart) */
+            if (!tl_segment_exact(h) || h->marker != 0xD0 + (int)h->next_restart ||
+                !tl_load_segment(h))
+                tl_retry(cinfo);
+            h->next_restart = (h->next_restart + 1) & 7;
+            memset(h->last_dc, 0, sizeof(h->last_dc));
+            h->restarts_to_go = cinfo->restart_interval;
+        }
+        h->restarts_to_go--;
+    }
+
+    seg = h->seg;
+    p = seg + h->bitpos / 8;
+    acc = 0;
+    cnt = 0;
+    TL_REFILL();
+    /* start mid-byte: drop the bits of p's first byte already consumed */
+    acc <<= h->bitpos & 7;
+    cnt -= (int)(h->bitpos & 7);
+    limit = 8 * h->seg_len;
+    for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
+        JBLOCKROW block = MCU_data ? MCU_data[blkn] : NULL;
+        const tl_htab *ac = h->ac[blkn];
+        int s, k, r, v;
+
+        TL_REFILL();
+        TL_SYMBOL(h->dc[blkn], s);
+        if (s < 0)
+            tl_retry(cinfo);
+        if (s) {
+            if (s > 15)
+                tl_retry(cinfo);
+            TL_VALUE(s, v);
+            s = v;
+        }
+        if (h->dc_needed[blkn]) {
+            int ci = h->ci[blkn];
+            /* int arithmetic as libjpeg's (which wraps on hostile input: unsigned here) */
+            s = (int)((unsigned)s + (unsigned)h->last_dc[ci]);
+            h->last_dc[ci] = s;
+            if (block)
+                (*block)[0] = (JCOEF)s;
+        }
+        if (h->ac_needed[blkn] && block) {
+            for (k = 1; k < DCTSIZE2; k++) {
+                int32_t f;
+                TL_REFILL();
+                f = ac->fast_ac[acc >> (64 - TL_LOOKUP_BITS)];
+                if (f) {
+                    acc <<= (f & 0xFF);
+                    cnt -= (f & 0xFF);
+                    if (f & TL_FAST_EOB)
+                        break;
+                    k += (f >> 8) & 15;
+                    (*block)[tl_natural_order[k]] = (JCOEF)(f >> 16);
+                    continue;
+                }
+                TL_SYMBOL(ac, s);
+                if (s < 0)
+                    tl_retry(cinfo);
+                r = s >> 4;
+                s &= 15;
+                if (s) {
+                    k += r;
+                    TL_VALUE(s, v);
+                    (*block)[tl_natural_order[k]] = (JCOEF)v;
+                } else {
+                    if (r != 15)
+                        break;
+                    k += 15;
+                }
+            }
+        } else {
+            for (k = 1; k < DCTSIZE2; k++) {
+                int32_t f;
+                TL_REFILL();
+                f = ac->fast_ac[acc >> (64 - TL_LOOKUP_BITS)];
+                if (f) {
+                    acc <<= (f & 0xFF);
+                    cnt -= (f & 0xFF);
+                    if (f & TL_FAST_EOB)
+                        break;
+                    k += (f >> 8) & 15;
+                    continue;
+                }
+                TL_SYMBOL(ac, s);
+                if (s < 0)
+                    tl_retry(cinfo);
+                r = s >> 4;
+                s &= 15;
+                if (s) {
+                    k += r;
+                    acc <<= s;
+                    cnt -= s;
+                } else {
+                    if (r != 15)
+                        break;
+                    k += 15;
+                }
+            }
+        }
+        if ((size_t)(p - seg) * 8 - (size_t)cnt > limit)
+            tl_retry(cinfo);                  /* ran out of data: libjpeg would warn */
+    }
+    h->bitpos = (size_t)(p - seg) * 8 - (size_t)cnt;
+
+    if (--h->mcus_left == 0) {
+        /* The scan's last MCU: its segment must end exactly too, and libjpeg's marker
+         * reader takes over at the marker after it (EOI in an intact file). */
+        if (!tl_segment_exact(h))
+            tl_retry(cinfo);
+        cinfo->src->next_input_byte = h->marker_at;
+        cinfo->src->bytes_in_buffer = (size_t)(h->src_end - h->marker_at);
+    }
+    return TRUE;
+}
