@@ -20,13 +20,19 @@ av = pytest.importorskip("av")
 FRAMES, H, W = 30, 48, 64
 
 
-def encode(n=FRAMES, seed=0, fmt="mp4"):
-    """A video whose frame ``i`` is a gradient shifted by ``i`` (so frames are distinct)."""
+def encode(n=FRAMES, seed=0, fmt="mp4", codec="mpeg4", options=None, gop=8,
+           max_b_frames=None):
+    """A video whose frame ``i`` is a gradient shifted by ``i`` (so frames are distinct);
+    ``gop=8`` gives several key frames, so seeking has somewhere to land (None: the
+    encoder's, or ``options``')."""
     buf = io.BytesIO()
     c = av.open(buf, "w", format=fmt)
-    s = c.add_stream("mpeg4", rate=25)
+    s = c.add_stream(codec, rate=25, options=options)
     s.width, s.height, s.pix_fmt = W, H, "yuv420p"
-    s.codec_context.gop_size = 8  # several key frames: seeking has somewhere to land
+    if gop is not None:
+        s.codec_context.gop_size = gop
+    if max_b_frames is not None:
+        s.codec_context.max_b_frames = max_b_frames
     yy, xx = np.mgrid[0:H, 0:W]
     for i in range(n):
         arr = np.stack([(xx * 3 + i * 8 + seed) % 256, (yy * 4 + i * 5) % 256,
@@ -59,23 +65,9 @@ def encode_b_frames(codec, n=FRAMES):
     """``encode``'s frames with B-frames between the reference frames (MPEG-4 Part 2: two,
     never referenced; libx264: three, with x264's default B-pyramid, so some B-frames are
     references) and a key frame every 12 frames."""
-    buf = io.BytesIO()
-    c = av.open(buf, "w", format="mp4")
-    s = c.add_stream(codec, rate=25, options={"bf": "3"} if codec == "libx264" else None)
-    s.width, s.height, s.pix_fmt = W, H, "yuv420p"
-    s.codec_context.gop_size = 12
-    if codec == "mpeg4":
-        s.codec_context.max_b_frames = 2
-    yy, xx = np.mgrid[0:H, 0:W]
-    for i in range(n):
-        arr = np.stack([(xx * 3 + i * 8) % 256, (yy * 4 + i * 5) % 256,
-                        np.full_like(xx, (i * 9) % 256)], -1).astype(np.uint8)
-        for p in s.encode(av.VideoFrame.from_ndarray(arr, format="rgb24")):
-            c.mux(p)
-    for p in s.encode():
-        c.mux(p)
-    c.close()
-    return buf.getvalue()
+    if codec == "libx264":
+        return encode(n, codec=codec, options={"bf": "3"}, gop=12)
+    return encode(n, codec=codec, gop=12, max_b_frames=2)
 
 
 @pytest.mark.parametrize("codec", ["mpeg4", "libx264"])
@@ -133,21 +125,8 @@ def test_open_gop_leading_frames_decode_from_the_key_frame_before():
     clips across the boundaries, equal PyAV's front-to-back decode."""
     if "libx264" not in av.codecs_available:
         pytest.skip("this PyAV has no libx264 encoder")
-    buf = io.BytesIO()
-    c = av.open(buf, "w", format="mp4")
-    s = c.add_stream("libx264", rate=25, options={
+    data = encode(codec="libx264", gop=None, options={
         "bf": "3", "x264-params": "open-gop=1:b-adapt=0:keyint=8:min-keyint=8:scenecut=0"})
-    s.width, s.height, s.pix_fmt = W, H, "yuv420p"
-    yy, xx = np.mgrid[0:H, 0:W]
-    for i in range(FRAMES):
-        arr = np.stack([(xx * 3 + i * 8) % 256, (yy * 4 + i * 5) % 256,
-                        np.full_like(xx, (i * 9) % 256)], -1).astype(np.uint8)
-        for p in s.encode(av.VideoFrame.from_ndarray(arr, format="rgb24")):
-            c.mux(p)
-    for p in s.encode():
-        c.mux(p)
-    c.close()
-    data = buf.getvalue()
     with av.open(io.BytesIO(data)) as c:  # a key frame with leading frames after it
         order = [(p.pts, p.is_keyframe) for p in c.demux(c.streams.video[0]) if p.size]
     assert any(k and any(t < pts for t, _ in order[j + 1:j + 4])

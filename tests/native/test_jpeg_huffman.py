@@ -5,12 +5,12 @@ and the plain one; and on hostile data (misnumbered, missing, extra RST markers,
 over or missing in an interval, fill bytes, bit flips, truncation), where it hands the decode
 back to libjpeg's decoder."""
 
-import io
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from PIL import Image
+
+from test_jpeg_restart import KINDS as RESTART_KINDS, encode, synth
 
 from turboloader import DecodeError
 from turboloader._native import _jpeg
@@ -18,31 +18,9 @@ from turboloader._native import _jpeg
 STOCK = _jpeg.STOCK_HUFFMAN
 
 
-def synth(h, w, seed=0):
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
-    img = np.stack([xx / w * 255, yy / h * 255,
-                    128 + 100 * np.sin(xx / 7) * np.cos(yy / 11)], axis=-1)
-    img += rng.normal(0, 20, img.shape)
-    return np.clip(img, 0, 255).astype(np.uint8)
-
-
-def encode(arr, mode="RGB", quality=90, **kw):
-    im = Image.fromarray(arr)
-    if mode != "RGB":
-        im = im.convert(mode)
-    bio = io.BytesIO()
-    im.save(bio, "JPEG", quality=quality, **kw)
-    return bio.getvalue()
-
-
-KINDS = {
-    "444": (dict(subsampling=0), "RGB"),
-    "422": (dict(subsampling=1), "RGB"),
-    "420": (dict(subsampling=2), "RGB"),
-    "gray": ({}, "L"),
-    "cmyk": ({}, "CMYK"),
-}
+# the restart-window tests' images (the file's seekable copies are made from them); a
+# progressive source is transcoded to the same baseline scans as its sequential twin
+KINDS = {k: v for k, v in RESTART_KINDS.items() if not k.startswith("progressive")}
 
 
 def outcome(data, k=8, crop=None, restart=False, flags=0):

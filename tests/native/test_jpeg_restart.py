@@ -27,12 +27,12 @@ def synth(h, w, seed=0):
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def encode(arr, mode="RGB", **kw):
+def encode(arr, mode="RGB", quality=90, **kw):
     im = Image.fromarray(arr)
     if mode != "RGB":
         im = im.convert(mode)
     bio = io.BytesIO()
-    im.save(bio, "JPEG", quality=90, **kw)
+    im.save(bio, "JPEG", quality=quality, **kw)
     return bio.getvalue()
 
 
