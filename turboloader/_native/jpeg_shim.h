@@ -67,8 +67,8 @@ extern "C" {
 #define TL_STRICT              1  /* every libjpeg warning is an error (TL_ERR_STRICT) */
 #define TL_FAST_DCT            2  /* JDCT_IFAST instead of the accurate JDCT_ISLOW */
 #define TL_NO_FANCY_UPSAMPLING 4  /* replicate chroma instead of interpolating (faster) */
-#define TL_STOCK_HUFFMAN       8  /* libjpeg's own Huffman decoder also for scans with restart
-                                     markers (default: jpeg_huffman.c's, same output) */
+#define TL_STOCK_HUFFMAN       8  /* libjpeg's own Huffman decoder for every scan (default:
+                                     jpeg_huffman.c's for sequential scans, same output) */
 
 typedef struct {
     int width, height;  /* of the file, unscaled */
