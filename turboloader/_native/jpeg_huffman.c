@@ -29,6 +29,8 @@
  * No globals; the state lives in libjpeg's JPOOL_IMAGE pool of the decompressor (freed by
  * jpeg_abort/destroy_decompress on every path).
  */
+#include <limits.h>
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -476,4 +478,36 @@ static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
         cinfo->src->bytes_in_buffer = (size_t)(h->src_end - h->marker_at);
     }
     return TRUE;
+}
+
+int tl_jpeg_huffman_own(const unsigned char *data, size_t size, int scale_num, int flags,
+                        char *errmsg)
+{
+    tl_ctx c;
+    char localmsg[TL_MSG_LEN];
+    int own = 0;
+    if (errmsg == NULL)
+        errmsg = localmsg;
+    if (scale_num < 1 || scale_num > 8)
+        return tl_arg_error(errmsg, "scale_num must be in 1..8");
+    if (size > ULONG_MAX)
+        return tl_arg_error(errmsg, "input larger than libjpeg can address");
+    tl_ctx_init(&c, errmsg, NULL, 0);
+    if (setjmp(c.err.jb)) {
+        jpeg_destroy_decompress(&c.cinfo);
+        return c.err.status;
+    }
+    jpeg_create_decompress(&c.cinfo);
+    c.cinfo.progress = &c.progress;
+    jpeg_mem_src(&c.cinfo, data, (unsigned long)size);
+    jpeg_read_header(&c.cinfo, TRUE);
+    if (tl_check_limits(&c, 178956970LL) == TL_OK /* decode.jpeg's DEFAULT_MAX_PIXELS */) {
+        c.cinfo.scale_num = (unsigned)scale_num;
+        c.cinfo.scale_denom = 8;
+        /* as tl_decode: the output colour space does not change the scan's decoding */
+        jpeg_start_decompress(&c.cinfo);
+        own = !(flags & TL_STOCK_HUFFMAN) && tl_huff_install(&c);
+    }
+    jpeg_destroy_decompress(&c.cinfo);
+    return own;
 }

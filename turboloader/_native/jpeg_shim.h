@@ -216,6 +216,13 @@ int tl_jpeg_transcode_restart(const unsigned char *data, size_t size, int restar
                               size_t *out_size, int *restart_used, long long max_pixels,
                               char *errmsg);
 
+/* Which Huffman decoder tl_jpeg_decode would run on this file's scan at scale_num/8 with
+ * flags (only TL_STOCK_HUFFMAN matters): 1 jpeg_huffman.c's, 0 libjpeg's (progressive,
+ * arithmetic, multi-scan or small files, TL_STOCK_HUFFMAN), or a TL_ERR_* status (bad header;
+ * message in errmsg). Decodes no entropy-coded data; for tests and benchmarks. */
+int tl_jpeg_huffman_own(const unsigned char *data, size_t size, int scale_num, int flags,
+                        char *errmsg);
+
 #ifdef __cplusplus
 }
 #endif
