@@ -5,7 +5,7 @@ both (``flags=0`` vs ``STOCK_HUFFMAN``). Not collected by pytest (a script: long
 
     python tests/native/fuzz_jpeg_huffman.py --n 2000                 # photos, ordinary files
     python tests/native/fuzz_jpeg_huffman.py --n 2000 --seekable      # their restart copies
-    PYTHONMALLOC=malloc valgrind --error-exitcode=9 python tests/native/fuzz_jpeg_huffman.py --n 40
+    PYTHONMALLOC=malloc valgrind python tests/native/fuzz_jpeg_huffman.py --n 40 --data DIR
 
 Inputs: ImageNet-sized photographs from ``benchmarks/datasets.py`` (``make_jpegs``; falls back
 to the tests' synthetic images when scikit-image is missing). Mutations: 1-4 bit flips in the
@@ -32,7 +32,10 @@ from test_jpeg_huffman import STOCK, _entropy_start, outcome  # noqa: E402
 from turboloader._native import _jpeg  # noqa: E402
 
 
-def sources(n: int, seekable: bool) -> list[bytes]:
+def sources(n: int, seekable: bool, data: str | None = None) -> list[bytes]:
+    if data:                  # JPEGs under a folder (an ImageFolder tree)
+        files = [p.read_bytes() for p in sorted(Path(data).rglob("*.jpg"))[:n]]
+        return [_jpeg.transcode_restart(d)[0] for d in files] if seekable else files
     try:
         from datasets import make_jpegs
         files = [d for d, _ in make_jpegs(n, seed=42)]
@@ -95,8 +98,9 @@ def main(argv=None) -> int:
     ap.add_argument("--images", type=int, default=16, help="source photos (default 16)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seekable", action="store_true", help="fuzz the restart-marker copies")
+    ap.add_argument("--data", help="take the photos from the *.jpg files under this folder")
     args = ap.parse_args(argv)
-    files = sources(args.images, args.seekable)
+    files = sources(args.images, args.seekable, args.data)
     own = sum(_jpeg.huffman_decoder(d) == "turboloader" for d in files)
     rng = np.random.default_rng(args.seed)
     counts: dict[str, int] = {}
