@@ -7,14 +7,15 @@ photographs at ImageNet's sizes):
 * conversion: ``convert(..., seekable=True)`` TAR -> TAR (lossless rewrite with restart
   markers and optimized Huffman tables) on ``--threads`` threads, images/s and the size of
   the output against the input;
-* decode limit: libjpeg-turbo full decode (``decode_jpeg``) of every original JPEG on one
-  thread, times ``--threads`` (the "full-decode limit" of benchmarks/run.py);
+* decode limit: libjpeg-turbo full decode (``decode_jpeg`` with libjpeg-turbo's own Huffman
+  decoder) of every original JPEG on one thread, times ``--threads`` (the "full-decode limit"
+  of benchmarks/run.py); the same with turboloader's Huffman decoder is a kernel row;
 * kernel rows, one thread, CPU time (``time.process_time``, so that other processes on a
   shared machine do not count): the full decode of every original JPEG (the decode limit of
   one thread), and the fused decode -> crop/resize -> CHW step the datasets run per sample
   (``resample_into_slot``) with torchvision's RandomResizedCrop(224) boxes (train) and
-  Resize(256) + CenterCrop(224) boxes (val), on the original and on the seekable bytes (the
-  seekable ones also through libjpeg-turbo's own Huffman decoder, as with
+  Resize(256) + CenterCrop(224) boxes (val), on the original and on the seekable bytes (both
+  also through libjpeg-turbo's own Huffman decoder, as with
   ``TURBOLOADER_STOCK_HUFFMAN=1``, against turboloader's ``jpeg_huffman.c``);
 * loader rows, wall time: train (RandomResizedCrop 224 + flip + normalize) and val (Resize 256
   + CenterCrop 224 + normalize) through ``turboloader.DataLoader(TarDataset,
@@ -164,14 +165,25 @@ def main(argv=None):
             return len(opened)
         return go
 
-    def full_decode():
-        for b in blobs:
-            decode_jpeg(b)
-        return len(blobs)
+    def full_decode(stock=True):
+        def go():
+            # the limit is libjpeg-turbo's own decode (its Huffman decoder)
+            tl_jpeg._STOCK_HUFFMAN = stock
+            try:
+                for b in blobs:
+                    decode_jpeg(b)
+            finally:
+                tl_jpeg._STOCK_HUFFMAN = False
+            return len(blobs)
+        return go
 
-    ksys = {"full decode of the original JPEGs (limit)": full_decode}
+    ksys = {"full decode of the original JPEGs (limit)": full_decode(),
+            "full decode of the original JPEGs, turboloader's Huffman decoder":
+                full_decode(False)}
     for pipeline in ("train", "val"):
         ksys[f"{pipeline}: fused decode+crop+resize, original"] = kernel(0, pipeline)
+        ksys[f"{pipeline}: fused decode+crop+resize, original, libjpeg-turbo's Huffman "
+             "decoder"] = kernel(0, pipeline, stock=True)
         ksys[f"{pipeline}: fused decode+crop+resize, seekable"] = kernel(1, pipeline)
         ksys[f"{pipeline}: fused decode+crop+resize, seekable, libjpeg-turbo's Huffman "
              "decoder"] = kernel(1, pipeline, stock=True)
@@ -269,10 +281,7 @@ def main(argv=None):
     if args.no_loader:
         systems = {}
 
-    def limit():
-        for b in blobs:
-            decode_jpeg(b)
-        return len(blobs)
+    limit = full_decode()   # libjpeg-turbo's own decode
 
     def loader(root, pipeline):
         urls = sorted(str(u) for u in Path(root).glob("*.tar"))
@@ -336,7 +345,7 @@ def main(argv=None):
         if "limit" in name:
             print(f"| {name} | {r:.0f} | 1.00 | |")
             continue
-        if name.startswith("val, part"):
+        if name.startswith(("val, part", "full decode")):
             print(f"| {name} | {r:.0f} | {r / klim:.2f} | |")
             continue
         pipeline = name.split(":")[0]

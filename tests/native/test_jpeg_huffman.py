@@ -1,9 +1,10 @@
-"""turboloader's own Huffman decoder for scans with restart markers (jpeg_huffman.c) against
+"""turboloader's own Huffman decoder for sequential scans (jpeg_huffman.c) against
 libjpeg-turbo's (the oracle, ``flags=STOCK_HUFFMAN``): the same pixels, warnings and errors on
-every subsampling, restart interval, DCT scale and window, on the restart-interval window path
-and the plain one; and on hostile data (misnumbered, missing, extra RST markers, bytes left
-over or missing in an interval, fill bytes, bit flips, truncation), where it hands the decode
-back to libjpeg's decoder."""
+every subsampling, restart interval (none: the ordinary file), Huffman table set, DCT scale
+and window (jpeg_crop_scanline / jpeg_skip_scanlines), on the restart-interval window path and
+the plain one; and on hostile data (misnumbered, missing, extra RST markers, bytes left over
+or missing in an interval or before EOI, fill bytes, markers inside the data, bit flips,
+truncation), where it hands the decode back to libjpeg's decoder."""
 
 from concurrent.futures import ThreadPoolExecutor
 
@@ -58,15 +59,18 @@ def windows(H, W, k):
 
 @pytest.fixture(scope="module", params=[(kind, size, rst) for kind in KINDS
                                         for size in [(203, 317), (331, 517), (64, 48)]
-                                        for rst in (0, 1, 3, 5)],
+                                        for rst in (None, 0, 1, 3, 5)],
                 ids=lambda p: f"{p[0]}-{p[1][1]}x{p[1][0]}-rst{p[2]}")
 def converted(request):
     # (64, 48) is below TL_HUFF_MIN_BLOCKS: libjpeg's decoder either way; the windows of the
     # larger sizes give sub-images above and below it
     kind, (h, w), rst = request.param
     kw, mode = KINDS[kind]
+    orig = encode(synth(h, w), mode, **kw)
+    if rst is None:       # the ordinary file, no restart markers
+        return orig, h, w
     # rst 0: the automatic interval (what convert --seekable writes); 5: wraps rows
-    return _jpeg.transcode_restart(encode(synth(h, w), mode, **kw), restart_mcus=rst)[0], h, w
+    return _jpeg.transcode_restart(orig, restart_mcus=rst)[0], h, w
 
 
 @pytest.mark.parametrize("k", [8, 6, 4, 3, 2, 1])
@@ -84,15 +88,68 @@ def test_same_pixels_with_fast_dct_and_no_fancy_upsampling(converted):
             assert_same(data, 8, crop, True, flags)
 
 
+def test_ordinary_files_take_turboloaders_decoder(converted):
+    # the decoder really runs on the files above (else the oracle tests compare libjpeg with
+    # itself): every sequential scan of >= 256 blocks, at every scale, unless switched off
+    data, h, w = converted
+    blocks = _jpeg.read_header(np.frombuffer(data, np.uint8))
+    want = "libjpeg" if (h, w) == (64, 48) else "turboloader"
+    for k in (8, 4, 1):
+        assert _jpeg.huffman_decoder(data, scale_num=k) == want, blocks
+    assert _jpeg.huffman_decoder(data, flags=STOCK) == "libjpeg"
+
+
+def test_progressive_and_small_files_keep_libjpegs_decoder():
+    big = synth(203, 317)
+    assert _jpeg.huffman_decoder(encode(big, progressive=True)) == "libjpeg"
+    assert _jpeg.huffman_decoder(encode(big[:32, :40])) == "libjpeg"
+    with pytest.raises(DecodeError):
+        _jpeg.huffman_decoder(b"\xff\xd8\xff\xe0 not a jpeg")
+
+
+def _retable(data, shift=2):
+    """The same file with its Huffman tables renumbered 0-1 -> 2-3 (DHT and SOS selectors):
+    an extended sequential table set, which libjpeg accepts."""
+    b = bytearray(data)
+    i = 2
+    while True:
+        assert b[i] == 0xFF
+        m, n = b[i + 1], int.from_bytes(b[i + 2:i + 4], "big")
+        if m == 0xC4:
+            j = i + 4
+            while j < i + 2 + n:
+                b[j] += shift                          # Tc << 4 | Th
+                j += 17 + sum(b[j + 1:j + 17])
+        if m == 0xDA:
+            for c in range(b[i + 4]):
+                b[i + 6 + 2 * c] += shift * 0x11       # Td << 4 | Ta
+            return bytes(b)
+        i += 2 + n
+
+
+@pytest.mark.parametrize("kind", ["444", "420", "gray", "cmyk"])
+def test_huffman_tables_2_and_3(kind):
+    kw, mode = KINDS[kind]
+    orig = encode(synth(203, 317), mode, **kw)
+    for data in (_retable(orig), _retable(_jpeg.transcode_restart(orig, restart_mcus=3)[0])):
+        assert _jpeg.huffman_decoder(data) == "turboloader"
+        ref = outcome(orig, 8)[0]
+        for k in (8, 3):
+            for crop in windows(203, 317, k)[:3]:
+                assert isinstance(assert_same(data, k, crop)[0], np.ndarray)
+        np.testing.assert_array_equal(assert_same(data)[0], ref)
+
+
 def test_unoptimized_tables_and_low_quality():
     # libjpeg's standard tables have long AC codes (the decoder's canonical path) and
     # quality 10 has long zero runs (ZRL) and large DC steps
     for q in (10, 50, 98):
         for opt in (False, True):
-            orig = encode(synth(120, 150, seed=q), quality=q, subsampling=2)
+            orig = encode(synth(120, 150, seed=q), quality=q, subsampling=2, optimize=opt)
             data = _jpeg.transcode_restart(orig, restart_mcus=2, optimize=opt)[0]
             for k in (8, 2):
                 assert isinstance(assert_same(data, k)[0], np.ndarray)
+                assert isinstance(assert_same(orig, k)[0], np.ndarray)
 
 
 # -- hostile data: whatever libjpeg makes of it, so does the decode -------------------------
@@ -153,11 +210,55 @@ def test_hostile_restart_data_decodes_as_libjpeg_decodes_it(seekable, flags):
     assert "pixels" in outcomes and "DecodeError" in outcomes
 
 
-def test_bit_flips_decode_as_libjpeg_decodes_them(seekable):
+@pytest.fixture(scope="module")
+def ordinary():
+    return encode(synth(203, 317), subsampling=2)
+
+
+def ordinary_cases(orig):
+    start = _entropy_start(orig)
+    mid = (start + len(orig)) // 2
+    while orig[mid - 1] == 0xFF or orig[mid] == 0xFF:
+        mid += 1
+    yield "garbage before EOI", orig[:-2] + b"\x00\x01\x02\xff\xd9"
+    yield "one byte before EOI", orig[:-2] + b"\x5a\xff\xd9"
+    yield "a byte short before EOI", orig[:-3] + b"\xff\xd9"
+    yield "fill bytes before EOI", orig[:-2] + b"\xff\xff\xff\xd9"
+    yield "RST before EOI", orig[:-2] + b"\xff\xd0\xff\xd9"
+    yield "no EOI", orig[:-2]
+    yield "EOI early", orig[:mid] + b"\xff\xd9"
+    yield "RST inside the data", orig[:mid] + b"\xff\xd0" + orig[mid:]
+    yield "DHT inside the data", orig[:mid] + b"\xff\xc4" + orig[mid:]
+    yield "COM after the scan", orig[:-2] + b"\xff\xfe\x00\x04hi\xff\xd9"
+    yield "second scan", orig[:-2] + orig[orig.index(b"\xff\xda"):]
+    yield "stuffing dropped", orig[:start] + orig[start:].replace(b"\xff\x00", b"\xff", 1)
+    yield "a byte dropped", orig[:mid] + orig[mid + 1:]
+    yield "a byte doubled", orig[:mid] + orig[mid:mid + 1] + orig[mid:]
+    for frac in (0.3, 0.9, 0.999):
+        yield f"truncated at {frac}", orig[:start + int((len(orig) - start) * frac)]
+
+
+@pytest.mark.parametrize("flags", [0, _jpeg.STRICT], ids=["lenient", "strict"])
+def test_hostile_ordinary_data_decodes_as_libjpeg_decodes_it(ordinary, flags):
+    crops = [None, (200, 120, 60, 50), (0, 0, 64, 64), (250, 150, 67, 53)]
+    outcomes = set()
+    for name, bad in ordinary_cases(ordinary):
+        for crop in crops:
+            for k in (8, 2):
+                if k == 2 and crop is not None:
+                    crop = (crop[0] // 4, crop[1] // 4, crop[2] // 4, crop[3] // 4)
+                r = assert_same(bad, k, crop, False, flags)
+                outcomes.add("pixels" if isinstance(r[0], np.ndarray) else r[0].__name__)
+    assert "pixels" in outcomes and "DecodeError" in outcomes
+
+
+@pytest.mark.parametrize("which", ["seekable", "ordinary"])
+def test_bit_flips_decode_as_libjpeg_decodes_them(which, request):
+    data = request.getfixturevalue(which)
     rng = np.random.default_rng(11)
-    start = _entropy_start(seekable)
+    start = _entropy_start(data)
     for trial in range(80):
-        b = bytearray(seekable)
+        b = bytearray(data)
         for _ in range(int(rng.integers(1, 4))):
             i = int(rng.integers(start, len(b) - 2))
             b[i] ^= 1 << int(rng.integers(0, 8))
@@ -166,13 +267,15 @@ def test_bit_flips_decode_as_libjpeg_decodes_them(seekable):
         assert_same(bad, 8, crop, trial % 2 == 0, _jpeg.STRICT if trial % 4 == 1 else 0)
 
 
-def test_threads(seekable):
-    ref = outcome(seekable, restart=False, flags=STOCK)[0]
+@pytest.mark.parametrize("which", ["seekable", "ordinary"])
+def test_threads(which, request):
+    data = request.getfixturevalue(which)
+    ref = outcome(data, restart=False, flags=STOCK)[0]
     crops = [(x, y, 50, 40) for x in range(0, 260, 37) for y in range(0, 160, 41)]
 
     def one(crop):
         x, y, w, h = crop
-        return np.array_equal(outcome(seekable, 8, crop, True)[0], ref[y:y + h, x:x + w])
+        return np.array_equal(outcome(data, 8, crop, True)[0], ref[y:y + h, x:x + w])
 
     with ThreadPoolExecutor(4) as ex:
         assert all(ex.map(one, crops * 3))
@@ -181,7 +284,9 @@ def test_threads(seekable):
 # -- the switch -----------------------------------------------------------------------------
 
 
-def test_environment_switch_selects_libjpegs_decoder_with_the_same_pixels(seekable, monkeypatch):
+@pytest.mark.parametrize("which", ["seekable", "ordinary"])
+def test_environment_switch_selects_libjpegs_decoder_with_the_same_pixels(which, request,
+                                                                          monkeypatch):
     import os
     import subprocess
     import sys
@@ -195,7 +300,8 @@ def test_environment_switch_selects_libjpegs_decoder_with_the_same_pixels(seekab
         got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, check=True).stdout.split()
         assert got == [str(want), str(want | _jpeg.STRICT)]
-    ours = decode_resized_crop(seekable, 30, 200, 100, 90, 64)
+    data = request.getfixturevalue(which)
+    ours = decode_resized_crop(data, 30, 200, 100, 90, 64)
     monkeypatch.setattr(tl_jpeg, "_STOCK_HUFFMAN", True)
     assert tl_jpeg._flags() == STOCK
-    np.testing.assert_array_equal(decode_resized_crop(seekable, 30, 200, 100, 90, 64), ours)
+    np.testing.assert_array_equal(decode_resized_crop(data, 30, 200, 100, 90, 64), ours)

@@ -11,7 +11,7 @@ from turboloader._native.jpeg_shim cimport (
     TL_CS_CMYK, TL_CS_GRAY, TL_CS_RGB, TL_CS_YCBCR, TL_CS_YCCK, TL_ERR_ARG, TL_FAST_DCT,
     TL_ERR_OUTPUT_FULL, TL_MAX_SCANS, TL_MSG_LEN, TL_NO_FANCY_UPSAMPLING, TL_OK,
     TL_RST_SCRATCH, TL_STOCK_HUFFMAN, TL_STRICT, TL_TRANSCODE_BOUND, tl_jpeg_decode_rst,
-    tl_jpeg_info,
+    tl_jpeg_huffman_own, tl_jpeg_info,
     tl_jpeg_read_header, tl_jpeg_restart_window, tl_jpeg_transcode_restart,
 )
 
@@ -165,3 +165,18 @@ def transcode_restart(const uint8_t[::1] data, /, *, int restart_mcus=0, bint op
         cap *= 2
     _check(status, errmsg)
     return out[:n], used
+
+
+def huffman_decoder(const uint8_t[::1] data, /, *, int scale_num=8, int flags=0):
+    """Which Huffman decoder a decode of ``data`` at ``scale_num``/8 with ``flags`` runs:
+    ``"turboloader"`` (``_native/jpeg_huffman.c``) or ``"libjpeg"``; raises DecodeError on a
+    bad header. For tests and benchmarks: both give the same pixels."""
+    cdef char errmsg[TL_MSG_LEN]
+    cdef const unsigned char *ptr = &data[0] if data.shape[0] > 0 else NULL
+    cdef size_t size = <size_t>data.shape[0]
+    cdef int status
+    with nogil:
+        status = tl_jpeg_huffman_own(ptr, size, scale_num, flags, errmsg)
+    if status < 0:
+        _check(status, errmsg)
+    return "turboloader" if status == 1 else "libjpeg"

@@ -1,14 +1,19 @@
 /*
- * jpeg_huffman.c -- turboloader's own Huffman decoder for sequential JPEG scans with restart
- * markers (what `convert --seekable` writes, and what the restart-interval window decodes).
+ * jpeg_huffman.c -- turboloader's own Huffman decoder for baseline/extended sequential JPEG
+ * scans that hold every component (one interleaved scan, or the one scan of a greyscale
+ * file), with or without restart markers: the ordinary camera/web JPEG, what
+ * `convert --seekable` writes, and what the restart-interval window decodes.
  *
  * Why: libjpeg-turbo keeps its fast Huffman path off for every MCU of a scan that has restart
  * markers (jdhuff.c, decode_mcu: usefast = 0), so those files entropy-decode through its
- * slow, bit-at-a-time path; the profile of the seekable train and val steps puts that slow
- * path at ~40% of their CPU time. This decoder replaces libjpeg's decode_mcu for such a scan
- * (after jpeg_start_decompress, through the entropy module's function pointer) and hands
- * libjpeg the same coefficient blocks, so its IDCT, upsampling and colour conversion run
- * unchanged.
+ * slow, bit-at-a-time path (the profile of the seekable train and val steps put it at ~40%
+ * of their CPU time); on scans without markers its fast path runs, and this decoder is still
+ * faster (it unstuffs the scan's bytes once, then reads 64 bits at a time with a combined
+ * code+value table). It replaces libjpeg's decode_mcu for such a scan (after
+ * jpeg_start_decompress, through the entropy module's function pointer) and hands libjpeg
+ * the same coefficient blocks, so its IDCT, upsampling and colour conversion run unchanged;
+ * jpeg_skip_scanlines and jpeg_crop_scanline call the same decode_mcu (with NULL blocks when
+ * skipping; every MCU of a row when cropping), so windows decode as they do with libjpeg's.
  *
  * Exactness: coefficients are written exactly as jdhuff.c's decode_mcu_slow writes them
  * (DC prediction in int, the same natural-order table with its 16 guard entries, DC and AC
@@ -17,11 +22,15 @@
  * marker, a missing or misnumbered RST marker, a marker where data should be) this decoder
  * does not try to imitate it: it ends the decode with TL_RETRY_STOCK, and tl_decode decodes
  * the same bytes again with libjpeg's own decoder (TL_STOCK_HUFFMAN). So every file decodes
- * to libjpeg's pixels, warnings and errors, corrupt ones included.
+ * to libjpeg's pixels, warnings and errors, corrupt ones included. (A retry can also happen
+ * where libjpeg would not warn -- e.g. a few bytes of junk after the scan that its bit buffer
+ * swallowed -- which costs time, never pixels.)
  *
  * No globals; the state lives in libjpeg's JPOOL_IMAGE pool of the decompressor (freed by
  * jpeg_abort/destroy_decompress on every path).
  */
+#include <limits.h>
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -78,7 +87,6 @@ typedef struct {
 } tl_htab;
 
 typedef struct {
-    tl_htab tabs[4];                      /* DC tables 0-1 / AC tables 2-3 (by slot) */
     const tl_htab *dc[D_MAX_BLOCKS_IN_MCU], *ac[D_MAX_BLOCKS_IN_MCU];
     int ci[D_MAX_BLOCKS_IN_MCU];          /* scan component of each block */
     int dc_needed[D_MAX_BLOCKS_IN_MCU], ac_needed[D_MAX_BLOCKS_IN_MCU];
@@ -93,6 +101,8 @@ typedef struct {
     int marker;                           /* the marker after the segment */
     const unsigned char *marker_at;       /* its 0xFF (fill bytes before it skipped) */
     int started;
+    /* last: only the tables the scan uses are built (and cleared) */
+    tl_htab tabs[2 * NUM_HUFF_TBLS];      /* DC tables 0-3 / AC tables 0-3 at 4-7 */
 } tl_huff;
 
 static void tl_retry(j_decompress_ptr cinfo)
@@ -227,35 +237,38 @@ int tl_huff_install(tl_ctx *c)
 {
     j_decompress_ptr cinfo = &c->cinfo;
     tl_huff *h;
-    int blkn, ci;
-    if (cinfo->restart_interval == 0 || cinfo->progressive_mode || cinfo->arith_code ||
+    int blkn, ci, t;
+    int used_dc[NUM_HUFF_TBLS] = {0}, used_ac[NUM_HUFF_TBLS] = {0};
+    /* A sequential scan of every component is the file's only scan (jdinput.c: no
+     * has_multiple_scans; a second SOS is JERR_EOI_EXPECTED), not yet started. A file of
+     * several scans has been decoded into the coefficient buffer by jpeg_start_decompress
+     * already, and keeps libjpeg's decoder. */
+    if (cinfo->progressive_mode || cinfo->arith_code ||
         cinfo->data_precision != 8 || cinfo->comps_in_scan != cinfo->num_components ||
         cinfo->comps_in_scan < 1 || cinfo->comps_in_scan > MAX_COMPS_IN_SCAN ||
         cinfo->Ss != 0 || cinfo->Se != DCTSIZE2 - 1 || cinfo->Ah != 0 || cinfo->Al != 0 ||
         cinfo->blocks_in_MCU < 1 || cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU ||
         cinfo->entropy == NULL || cinfo->src == NULL || cinfo->unread_marker != 0 ||
+        cinfo->input_scan_number != 1 || cinfo->input_iMCU_row != 0 ||
         (long long)cinfo->MCUs_per_row * cinfo->MCU_rows_in_scan * cinfo->blocks_in_MCU <
             TL_HUFF_MIN_BLOCKS)
         return 0;
-    h = (tl_huff *)(*cinfo->mem->alloc_small)((j_common_ptr)cinfo, JPOOL_IMAGE, sizeof(tl_huff));
-    memset(h, 0, sizeof(*h));
     for (ci = 0; ci < cinfo->comps_in_scan; ci++) {
         jpeg_component_info *comp = cinfo->cur_comp_info[ci];
         int d = comp->dc_tbl_no, a = comp->ac_tbl_no;
-        if (d < 0 || d > 1 || a < 0 || a > 1 || cinfo->dc_huff_tbl_ptrs[d] == NULL ||
-            cinfo->ac_huff_tbl_ptrs[a] == NULL)
-            return 0;   /* tables 2-3 (extended sequential files): libjpeg's decoder stays */
+        if (d < 0 || d >= NUM_HUFF_TBLS || a < 0 || a >= NUM_HUFF_TBLS ||
+            cinfo->dc_huff_tbl_ptrs[d] == NULL || cinfo->ac_huff_tbl_ptrs[a] == NULL)
+            return 0;   /* libjpeg has already refused such a scan (JERR_NO_HUFF_TABLE) */
+        used_dc[d] = used_ac[a] = 1;
     }
-    for (ci = 0; ci < 2; ci++) {
+    h = (tl_huff *)(*cinfo->mem->alloc_small)((j_common_ptr)cinfo, JPOOL_IMAGE, sizeof(tl_huff));
+    memset(h, 0, offsetof(tl_huff, tabs));
+    for (t = 0; t < NUM_HUFF_TBLS; t++) {
         /* only the tables a component uses; build failures leave libjpeg's decoder on */
-        int used_dc = 0, used_ac = 0, k;
-        for (k = 0; k < cinfo->comps_in_scan; k++) {
-            used_dc |= cinfo->cur_comp_info[k]->dc_tbl_no == ci;
-            used_ac |= cinfo->cur_comp_info[k]->ac_tbl_no == ci;
-        }
-        if (used_dc && !tl_build_table(cinfo->dc_huff_tbl_ptrs[ci], &h->tabs[ci], 0))
+        if (used_dc[t] && !tl_build_table(cinfo->dc_huff_tbl_ptrs[t], &h->tabs[t], 0))
             return 0;
-        if (used_ac && !tl_build_table(cinfo->ac_huff_tbl_ptrs[ci], &h->tabs[2 + ci], 1))
+        if (used_ac[t] &&
+            !tl_build_table(cinfo->ac_huff_tbl_ptrs[t], &h->tabs[NUM_HUFF_TBLS + t], 1))
             return 0;
     }
     for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
@@ -266,7 +279,7 @@ int tl_huff_install(tl_ctx *c)
         comp = cinfo->cur_comp_info[k];
         h->ci[blkn] = k;
         h->dc[blkn] = &h->tabs[comp->dc_tbl_no];
-        h->ac[blkn] = &h->tabs[2 + comp->ac_tbl_no];
+        h->ac[blkn] = &h->tabs[NUM_HUFF_TBLS + comp->ac_tbl_no];
         /* as jdhuff.c's start_pass_huff_decoder */
         h->dc_needed[blkn] = comp->component_needed ? 1 : 0;
         h->ac_needed[blkn] = comp->component_needed && TL_DCT_SCALED_SIZE(comp) > 1;
@@ -465,4 +478,36 @@ static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
         cinfo->src->bytes_in_buffer = (size_t)(h->src_end - h->marker_at);
     }
     return TRUE;
+}
+
+int tl_jpeg_huffman_own(const unsigned char *data, size_t size, int scale_num, int flags,
+                        char *errmsg)
+{
+    tl_ctx c;
+    char localmsg[TL_MSG_LEN];
+    int own = 0;
+    if (errmsg == NULL)
+        errmsg = localmsg;
+    if (scale_num < 1 || scale_num > 8)
+        return tl_arg_error(errmsg, "scale_num must be in 1..8");
+    if (size > ULONG_MAX)
+        return tl_arg_error(errmsg, "input larger than libjpeg can address");
+    tl_ctx_init(&c, errmsg, NULL, 0);
+    if (setjmp(c.err.jb)) {
+        jpeg_destroy_decompress(&c.cinfo);
+        return c.err.status;
+    }
+    jpeg_create_decompress(&c.cinfo);
+    c.cinfo.progress = &c.progress;
+    jpeg_mem_src(&c.cinfo, data, (unsigned long)size);
+    jpeg_read_header(&c.cinfo, TRUE);
+    if (tl_check_limits(&c, 178956970LL) == TL_OK /* decode.jpeg's DEFAULT_MAX_PIXELS */) {
+        c.cinfo.scale_num = (unsigned)scale_num;
+        c.cinfo.scale_denom = 8;
+        /* as tl_decode: the output colour space does not change the scan's decoding */
+        jpeg_start_decompress(&c.cinfo);
+        own = !(flags & TL_STOCK_HUFFMAN) && tl_huff_install(&c);
+    }
+    jpeg_destroy_decompress(&c.cinfo);
+    return own;
 }

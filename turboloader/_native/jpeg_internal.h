@@ -51,8 +51,9 @@ int tl_check_limits(tl_ctx *c, long long max_pixels);
 /* Whether the data's last bytes are an EOI marker (FF D9), as an intact file's are. */
 int tl_ends_with_eoi(const unsigned char *data, size_t size);
 /* After jpeg_start_decompress: decode the scan's entropy-coded data with jpeg_huffman.c's
- * decoder instead of libjpeg's when it is a sequential Huffman scan with restart markers
- * (1: installed; 0: libjpeg's decoder stays). */
+ * decoder instead of libjpeg's when it is a sequential Huffman scan of every component
+ * (with or without restart markers) of at least TL_HUFF_MIN_BLOCKS blocks (1: installed;
+ * 0: libjpeg's decoder stays). */
 int tl_huff_install(tl_ctx *c);
 /* One decode with its own setjmp (tl_jpeg_decode / _wide; whole_rows: see jpeg_shim.c). */
 int tl_decode(const unsigned char *data, size_t size, int scale_num,

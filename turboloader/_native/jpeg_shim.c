@@ -1,8 +1,8 @@
 /*
  * jpeg_shim.c -- every libjpeg call turboloader makes, and the setjmp that catches libjpeg's
  * errors: headers and decodes. The restart-interval window decode and the lossless transcode
- * to restart intervals are in jpeg_transcode.c; the Huffman decoder for scans with restart
- * markers in jpeg_huffman.c. See jpeg_shim.h for the contract. No globals: all state lives in a tl_ctx on the
+ * to restart intervals are in jpeg_transcode.c; turboloader's own Huffman decoder for
+ * sequential scans in jpeg_huffman.c. See jpeg_shim.h for the contract. No globals: all state lives in a tl_ctx on the
  * caller's stack, so concurrent calls from several threads never share anything.
  */
 #include <limits.h>
@@ -319,8 +319,9 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
         jpeg_abort_decompress(cinfo);
         return TL_ERR_DECODE;
     }
-    /* libjpeg-turbo decodes scans with restart markers through its slow Huffman path only;
-     * ours is fast there and gives the same coefficients (else tl_decode retries without). */
+    /* jpeg_huffman.c's decoder for a sequential Huffman scan of every component (restart
+     * markers or not): faster than libjpeg-turbo's (whose fast path is off for scans with
+     * markers), the same coefficients (else tl_decode retries without). */
     if (!(flags & TL_STOCK_HUFFMAN))
         tl_huff_install(c);
 

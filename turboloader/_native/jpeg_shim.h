@@ -67,8 +67,8 @@ extern "C" {
 #define TL_STRICT              1  /* every libjpeg warning is an error (TL_ERR_STRICT) */
 #define TL_FAST_DCT            2  /* JDCT_IFAST instead of the accurate JDCT_ISLOW */
 #define TL_NO_FANCY_UPSAMPLING 4  /* replicate chroma instead of interpolating (faster) */
-#define TL_STOCK_HUFFMAN       8  /* libjpeg's own Huffman decoder also for scans with restart
-                                     markers (default: jpeg_huffman.c's, same output) */
+#define TL_STOCK_HUFFMAN       8  /* libjpeg's own Huffman decoder for every scan (default:
+                                     jpeg_huffman.c's for sequential scans, same output) */
 
 typedef struct {
     int width, height;  /* of the file, unscaled */
@@ -215,6 +215,13 @@ int tl_jpeg_transcode_restart(const unsigned char *data, size_t size, int restar
                               int optimize, unsigned char *out, size_t out_cap,
                               size_t *out_size, int *restart_used, long long max_pixels,
                               char *errmsg);
+
+/* Which Huffman decoder tl_jpeg_decode would run on this file's scan at scale_num/8 with
+ * flags (only TL_STOCK_HUFFMAN matters): 1 jpeg_huffman.c's, 0 libjpeg's (progressive,
+ * arithmetic, multi-scan or small files, TL_STOCK_HUFFMAN), or a TL_ERR_* status (bad header;
+ * message in errmsg). Decodes no entropy-coded data; for tests and benchmarks. */
+int tl_jpeg_huffman_own(const unsigned char *data, size_t size, int scale_num, int flags,
+                        char *errmsg);
 
 #ifdef __cplusplus
 }

@@ -84,3 +84,6 @@ cdef extern from "jpeg_shim.h" nogil:
                                   int optimize, unsigned char *out, size_t out_cap,
                                   size_t *out_size, int *restart_used, long long max_pixels,
                                   char *errmsg)
+
+    int tl_jpeg_huffman_own(const unsigned char *data, size_t size, int scale_num, int flags,
+                            char *errmsg)

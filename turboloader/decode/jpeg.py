@@ -35,10 +35,11 @@ __all__ = [
 #: ``Image.MAX_IMAGE_PIXELS * 2``, the size at which Pillow raises DecompressionBombError.
 DEFAULT_MAX_PIXELS = 178956970
 
-#: ``TURBOLOADER_STOCK_HUFFMAN=1`` in the environment (read at import): files with restart
-#: markers (``convert --seekable``) entropy-decode through libjpeg-turbo's own Huffman decoder
+#: ``TURBOLOADER_STOCK_HUFFMAN=1`` in the environment (read at import): every JPEG, ordinary
+#: or ``convert --seekable``, entropy-decodes through libjpeg-turbo's own Huffman decoder
 #: instead of turboloader's (``_native/jpeg_huffman.c``; same pixels, faster). For comparison
-#: (``benchmarks/run.py``'s ``turboloader-seekable-stock`` row) and as an escape hatch.
+#: (``benchmarks/run.py``'s ``turboloader-threads-stock`` / ``turboloader-seekable-stock``
+#: rows) and as an escape hatch.
 _STOCK_HUFFMAN = os.environ.get("TURBOLOADER_STOCK_HUFFMAN", "") not in ("", "0")
 
 
