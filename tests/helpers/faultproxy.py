@@ -14,7 +14,8 @@ Faults:
 * ``reset``: the connection is reset (RST) before any byte of the response.
 * ``status:CODE``: the proxy answers ``CODE`` itself (``status:503``, ``status:429``);
   ``slowdown``: S3's ``503 SlowDown`` with its XML body.
-* ``cut:N``: the response's head and the first ``N`` bytes of its body, then a reset.
+* ``cut:N``: the response's head and the first ``N`` bytes of its body, then the
+  connection is closed (a body cut short).
 * ``stall:S`` / ``stall:S@N``: the head and ``N`` (default 0) bytes of the body, then
   nothing for ``S`` seconds (the connection stays open), then a reset.
 * ``wrong_range``: the response's ``Content-Range`` says the bytes start at 0 whatever was
@@ -214,8 +215,9 @@ class FaultProxy:
                     time.sleep(0.05)
                 _reset(client)
                 return
-            if limit is not None:
-                _reset(client)
+            if limit is not None:  # cut short: the bytes sent arrive, then the end
+                client.shutdown(socket.SHUT_WR)
+                client.close()
                 return
             client.shutdown(socket.SHUT_WR)
             client.close()

@@ -619,12 +619,22 @@ class _Azure(_Store):
         first = {}
 
         def fetch(a, b):
+            answers = []  # (Range asked, Content-Range answered) of each response
+
+            def hook(resp):
+                asked = resp.http_request.headers
+                answers.append((asked.get("x-ms-range") or asked.get("Range") or "",
+                                resp.http_response.headers.get("Content-Range")))
+
             try:
                 down = client.download_blob(offset=a, length=b - a, max_concurrency=1,
-                                            timeout=timeout)
-                cr = getattr(down.properties, "content_range", None)
-                total = _range_total(url, a, cr, None)
+                                            timeout=timeout, raw_response_hook=hook)
                 data = down.readall()
+                total = None
+                # the SDK reports the range it asked for: what each answer said is checked
+                for asked, cr in answers:
+                    m = re.match(r"bytes=(\d+)-", asked)
+                    total = _range_total(url, int(m.group(1)) if m else 0, cr, None)
             except RemoteShardError:
                 raise
             except Exception as exc:  # mapped: not found, retried, refused
