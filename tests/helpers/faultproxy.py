@@ -61,7 +61,8 @@ def _reset(sock):
 
 class FaultProxy:
     """``FaultProxy(upstream_port)``: a context manager; ``url`` is its base URL,
-    ``log`` the ``(method, path, fault)`` of every request seen."""
+    ``log`` the ``(method, path, fault)`` of every request seen, ``max_active`` the most
+    connections open at once."""
 
     def __init__(self, upstream_port: int, *, latency: float = 0.0, rate: float | None = None,
                  upstream_host: str = "127.0.0.1"):
@@ -69,6 +70,8 @@ class FaultProxy:
         self.latency = float(latency)
         self.rate = rate
         self.log = []
+        self.active = 0  # connections open now
+        self.max_active = 0  # the most open at once
         self._scripts = []  # [match, [faults...]]
         self._lock = threading.Lock()
         self._sock = socket.socket()
@@ -136,6 +139,16 @@ class FaultProxy:
                 time.sleep(ahead)
 
     def _handle(self, client):
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            self._handle1(client)
+        finally:
+            with self._lock:
+                self.active -= 1
+
+    def _handle1(self, client):
         up = None
         try:
             client.settimeout(120)

@@ -61,12 +61,13 @@ def count_cache_dir() -> str:
     return os.path.join(base, "counts")
 
 
-def _workers(n):
-    try:
-        cap = int(os.environ.get("TURBOLOADER_COUNT_WORKERS", "") or 32)
-    except ValueError:
-        cap = 32
-    return max(1, min(cap, n))
+def _workers(n, cap=None):
+    if cap is None:
+        try:
+            cap = int(os.environ.get("TURBOLOADER_COUNT_WORKERS", "") or 32)
+        except ValueError:
+            cap = 32
+    return max(1, min(int(cap), n))
 
 
 def _split(url):
@@ -101,8 +102,10 @@ def _read_text(url):
 def _resolve(base, rel):
     if "://" in rel or os.path.isabs(rel):
         return rel
-    if is_remote(base):
-        return urllib.parse.urljoin(base, rel)
+    if is_remote(base):  # urljoin knows only some schemes: joined as paths
+        p = urllib.parse.urlsplit(base)
+        path = posixpath.normpath(posixpath.join(p.path or "/", rel))
+        return urllib.parse.urlunsplit((p.scheme, p.netloc, path, "", ""))
     return os.path.normpath(os.path.join(base, rel))
 
 
@@ -178,7 +181,8 @@ def _normalise_index(index):
     return {_strip_query(k): v for k, v in index.items()}
 
 
-def count_shards(urls, count, /, *, strict=False, use_index=True, use_cache=True) -> list:
+def count_shards(urls, count, /, *, strict=False, use_index=True, use_cache=True,
+                 workers=None) -> list:
     """The sample count of each shard of ``urls`` (an int, or the exception that counting
     it raised), in order, as the module docstring describes.
 
@@ -189,6 +193,7 @@ def count_shards(urls, count, /, *, strict=False, use_index=True, use_cache=True
         strict: whether ``count`` checks strictly (a cached count made without that check
             is not reused under it).
         use_index, use_cache: look for a shard index / use the node-local count cache.
+        workers: shards counted at once (default ``TURBOLOADER_COUNT_WORKERS``, else 32).
     """
     urls = list(urls)
     results = {}
@@ -213,7 +218,7 @@ def count_shards(urls, count, /, *, strict=False, use_index=True, use_cache=True
             return u, exc
 
     if todo:
-        with concurrent.futures.ThreadPoolExecutor(_workers(len(todo))) as pool:
+        with concurrent.futures.ThreadPoolExecutor(_workers(len(todo), workers)) as pool:
             results.update(pool.map(one, todo))
     out = []
     for u in urls:
