@@ -266,7 +266,8 @@ def write_index(urls, output: str, /, *, count, name=None, sizes=None) -> dict:
     """Write a ``wids`` shard index of ``urls`` to ``output`` (a path or a remote URL):
     ``{"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": ...,
     "shardlist": [{"url": ..., "nsamples": ..., "filesize": ...}]}``, shard URLs relative
-    to the index's folder where they are in it. Counts come from ``count`` (the caller's
+    to the index's folder where they are in it (and for remote shards of one folder indexed
+    into a local file, which is to be uploaded beside them). Counts come from ``count`` (the caller's
     parallel counting); ``sizes`` from :func:`~turboloader.io.remote.stat` / the file's
     size when not given. Returns the index.
 
@@ -283,10 +284,16 @@ def write_index(urls, output: str, /, *, count, name=None, sizes=None) -> dict:
 
         with concurrent.futures.ThreadPoolExecutor(_workers(len(urls))) as pool:
             sizes = list(pool.map(size, urls))
+    # remote shards of one folder indexed into a local file: that file is to be uploaded
+    # beside them, so their names are written relative too
+    beside = (not is_remote(output) and all(is_remote(u) for u in urls)
+              and len({_split(u)[0] for u in urls}) == 1)
     shardlist = []
     for u, n, s in zip(urls, count, sizes):
         ref = _strip_query(u)
-        if ref.startswith(folder) and "/" not in ref[len(folder):].replace(os.sep, "/"):
+        if beside:
+            ref = _split(ref)[1]
+        elif ref.startswith(folder) and "/" not in ref[len(folder):].replace(os.sep, "/"):
             ref = ref[len(folder):]
         shardlist.append({"url": ref, "nsamples": int(n), "filesize": int(s)})
     doc = {"__kind__": INDEX_KIND, "wids_version": 1,

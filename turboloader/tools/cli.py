@@ -180,7 +180,9 @@ def _build_parser():
     idx.add_argument("path", metavar="SHARDS", help="the shards")
     idx.add_argument("-o", "--output", default=None,
                      help="where to write the index: a path or s3:// / gs:// / az:// URL "
-                          "(default: <prefix>index.json beside the first shard)")
+                          "(default: <prefix>index.json beside the first shard). Remote "
+                          "shards of one folder indexed into a local file are named "
+                          "relative to it: upload it beside them (HTTP stores)")
     idx.add_argument("-j", "--workers", type=int, default=None,
                      help="shards counted at once (default 32)")
 
