@@ -160,3 +160,28 @@ def test_unresolvable_host(store, monkeypatch):
         _read_all(url, retries=1)
     text = str(info.value) + " ".join(info.value.__notes__)
     assert "d.bin" in text and "failed attempts" in text
+
+
+def test_fsspec_url(tmp_path, monkeypatch):
+    """Any URL fsspec knows (its in-memory file system here) is read through it: bytes,
+    ranges, stat, missing objects, a dataset's every sample once."""
+    fsspec = pytest.importorskip("fsspec")
+    from turboloader.data import TarDataset
+    from turboloader.io.remote import is_remote, write_object
+
+    monkeypatch.setenv("TURBOLOADER_CACHE", str(tmp_path / "cache"))
+    fs = fsspec.filesystem("memory")
+    assert is_remote("memory://x/y.tar") and not is_remote("file:///x/y.tar")
+    write_object("memory://tl-test/blob.bin", DATA)
+    url = "memory://tl-test/blob.bin"
+    assert _read_all(url) == DATA and read_range(url, 10, 20000) == DATA[10:20000]
+    assert stat(url).size == len(DATA)
+    with pytest.raises(RemoteShardNotFoundError):
+        _read_all("memory://tl-test/nope.bin")
+    sizes = [4, 2, 5]
+    for p in write_shards(str(tmp_path / "m"), sizes, name="mem"):
+        with open(p, "rb") as fh:
+            fs.pipe_file(f"/tl-test/{os.path.basename(p)}", fh.read())
+    ds = TarDataset("memory://tl-test/mem-{0000..0002}.tar", size_of)
+    assert ds.shard_sizes == sizes
+    assert sorted(int(lab) for _, lab in ds) == list(range(sum(sizes)))
