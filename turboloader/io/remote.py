@@ -263,6 +263,30 @@ class _Chunked(io.RawIOBase):
         return bytes(out)
 
 
+def _per_process(cache, lock, key, make):
+    """The client in ``cache`` under ``key`` (``(pid, ...)``), made by ``make()`` on first
+    use; clients inherited from another process (over fork) are dropped, never shared."""
+    client = cache.get(key)
+    if client is None:
+        with lock:
+            client = cache.get(key)
+            if client is None:
+                client = make()
+                for k in [k for k in cache if k[0] != key[0]]:
+                    del cache[k]
+                cache[key] = client
+    return client
+
+
+def _split_bucket(url, needs):
+    """(bucket or container, object name) of ``url``; ``needs`` says what a URL of its
+    scheme needs, for the error."""
+    p = urllib.parse.urlsplit(url)
+    if not p.netloc or not p.path.strip("/"):
+        raise ValueError(f"{needs}: {redact(url)!r}")
+    return p.netloc, p.path.lstrip("/")
+
+
 # S3 ----------------------------------------------------------------------------------------
 
 _s3_lock = threading.Lock()
@@ -274,35 +298,24 @@ _S3_TRANSIENT = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeou
 
 
 def _s3(timeout=None):
-    """The process's S3 client for this stall ``timeout`` (one per process and timeout,
-    created on first use, never shared over fork)."""
-    key = (os.getpid(), timeout)
-    client = _s3_client.get(key)
-    if client is None:
-        with _s3_lock:
-            client = _s3_client.get(key)
-            if client is None:
-                from turboloader.errors import require
+    """The process's S3 client for this stall ``timeout``."""
+    def make():
+        from turboloader.errors import require
 
-                boto3 = require("boto3", extra="remote", feature="s3:// shards")
-                Config = require("botocore.config", extra="remote", feature="s3:// shards",
-                                 package="boto3").Config
-                kw = {} if timeout is None else {"read_timeout": timeout,
-                                                 "connect_timeout": min(timeout, 60)}
-                # boto3's standard chain: env (AWS_ENDPOINT_URL ...), config files, roles
-                client = boto3.session.Session().client(
-                    "s3", config=Config(retries={"mode": "standard"}, **kw))
-                for k in [k for k in _s3_client if k[0] != key[0]]:
-                    del _s3_client[k]
-                _s3_client[key] = client
-    return client
+        boto3 = require("boto3", extra="remote", feature="s3:// shards")
+        Config = require("botocore.config", extra="remote", feature="s3:// shards",
+                         package="boto3").Config
+        kw = {} if timeout is None else {"read_timeout": timeout,
+                                         "connect_timeout": min(timeout, 60)}
+        # boto3's standard chain: env (AWS_ENDPOINT_URL ...), config files, roles
+        return boto3.session.Session().client(
+            "s3", config=Config(retries={"mode": "standard"}, **kw))
+
+    return _per_process(_s3_client, _s3_lock, (os.getpid(), timeout), make)
 
 
 def _s3_split(url):
-    p = urllib.parse.urlsplit(url)
-    if not p.netloc or not p.path.strip("/"):
-        raise ValueError(f"an S3 URL needs a bucket and a key: {redact(url)!r}")
-    return p.netloc, p.path.lstrip("/")
+    return _split_bucket(url, "an S3 URL needs a bucket and a key")
 
 
 def _botocore():
@@ -436,40 +449,28 @@ _gcs_session = {}
 def _gcs():
     """(session, endpoint) of this process: a ``requests`` session authorised by
     google-auth's default credentials, or a plain one for ``STORAGE_EMULATOR_HOST``."""
-    pid = os.getpid()
-    got = _gcs_session.get(pid)
-    if got is None:
-        with _gcs_lock:
-            got = _gcs_session.get(pid)
-            if got is None:
-                from turboloader.errors import require
+    def make():
+        from turboloader.errors import require
 
-                requests = require("requests", extra="gcs", feature="gs:// shards",
-                                   package="google-cloud-storage")
-                emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-                if emulator:
-                    endpoint = emulator if "://" in emulator else "http://" + emulator
-                    session = requests.Session()
-                else:
-                    gauth = require("google.auth", extra="gcs", feature="gs:// shards",
-                                    package="google-cloud-storage")
-                    treq = require("google.auth.transport.requests", extra="gcs",
-                                   feature="gs:// shards", package="google-cloud-storage")
-                    creds, _ = gauth.default(
-                        scopes=["https://www.googleapis.com/auth/devstorage.read_write"])
-                    session = treq.AuthorizedSession(creds)
-                    endpoint = "https://storage.googleapis.com"
-                got = (session, endpoint.rstrip("/"))
-                _gcs_session.clear()
-                _gcs_session[pid] = got
-    return got
+        requests = require("requests", extra="gcs", feature="gs:// shards",
+                           package="google-cloud-storage")
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+        if emulator:
+            endpoint = emulator if "://" in emulator else "http://" + emulator
+            return requests.Session(), endpoint.rstrip("/")
+        gauth = require("google.auth", extra="gcs", feature="gs:// shards",
+                        package="google-cloud-storage")
+        treq = require("google.auth.transport.requests", extra="gcs",
+                       feature="gs:// shards", package="google-cloud-storage")
+        creds, _ = gauth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_write"])
+        return treq.AuthorizedSession(creds), "https://storage.googleapis.com"
+
+    return _per_process(_gcs_session, _gcs_lock, (os.getpid(),), make)
 
 
 def _gcs_split(url):
-    p = urllib.parse.urlsplit(url)
-    if not p.netloc or not p.path.strip("/"):
-        raise ValueError(f"a gs:// URL needs a bucket and an object name: {redact(url)!r}")
-    return p.netloc, urllib.parse.quote(p.path.lstrip("/"), safe="")
+    bucket, name = _split_bucket(url, "a gs:// URL needs a bucket and an object name")
+    return bucket, urllib.parse.quote(name, safe="")
 
 
 class _GCS(_Store):
@@ -544,51 +545,38 @@ _az_client = {}
 def _azure(timeout):
     """This process's ``BlobServiceClient`` (see the module docstring for the account and
     credentials); its own retries are off: :class:`_RetryingReader` retries."""
-    key = (os.getpid(), timeout)
-    client = _az_client.get(key)
-    if client is None:
-        with _az_lock:
-            client = _az_client.get(key)
-            if client is None:
-                from turboloader.errors import require
+    def make():
+        from turboloader.errors import require
 
-                blob = require("azure.storage.blob", extra="azure", feature="az:// shards",
-                               package="azure-storage-blob")
-                kw = {"retry_total": 0, "connection_timeout": min(timeout, 60),
-                      "read_timeout": timeout}
-                conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
-                if conn:
-                    client = blob.BlobServiceClient.from_connection_string(conn, **kw)
-                else:
-                    account_url = os.environ.get("AZURE_STORAGE_ACCOUNT_URL")
-                    account = os.environ.get("AZURE_STORAGE_ACCOUNT")
-                    if not account_url and account:
-                        account_url = f"https://{account}.blob.core.windows.net"
-                    if not account_url:
-                        raise RemoteShardError(
-                            "az:// URLs need an account: set AZURE_STORAGE_CONNECTION_STRING, "
-                            "or AZURE_STORAGE_ACCOUNT_URL / AZURE_STORAGE_ACCOUNT")
-                    cred = os.environ.get("AZURE_STORAGE_SAS_TOKEN")
-                    if not cred and os.environ.get("AZURE_STORAGE_KEY") and account:
-                        cred = {"account_name": account,
-                                "account_key": os.environ["AZURE_STORAGE_KEY"]}
-                    if not cred:
-                        with contextlib.suppress(ImportError):
-                            from azure.identity import DefaultAzureCredential
+        blob = require("azure.storage.blob", extra="azure", feature="az:// shards",
+                       package="azure-storage-blob")
+        kw = {"retry_total": 0, "connection_timeout": min(timeout, 60), "read_timeout": timeout}
+        conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+        if conn:
+            return blob.BlobServiceClient.from_connection_string(conn, **kw)
+        account_url = os.environ.get("AZURE_STORAGE_ACCOUNT_URL")
+        account = os.environ.get("AZURE_STORAGE_ACCOUNT")
+        if not account_url and account:
+            account_url = f"https://{account}.blob.core.windows.net"
+        if not account_url:
+            raise RemoteShardError(
+                "az:// URLs need an account: set AZURE_STORAGE_CONNECTION_STRING, "
+                "or AZURE_STORAGE_ACCOUNT_URL / AZURE_STORAGE_ACCOUNT")
+        cred = os.environ.get("AZURE_STORAGE_SAS_TOKEN")
+        if not cred and os.environ.get("AZURE_STORAGE_KEY") and account:
+            cred = {"account_name": account, "account_key": os.environ["AZURE_STORAGE_KEY"]}
+        if not cred:
+            with contextlib.suppress(ImportError):
+                from azure.identity import DefaultAzureCredential
 
-                            cred = DefaultAzureCredential()
-                    client = blob.BlobServiceClient(account_url, credential=cred, **kw)
-                for k in [k for k in _az_client if k[0] != key[0]]:
-                    del _az_client[k]
-                _az_client[key] = client
-    return client
+                cred = DefaultAzureCredential()
+        return blob.BlobServiceClient(account_url, credential=cred, **kw)
+
+    return _per_process(_az_client, _az_lock, (os.getpid(), timeout), make)
 
 
 def _az_split(url):
-    p = urllib.parse.urlsplit(url)
-    if not p.netloc or not p.path.strip("/"):
-        raise ValueError(f"an az:// URL needs a container and a blob name: {redact(url)!r}")
-    return p.netloc, p.path.lstrip("/")
+    return _split_bucket(url, "an az:// URL needs a container and a blob name")
 
 
 def _az_error(url, exc):
