@@ -185,3 +185,27 @@ def test_fsspec_url(tmp_path, monkeypatch):
     ds = TarDataset("memory://tl-test/mem-{0000..0002}.tar", size_of)
     assert ds.shard_sizes == sizes
     assert sorted(int(lab) for _, lab in ds) == list(range(sum(sizes)))
+
+
+@pytest.mark.parametrize("store", ["s3", "gs"], indirect=True)
+def test_dataset_through_stalls_and_cuts_every_sample_once(store, tmp_path, monkeypatch):
+    """A streamed dataset whose shard reads stall (TURBOLOADER_REMOTE_TIMEOUT) or are cut
+    short: resumed where they stopped, every sample exactly once."""
+    from turboloader.data import TarDataset
+
+    monkeypatch.setenv("TURBOLOADER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TURBOLOADER_REMOTE_TIMEOUT", "1")
+    sizes = [40, 30]
+    for p in write_shards(str(tmp_path / "src"), sizes, name="st"):
+        with open(p, "rb") as fh:
+            store.put(os.path.basename(p), fh.read())
+    urls = [store.url(f"st-{i:04d}.tar") for i in range(2)]
+    ds = TarDataset(urls, size_of, shuffle=False, shard_sizes=sizes)
+    with FaultProxy(store.upstream_port) as proxy:
+        store.route(monkeypatch, proxy.port)
+        proxy.script("st-0000", "stall:30@20000")
+        proxy.script("st-0001", "cut:30000", "reset")
+        t = time.monotonic()
+        got = [int(lab) for _, lab in ds]
+        assert got == list(range(sum(sizes)))
+        assert proxy.faults_left() == 0 and time.monotonic() - t < 30
