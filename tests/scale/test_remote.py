@@ -249,3 +249,18 @@ def test_s3_range_answer_is_checked(monkeypatch):
     assert total == 100
     with pytest.raises(RemoteShardError, match=r"s3://b/k\.tar.*offset 40.*offset 0"):
         remote._store("s3://b/k.tar").open("s3://b/k.tar", 40, None, 10)
+
+
+def test_sdk_error_text_is_quoted_without_credentials():
+    """An SDK's error message may carry a presigned URL, a SAS token or an account key:
+    what a RemoteShardError quotes of it has none of them."""
+    from turboloader.io.remote import _scrub
+
+    text = ("HTTPSConnectionPool(host='acct.blob.core.windows.net', port=443): Max retries "
+            "exceeded with url: /c/b.tar?sv=2023-01-03&sig=S3CRET%2Bsig&se=2030 (Caused by "
+            "x); DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=KEYKEY==;"
+            " https://user:pw@host/x password=hunter2")
+    out = _scrub(text)
+    for secret in ("S3CRET", "KEYKEY", "user:pw", "hunter2", "sv=2023"):
+        assert secret not in out, (secret, out)
+    assert "acct.blob.core.windows.net" in out and "/c/b.tar" in out
