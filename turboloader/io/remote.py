@@ -475,9 +475,9 @@ def _gcs_split(url):
 
 class _GCS(_Store):
     def _call(self, url, method, path, timeout, **kw):
+        session, endpoint = _gcs()  # first: a missing package is a MissingDependencyError
         import requests
 
-        session, endpoint = _gcs()
         try:
             resp = session.request(method, endpoint + path, timeout=(min(timeout, 60), timeout),
                                    **kw)
