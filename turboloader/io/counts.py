@@ -41,6 +41,7 @@ import os
 import posixpath
 import re
 import urllib.parse
+from collections.abc import Callable, Iterable, Sequence
 
 from turboloader.io.remote import (RemoteShardError, RemoteShardNotFoundError, is_remote,
                                      open_remote, redact, stat, url_path)
@@ -181,8 +182,9 @@ def _normalise_index(index):
     return {_strip_query(k): v for k, v in index.items()}
 
 
-def count_shards(urls, count, /, *, strict=False, use_index=True, use_cache=True,
-                 workers=None) -> list:
+def count_shards(urls: Iterable[str], count: Callable[[str], int], /, *, strict: bool = False,
+                 use_index: bool = True, use_cache: bool = True,
+                 workers: int | None = None) -> list:
     """The sample count of each shard of ``urls`` (an int, or the exception that counting
     it raised), in order, as the module docstring describes.
 
@@ -262,7 +264,8 @@ def _find_indexes(urls):
     return counts
 
 
-def write_index(urls, output: str, /, *, count, name=None, sizes=None) -> dict:
+def write_index(urls: Iterable[str], output: str, /, *, count: Sequence[int],
+                name: str | None = None, sizes: Sequence[int] | None = None) -> dict:
     """Write a ``wids`` shard index of ``urls`` to ``output`` (a path or a remote URL):
     ``{"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": ...,
     "shardlist": [{"url": ..., "nsamples": ..., "filesize": ...}]}``, shard URLs relative
