@@ -111,7 +111,7 @@ def _scheme(url):
     return scheme.lower() if sep else ""
 
 
-def is_remote(url) -> bool:
+def is_remote(url: object) -> bool:
     """True for ``s3://``, ``gs://``, ``az://``, ``http(s)://`` URLs, and URLs of any other
     (non-local) ``fsspec`` protocol when ``fsspec`` is installed."""
     if not isinstance(url, str):
@@ -914,7 +914,8 @@ class _RetryingReader(io.RawIOBase):
         super().close()
 
 
-def open_remote(url: str, /, *, retries=5, backoff=0.25, timeout=None):
+def open_remote(url: str, /, *, retries: int = 5, backoff: float = 0.25,
+                timeout: float | None = None) -> io.BufferedReader:
     """A buffered sequential binary file over a remote object, retrying as described in
     the module docstring.
 
@@ -940,8 +941,8 @@ def open_remote(url: str, /, *, retries=5, backoff=0.25, timeout=None):
                                              timeout=timeout), buffer_size=_CHUNK)
 
 
-def read_range(url: str, start: int, end: int, /, *, retries=5, backoff=0.25,
-               timeout=None) -> bytes:
+def read_range(url: str, start: int, end: int, /, *, retries: int = 5, backoff: float = 0.25,
+               timeout: float | None = None) -> bytes:
     """Exactly the bytes ``[start, end)`` of a remote object, in one ranged request
     (resumed at the byte where it stopped on a failure or stall, as :func:`open_remote`).
 
@@ -996,7 +997,8 @@ def _with_retries(url, call, *, retries, backoff, max_backoff=8.0):
             raise fail(exc) from None
 
 
-def stat(url: str, /, *, retries=5, backoff=0.25, timeout=None) -> ObjectStat:
+def stat(url: str, /, *, retries: int = 5, backoff: float = 0.25,
+         timeout: float | None = None) -> ObjectStat:
     """The size and version tag (:class:`ObjectStat`) of a remote object: one metadata
     request (HTTP: a 1-byte range request), retried as :func:`open_remote`.
 
@@ -1010,7 +1012,8 @@ def stat(url: str, /, *, retries=5, backoff=0.25, timeout=None) -> ObjectStat:
                          backoff=backoff)
 
 
-def write_object(url: str, data: bytes, /, *, retries=5, backoff=0.25, timeout=None) -> None:
+def write_object(url: str, data: bytes, /, *, retries: int = 5, backoff: float = 0.25,
+                 timeout: float | None = None) -> None:
     """Write ``data`` as the whole object ``url`` (``s3://``, ``gs://``, ``az://``,
     ``fsspec`` URLs; not ``http(s)://``), retried as :func:`open_remote`.
 
