@@ -10,6 +10,16 @@ import os
 # MKL reads it at its first call, after this module runs; subprocesses inherit it.
 os.environ.setdefault("MKL_CBWR", "AVX2")
 
+# turboloader's node-local caches (the remote shards' sample counts) go to a folder of this
+# run, not the user's ~/.cache: a count cached by one test must not answer another's
+if "TURBOLOADER_CACHE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["TURBOLOADER_CACHE"] = tempfile.mkdtemp(prefix="turboloader-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["TURBOLOADER_CACHE"], True)
+
 
 def pytest_collection_modifyitems(config, items):
     """``@pytest.mark.cuda`` tests are skipped, saying why, where torch sees no CUDA device

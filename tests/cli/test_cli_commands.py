@@ -34,7 +34,8 @@ def run(capsys, *argv):
     return code, out, err
 
 
-@pytest.mark.parametrize("command", ["convert", "inspect", "verify", "preview", "bench", "demo"])
+@pytest.mark.parametrize("command", ["convert", "inspect", "verify", "index", "preview", "bench",
+                                     "demo"])
 def test_help(command):
     proc = subprocess.run([sys.executable, "-m", "turboloader.tools.cli", command, "--help"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT,
@@ -64,7 +65,8 @@ def test_a_misspelt_option_prints_its_commands_usage():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", ["convert", "inspect", "verify", "preview", "bench", "demo"])
+@pytest.mark.parametrize("command", ["convert", "inspect", "verify", "index", "preview", "bench",
+                                     "demo"])
 def test_every_argument_has_help_text(command):
     # a user stalls on `bench PATH --size N` when --help does not say what they are
     import argparse

@@ -200,11 +200,21 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
             if len(shard_sizes) != len(expanded) or min(shard_sizes, default=0) < 0:
                 raise ValueError(f"shard_sizes needs one count >= 0 per shard "
                                  f"({len(expanded)} shards)")
+        # remote shards: from an index, the node-local count cache, or counted in parallel
+        counted = (self._io.counts(expanded)
+                   if shard_sizes is None and hasattr(self._io, "counts") else None)
         for i, url in enumerate(expanded):
             try:
                 # strict_tar: a .tar without end-of-archive blocks (cut at a member
                 # boundary) is a malformed shard, not a TruncatedArchiveWarning
-                n = shard_sizes[i] if shard_sizes is not None else self._io.count(url)
+                if shard_sizes is not None:
+                    n = shard_sizes[i]
+                elif counted is not None:
+                    n = counted[i]
+                    if isinstance(n, BaseException):
+                        raise n
+                else:
+                    n = self._io.count(url)
             except (TarFormatError, RemoteShardError) as exc:
                 exc.add_note(f"while counting the samples of shard {url!r}")
                 if self.policy.on_error == "raise":

@@ -17,6 +17,8 @@ The first stage of the sample path (shard -> bytes -> decode -> transform -> bat
   (regular files only, never blocking, at most :data:`MAX_FILE_BYTES`).
 * :mod:`~turboloader.io.parquet`: Parquet row groups and Arrow tables as shards (``pyarrow``).
 * :mod:`~turboloader.io.manifest`: CSV / TSV / JSON Lines lists of image files and labels.
+* :mod:`~turboloader.io.counts`: remote shards' sample counts at construction: a shard
+  index, the node-local count cache, else counted in parallel.
 
 Nothing here imports decoders, transforms, torch or the datasets: data flows downward.
 Names are imported on first use.

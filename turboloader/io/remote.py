@@ -1,25 +1,42 @@
-"""Remote shards (``s3://``, ``http://``, ``https://``): a retrying sequential reader.
+"""Remote shards: one retrying reader over every object store.
 
-Reading. :func:`open_remote` returns a buffered, *sequential* file object over a remote
-object that starts at byte 0 and streams: nothing is downloaded ahead of what is read.
-A connection that fails mid-stream (reset, timeout, truncated body, HTTP 5xx/429, S3
-``SlowDown``) is re-opened at the byte where it stopped, with a ``Range`` request, after
-an exponential backoff (the answer must start at that byte and give the same total size,
-else :class:`RemoteShardError` names both offsets: never repeated or skipped bytes); after
-``retries`` failed attempts in a row the read raises :class:`RemoteShardError` (a
-:class:`~turboloader.errors.TurboLoaderError` and an ``OSError``) with notes naming the URL
-(query string removed: presigned URLs carry credentials) and the byte offset. A missing
-object (HTTP 404/410, S3 ``NoSuchKey``) is :class:`RemoteShardNotFoundError` (also a
+Stores (``url``'s scheme):
+
+* ``s3://bucket/key``: ``boto3`` (``get_object`` with ``Range``). Endpoint, region and
+  credentials come from boto3's standard chain: environment (``AWS_ENDPOINT_URL`` /
+  ``AWS_ENDPOINT_URL_S3`` for S3-compatible stores, ``AWS_PROFILE``, ``AWS_ACCESS_KEY_ID``
+  ...), ``~/.aws/config``, instance roles. Extra ``remote``.
+* ``gs://bucket/object``: Google Cloud Storage's JSON API, authorised by ``google-auth``'s
+  standard chain (``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's application-default login,
+  the metadata server), as ``google-cloud-storage`` does; ``STORAGE_EMULATOR_HOST`` points
+  it at an emulator (no credentials). Extra ``gcs``.
+* ``az://container/blob``: ``azure-storage-blob``. The account comes from
+  ``AZURE_STORAGE_CONNECTION_STRING``, else ``AZURE_STORAGE_ACCOUNT_URL`` (or
+  ``AZURE_STORAGE_ACCOUNT``: ``https://<account>.blob.core.windows.net``) with
+  ``AZURE_STORAGE_SAS_TOKEN`` / ``AZURE_STORAGE_KEY``, or ``azure-identity``'s
+  ``DefaultAzureCredential`` when it is installed. Extra ``azure``.
+* ``http://``, ``https://``: the standard library (``urllib.request``; proxies and
+  certificates as configured for it).
+* any other URL whose scheme ``fsspec`` knows (``memory://``, ``hf://``, ...), through
+  ``fsspec`` when it is installed (its own credentials per file system).
+
+Reading. :func:`open_remote` returns a buffered, *sequential* file object that streams the
+object from byte 0; :func:`read_range` returns exactly the bytes ``[start, end)``;
+:func:`stat` gives the size and ETag. A connection that fails mid-stream (reset, truncated
+body, HTTP 5xx/408/429, S3 ``SlowDown``, an unresolvable host) or that *stalls* (no byte
+for ``timeout`` seconds, or fewer than 1 MiB in ``timeout`` seconds) is dropped and
+re-opened at the byte where it stopped with a ``Range`` request, after an exponential
+backoff with jitter (0.5x-1.5x, capped at ``max_backoff``): the answer must start at that
+byte and give the same total size, else :class:`RemoteShardError` names both offsets, so
+bytes are never repeated or skipped. After ``retries`` failed attempts in a row the read
+raises :class:`RemoteShardError` (a :class:`~turboloader.errors.TurboLoaderError` and an
+``OSError``) naming the URL and the byte offset. Messages never carry credentials: URLs
+lose their query string (presigned URLs, SAS tokens) and user info, and the text of an SDK
+error is quoted with the same redaction. A missing object (HTTP 404/410, S3 ``NoSuchKey``,
+GCS / Azure ``BlobNotFound``) is :class:`RemoteShardNotFoundError` (also a
 ``FileNotFoundError``) at once, without retries.
 
-* ``s3://bucket/key`` is read with ``boto3`` (``get_object`` with ``Range``). Endpoint,
-  region, credentials and botocore's own retry settings come from boto3's standard
-  configuration: environment (``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3`` for
-  S3-compatible stores, ``AWS_PROFILE``, ``AWS_ACCESS_KEY_ID`` ...), ``~/.aws/config``,
-  instance roles. One client per process, created on first use (never shared over fork).
-* ``http(s)://`` is read with the standard library (``urllib.request``): proxies and
-  certificates as configured for it.
-
+``TURBOLOADER_REMOTE_TIMEOUT`` (seconds, default 60) sets the default stall timeout.
 The node-local shard cache built on this reader is :mod:`turboloader.io.shard_cache`.
 """
 
@@ -29,6 +46,7 @@ import contextlib
 import errno
 import http.client
 import io
+import json
 import os
 import random
 import re
@@ -38,30 +56,70 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import NamedTuple
 
 from turboloader.errors import RemoteShardError, RemoteShardNotFoundError
 
 __all__ = [
     "REMOTE_SCHEMES",
+    "ObjectStat",
     "RemoteShardError",
     "RemoteShardNotFoundError",
     "is_remote",
     "open_remote",
+    "read_range",
     "redact",
+    "default_timeout",
+    "stat",
     "url_path",
+    "write_object",
 ]
 
-#: URL schemes read remotely.
-REMOTE_SCHEMES = ("s3", "http", "https")
+#: URL schemes read remotely by turboloader's own transports (any scheme ``fsspec`` knows
+#: is read through it besides these).
+REMOTE_SCHEMES = ("s3", "gs", "az", "http", "https")
 _CHUNK = 1 << 20
+_SDK_CHUNK = 8 << 20  # one ranged request of the SDKs read in pieces (Azure, fsspec)
+_LOCAL_FSSPEC = {"file", "local", "os"}
 
 
-def is_remote(url) -> bool:
-    """True for ``s3://``, ``http://`` and ``https://`` URLs."""
+def default_timeout() -> float:
+    """The stall timeout in seconds: ``TURBOLOADER_REMOTE_TIMEOUT``, else 60."""
+    try:
+        return float(os.environ.get("TURBOLOADER_REMOTE_TIMEOUT", "") or 60.0)
+    except ValueError:
+        return 60.0
+
+
+_fsspec_known = None
+
+
+def _fsspec_protocols():
+    global _fsspec_known
+    if _fsspec_known is None:
+        try:
+            import fsspec
+
+            _fsspec_known = frozenset(fsspec.available_protocols()) - _LOCAL_FSSPEC
+        except ImportError:
+            _fsspec_known = frozenset()
+    return _fsspec_known
+
+
+def _scheme(url):
+    scheme, sep, _ = url.partition("://")
+    return scheme.lower() if sep else ""
+
+
+def is_remote(url: object) -> bool:
+    """True for ``s3://``, ``gs://``, ``az://``, ``http(s)://`` URLs, and URLs of any other
+    (non-local) ``fsspec`` protocol when ``fsspec`` is installed."""
     if not isinstance(url, str):
         return False
-    scheme, sep, _ = url.partition("://")
-    return bool(sep) and scheme.lower() in REMOTE_SCHEMES
+    scheme = _scheme(url)
+    if not scheme:
+        return False
+    return scheme in REMOTE_SCHEMES or scheme in _fsspec_protocols()
 
 
 def redact(url: str) -> str:
@@ -71,9 +129,35 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit((p.scheme, netloc, p.path, "", ""))
 
 
+_SECRETS = re.compile(r"(?i)(\?[^\s'\"<>]*)|(//[^/\s'\"@]*@)|"
+                      r"((?:sig|signature|accountkey|sharedaccesssignature|token|password|"
+                      r"secret|credential)[=:]\s*[^\s;,'\"&]+)")
+
+
+def _scrub(text) -> str:
+    """``text`` (an SDK's error message) without query strings, user info or key=value
+    secrets: what may be quoted in an error."""
+    def sub(m):
+        if m.group(1):
+            return "?<redacted>"
+        if m.group(2):
+            return "//"
+        return m.group(3).split("=")[0].split(":")[0] + "=<redacted>"
+    return _SECRETS.sub(sub, str(text))
+
+
 def url_path(url: str) -> str:
     """The path component of a URL (for suffix checks such as ``.tar.gz``)."""
     return urllib.parse.urlsplit(url).path if is_remote(url) else url
+
+
+class ObjectStat(NamedTuple):
+    """What :func:`stat` says of an object: ``size`` in bytes, and ``etag`` (a version
+    tag that changes when the object does: the ETag, a GCS generation, else the
+    Last-Modified time; None when the store gives none)."""
+
+    size: int
+    etag: str | None
 
 
 # -- transports -----------------------------------------------------------------------------
@@ -82,73 +166,8 @@ class _Transient(Exception):
     """Internal: a failure worth retrying (wraps the original as __cause__)."""
 
 
-_s3_lock = threading.Lock()
-_s3_client = {}
-
-
-def _s3():
-    pid = os.getpid()
-    client = _s3_client.get(pid)
-    if client is None:
-        with _s3_lock:
-            client = _s3_client.get(pid)
-            if client is None:
-                from turboloader.errors import require
-
-                boto3 = require("boto3", extra="remote", feature="s3:// shards")
-                Config = require("botocore.config", extra="remote", feature="s3:// shards",
-                                 package="boto3").Config
-
-                # boto3's standard chain: env (AWS_ENDPOINT_URL ...), config files, roles
-                client = boto3.session.Session().client(
-                    "s3", config=Config(retries={"mode": "standard"}))
-                _s3_client.clear()
-                _s3_client[pid] = client
-    return client
-
-
-def _s3_split(url):
-    p = urllib.parse.urlsplit(url)
-    if not p.netloc or not p.path.strip("/"):
-        raise ValueError(f"an S3 URL needs a bucket and a key: {redact(url)!r}")
-    return p.netloc, p.path.lstrip("/")
-
-
-_S3_MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
-_S3_TRANSIENT = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
-                 "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable", "503", "500"}
-
-
-def _s3_open(url, start, timeout):
-    """(body with .read(n), total size) for the object from byte ``start``."""
-    from turboloader.errors import require
-
-    bx = require("botocore.exceptions", extra="remote", feature="s3:// shards",
-                 package="boto3")
-
-    bucket, key = _s3_split(url)
-    try:
-        resp = _s3().get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-")
-    except bx.ClientError as exc:
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        if code in _S3_MISSING:
-            raise RemoteShardNotFoundError(errno.ENOENT, f"no such S3 object ({code})") from exc
-        if code == "InvalidRange":
-            return io.BytesIO(b""), start
-        if code in _S3_TRANSIENT or status >= 500 or status == 429:
-            raise _Transient(f"S3 {code or status}") from exc
-        raise RemoteShardError(f"S3 refused the request: {code or status}") from exc
-    except (bx.BotoCoreError, ConnectionError, socket.timeout) as exc:
-        if isinstance(exc, (bx.NoCredentialsError, bx.ParamValidationError)):
-            raise RemoteShardError(f"S3 client: {type(exc).__name__}") from exc
-        raise _Transient(type(exc).__name__) from exc
-    try:
-        total = _range_total(url, start, resp.get("ContentRange"), resp.get("ContentLength"))
-    except RemoteShardError:
-        resp["Body"].close()
-        raise
-    return resp["Body"], total
+def _bytes_range(start, end):
+    return f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
 
 
 _CONTENT_RANGE = re.compile(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
@@ -183,141 +202,670 @@ def _range_total(url, start, content_range, length):
     return None if length is None else int(length)
 
 
-def _http_open(url, start, timeout):
-    req = urllib.request.Request(url, headers={"Range": f"bytes={start}-"} if start else {})
-    try:
-        resp = urllib.request.urlopen(req, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        if exc.code in (404, 410):
-            raise RemoteShardNotFoundError(errno.ENOENT, f"HTTP {exc.code}") from None
-        if exc.code == 416:  # range past the end: nothing left to read
+def _status_error(url, status, reason, *, what):
+    """The error for an HTTP-style status: not found, retried, or refused."""
+    if status in (404, 410):
+        return RemoteShardNotFoundError(errno.ENOENT, f"{what} {status}: no such object")
+    if status >= 500 or status in (408, 429):
+        return _Transient(f"{what} {status}")
+    return RemoteShardError(f"{redact(url)}: {what} {status} {_scrub(reason or '')}".rstrip())
+
+
+class _Store:
+    """One store's requests. ``open`` returns (body with ``.read(n)``, total size or None)
+    for the bytes ``[start, end)`` (``end`` None: to the object's end); it raises
+    ``_Transient`` for what is worth retrying, :class:`RemoteShardNotFoundError`, or
+    :class:`RemoteShardError`."""
+
+    def open(self, url, start, end, timeout):
+        raise NotImplementedError
+
+    def stat(self, url, timeout) -> ObjectStat:
+        raise NotImplementedError
+
+    def put(self, url, data: bytes, timeout) -> None:
+        raise RemoteShardError(f"{redact(url)}: writing is not supported for "
+                               f"{_scheme(url)}:// URLs")
+
+    def errors(self):
+        """Exceptions a body's ``read`` raises that are worth a resumed request."""
+        return ()
+
+
+class _Chunked(io.RawIOBase):
+    """A body made of ranged requests of up to ``_SDK_CHUNK`` bytes, fetched one after
+    another as it is read: for SDKs whose download is not a socket stream."""
+
+    def __init__(self, fetch, start, end, total, head=b""):
+        self._fetch = fetch  # (start, end) -> bytes
+        self._pos = start  # the offset of the first byte after ``head``
+        self._end = total if end is None else (end if total is None else min(end, total))
+        self._buf = memoryview(head)
+        self._pos -= len(head)
+
+    def readable(self):
+        return True
+
+    def read(self, n=-1):
+        if not self._buf:
+            if self._end is not None and self._pos >= self._end:
+                return b""
+            stop = self._pos + _SDK_CHUNK
+            if self._end is not None:
+                stop = min(stop, self._end)
+            data = self._fetch(self._pos, stop)
+            if not data:
+                return b""
+            self._buf = memoryview(data)
+        n = len(self._buf) if n is None or n < 0 else n
+        out, self._buf = self._buf[:n], self._buf[n:]
+        self._pos += len(out)
+        return bytes(out)
+
+
+def _per_process(cache, lock, key, make):
+    """The client in ``cache`` under ``key`` (``(pid, ...)``), made by ``make()`` on first
+    use; clients inherited from another process (over fork) are dropped, never shared."""
+    client = cache.get(key)
+    if client is None:
+        with lock:
+            client = cache.get(key)
+            if client is None:
+                client = make()
+                for k in [k for k in cache if k[0] != key[0]]:
+                    del cache[k]
+                cache[key] = client
+    return client
+
+
+def _split_bucket(url, needs):
+    """(bucket or container, object name) of ``url``; ``needs`` says what a URL of its
+    scheme needs, for the error."""
+    p = urllib.parse.urlsplit(url)
+    if not p.netloc or not p.path.strip("/"):
+        raise ValueError(f"{needs}: {redact(url)!r}")
+    return p.netloc, p.path.lstrip("/")
+
+
+# S3 ----------------------------------------------------------------------------------------
+
+_s3_lock = threading.Lock()
+_s3_client = {}
+
+_S3_MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
+_S3_TRANSIENT = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                 "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable", "503", "500"}
+
+
+def _s3(timeout=None):
+    """The process's S3 client for this stall ``timeout``."""
+    def make():
+        from turboloader.errors import require
+
+        boto3 = require("boto3", extra="remote", feature="s3:// shards")
+        Config = require("botocore.config", extra="remote", feature="s3:// shards",
+                         package="boto3").Config
+        kw = {} if timeout is None else {"read_timeout": timeout,
+                                         "connect_timeout": min(timeout, 60)}
+        # boto3's standard chain: env (AWS_ENDPOINT_URL ...), config files, roles
+        return boto3.session.Session().client(
+            "s3", config=Config(retries={"mode": "standard"}, **kw))
+
+    return _per_process(_s3_client, _s3_lock, (os.getpid(), timeout), make)
+
+
+def _s3_split(url):
+    return _split_bucket(url, "an S3 URL needs a bucket and a key")
+
+
+def _botocore():
+    from turboloader.errors import require
+
+    return require("botocore.exceptions", extra="remote", feature="s3:// shards",
+                   package="boto3")
+
+
+def _s3_error(url, exc, bx):
+    """The error for a botocore exception raised by a request."""
+    if isinstance(exc, bx.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if code in _S3_MISSING or status == 404:
+            return RemoteShardNotFoundError(errno.ENOENT, f"no such S3 object ({code or status})")
+        if code in _S3_TRANSIENT or status >= 500 or status == 429:
+            return _Transient(f"S3 {code or status}")
+        return RemoteShardError(f"S3 refused the request: {code or status}")
+    if isinstance(exc, (bx.NoCredentialsError, bx.ParamValidationError)):
+        return RemoteShardError(f"S3 client: {type(exc).__name__}")
+    return _Transient(type(exc).__name__)
+
+
+class _S3(_Store):
+    def open(self, url, start, end, timeout):
+        bx = _botocore()
+        bucket, key = _s3_split(url)
+        try:
+            resp = _s3(timeout).get_object(Bucket=bucket, Key=key, Range=_bytes_range(start, end))
+        except bx.ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code", "")) == "InvalidRange":
+                return io.BytesIO(b""), start
+            raise _s3_error(url, exc, bx) from exc
+        except (bx.BotoCoreError, ConnectionError, socket.timeout) as exc:
+            raise _s3_error(url, exc, bx) from exc
+        try:
+            total = _range_total(url, start, resp.get("ContentRange"), resp.get("ContentLength"))
+        except RemoteShardError:
+            resp["Body"].close()
+            raise
+        return resp["Body"], total
+
+    def stat(self, url, timeout):
+        bx = _botocore()
+        bucket, key = _s3_split(url)
+        try:
+            head = _s3(timeout).head_object(Bucket=bucket, Key=key)
+        except (bx.BotoCoreError, bx.ClientError, ConnectionError, socket.timeout) as exc:
+            raise _s3_error(url, exc, bx) from exc
+        return ObjectStat(int(head["ContentLength"]), head.get("ETag"))
+
+    def put(self, url, data, timeout):
+        bx = _botocore()
+        bucket, key = _s3_split(url)
+        try:
+            _s3(timeout).put_object(Bucket=bucket, Key=key, Body=data)
+        except (bx.BotoCoreError, bx.ClientError, ConnectionError, socket.timeout) as exc:
+            raise _s3_error(url, exc, bx) from exc
+
+    def errors(self):
+        bx = _botocore()
+        errs = [bx.BotoCoreError]
+        with contextlib.suppress(ImportError):
+            import urllib3.exceptions as ux
+
+            errs.append(ux.HTTPError)
+        return tuple(errs)
+
+
+# HTTP --------------------------------------------------------------------------------------
+
+class _HTTP(_Store):
+    _errors = (urllib.error.URLError, http.client.HTTPException, ConnectionError,
+               socket.timeout, TimeoutError)
+
+    def _request(self, url, start, end, timeout):
+        headers = {"Range": _bytes_range(start, end)} if (start or end is not None) else {}
+        try:
+            return urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                          timeout=timeout)
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            if exc.code == 416:  # range past the end: nothing left to read
+                return None
+            raise _status_error(url, exc.code, exc.reason, what="HTTP") from None
+        except self._errors as exc:
+            raise _Transient(type(exc).__name__) from exc
+
+    def open(self, url, start, end, timeout):
+        resp = self._request(url, start, end, timeout)
+        if resp is None:
             return io.BytesIO(b""), start
-        if exc.code >= 500 or exc.code in (408, 429):
-            raise _Transient(f"HTTP {exc.code}") from None
-        raise RemoteShardError(f"HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout,
-            TimeoutError) as exc:
-        raise _Transient(type(exc).__name__) from exc
-    if start and resp.status != 206:
-        resp.close()  # the server ignored the Range header: cannot resume
-        raise RemoteShardError(f"HTTP server does not honour Range requests (status {resp.status})")
-    try:
-        total = _range_total(url, start, resp.headers.get("Content-Range"),
-                             resp.headers.get("Content-Length"))
-    except RemoteShardError:
-        resp.close()
-        raise
-    return resp, total
+        if start and resp.status != 206:
+            resp.close()  # the server ignored the Range header: cannot resume
+            raise RemoteShardError(f"HTTP server does not honour Range requests "
+                                   f"(status {resp.status})")
+        try:
+            total = _range_total(url, start, resp.headers.get("Content-Range"),
+                                 resp.headers.get("Content-Length"))
+        except RemoteShardError:
+            resp.close()
+            raise
+        return resp, total
+
+    def stat(self, url, timeout):
+        # a 1-byte range rather than HEAD: every server that resumes reads answers it
+        resp = self._request(url, 0, 1, timeout)
+        if resp is None:
+            return ObjectStat(0, None)
+        with resp:
+            total = _range_total(url, 0, resp.headers.get("Content-Range"),
+                                 resp.headers.get("Content-Length"))
+            tag = resp.headers.get("ETag")
+            if not tag and resp.headers.get("Last-Modified"):
+                tag = "last-modified:" + resp.headers["Last-Modified"]
+        if total is None:
+            raise RemoteShardError(f"{redact(url)}: the server does not say the object's size")
+        return ObjectStat(total, tag)
+
+    def errors(self):
+        return (http.client.HTTPException, ConnectionError, socket.timeout, TimeoutError)
 
 
-def _transport(url):
-    scheme = url.partition("://")[0].lower()
-    if scheme == "s3":
-        return _s3_open
-    if scheme in ("http", "https"):
-        return _http_open
+# GCS ---------------------------------------------------------------------------------------
+
+_gcs_lock = threading.Lock()
+_gcs_session = {}
+
+
+def _gcs():
+    """(session, endpoint) of this process: a ``requests`` session authorised by
+    google-auth's default credentials, or a plain one for ``STORAGE_EMULATOR_HOST``."""
+    def make():
+        from turboloader.errors import require
+
+        requests = require("requests", extra="gcs", feature="gs:// shards",
+                           package="google-cloud-storage")
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+        if emulator:
+            endpoint = emulator if "://" in emulator else "http://" + emulator
+            return requests.Session(), endpoint.rstrip("/")
+        gauth = require("google.auth", extra="gcs", feature="gs:// shards",
+                        package="google-cloud-storage")
+        treq = require("google.auth.transport.requests", extra="gcs",
+                       feature="gs:// shards", package="google-cloud-storage")
+        creds, _ = gauth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_write"])
+        return treq.AuthorizedSession(creds), "https://storage.googleapis.com"
+
+    return _per_process(_gcs_session, _gcs_lock, (os.getpid(),), make)
+
+
+def _gcs_split(url):
+    bucket, name = _split_bucket(url, "a gs:// URL needs a bucket and an object name")
+    return bucket, urllib.parse.quote(name, safe="")
+
+
+class _GCS(_Store):
+    def _call(self, url, method, path, timeout, **kw):
+        session, endpoint = _gcs()  # first: a missing package is a MissingDependencyError
+        import requests
+
+        try:
+            resp = session.request(method, endpoint + path, timeout=(min(timeout, 60), timeout),
+                                   **kw)
+        except (requests.RequestException, OSError) as exc:
+            raise _Transient(type(exc).__name__) from None
+        if resp.status_code >= 300 and resp.status_code != 416:
+            reason = resp.reason
+            resp.close()
+            raise _status_error(url, resp.status_code, reason, what="GCS")
+        return resp
+
+    def open(self, url, start, end, timeout):
+        bucket, name = _gcs_split(url)
+        resp = self._call(url, "GET", f"/download/storage/v1/b/{bucket}/o/{name}?alt=media",
+                          timeout, stream=True, headers={"Range": _bytes_range(start, end)})
+        if resp.status_code == 416:
+            resp.close()
+            return io.BytesIO(b""), start
+        try:
+            if start and resp.status_code != 206:
+                raise RemoteShardError(f"{redact(url)}: the server ignored the Range request "
+                                       f"(status {resp.status_code})")
+            cr = resp.headers.get("Content-Range") if resp.status_code == 206 else None
+            total = _range_total(url, start, cr, resp.headers.get("Content-Length"))
+        except RemoteShardError:
+            resp.close()
+            raise
+        raw = resp.raw
+        raw.decode_content = False
+        return raw, total
+
+    def stat(self, url, timeout):
+        bucket, name = _gcs_split(url)
+        resp = self._call(url, "GET", f"/storage/v1/b/{bucket}/o/{name}", timeout)
+        try:
+            meta = resp.json()
+        except ValueError:
+            raise _Transient("GCS metadata is not JSON") from None
+        tag = meta.get("generation") or meta.get("etag") or meta.get("md5Hash")
+        return ObjectStat(int(meta["size"]), None if tag is None else str(tag))
+
+    def put(self, url, data, timeout):
+        bucket, _ = _gcs_split(url)
+        name = urllib.parse.urlsplit(url).path.lstrip("/")
+        self._call(url, "POST", f"/upload/storage/v1/b/{bucket}/o", timeout,
+                   params={"uploadType": "media", "name": name}, data=data,
+                   headers={"Content-Type": "application/octet-stream"}).close()
+
+    def errors(self):
+        errs = []
+        with contextlib.suppress(ImportError):
+            import requests
+            import urllib3.exceptions as ux
+
+            errs += [requests.RequestException, ux.HTTPError]
+        return tuple(errs)
+
+
+# Azure -------------------------------------------------------------------------------------
+
+_az_lock = threading.Lock()
+_az_client = {}
+
+
+def _azure(timeout):
+    """This process's ``BlobServiceClient`` (see the module docstring for the account and
+    credentials); its own retries are off: :class:`_RetryingReader` retries."""
+    def make():
+        from turboloader.errors import require
+
+        blob = require("azure.storage.blob", extra="azure", feature="az:// shards",
+                       package="azure-storage-blob")
+        kw = {"retry_total": 0, "connection_timeout": min(timeout, 60), "read_timeout": timeout}
+        conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+        if conn:
+            return blob.BlobServiceClient.from_connection_string(conn, **kw)
+        account_url = os.environ.get("AZURE_STORAGE_ACCOUNT_URL")
+        account = os.environ.get("AZURE_STORAGE_ACCOUNT")
+        if not account_url and account:
+            account_url = f"https://{account}.blob.core.windows.net"
+        if not account_url:
+            raise RemoteShardError(
+                "az:// URLs need an account: set AZURE_STORAGE_CONNECTION_STRING, "
+                "or AZURE_STORAGE_ACCOUNT_URL / AZURE_STORAGE_ACCOUNT")
+        cred = os.environ.get("AZURE_STORAGE_SAS_TOKEN")
+        if not cred and os.environ.get("AZURE_STORAGE_KEY") and account:
+            cred = {"account_name": account, "account_key": os.environ["AZURE_STORAGE_KEY"]}
+        if not cred:
+            with contextlib.suppress(ImportError):
+                from azure.identity import DefaultAzureCredential
+
+                cred = DefaultAzureCredential()
+        return blob.BlobServiceClient(account_url, credential=cred, **kw)
+
+    return _per_process(_az_client, _az_lock, (os.getpid(), timeout), make)
+
+
+def _az_split(url):
+    return _split_bucket(url, "an az:// URL needs a container and a blob name")
+
+
+def _az_error(url, exc):
+    import azure.core.exceptions as ax
+
+    if isinstance(exc, ax.ResourceNotFoundError):
+        return RemoteShardNotFoundError(errno.ENOENT, "no such Azure blob")
+    if isinstance(exc, ax.HttpResponseError) and getattr(exc, "status_code", None):
+        code = exc.status_code
+        if code == 416:
+            return None
+        return _status_error(url, code, getattr(exc, "reason", ""), what="Azure")
+    if isinstance(exc, (ax.ServiceRequestError, ax.ServiceResponseError, ax.IncompleteReadError,
+                        ax.HttpResponseError, ConnectionError, socket.timeout, OSError)):
+        return _Transient(type(exc).__name__)
+    if isinstance(exc, ax.ClientAuthenticationError):
+        return RemoteShardError(f"Azure refused the credentials: {type(exc).__name__}")
+    return RemoteShardError(f"Azure client: {type(exc).__name__}: {_scrub(exc)}")
+
+
+class _Azure(_Store):
+    def _blob(self, url, timeout):
+        container, name = _az_split(url)
+        return _azure(timeout).get_blob_client(container, name)
+
+    def open(self, url, start, end, timeout):
+        client = self._blob(url, timeout)
+        first = {}
+
+        def fetch(a, b):
+            answers = []  # (Range asked, Content-Range answered) of each response
+
+            def hook(resp):
+                asked = resp.http_request.headers
+                answers.append((asked.get("x-ms-range") or asked.get("Range") or "",
+                                resp.http_response.headers.get("Content-Range")))
+
+            try:
+                down = client.download_blob(offset=a, length=b - a, max_concurrency=1,
+                                            timeout=timeout, raw_response_hook=hook)
+                data = down.readall()
+                total = None
+                # the SDK reports the range it asked for: what each answer said is checked
+                for asked, cr in answers:
+                    m = re.match(r"bytes=(\d+)-", asked)
+                    total = _range_total(url, int(m.group(1)) if m else 0, cr, None)
+            except RemoteShardError:
+                raise
+            except Exception as exc:  # mapped: not found, retried, refused
+                err = _az_error(url, exc)
+                if err is None:
+                    return b""
+                raise err from None
+            if "total" not in first:
+                first["total"] = total
+            elif total is not None and first["total"] is not None and total != first["total"]:
+                raise RemoteShardError(f"{redact(url)} is {total} bytes now, {first['total']} "
+                                       f"when reading began: it changed while being read")
+            if len(data) > b - a:
+                raise RemoteShardError(f"{redact(url)}: asked for {b - a} bytes from offset "
+                                       f"{a}, the server sent {len(data)}")
+            return data
+
+        data = fetch(start, start + _SDK_CHUNK if end is None else min(end, start + _SDK_CHUNK))
+        total = first.get("total")
+        return _Chunked(fetch, start + len(data), end, total, head=data), total
+
+    def stat(self, url, timeout):
+        try:
+            props = self._blob(url, timeout).get_blob_properties(timeout=timeout)
+        except Exception as exc:
+            err = _az_error(url, exc)
+            raise (err or RemoteShardError(f"{redact(url)}: no properties")) from None
+        return ObjectStat(int(props.size), props.etag)
+
+    def put(self, url, data, timeout):
+        try:
+            self._blob(url, timeout).upload_blob(data, overwrite=True, timeout=timeout)
+        except Exception as exc:
+            err = _az_error(url, exc)
+            raise (err or RemoteShardError(f"{redact(url)}: upload refused")) from None
+
+
+# fsspec ------------------------------------------------------------------------------------
+
+class _Fsspec(_Store):
+    def _fs(self, url):
+        import fsspec.core
+
+        return fsspec.core.url_to_fs(url)
+
+    def _map(self, url, exc):
+        if isinstance(exc, FileNotFoundError):
+            return RemoteShardNotFoundError(errno.ENOENT, "no such object")
+        if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout, OSError)):
+            return _Transient(type(exc).__name__)
+        return RemoteShardError(f"fsspec: {type(exc).__name__}: {_scrub(exc)}")
+
+    def open(self, url, start, end, timeout):
+        try:
+            fs, path = self._fs(url)
+            size = int(fs.size(path))
+        except Exception as exc:
+            raise self._map(url, exc) from None
+
+        def fetch(a, b):
+            try:
+                return fs.cat_file(path, start=a, end=b)
+            except Exception as exc:
+                raise self._map(url, exc) from None
+
+        return _Chunked(fetch, start, end, size), size
+
+    def stat(self, url, timeout):
+        try:
+            fs, path = self._fs(url)
+            info = fs.info(path)
+        except Exception as exc:
+            raise self._map(url, exc) from None
+        tag = None
+        for k in ("ETag", "etag", "generation", "md5Hash", "md5", "mtime", "LastModified",
+                  "last_modified", "created"):
+            if info.get(k) is not None:
+                tag = f"{k}:{info[k]}"
+                break
+        return ObjectStat(int(info["size"]), tag)
+
+    def put(self, url, data, timeout):
+        try:
+            fs, path = self._fs(url)
+            fs.pipe_file(path, data)
+        except Exception as exc:
+            raise self._map(url, exc) from None
+
+
+_STORES = {"s3": _S3(), "gs": _GCS(), "az": _Azure(), "http": _HTTP(), "https": _HTTP()}
+_FSSPEC = _Fsspec()
+
+
+def _store(url) -> _Store:
+    scheme = _scheme(url)
+    store = _STORES.get(scheme)
+    if store is not None:
+        return store
+    if scheme in _fsspec_protocols():
+        return _FSSPEC
     raise ValueError(f"not a remote URL: {redact(url)!r}")
 
 
-def _read_errors():
-    errs = [ConnectionError, socket.timeout, TimeoutError, http.client.HTTPException]
+def _read_errors(store):
+    errs = [ConnectionError, socket.timeout, TimeoutError, http.client.HTTPException, _Transient]
     try:
-        import botocore.exceptions as bx
-        import urllib3.exceptions as ux
-
-        errs += [bx.BotoCoreError, ux.HTTPError]
-    except ImportError:  # no boto3: HTTP only
+        errs += list(store.errors())
+    except ImportError:
         pass
     return tuple(errs)
 
 
-class _RetryingReader(io.RawIOBase):
-    """A sequential raw stream over a remote object that re-opens at the current byte on
-    transient errors, with exponential backoff; ``retries`` failures in a row raise."""
+class _Retry:
+    """Exponential backoff with jitter between failed attempts; ``retries`` failures in a
+    row raise :class:`RemoteShardError` naming the URL."""
 
-    def __init__(self, url, *, retries=5, backoff=0.25, max_backoff=8.0, timeout=60.0):
+    def __init__(self, url, retries, backoff, max_backoff):
         self.url = url
         self.retries = int(retries)
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
-        self.timeout = timeout
-        self.pos = 0
+        self._jitter = random.Random(hash((os.getpid(), url, time.time_ns())))
+
+    def wait(self, failures, cause, fail):
+        """Sleep before attempt ``failures + 1``, or raise once ``failures > retries``.
+        ``cause``: what failed (quoted with credentials removed)."""
+        if failures > self.retries:
+            err = RemoteShardError(f"remote shard unavailable after {failures} failed "
+                                   f"attempts: {type(cause).__name__}: {_scrub(cause)}")
+            raise fail(err) from None  # the cause's text may hold credentials: not chained
+        delay = min(self.max_backoff, self.backoff * 2 ** (failures - 1))
+        time.sleep(delay * (0.5 + self._jitter.random()))
+
+
+def _describe(exc):
+    """``exc`` with its cause's class, for a retry's message (``_Transient`` wraps)."""
+    cause = exc.__cause__ if isinstance(exc, _Transient) and exc.__cause__ else exc
+    return cause
+
+
+class _RetryingReader(io.RawIOBase):
+    """A sequential raw stream over the bytes ``[start, end)`` of a remote object that
+    re-opens at the current byte on transient errors and stalls, with exponential backoff;
+    ``retries`` failures in a row raise."""
+
+    def __init__(self, url, *, retries=5, backoff=0.25, max_backoff=8.0, timeout=None,
+                 start=0, end=None):
+        self.url = url
+        self.retries = int(retries)
+        self.timeout = default_timeout() if timeout is None else timeout
+        self.pos = int(start)
+        self.end = None if end is None else int(end)
         self.size = None
         self.attempts = 0  # connections opened (for tests and stats)
         self._body = None
         self._stalled = False  # the last read ran out of time before its bytes came
         self._slow = 0  # stalled requests in a row
-        self._open = _transport(url)
-        self._errors = _read_errors()
-        self._jitter = random.Random(hash((os.getpid(), url)))  # spreads retries of many ranks
+        self._store = _store(url)
+        self._errors = _read_errors(self._store)
+        self._retry = _Retry(url, retries, backoff, max_backoff)
 
     def readable(self):
         return True
 
-    def _fail(self, exc, *, note):
+    def _fail(self, exc, *, note=None):
+        if getattr(exc, "_tl_located", False):
+            return exc
+        exc._tl_located = True
         exc.add_note(f"remote shard {redact(self.url)}, at byte offset {self.pos}"
                      + (f" of {self.size}" if self.size is not None else ""))
         if note:
             exc.add_note(note)
         return exc
 
-    def _retry(self, failures, cause):
-        if failures > self.retries:
-            err = RemoteShardError(
-                f"remote shard unavailable after {failures} failed attempts: {cause}")
-            raise self._fail(err, note=None) from cause
-        delay = min(self.max_backoff, self.backoff * 2 ** (failures - 1))
-        time.sleep(delay * (0.5 + self._jitter.random()))
+    def _stop(self):
+        """Where this reader ends: ``end``, the object's size, or None (unknown)."""
+        if self.end is None:
+            return self.size
+        return self.end if self.size is None else min(self.end, self.size)
 
     def _connect(self):
         failures = 0
         while True:
             try:
                 self.attempts += 1
-                body, total = self._open(self.url, self.pos, self.timeout)
+                body, total = self._store.open(self.url, self.pos, self.end, self.timeout)
             except _Transient as exc:
                 failures += 1
-                self._retry(failures, exc.__cause__ or exc)
+                self._retry.wait(failures, _describe(exc), self._fail)
                 continue
             except RemoteShardError as exc:
-                raise self._fail(exc, note=None)
+                raise self._fail(exc) from None
             if total is not None:
                 if self.size is not None and total != self.size:
-                    body.close()
+                    with contextlib.suppress(Exception):
+                        body.close()
                     err = RemoteShardError(
                         f"{redact(self.url)} is {total} bytes now, {self.size} when reading "
                         f"began: it changed while being read")
-                    raise self._fail(err, note=None)
+                    raise self._fail(err)
                 self.size = total
             self._body = body
             return
 
     def readinto(self, buf):
         n = len(buf)
-        if n == 0 or (self.size is not None and self.pos >= self.size):
+        stop = self._stop()
+        if stop is not None:
+            n = min(n, stop - self.pos)
+        if n <= 0:
             return 0
         failures = 0
         while True:
             if self._body is None:
                 self._connect()
-                if self.size is not None and self.pos >= self.size:
-                    return 0
+                stop = self._stop()
+                if stop is not None:
+                    n = min(n, stop - self.pos)
+                    if n <= 0:
+                        return 0
             try:
                 data = self._read(n)
+            except RemoteShardError as exc:
+                self._drop()
+                raise self._fail(exc) from None
             except self._errors as exc:
                 self._drop()
                 failures += 1
-                self._retry(failures, exc)
+                self._retry.wait(failures, _describe(exc), self._fail)
                 continue
-            if not data and self.size is not None and self.pos < self.size:
+            stop = self._stop()
+            if not data and stop is not None and self.pos < stop:
                 # the connection ended early (killed): resume from here
                 self._drop()
                 failures += 1
-                self._retry(failures, ConnectionError(
-                    f"connection closed at byte {self.pos} of {self.size}"))
+                self._retry.wait(failures, ConnectionError(
+                    f"connection closed at byte {self.pos} of {self.size}"), self._fail)
                 continue
             k = len(data)
+            if k > n:  # a body longer than asked for: never delivered
+                self._drop()
+                raise self._fail(RemoteShardError(
+                    f"{redact(self.url)}: the server sent more bytes than the range asked for"))
             buf[:k] = data
             self.pos += k
             if self._stalled:  # keep what came; the rest is asked for again, or it is over
@@ -328,7 +876,7 @@ class _RetryingReader(io.RawIOBase):
                     err = RemoteShardError(
                         f"remote shard too slow: {self._slow} requests in a row delivered "
                         f"fewer than {n} bytes in {self.timeout} s")
-                    raise self._fail(err, note=None)
+                    raise self._fail(err)
             else:
                 self._slow = 0
             return k
@@ -366,17 +914,20 @@ class _RetryingReader(io.RawIOBase):
         super().close()
 
 
-def open_remote(url: str, /, *, retries=5, backoff=0.25, timeout=60.0):
+def open_remote(url: str, /, *, retries: int = 5, backoff: float = 0.25,
+                timeout: float | None = None) -> io.BufferedReader:
     """A buffered sequential binary file over a remote object, retrying as described in
     the module docstring.
 
     Args:
-        url: ``s3://bucket/key`` or ``http(s)://...``.
+        url: ``s3://bucket/key``, ``gs://bucket/object``, ``az://container/blob``,
+            ``http(s)://...``, or an ``fsspec`` URL.
         retries: failed attempts in a row tolerated before :class:`RemoteShardError`.
         backoff: first backoff in seconds (doubled per failure, capped at 8 s, jittered).
-        timeout: seconds for HTTP: each socket wait, and each read of up to 1 MiB as a
-            whole, so a server that trickles bytes is re-asked and, ``retries`` stalls in a
-            row, given up on (S3 uses botocore's settings).
+        timeout: the stall timeout in seconds (default :func:`default_timeout`): each
+            socket wait, and for HTTP and GCS each read of up to 1 MiB as a whole, so a
+            connection that stalls or trickles bytes is dropped and resumed; ``retries``
+            stalls in a row give up.
 
     Raises:
         RemoteShardNotFoundError: the object does not exist (raised on first read).
@@ -388,3 +939,88 @@ def open_remote(url: str, /, *, retries=5, backoff=0.25, timeout=60.0):
     """
     return io.BufferedReader(_RetryingReader(url, retries=retries, backoff=backoff,
                                              timeout=timeout), buffer_size=_CHUNK)
+
+
+def read_range(url: str, start: int, end: int, /, *, retries: int = 5, backoff: float = 0.25,
+               timeout: float | None = None) -> bytes:
+    """Exactly the bytes ``[start, end)`` of a remote object, in one ranged request
+    (resumed at the byte where it stopped on a failure or stall, as :func:`open_remote`).
+
+    Raises:
+        RemoteShardError: the object has fewer than ``end`` bytes (the message names the
+            URL, the range and the size), or it stayed unavailable after the retries.
+        RemoteShardNotFoundError: the object does not exist.
+
+    Example:
+        >>> header = read_range("s3://bucket/train-0000.tar", 0, 512)   # doctest: +SKIP
+    """
+    start, end = int(start), int(end)
+    if not 0 <= start <= end:
+        raise ValueError(f"need 0 <= start <= end, got [{start}, {end})")
+    if start == end:
+        return b""
+    reader = _RetryingReader(url, retries=retries, backoff=backoff, timeout=timeout,
+                             start=start, end=end)
+    out = bytearray(end - start)
+    view = memoryview(out)
+    got = 0
+    try:
+        while got < len(out):
+            k = reader.readinto(view[got:])
+            if not k:
+                break
+            got += k
+    finally:
+        reader.close()
+    if got != len(out):
+        raise reader._fail(RemoteShardError(
+            f"{redact(url)}: asked for the bytes [{start}, {end}), the object has "
+            f"{reader.size if reader.size is not None else start + got} bytes"))
+    return bytes(out)
+
+
+def _with_retries(url, call, *, retries, backoff, max_backoff=8.0):
+    retry = _Retry(url, retries, backoff, max_backoff)
+
+    def fail(exc):
+        exc.add_note(f"remote object {redact(url)}")
+        return exc
+
+    failures = 0
+    while True:
+        try:
+            return call()
+        except _Transient as exc:
+            failures += 1
+            retry.wait(failures, _describe(exc), fail)
+        except RemoteShardError as exc:
+            raise fail(exc) from None
+
+
+def stat(url: str, /, *, retries: int = 5, backoff: float = 0.25,
+         timeout: float | None = None) -> ObjectStat:
+    """The size and version tag (:class:`ObjectStat`) of a remote object: one metadata
+    request (HTTP: a 1-byte range request), retried as :func:`open_remote`.
+
+    Raises:
+        RemoteShardNotFoundError: the object does not exist.
+        RemoteShardError: unreachable after the retries, refused, or no size given.
+    """
+    timeout = default_timeout() if timeout is None else timeout
+    store = _store(url)
+    return _with_retries(url, lambda: store.stat(url, timeout), retries=retries,
+                         backoff=backoff)
+
+
+def write_object(url: str, data: bytes, /, *, retries: int = 5, backoff: float = 0.25,
+                 timeout: float | None = None) -> None:
+    """Write ``data`` as the whole object ``url`` (``s3://``, ``gs://``, ``az://``,
+    ``fsspec`` URLs; not ``http(s)://``), retried as :func:`open_remote`.
+
+    Raises:
+        RemoteShardError: the store refused it, or stayed unavailable.
+    """
+    timeout = default_timeout() if timeout is None else timeout
+    store = _store(url)
+    _with_retries(url, lambda: store.put(url, bytes(data), timeout), retries=retries,
+                  backoff=backoff)

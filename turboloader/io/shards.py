@@ -753,6 +753,15 @@ class TarShards:
         """Samples in shard ``name`` (see :func:`count_samples`; ``strict`` applies)."""
         return count_samples(name, cache=self.cache, strict=self.strict)
 
+    def counts(self, names) -> list:
+        """The sample count of each shard of ``names`` (an int, or the exception counting
+        it raised), in order: local shards counted here; remote ones from a shard index
+        next to them, the node-local count cache, or read in parallel (see
+        :mod:`turboloader.io.counts`)."""
+        from turboloader.io.counts import count_shards
+
+        return count_shards(names, self.count, strict=self.strict)
+
     def random_access(self, name) -> bool:
         return random_access(name, cache=self.cache)
 

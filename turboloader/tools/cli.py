@@ -1,4 +1,4 @@
-"""The ``turboloader`` command line: convert, inspect, verify, preview, bench, demo."""
+"""The ``turboloader`` command line: convert, inspect, verify, index, preview, bench, demo."""
 
 import argparse
 import sys
@@ -165,6 +165,26 @@ def _build_parser():
                      help="do not require the manifest.json that 'turboloader convert' writes "
                           "(for TAR shards made by other tools)")
     _progress_args(ver)
+
+    idx = sub.add_parser(
+        "index", help="write a shard index (samples per shard) beside TAR shards, local or remote",
+        formatter_class=fmt,
+        description="Count the samples of every shard (remote ones read in parallel, one "
+                    "connection each) and write a WebDataset 'wids' shard index "
+                    "(wids-shard-index-v1 JSON: shardlist of url, nsamples, filesize). "
+                    "TarDataset finds it beside the shards as <prefix>index.json "
+                    "('train-index.json' for 'train-00003.tar') and starts without reading "
+                    "them. SHARDS: a brace pattern, glob (local) or directory; s3://, gs://, "
+                    "az://, http(s):// or local.",
+        epilog=_EXIT_CODES)
+    idx.add_argument("path", metavar="SHARDS", help="the shards")
+    idx.add_argument("-o", "--output", default=None,
+                     help="where to write the index: a path or s3:// / gs:// / az:// URL "
+                          "(default: <prefix>index.json beside the first shard). Remote "
+                          "shards of one folder indexed into a local file are named "
+                          "relative to it: upload it beside them (HTTP stores)")
+    idx.add_argument("-j", "--workers", type=int, default=None,
+                     help="shards counted at once (default 32)")
 
     prev = sub.add_parser(
         "preview", help="save a grid of augmented samples as the model sees them",
@@ -400,6 +420,28 @@ def _apply(decoder, s, rng):
     return decoder(s.data, key=s.key, rng=rng)
 
 
+def _cmd_index(args, out):
+    from turboloader.io.counts import count_shards, index_candidates, write_index
+    from turboloader.io.remote import is_remote
+    from turboloader.io.shards import count_samples, expand_urls
+
+    urls = expand_urls(args.path)
+    output = args.output or index_candidates(urls[0])[0]
+    if is_remote(output) and output.split("://")[0].lower() in ("http", "https"):
+        raise ValueError(f"cannot write an index over HTTP ({output!r}): pass --output with "
+                         f"a path or an s3:// / gs:// / az:// URL")
+    counts = count_shards(urls, count_samples, use_index=False, workers=args.workers)
+    bad = [(u, c) for u, c in zip(urls, counts) if isinstance(c, BaseException)]
+    for u, c in bad:
+        out(f"{u}: {type(c).__name__}: {c}")
+    if bad:
+        raise ValueError(f"{len(bad)} of {len(urls)} shards could not be counted; no index "
+                         f"written")
+    write_index(urls, output, count=counts)
+    out(f"{output}: {len(urls)} shards, {sum(counts)} samples")
+    return EXIT_OK
+
+
 def _cmd_preview(args, out):
     import math
 
@@ -602,7 +644,7 @@ def main(argv=None):
         return run_demo(num_images=args.num_images, seed=args.seed, workers=args.workers,
                         batch_size=args.batch_size, epochs=args.epochs)
     commands = {"convert": _cmd_convert, "inspect": _cmd_inspect, "verify": _cmd_verify,
-                "preview": _cmd_preview, "bench": _cmd_bench}
+                "preview": _cmd_preview, "bench": _cmd_bench, "index": _cmd_index}
 
     def out(line):
         print(line, flush=True)

@@ -1,0 +1,113 @@
+"""Sample counts of remote shards at construction: a shard index (``turboloader index``'s
+wids index, ``convert``'s manifest), the node-local count cache, parallel counting."""
+
+import json
+import os
+
+import pytest
+
+from helpers.faultproxy import FaultProxy
+from helpers.shards import size_of, write_shards
+from turboloader.data import TarDataset
+from turboloader.io.counts import read_index
+from turboloader.tools.cli import main
+
+pytestmark = pytest.mark.slow
+
+SIZES = [5, 3, 7, 4, 6, 2]
+
+
+def _publish(store, tmp_path, name="ds", sizes=SIZES):
+    for p in write_shards(str(tmp_path / name), sizes, name=name):
+        with open(p, "rb") as fh:
+            store.put(os.path.basename(p), fh.read())
+    return [store.url(f"{name}-{i:04d}.tar") for i in range(len(sizes))]
+
+
+def _shard_bodies(store, log, name):
+    """Requests in ``log`` that read a shard's bytes (not its metadata)."""
+    if store.scheme == "gs":
+        return [p for _, p, _ in log if name in p and "alt=media" in p]
+    if store.scheme == "http":
+        return [p for _, p, _ in log if name in p and p.endswith(".tar")]
+    return [p for m, p, _ in log if name in p and m == "GET" and ".tar" in p]
+
+
+@pytest.mark.parametrize("store", ["s3", "gs"], indirect=True)
+def test_index_command_then_construction_reads_no_shard(store, tmp_path, monkeypatch, capsys):
+    urls = _publish(store, tmp_path, "ix")
+    pattern = store.url("ix-{0000..0005}.tar")
+    assert main(["index", pattern, "-j", "4"]) == 0
+    assert f"{len(SIZES)} shards, {sum(SIZES)} samples" in capsys.readouterr().out
+    index = read_index(store.url("ix-index.json"))
+    assert index == dict(zip(urls, SIZES))
+    monkeypatch.setenv("TURBOLOADER_CACHE", str(tmp_path / "empty-cache"))
+    with FaultProxy(store.upstream_port) as proxy:
+        store.route(monkeypatch, proxy.port)
+        ds = TarDataset(pattern, size_of, seed=1)
+        assert ds.shard_sizes == SIZES
+        assert not _shard_bodies(store, proxy.log, "ix-000")  # counts from the index
+        assert len(proxy.log) <= 4  # the index candidates, fetched once each
+        got = sorted(int(lab) for _, lab in ds)
+    assert got == list(range(sum(SIZES)))
+
+
+@pytest.mark.parametrize("store", ["http"], indirect=True)
+def test_convert_manifest_gives_the_counts(store, tmp_path, monkeypatch):
+    from turboloader.tools.manifests import _manifest
+
+    urls = _publish(store, tmp_path, "mf")
+    entries = [{"path": f"mf-{i:04d}.tar", "samples": n, "bytes": 0, "sha256": ""}
+               for i, n in enumerate(SIZES)]
+    doc = _manifest("tar", entries, classes=None, complete=False, shuffle_seed=None)
+    store.put("mf-manifest.json", json.dumps(doc).encode())
+    with FaultProxy(store.upstream_port) as proxy:
+        store.route(monkeypatch, proxy.port)
+        urls = [store.url(f"mf-{i:04d}.tar") for i in range(len(SIZES))]
+        # an unfinished conversion's manifest is not trusted: the shards are counted
+        assert TarDataset(urls, size_of).shard_sizes == SIZES
+        assert len(_shard_bodies(store, proxy.log, "mf-000")) >= len(SIZES)
+        doc["complete"] = True
+        doc["shards"][2]["samples"] = 70  # what the manifest says is what is used
+        store.put("mf-manifest.json", json.dumps(doc).encode())
+        proxy.log.clear()
+        assert TarDataset(urls, size_of).shard_sizes == SIZES[:2] + [70] + SIZES[3:]
+        assert not _shard_bodies(store, proxy.log, "mf-000")
+
+
+@pytest.mark.parametrize("store", ["s3", "az"], indirect=True)
+def test_counts_cached_by_etag_and_counted_in_parallel(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("TURBOLOADER_CACHE", str(tmp_path / "cache"))
+    urls = _publish(store, tmp_path, "cc", sizes=[3] * 12)
+    with FaultProxy(store.upstream_port, latency=0.2) as proxy:
+        store.route(monkeypatch, proxy.port)
+        assert TarDataset(urls, size_of).shard_sizes == [3] * 12
+        assert len(_shard_bodies(store, proxy.log, "cc-00")) >= 12
+        assert proxy.max_active >= 4  # many connections, not one after another
+        proxy.log.clear()
+        assert TarDataset(urls, size_of).shard_sizes == [3] * 12
+        assert not _shard_bodies(store, proxy.log, "cc-00")  # the node-local cache
+        # a changed object (another ETag) is counted again
+        p = write_shards(str(tmp_path / "changed"), [5], name="x")[0]
+        with open(p, "rb") as fh:
+            store.put("cc-0004.tar", fh.read())
+        proxy.log.clear()
+        assert TarDataset(urls, size_of).shard_sizes == [3] * 4 + [5] + [3] * 7
+        assert len(_shard_bodies(store, proxy.log, "cc-00")) == 1
+
+
+def test_index_command_local(tmp_path, capsys):
+    paths = write_shards(str(tmp_path / "loc"), [4, 2, 3], name="train")
+    assert main(["index", str(tmp_path / "loc")]) == 0
+    out = str(tmp_path / "loc" / "train-index.json")
+    doc = json.loads(open(out).read())
+    assert doc["__kind__"] == "wids-shard-index-v1"
+    assert [(e["url"], e["nsamples"], e["filesize"]) for e in doc["shardlist"]] == [
+        (os.path.basename(p), n, os.path.getsize(p)) for p, n in zip(paths, [4, 2, 3])]
+    assert read_index(out) == dict(zip(paths, [4, 2, 3]))
+    # a shard that cannot be counted: an error, and no index
+    with open(paths[1], "r+b") as fh:
+        fh.write(b"garbage" * 100)
+    os.remove(out)
+    assert main(["index", str(tmp_path / "loc")]) == 1
+    assert not os.path.exists(out)
