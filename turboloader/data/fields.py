@@ -56,7 +56,7 @@ from turboloader.decode import DEFAULT_MAX_PIXELS, decode_pil
 from turboloader.errors import SampleError
 from turboloader.io.shards import IMAGE_EXTENSIONS
 
-__all__ = ["BoxesField", "Fields", "MaskField", "collate_fields"]
+__all__ = ["BoxesField", "Fields", "MaskField", "collate_column", "collate_fields"]
 
 _IMAGES = frozenset(IMAGE_EXTENSIONS) | {"ppm", "pgm", "pbm", "pnm", "bmp", "tif", "tiff"}
 _TEXT = frozenset({"txt", "text", "transcript", "caption"})
@@ -709,6 +709,15 @@ def _collate_column(column, default_collate):
         return default_collate(column)
     except (RuntimeError, TypeError):  # JSON of varying shapes, ragged arrays
         return list(column)
+
+
+def collate_column(column):
+    """One field of a batch (a tuple of its values) collated as :func:`collate_fields`
+    collates each field: ``default_collate``'s result, or the list of the values where it
+    cannot stack them (a list of ``BoundingBoxes`` always)."""
+    from torch.utils.data import default_collate
+
+    return _collate_column(tuple(column), default_collate)
 
 
 def collate_fields(batch):

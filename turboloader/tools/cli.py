@@ -1,6 +1,7 @@
 """The ``turboloader`` command line: convert, inspect, verify, preview, bench, demo."""
 
 import argparse
+import os
 import sys
 
 __all__ = ["main"]
@@ -221,6 +222,11 @@ def _parse(parser, argv):
             close = difflib.get_close_matches(name, known, n=1) if name.startswith("-") else []
             if close:
                 hints.append(f"{name}: did you mean {close[0]}?")
+        paths = [a for a in extra if not a.startswith("-")]
+        if paths and getattr(args, "path", None) is not None:
+            hints.append(f"{len(paths) + 1} paths given where one is read: an unquoted brace "
+                         "pattern is expanded by the shell into one argument per file; quote "
+                         "it, e.g. 'train-{0000..0099}.tar'")
         sub.error(f"unrecognized arguments: {' '.join(extra)}"
                   + (f" ({'; '.join(hints)})" if hints else ""))
     return args
@@ -352,7 +358,8 @@ def _pick_samples(path, fmt, n, seed):
     """Up to ``n`` readable samples: a seeded random choice where the format allows it."""
     import random
 
-    from turboloader.tools.sources import Sample, _FolderSource, _TarSource, open_source
+    from turboloader.tools.sources import (Sample, _FolderSource, _ManifestSource, _TarSource,
+                                           _TBLSource, open_source)
 
     source = open_source(path, fmt)
     rnd = random.Random(seed)
@@ -368,7 +375,9 @@ def _pick_samples(path, fmt, n, seed):
         return picked, source.classes
     if isinstance(source, _FolderSource):
         source.files = rnd.sample(source.files, min(len(source.files), 4 * n))
-    else:  # TBL: random records, read lazily
+    elif isinstance(source, _ManifestSource):
+        source.items = rnd.sample(source.items, min(len(source.items), 4 * n))
+    elif isinstance(source, _TBLSource):  # random records, read lazily
         idx = rnd.sample(range(len(source.file)), min(len(source.file), 4 * n))
         f = source.file
         picked = []
@@ -580,12 +589,28 @@ def _cmd_bench(args, out):
     out(f"|{'-' * (width + 2)}|---------:|---------:|---------------------:|")
     for label, rate in rows:
         out(f"| {label:<{width}} | {rate:8.0f} | {1000 / rate:8.2f} | {rate / base:19.2f}x |")
+    hint = _busy_hint(threads, base, rows[-1][1] if threads > 1 else None)
+    if hint:
+        out(hint)
     if stats is not None and stats.get("samples"):
         k = stats["samples"]
         out(f"loader per-stage time (summed over workers, per sample): "
             f"read {1e3 * stats['read_s'] / k:.2f} ms, decode {1e3 * stats['decode_s'] / k:.2f} ms, "
             f"transform {1e3 * stats['transform_s'] / k:.2f} ms; {len(stats['skipped'])} skipped")
     return EXIT_OK
+
+
+def _busy_hint(threads, one, many) -> str | None:
+    """A note when ``threads`` threads decoded no faster than one: the decode scales with
+    cores, so the cores were not free (other processes) or fewer than asked."""
+    if many is None or many > one:
+        return None
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return (f"note: {threads} threads were not faster than 1 ({many / one:.2f}x): the decode "
+            f"scales with free cores, so this machine's were busy"
+            + (f" (load average {load:.1f} on {os.cpu_count()} CPUs)" if load is not None
+               else "") + " or fewer than --threads; rerun on an idle machine, or pass "
+            "--threads with the number of free cores")
 
 
 def main(argv=None):
