@@ -109,7 +109,9 @@ def from_timm(data_config: dict, is_training: bool = False, *, scale=None, ratio
     if name not in _TIMM_INTERPOLATION:
         raise ValueError(f"from_timm: interpolation {name!r} has no fused kernel (bilinear, "
                          "bicubic, nearest or random)")
-    interp = getattr(T.InterpolationMode, _TIMM_INTERPOLATION[name])
+    from torchvision.transforms import InterpolationMode
+
+    interp = getattr(InterpolationMode, _TIMM_INTERPOLATION[name])
     norm = [T.ToTensor(), T.Normalize(tuple(data_config["mean"]), tuple(data_config["std"]))]
     if is_training:
         steps = [T.RandomResizedCrop(size, scale=tuple(scale or (0.08, 1.0)),
