@@ -274,12 +274,41 @@ def _quantiles(a):
     return f"min {q[0]}, p5 {q[1]}, median {q[2]}, p95 {q[3]}, max {q[4]}"
 
 
+_SPLITS = ("train", "val", "valid", "validation", "test")
+
+
+def _splits(path, fmt):
+    """The split folders (``train/``, ``val/``, ...) of a folder that holds them, each an
+    ImageFolder tree of its own (class directories); empty for anything else."""
+    if fmt not in (None, "folder") or not os.path.isdir(path):
+        return []
+    subs = sorted(e.name for e in os.scandir(path) if e.is_dir())
+    found = [s for s in subs if s.lower() in _SPLITS]
+    if len(found) < 2 or not all(any(e.is_dir() for e in os.scandir(os.path.join(path, s)))
+                                 for s in found):
+        return []
+    return [os.path.join(path, s) for s in found]
+
+
 def _cmd_inspect(args, out):
+    splits = _splits(args.path, args.src_format)
+    if not splits:
+        return _inspect_one(args.path, args, out)
+    # train/ and val/ side by side: one report per split, never their classes merged
+    out(f"{args.path}: {len(splits)} splits ({', '.join(os.path.basename(s) for s in splits)}), "
+        "each reported on its own")
+    for path in splits:
+        out("")
+        _inspect_one(path, args, out)
+    return EXIT_OK
+
+
+def _inspect_one(path, args, out):
     import numpy as np
 
     from turboloader.tools.convert import _human, inspect_dataset
 
-    info = inspect_dataset(args.path, args.src_format)
+    info = inspect_dataset(path, args.src_format)
     n = info["samples"]
     out(f"{info['path']}: {info['format']}" + (f" v{info['version'][0]}.{info['version'][1]}"
                                               if "version" in info else ""))
@@ -335,9 +364,20 @@ def _cmd_verify(args, out):
     # a folder without a manifest (an ImageFolder tree from other tools) is verified by
     # reading every image; the summary says that nothing recorded its completeness
     unlisted = args.manifest and fmt == "folder" and find_manifest(args.path, fmt) is None
-    checked, bad = verify_dataset(args.path, fmt, workers=args.workers,
-                                  strict=args.strict, progress=_progress(args),
-                                  manifest=args.manifest)
+    from turboloader.errors import ManifestError
+
+    try:
+        checked, bad = verify_dataset(args.path, fmt, workers=args.workers,
+                                      strict=args.strict, progress=_progress(args),
+                                      manifest=args.manifest)
+    except ManifestError as exc:
+        if "--no-manifest" in str(exc):
+            raise
+        # shards written by other tools (webdataset's ShardWriter) beside a conversion's
+        # manifest: every manifest failure names the way to read the data alone
+        raise ManifestError(f"{exc}; to verify data that 'turboloader convert' did not write "
+                            "(webdataset shards, other tools' outputs), pass --no-manifest, "
+                            "which reads every sample instead") from None
     for b in bad:
         out(f"{b.source}: {b.key}: {b.reason}")
     out(f"checked {checked} samples: {checked - len(bad)} ok, {len(bad)} bad")
