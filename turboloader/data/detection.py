@@ -26,21 +26,36 @@ class DetectionTargets(torch.utils.data.Dataset):
     ``target`` is ``dict(zip(names, values))`` with the types the detection references
     use: ``labels`` and ``iscrowd`` int64 tensors, ``area`` a float32 tensor, ``boxes`` the
     ``tv_tensors.BoundingBoxes`` a ``BoxesField`` gives (already transformed with the image),
-    ``masks`` a ``tv_tensors.Mask``; ``image_id`` and any other value as the dataset gives it.
+    ``masks`` a ``tv_tensors.Mask`` (an ``(H, W)`` instance-index mask, pixel ``k + 1`` for
+    the ``k``-th box, as :func:`turboloader.tools.coco.coco_to_manifest` writes it, becomes
+    Mask R-CNN's ``(N, H, W)`` uint8 masks, one per box); ``image_id`` and any other value
+    as the dataset gives it.
     The image is the dataset's (fused decode and transform, written into the loader's batch
     rows on the thread backend: the batch path, ``__getitems__``, is kept).
+
+    ``transforms``: a torchvision v2 transform applied to each ``(image, target)`` pair after
+    that, where torchvision applies its detection transforms: ``SanitizeBoundingBoxes``
+    (which needs the labels beside the boxes), ``RandomIoUCrop`` and ``RandomZoomOut`` (the
+    reference's ``ssd`` / ``ssdlite`` policies), which a dataset's ``fields=`` pipeline
+    cannot take (it replays the image's draws on each annotation alone, and refuses them
+    with a ValueError at construction).
 
     Args:
         dataset: a map-style dataset of ``(image, *values)`` tuples (``fields=`` samples).
         names: the target keys of the values, in order (default ``("boxes", "labels")``).
+        transforms: a callable ``(image, target) -> (image, target)``, e.g. a
+            ``torchvision.transforms.v2.Compose``, or None.
 
     Raises:
         ValueError: a sample has another number of values than ``names``.
     """
 
-    def __init__(self, dataset, names=("boxes", "labels")):
+    def __init__(self, dataset, names=("boxes", "labels"), *, transforms=None):
         self.dataset = dataset
         self.names = tuple(names)
+        if transforms is not None and not callable(transforms):
+            raise TypeError(f"transforms must be callable, got {type(transforms).__name__}")
+        self.transforms = transforms
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -62,6 +77,18 @@ class DetectionTargets(torch.utils.data.Dataset):
 
                 value = tv_tensors.Mask(value)
             target[name] = value
+        masks = target.get("masks")
+        if isinstance(masks, torch.Tensor) and masks.ndim == 2:
+            # an instance-index mask (pixel k + 1: instance k; coco_to_manifest's form):
+            # Mask R-CNN's (N, H, W), one mask per box
+            from torchvision import tv_tensors
+
+            n = len(target.get("labels", target.get("boxes", ())))
+            ids = torch.arange(1, n + 1, dtype=masks.dtype).view(-1, 1, 1)
+            target["masks"] = tv_tensors.Mask((masks.as_subclass(torch.Tensor)[None] == ids)
+                                              .to(torch.uint8))
+        if self.transforms is not None:
+            image, target = self.transforms(image, target)
         return image, target
 
     def __getitem__(self, index):
