@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from helpers.detection import (GroupedBatchSampler, aspect_ratios, collate_fn,
-                               create_aspect_ratio_groups, make_detection_manifest)
+                               compute_aspect_ratios, create_aspect_ratio_groups,
+                               make_detection_manifest)
 
 import turboloader
 from turboloader import BoxesField, ManifestDataset
@@ -62,6 +63,24 @@ def test_reference_loader_on_threads_matches_processes(manifest):
     want = GroupedBatchSampler(torch.utils.data.RandomSampler(
         ds, generator=torch.Generator().manual_seed(1)), groups, 2)
     assert ids == [i for batch in want for i in batch]
+
+
+def test_aspect_ratios_without_reading_images(manifest, tmp_path):
+    # the reference's compute_aspect_ratios takes get_height_and_width when a dataset has it
+    ds = _dataset(manifest)
+    assert compute_aspect_ratios(ds) == aspect_ratios(manifest)
+    # without width / height columns: the files' headers
+    import json
+
+    rows = [json.loads(line) for line in open(manifest)]
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("\n".join(json.dumps({k: v for k, v in r.items()
+                                          if k not in ("width", "height")}) for r in rows))
+    import os
+
+    ds = DetectionTargets(ManifestDataset(str(bare), root=os.path.dirname(manifest),
+                                          fields=("path", BoxesField("boxes"), "labels")))
+    assert compute_aspect_ratios(ds) == aspect_ratios(manifest)
 
 
 def test_flipped_boxes_follow_their_image(manifest):

@@ -79,6 +79,16 @@ def _quantize(x, bins):
     return [bisect.bisect_right(bins, y) for y in x]
 
 
+def compute_aspect_ratios(dataset):
+    """torchvision's fast path (``_compute_aspect_ratios_custom_dataset``): a dataset with
+    ``get_height_and_width`` is asked, no image is read."""
+    ratios = []
+    for i in range(len(dataset)):
+        height, width = dataset.get_height_and_width(i)
+        ratios.append(float(height) / float(width))
+    return ratios
+
+
 def create_aspect_ratio_groups(aspect_ratios, k=0):
     """torchvision's, given the aspect ratios (height / width) it computes from the dataset."""
     bins = (2 ** np.linspace(-1, 1, 2 * k + 1)).tolist() if k > 0 else [1.0]

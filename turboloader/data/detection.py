@@ -91,6 +91,24 @@ class DetectionTargets(torch.utils.data.Dataset):
             image, target = self.transforms(image, target)
         return image, target
 
+    def get_height_and_width(self, index: int) -> tuple:
+        """``(height, width)`` of image ``index`` as stored: the row's ``height`` and
+        ``width`` when the manifest has them (``coco_to_manifest`` writes them), else from
+        the image file's header. torchvision's ``create_aspect_ratio_groups`` uses this
+        instead of decoding every image."""
+        rows = getattr(self.dataset, "rows", None)
+        if rows is not None and "height" in rows[index] and "width" in rows[index]:
+            return int(rows[index]["height"]), int(rows[index]["width"])
+        samples = getattr(self.dataset, "samples", None)
+        if samples is None:
+            raise TypeError(f"{type(self.dataset).__name__} names no image files: its sizes "
+                            "are known only by reading the samples")
+        from PIL import Image
+
+        with Image.open(samples[index][0]) as img:  # the header only
+            w, h = img.size
+        return h, w
+
     def __getitem__(self, index):
         return self.target(self.dataset[index])
 
