@@ -139,7 +139,12 @@ class DataLoader:
             in each decode thread per pass (threads are made per pass), ``generator`` drives
             the map-style shuffle, and ``timeout``, ``multiprocessing_context``,
             ``pin_memory_device`` and ``in_order=False`` raise ``ValueError`` (they need
-            worker processes) rather than being dropped.
+            worker processes) rather than being dropped. ``sampler`` and ``batch_sampler``
+            (e.g. torchvision's detection ``GroupedBatchSampler``; torch then has
+            ``batch_size`` None) work on both backends. Without ``collate_fn`` both backends
+            collate as :func:`turboloader.data.collate_fields` does: what
+            ``default_collate`` can stack is stacked, the rest (images of several sizes,
+            detection targets with different numbers of boxes) is a list.
         prefetch_factor: batches prefetched per worker (default 2, torch's): on the thread
             backend, the one a decode thread is filling plus those ready in its queue; the
             loader keeps ``prefetch_factor x max(1, num_workers)`` batch tensors to recycle.
