@@ -20,8 +20,8 @@ from turboloader.errors import UnfusedWarning  # noqa: E402
 from turboloader.transforms.presets import from_timm  # noqa: E402
 
 
-def _config(**args):
-    model = timm.create_model("resnet18", pretrained=False, num_classes=16)
+def _config(name="resnet18", **args):
+    model = timm.create_model(name, pretrained=False, num_classes=16)
     return model, timm.data.resolve_data_config(args, model=model)
 
 
@@ -111,7 +111,8 @@ def test_create_loader_warns_when_its_transform_cannot_fuse(sources):
 
 
 def test_timm_training_loop_on_the_fused_pipeline(sources):
-    model, cfg = _config(input_size=(3, 32, 32))
+    model, cfg = _config("test_resnet", input_size=(3, 32, 32))  # timm's tiny test model
+    assert cfg["mean"] == (0.5, 0.5, 0.5)  # its own statistics, not ImageNet's
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnfusedWarning)
         ds = turboloader.ImageFolder(sources["folder"], from_timm(cfg, is_training=True))
