@@ -129,3 +129,18 @@ def test_timm_training_loop_on_the_fused_pipeline(sources):
         opt.step()
         seen += labels.tolist()
     assert sorted(seen) == list(range(16)) and np.isfinite(loss.item())
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_a_transform_assigned_after_a_pass_is_the_one_used(sources, backend):
+    # the readers of the first pass decoded with the first transform; the next pass must use
+    # the new one (timm assigns its transform to a dataset that may have been read already)
+    ds = turboloader.ImageFolder(sources["folder"], T.Compose([T.Resize((16, 16)),
+                                                               T.ToTensor()]))
+    loader = turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend=backend)
+    assert next(iter(loader))[0].shape == (4, 3, 16, 16)
+    ds.transform = T.Compose([T.Resize((24, 24)), T.ToTensor()])
+    images, _ = next(iter(loader))
+    assert images.shape == (4, 3, 24, 24)
+    assert ds[0][0].shape == (3, 24, 24)
+    assert ds.stats()["samples"] >= 8  # the first pass's statistics are kept

@@ -285,6 +285,14 @@ class ReaderMixin(EpochMixin):
             from turboloader.transforms._plan import _warn_unfused
 
             _warn_unfused(value, f"{type(self).__name__}.transform", stacklevel=3)
+            # the idle readers decode with the old transform (and cache its outputs): the
+            # next pass makes new ones; their statistics are kept
+            with _LOCK:
+                idle = [k for k, st in self._states.items() if not st.leased]
+                dropped = [self._states.pop(k) for k in idle]
+            for st in dropped:
+                if st.pid == os.getpid():
+                    st.recorder.flush()
         self.__dict__["_transform"] = value
 
     @property
