@@ -91,9 +91,12 @@ class TurboDataModule(LightningDataModule):
     standard ImageNet pipelines by default, sharded over the Trainer's ranks.
 
     ``train`` / ``val``: a directory is read as an :class:`~turboloader.ImageFolder`; a
-    ``.tbl`` path (or list of them) as a :class:`~turboloader.TBLDataset`; anything else
-    (a ``.tar`` path, glob, brace pattern ``"train-{0000..0099}.tar"`` or list) as a
-    :class:`~turboloader.TarDataset`. Without explicit transforms: train =
+    ``.tbl`` path (or list of them) as a :class:`~turboloader.TBLDataset`; a ``.csv``,
+    ``.tsv``, ``.jsonl`` or ``.json`` manifest as a :class:`~turboloader.ManifestDataset`;
+    ``.parquet`` files as a :class:`~turboloader.ParquetDataset`; anything else (a ``.tar``
+    path, glob, brace pattern ``"train-{0000..0099}.tar"`` or list) as a
+    :class:`~turboloader.TarDataset`. A fit resumed from a mid-epoch checkpoint continues
+    exactly (see :meth:`state_dict`). Without explicit transforms: train =
     RandomResizedCrop(image_size) + RandomHorizontalFlip + ToTensor + Normalize(ImageNet),
     val = Resize(int(image_size * 256 / 224)) + CenterCrop(image_size) + ToTensor +
     Normalize(ImageNet); both fuse into one native call per JPEG. Batches are
