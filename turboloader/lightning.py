@@ -27,6 +27,8 @@ from turboloader.transforms.presets import imagenet_train_transform, imagenet_va
 
 __all__ = ["TurboDataModule"]
 
+_MANIFESTS = (".jsonl", ".json", ".csv", ".tsv")
+
 
 class _EpochHook:
     """What Lightning sees as the loader's ``sampler``: it calls ``set_epoch`` on it at the
@@ -72,10 +74,10 @@ class _StageLoader:
 
 
 class _ResumableStageLoader(_StageLoader):
-    """The training loader of a resumable dataset (TAR shards): Lightning checks that a
-    loader has ``state_dict`` / ``load_state_dict`` before it trusts a mid-epoch
-    checkpoint. The position is the module's (the batches Lightning processed, not the
-    ones the loader prefetched), so the loader saves and restores that state."""
+    """The training loader: Lightning checks that a loader has ``state_dict`` /
+    ``load_state_dict`` before it trusts a mid-epoch checkpoint. The position is the
+    module's (the batches Lightning processed, not the ones the loader prefetched), so the
+    loader saves and restores that state."""
 
     def state_dict(self):
         return self.module.state_dict()
@@ -89,9 +91,12 @@ class TurboDataModule(LightningDataModule):
     standard ImageNet pipelines by default, sharded over the Trainer's ranks.
 
     ``train`` / ``val``: a directory is read as an :class:`~turboloader.ImageFolder`; a
-    ``.tbl`` path (or list of them) as a :class:`~turboloader.TBLDataset`; anything else
-    (a ``.tar`` path, glob, brace pattern ``"train-{0000..0099}.tar"`` or list) as a
-    :class:`~turboloader.TarDataset`. Without explicit transforms: train =
+    ``.tbl`` path (or list of them) as a :class:`~turboloader.TBLDataset`; a ``.csv``,
+    ``.tsv``, ``.jsonl`` or ``.json`` manifest as a :class:`~turboloader.ManifestDataset`;
+    ``.parquet`` files as a :class:`~turboloader.ParquetDataset`; anything else (a ``.tar``
+    path, glob, brace pattern ``"train-{0000..0099}.tar"`` or list) as a
+    :class:`~turboloader.TarDataset`. A fit resumed from a mid-epoch checkpoint continues
+    exactly (see :meth:`state_dict`). Without explicit transforms: train =
     RandomResizedCrop(image_size) + RandomHorizontalFlip + ToTensor + Normalize(ImageNet),
     val = Resize(int(image_size * 256 / 224)) + CenterCrop(image_size) + ToTensor +
     Normalize(ImageNet); both fuse into one native call per JPEG. Batches are
@@ -186,6 +191,16 @@ class TurboDataModule(LightningDataModule):
             return ImageFolder(paths[0], transform, **kwargs)
         if all(p.endswith(".tbl") for p in paths):
             return TBLDataset(paths if len(paths) > 1 else paths[0], transform, **kwargs)
+        if len(paths) == 1 and paths[0].lower().endswith(_MANIFESTS):
+            from turboloader.data import ManifestDataset
+
+            return ManifestDataset(paths[0], transform=transform, **kwargs)
+        if all(p.lower().endswith(".parquet") for p in paths):
+            from turboloader.data import ParquetDataset
+
+            return ParquetDataset(paths if len(paths) > 1 else paths[0], transform,
+                                  shuffle=shuffle, rank=self.rank, world_size=self.world_size,
+                                  **kwargs)
         return TarDataset(paths if len(paths) > 1 else paths[0], transform, shuffle=shuffle,
                           rank=self.rank, world_size=self.world_size, **kwargs)
 
@@ -216,40 +231,78 @@ class TurboDataModule(LightningDataModule):
                             else False, sampler=sampler, num_workers=self.num_workers,
                             pin_memory=torch.cuda.is_available(),
                             drop_last=self.drop_last and train, **kwargs)
-        resumable = (train and isinstance(dataset, torch.utils.data.IterableDataset)
-                     and hasattr(dataset, "state_dict"))
-        return (_ResumableStageLoader if resumable else _StageLoader)(self, dataset, loader)
+        if not train:
+            return _StageLoader(self, dataset, loader)
+        self._train_loader = loader
+        self._apply_pending_state()
+        return _ResumableStageLoader(self, dataset, loader)
 
     # -- checkpoints: Lightning calls these when it saves and restores a checkpoint --------
 
     def state_dict(self):
         """The training data's position, saved in Lightning checkpoints.
 
-        For TAR shards (an iterable dataset): the dataset's resume state after the batches
-        the current epoch has processed so far, so a fit resumed from a mid-epoch
+        For TAR shards and Parquet (iterable datasets): the dataset's resume state after the
+        batches the current epoch has processed so far, so a fit resumed from a mid-epoch
         checkpoint continues with exactly the samples not yet seen, in the same order (see
-        :meth:`turboloader.TarDataset.state_dict`). For map-style datasets: the epoch.
+        :meth:`turboloader.TarDataset.state_dict`). For folders, manifests and TBL files
+        (map-style datasets): the training loader's state (see
+        :meth:`turboloader.DataLoader.state_dict`) with the batches Lightning processed: the
+        epoch's order is drawn again from the seed and those batches are left out.
+
+        Raises:
+            ValueError: the training dataset is iterable and has no ``state_dict`` (its
+                position cannot be saved, and a resumed fit would repeat or skip samples).
         """
         ds, trainer = self.train_dataset, self._trainer_or_none()
-        if ds is None or trainer is None or not hasattr(ds, "state_dict"):
+        if ds is None or trainer is None:
             return {}
+        batches = int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
         if isinstance(ds, torch.utils.data.IterableDataset):
-            batches = int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+            if not hasattr(ds, "state_dict"):
+                raise ValueError(f"TurboDataModule: {type(ds).__name__} has no state_dict, so "
+                                 "a checkpoint cannot name its mid-epoch position")
             return {"train": ds.state_dict(batches=batches, batch_size=self.batch_size,
                                            num_workers=self.num_workers,
                                            drop_last=self.drop_last)}
-        return {"train": ds.state_dict()}
+        loader = getattr(self, "_train_loader", None)
+        if loader is None or loader.epoch is None:
+            return {}
+        state = loader.state_dict()
+        if not state["finished"]:
+            state["batches"] = batches
+        return {"train": {"loader": state}}
 
     def load_state_dict(self, state_dict):
-        """Restore :meth:`state_dict` (before the training loader's next pass)."""
+        """Restore :meth:`state_dict` (before the training loader's next pass).
+
+        Raises:
+            turboloader.errors.StateMismatchError, ValueError: the saved position does not
+                fit this module's training data (another dataset, batch size, ``drop_last``
+                or number of ranks), so the fit would not continue exactly; raised at
+                ``fit(ckpt_path=...)``, before any batch.
+        """
         self._pending_state = state_dict.get("train")
         self._apply_pending_state()
 
     def _apply_pending_state(self):
         state = getattr(self, "_pending_state", None)
-        if state is not None and self.train_dataset is not None:
+        if state is None or self.train_dataset is None:
+            return
+        if isinstance(self.train_dataset, torch.utils.data.IterableDataset):
             self.train_dataset.load_state_dict(state)
-            self._pending_state = None
+        else:
+            loader = getattr(self, "_train_loader", None)
+            if "loader" not in state:
+                raise ValueError(
+                    "TurboDataModule: the checkpoint holds no position of the training loader "
+                    f"over {type(self.train_dataset).__name__} (it was saved by a turboloader "
+                    "that kept only the epoch of map-style data), so a mid-epoch resume would "
+                    "repeat samples: resume from an end-of-epoch checkpoint instead")
+            if loader is None:
+                return  # applied when train_dataloader() makes the loader
+            loader.load_state_dict(state["loader"])
+        self._pending_state = None
 
     def train_dataloader(self):
         if self.train is None:

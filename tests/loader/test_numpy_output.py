@@ -80,6 +80,8 @@ def test_jax_recipe(want, tmp_path):
         x = jax.device_put(images)
         y = jax.dlpack.from_dlpack(labels)
         assert x.shape == images.shape and x.dtype == jnp.float32
+        if not jax.config.jax_enable_x64:  # the guide: JAX's default gives an int32 copy
+            assert jnp.asarray(labels).dtype == jnp.int32 and labels.dtype == np.int64
         np.testing.assert_array_equal(np.asarray(y), labels)
         np.testing.assert_allclose(np.asarray(mean_image(x)), images.mean(axis=(1, 2, 3)),
                                    rtol=1e-5)

@@ -56,7 +56,7 @@ from turboloader.decode import DEFAULT_MAX_PIXELS, decode_pil
 from turboloader.errors import SampleError
 from turboloader.io.shards import IMAGE_EXTENSIONS
 
-__all__ = ["BoxesField", "Fields", "MaskField", "collate_fields"]
+__all__ = ["BoxesField", "Fields", "MaskField", "collate_column", "collate_fields"]
 
 _IMAGES = frozenset(IMAGE_EXTENSIONS) | {"ppm", "pgm", "pbm", "pnm", "bmp", "tif", "tiff"}
 _TEXT = frozenset({"txt", "text", "transcript", "caption"})
@@ -311,6 +311,20 @@ def _image_hw(source, size):
     return None
 
 
+#: torchvision v2 transforms that read the boxes (or their labels) to decide: they cannot be
+#: replayed on a lone annotation
+_WHOLE_SAMPLE = frozenset({"RandomIoUCrop", "SanitizeBoundingBoxes"})
+
+
+def _members(transform):
+    """``transform`` and every transform nested in it (Compose, RandomApply, ...)."""
+    yield transform
+    inner = getattr(transform, "transforms", None)
+    if isinstance(inner, (list, tuple)):
+        for t in inner:
+            yield from _members(t)
+
+
 def _check_pipeline(transform):
     """The pipeline must draw the same parameters for a lone annotation as for the image
     (each turboloader transform does; torchvision's or a user's callable cannot be replayed).
@@ -323,7 +337,9 @@ def _check_pipeline(transform):
     Raises:
         ValueError: not a turboloader pipeline, or one that draws from torch's global
             generator (a torchvision class inside it) or differently for a mask; or what
-            the pipeline raised on the mask.
+            the pipeline raised on the mask; torchvision's ``RandomIoUCrop`` or
+            ``SanitizeBoundingBoxes`` inside it (they need the whole sample: see
+            :class:`~turboloader.data.DetectionTargets`).
         TypeError: a pipeline that refuses masks (AutoAugment, FiveCrop...).
     """
     import random
@@ -337,6 +353,17 @@ def _check_pipeline(transform):
 
     if transform is None:
         return
+    for member in _members(transform):
+        if type(member).__name__ in _WHOLE_SAMPLE and \
+                type(member).__module__.startswith("torchvision."):
+            raise ValueError(
+                f"{type(member).__name__} works on the whole detection sample (the boxes "
+                f"{'and their labels' if type(member).__name__ == 'SanitizeBoundingBoxes' else 'draw its crop'}), "
+                "which MaskField / BoxesField cannot give it: they replay the image's draws "
+                "on each annotation alone. Apply it to the (image, target) pairs instead, "
+                "where torchvision applies it: turboloader.data.DetectionTargets(dataset, "
+                "names, transforms=v2.Compose([...])) (the detection guide's ssd / ssdlite "
+                "policies), or in collate_fn")
     if not isinstance(transform, (Transform, Compose, RandomApply, RandomChoice, RandomOrder)):
         raise ValueError(f"MaskField / BoxesField need a turboloader transform pipeline (its "
                          f"parameters are replayed on the annotations), got {transform!r}; "
@@ -709,6 +736,15 @@ def _collate_column(column, default_collate):
         return default_collate(column)
     except (RuntimeError, TypeError):  # JSON of varying shapes, ragged arrays
         return list(column)
+
+
+def collate_column(column):
+    """One field of a batch (a tuple of its values) collated as :func:`collate_fields`
+    collates each field: ``default_collate``'s result, or the list of the values where it
+    cannot stack them (a list of ``BoundingBoxes`` always)."""
+    from torch.utils.data import default_collate
+
+    return _collate_column(tuple(column), default_collate)
 
 
 def collate_fields(batch):

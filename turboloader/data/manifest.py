@@ -46,8 +46,8 @@ class ManifestDataset(MapDataset, torch.utils.data.Dataset):
     **Labels.** When every label is an int (a JSON int, or a CSV string of one) the targets
     are those ints. Otherwise labels are class names: ``classes`` (given, or the sorted
     distinct names) and ``class_to_idx`` map them to indices, as ``ImageFolder`` does.
-    ``label_column=None`` (or a row without one) gives ``missing_label`` (a row without a
-    label is a ManifestError while ``missing_label`` is None).
+    ``label_column=None`` gives every row ``missing_label`` (default -1); a row without a
+    label gives ``missing_label`` (a ManifestError while ``missing_label`` is None).
 
     Attributes:
         samples: ``[(absolute path, target), ...]``, like ``ImageFolder.samples``.
@@ -112,6 +112,8 @@ class ManifestDataset(MapDataset, torch.utils.data.Dataset):
         self.rows = read_manifest(self.manifest, format=format, path_column=path_column,
                                   label_column=label_column or "label")
         raw = [None if label_column is None else row.get(label_column) for row in self.rows]
+        if label_column is None and missing_label is None:
+            missing_label = -1  # no label column: every row is unlabelled
         for k, v in enumerate(raw):
             if (v is None or v == "") and missing_label is None and fields is None:
                 raise ManifestError(f"{self.manifest!r}: row {k} has no {label_column!r} "

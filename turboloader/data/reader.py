@@ -273,6 +273,29 @@ class ReaderMixin(EpochMixin):
         self._states = {}  # stream name -> StreamReader of this process
 
     @property
+    def transform(self):
+        """The image transform (fused into the decoder when it plans). Assigning one after
+        construction (``timm.data.create_loader`` does) warns as the constructor does when
+        it cannot fuse (:class:`~turboloader.errors.UnfusedWarning`)."""
+        return self.__dict__.get("_transform")
+
+    @transform.setter
+    def transform(self, value):
+        if "_states" in self.__dict__ and value is not self.__dict__.get("_transform"):
+            from turboloader.transforms._plan import _warn_unfused
+
+            _warn_unfused(value, f"{type(self).__name__}.transform", stacklevel=3)
+            # the idle readers decode with the old transform (and cache its outputs): the
+            # next pass makes new ones; their statistics are kept
+            with _LOCK:
+                idle = [k for k, st in self._states.items() if not st.leased]
+                dropped = [self._states.pop(k) for k in idle]
+            for st in dropped:
+                if st.pid == os.getpid():
+                    st.recorder.flush()
+        self.__dict__["_transform"] = value
+
+    @property
     def _cache_bytes(self):  # the name before cache_bytes was public
         return self.cache_bytes
 

@@ -139,7 +139,12 @@ class DataLoader:
             in each decode thread per pass (threads are made per pass), ``generator`` drives
             the map-style shuffle, and ``timeout``, ``multiprocessing_context``,
             ``pin_memory_device`` and ``in_order=False`` raise ``ValueError`` (they need
-            worker processes) rather than being dropped.
+            worker processes) rather than being dropped. ``sampler`` and ``batch_sampler``
+            (e.g. torchvision's detection ``GroupedBatchSampler``; torch then has
+            ``batch_size`` None) work on both backends. Without ``collate_fn`` both backends
+            collate as :func:`turboloader.data.collate_fields` does: what
+            ``default_collate`` can stack is stacked, the rest (images of several sizes,
+            detection targets with different numbers of boxes) is a list.
         prefetch_factor: batches prefetched per worker (default 2, torch's): on the thread
             backend, the one a decode thread is filling plus those ready in its queue; the
             loader keeps ``prefetch_factor x max(1, num_workers)`` batch tensors to recycle.
@@ -276,11 +281,16 @@ class DataLoader:
         procs = backend == "processes"
         if procs and self.num_workers > 0:
             env_budget()  # a bad TURBOLOADER_SHM_BUDGET: an error here, not in the workers
+        torch_collate = collate_fn
+        if procs and collate_fn is None and (batch_size is not None or batch_sampler is not None):
+            # the thread backend's collation: default_collate, and a list where it cannot
+            # stack (images of several sizes, detection targets with different box counts)
+            from turboloader.data.fields import collate_fields as torch_collate
         # torch's DataLoader validates the arguments and builds the samplers for both backends
         self.torch_loader = torch.utils.data.DataLoader(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
             batch_sampler=batch_sampler, num_workers=self.num_workers if procs else 0,
-            collate_fn=collate_fn, pin_memory=bool(pin_memory) if procs else False,
+            collate_fn=torch_collate, pin_memory=bool(pin_memory) if procs else False,
             drop_last=drop_last, timeout=timeout if procs else 0,
             worker_init_fn=worker_init_fn if procs else None,
             multiprocessing_context=multiprocessing_context if procs else None,
@@ -291,7 +301,7 @@ class DataLoader:
         self.sampler = self.torch_loader.sampler
         self.batch_sampler = self.torch_loader.batch_sampler
         if not procs:
-            if self.batch_size is None and not yields_batches(dataset):
+            if self.batch_sampler is None and not yields_batches(dataset):
                 raise ValueError("backend='threads' needs batching (batch_size or batch_sampler), "
                                  "or a dataset of whole batches (TarDataset.batched(), "
                                  ".bucketed()) with batch_size=None")

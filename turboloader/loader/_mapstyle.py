@@ -57,7 +57,7 @@ class _MapBatch:
         if buf.samples is None and buf.images is None:
             with self.lock:  # the first sample of a batch of unknown shape allocates it
                 if buf.images is None:
-                    buf.images = buf.alloc.like(sample[0])
+                    buf.images = buf.alloc.like(sample[0], buf.n)
         buf.put(j, sample)
 
     def chunk_done(self) -> bool:

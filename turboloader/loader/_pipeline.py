@@ -17,7 +17,6 @@ import time
 import warnings
 
 import torch
-from torch.utils.data._utils.collate import default_collate
 
 from turboloader.data.reader import reading_as
 from turboloader.loader.stats import RunStats
@@ -102,35 +101,45 @@ def tensor_pairs(sample) -> bool:
 
 class Allocator:
     """Batch tensors of ``batch_size`` rows from the loader's recycled pool (pinned when
-    asked and possible)."""
+    asked and possible); with a ``batch_sampler`` (``batch_size`` None) as many rows as the
+    batch has samples."""
 
     def __init__(self, batch_size, shape, dtype, get):
         self.batch_size, self.shape, self.dtype, self.get = batch_size, shape, dtype, get
 
-    def first(self):
+    def _rows(self, n):
+        B = self.batch_size
+        return n if B is None or n is None or n > B else B
+
+    def first(self, n=None):
         if self.shape is None:
             return None
-        return self.get((self.batch_size, *self.shape), self.dtype)
+        return self.get((self._rows(n), *self.shape), self.dtype)
 
-    def like(self, img):
+    def like(self, img, n=None):
         if not isinstance(img, torch.Tensor):
             raise TypeError(f"expected a tensor image, got {type(img).__name__}")
-        return self.get((self.batch_size, *img.shape), img.dtype)
+        return self.get((self._rows(n), *img.shape), img.dtype)
 
 
 class BatchBuffer:
     """One batch being filled sample by sample: a batch tensor (when the sample shape is
     known, or from the first sample on) and the labels; or, for samples that are not
-    ``(tensor, label)`` pairs, the samples themselves for ``collate_fn``."""
+    ``(tensor, label)`` pairs, the samples themselves for ``collate_fn``.
 
-    __slots__ = ("images", "labels", "samples", "n", "alloc")
+    Collated as :func:`turboloader.data.fields.collate_fields` collates (what the process
+    backend's default ``collate_fn`` is too): images of different sizes, and labels that
+    cannot be stacked (detection targets with different box counts), become lists."""
+
+    __slots__ = ("images", "labels", "samples", "n", "alloc", "ragged")
 
     def __init__(self, n, alloc):
         self.n = n
         self.alloc = alloc  # an Allocator, or None when samples are kept as is
-        self.images = alloc.first() if alloc is not None else None
+        self.images = alloc.first(n) if alloc is not None else None
         self.labels = [None] * n
         self.samples = None if alloc is not None else [None] * n
+        self.ragged = {}  # {row: image} for images whose shape is not the batch tensor's
 
     def put(self, j, sample):
         """Store sample ``j``; an image already decoded into its row is not copied."""
@@ -139,26 +148,30 @@ class BatchBuffer:
             return
         img, label = sample
         if self.images is None:
-            self.images = self.alloc.like(img)
+            self.images = self.alloc.like(img, self.n)
         dst = self.images[j]
         if not (img.data_ptr() == dst.data_ptr() and img.dtype == dst.dtype
                 and img.shape == dst.shape):  # not decoded into its row: copy it there
-            if tuple(img.shape) != tuple(dst.shape):
-                raise RuntimeError(
-                    f"stack expects each tensor to be equal size, but got {tuple(dst.shape)} "
-                    f"and {tuple(img.shape)} in one batch (turboloader.DataLoader)")
-            dst.copy_(img)
+            if tuple(img.shape) != tuple(dst.shape) or img.dtype != dst.dtype:
+                self.ragged[j] = img  # images of several sizes: the batch is a list of them
+            else:
+                dst.copy_(img)
         self.labels[j] = label
 
     def collate(self, n=None, collate_fn=None):
+        from turboloader.data.fields import collate_column, collate_fields
+
         n = self.n if n is None else n
         if self.samples is not None:
             if collate_fn is None:  # default_collate, with lists where it cannot (boxes of
                 # different counts per image), as a dataset's own fields batches
-                from turboloader.data.fields import collate_fields as collate_fn
+                collate_fn = collate_fields
             return collate_fn(self.samples[:n])
-        images = self.images if n == self.images.shape[0] else self.images[:n]
-        return [images, default_collate(self.labels[:n])]
+        if self.ragged:
+            images = [self.ragged.get(j, self.images[j]) for j in range(n)]
+        else:
+            images = self.images if n == self.images.shape[0] else self.images[:n]
+        return [images, collate_column(tuple(self.labels[:n]))]
 
 
 class Pipeline:

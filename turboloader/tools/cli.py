@@ -1,6 +1,7 @@
 """The ``turboloader`` command line: convert, inspect, verify, index, preview, bench, demo."""
 
 import argparse
+import os
 import sys
 
 __all__ = ["main"]
@@ -241,6 +242,11 @@ def _parse(parser, argv):
             close = difflib.get_close_matches(name, known, n=1) if name.startswith("-") else []
             if close:
                 hints.append(f"{name}: did you mean {close[0]}?")
+        paths = [a for a in extra if not a.startswith("-")]
+        if paths and getattr(args, "path", None) is not None:
+            hints.append(f"{len(paths) + 1} paths given where one is read: an unquoted brace "
+                         "pattern is expanded by the shell into one argument per file; quote "
+                         "it, e.g. 'train-{0000..0099}.tar'")
         sub.error(f"unrecognized arguments: {' '.join(extra)}"
                   + (f" ({'; '.join(hints)})" if hints else ""))
     return args
@@ -288,12 +294,41 @@ def _quantiles(a):
     return f"min {q[0]}, p5 {q[1]}, median {q[2]}, p95 {q[3]}, max {q[4]}"
 
 
+_SPLITS = ("train", "val", "valid", "validation", "test")
+
+
+def _splits(path, fmt):
+    """The split folders (``train/``, ``val/``, ...) of a folder that holds them, each an
+    ImageFolder tree of its own (class directories); empty for anything else."""
+    if fmt not in (None, "folder") or not os.path.isdir(path):
+        return []
+    subs = sorted(e.name for e in os.scandir(path) if e.is_dir())
+    found = [s for s in subs if s.lower() in _SPLITS]
+    if len(found) < 2 or not all(any(e.is_dir() for e in os.scandir(os.path.join(path, s)))
+                                 for s in found):
+        return []
+    return [os.path.join(path, s) for s in found]
+
+
 def _cmd_inspect(args, out):
+    splits = _splits(args.path, args.src_format)
+    if not splits:
+        return _inspect_one(args.path, args, out)
+    # train/ and val/ side by side: one report per split, never their classes merged
+    out(f"{args.path}: {len(splits)} splits ({', '.join(os.path.basename(s) for s in splits)}), "
+        "each reported on its own")
+    for path in splits:
+        out("")
+        _inspect_one(path, args, out)
+    return EXIT_OK
+
+
+def _inspect_one(path, args, out):
     import numpy as np
 
     from turboloader.tools.convert import _human, inspect_dataset
 
-    info = inspect_dataset(args.path, args.src_format)
+    info = inspect_dataset(path, args.src_format)
     n = info["samples"]
     out(f"{info['path']}: {info['format']}" + (f" v{info['version'][0]}.{info['version'][1]}"
                                               if "version" in info else ""))
@@ -349,9 +384,20 @@ def _cmd_verify(args, out):
     # a folder without a manifest (an ImageFolder tree from other tools) is verified by
     # reading every image; the summary says that nothing recorded its completeness
     unlisted = args.manifest and fmt == "folder" and find_manifest(args.path, fmt) is None
-    checked, bad = verify_dataset(args.path, fmt, workers=args.workers,
-                                  strict=args.strict, progress=_progress(args),
-                                  manifest=args.manifest)
+    from turboloader.errors import ManifestError
+
+    try:
+        checked, bad = verify_dataset(args.path, fmt, workers=args.workers,
+                                      strict=args.strict, progress=_progress(args),
+                                      manifest=args.manifest)
+    except ManifestError as exc:
+        if "--no-manifest" in str(exc):
+            raise
+        # shards written by other tools (webdataset's ShardWriter) beside a conversion's
+        # manifest: every manifest failure names the way to read the data alone
+        raise ManifestError(f"{exc}; to verify data that 'turboloader convert' did not write "
+                            "(webdataset shards, other tools' outputs), pass --no-manifest, "
+                            "which reads every sample instead") from None
     for b in bad:
         out(f"{b.source}: {b.key}: {b.reason}")
     out(f"checked {checked} samples: {checked - len(bad)} ok, {len(bad)} bad")
@@ -372,7 +418,8 @@ def _pick_samples(path, fmt, n, seed):
     """Up to ``n`` readable samples: a seeded random choice where the format allows it."""
     import random
 
-    from turboloader.tools.sources import Sample, _FolderSource, _TarSource, open_source
+    from turboloader.tools.sources import (Sample, _FolderSource, _ManifestSource, _TarSource,
+                                           _TBLSource, open_source)
 
     source = open_source(path, fmt)
     rnd = random.Random(seed)
@@ -388,7 +435,9 @@ def _pick_samples(path, fmt, n, seed):
         return picked, source.classes
     if isinstance(source, _FolderSource):
         source.files = rnd.sample(source.files, min(len(source.files), 4 * n))
-    else:  # TBL: random records, read lazily
+    elif isinstance(source, _ManifestSource):
+        source.items = rnd.sample(source.items, min(len(source.items), 4 * n))
+    elif isinstance(source, _TBLSource):  # random records, read lazily
         idx = rnd.sample(range(len(source.file)), min(len(source.file), 4 * n))
         f = source.file
         picked = []
@@ -622,12 +671,28 @@ def _cmd_bench(args, out):
     out(f"|{'-' * (width + 2)}|---------:|---------:|---------------------:|")
     for label, rate in rows:
         out(f"| {label:<{width}} | {rate:8.0f} | {1000 / rate:8.2f} | {rate / base:19.2f}x |")
+    hint = _busy_hint(threads, base, rows[-1][1] if threads > 1 else None)
+    if hint:
+        out(hint)
     if stats is not None and stats.get("samples"):
         k = stats["samples"]
         out(f"loader per-stage time (summed over workers, per sample): "
             f"read {1e3 * stats['read_s'] / k:.2f} ms, decode {1e3 * stats['decode_s'] / k:.2f} ms, "
             f"transform {1e3 * stats['transform_s'] / k:.2f} ms; {len(stats['skipped'])} skipped")
     return EXIT_OK
+
+
+def _busy_hint(threads, one, many) -> str | None:
+    """A note when ``threads`` threads decoded no faster than one: the decode scales with
+    cores, so the cores were not free (other processes) or fewer than asked."""
+    if many is None or many > one:
+        return None
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return (f"note: {threads} threads were not faster than 1 ({many / one:.2f}x): the decode "
+            f"scales with free cores, so this machine's were busy"
+            + (f" (load average {load:.1f} on {os.cpu_count()} CPUs)" if load is not None
+               else "") + " or fewer than --threads; rerun on an idle machine, or pass "
+            "--threads with the number of free cores")
 
 
 def main(argv=None):
