@@ -180,6 +180,11 @@ class VideoDataset(TarDataset):
         self._clip = _clip_options(frames_per_clip, stride, sampling, clips)
         super().__init__(urls, transform, target_transform, **kwargs)
 
+    @property
+    def frames_per_clip(self) -> int:
+        """Frames in a clip (``T``): a sample is ``(T, C, H, W)`` (or ``(clips, T, ...)``)."""
+        return self._clip["frames_per_clip"]
+
     def _decoder(self):
         return _ClipDecoder(self.transform, max_pixels=self.max_pixels, **self._clip)
 
@@ -203,6 +208,11 @@ class VideoFolder(MapDataset, torchvision.datasets.DatasetFolder):
 
     def _new_reader(self, name):
         return StreamReader(self, name, flush_failures=True)
+
+    @property
+    def frames_per_clip(self) -> int:
+        """Frames in a clip (``T``): a sample is ``(T, C, H, W)`` (or ``(clips, T, ...)``)."""
+        return self._clip["frames_per_clip"]
 
     def _decoder(self):
         return _ClipDecoder(self.transform, max_pixels=self.max_pixels, **self._clip)
