@@ -208,7 +208,6 @@ def test_every_frame_numbered_as_the_decoder_outputs_it(files, kind):
     if kind not in files:
         pytest.skip("this PyAV has no libx264 encoder")
     data, every = files[kind]
-    V.clear_timelines()
     n = len(every)
     assert video_info(data)[0] == n
     for i in range(n):
