@@ -284,7 +284,7 @@ class _Video:
         self.key = _fingerprint(data)
         self.container = _open(data)
         self.timeline = _cached_timeline(self.key)
-        self.fresh = self.timeline is None
+        self.fresh = self.read = self.timeline is None
         if self.fresh:
             self.timeline = _Timeline(self.container)  # demuxed to the end
             _keep_timeline(self.key, self.timeline)
@@ -298,7 +298,7 @@ class _Video:
         self.close()
         self.container = _open(self.data)
         self.timeline = _Timeline(self.container)
-        self.fresh = True
+        self.fresh = self.read = True
         _keep_timeline(self.key, self.timeline)
 
     def packets_from(self, k):
@@ -322,8 +322,9 @@ class _Video:
                         yield from self._checked(k, packet, packets)
                         return
                     break  # landed past k: seek earlier
-        self.close()
-        self.container = _open(self.data)
+        if self.read:  # (a container just opened is at its start)
+            self.close()
+            self.container = _open(self.data)
         j = 0
         packets = self._demux()
         for packet in packets:
@@ -334,6 +335,7 @@ class _Video:
         raise _Mismatch
 
     def _demux(self):
+        self.read = True
         vs = self.container.streams.video[0]
         try:
             for p in self.container.demux(vs):
