@@ -132,9 +132,21 @@ def recorded():
         files["open_gop"] = encode(40, codec="libx264", gop=None, options={
             "bf": "3", "x264-params": "open-gop=1:b-adapt=0:keyint=8:min-keyint=8:"
                                       "scenecut=0"})
+    # a broadcast capture (MPEG-2 in MPEG-TS) that starts mid-GOP: the decoder drops the
+    # frames it cannot decode without the references before the cut
+    files["ts_cut_mid_gop"] = cut_bytes(encode(40, fmt="mpegts", codec="mpeg2video",
+                                               options={"bf": "2"}), packet=4)
     files["rotated"] = encode(20, codec=codec, options=bf, rotation=90)
     files["audio_first"] = encode(30, codec=codec, options=bf, audio_first=True)
     return files
+
+
+def cut_bytes(data, packet):
+    """An MPEG-TS file's bytes from the TS packet (188 bytes) holding video packet
+    ``packet``'s start on, as a capture that starts mid-stream."""
+    with av.open(io.BytesIO(data)) as c:
+        pos = [p.pos for p in c.demux(c.streams.video[0]) if p.size]
+    return data[pos[packet] // 188 * 188:]
 
 
 def vfr(n, dropped, codec, options):
@@ -189,13 +201,18 @@ def test_the_files_are_what_they_claim(files):
         assert frame.rotation in (90, -90, 270)
     with av.open(io.BytesIO(files["audio_first"][0])) as c:
         assert c.streams[0].type == "audio" and c.streams[1].type == "video"
+    with av.open(io.BytesIO(files["ts_cut_mid_gop"][0])) as c:
+        first = next(p for p in c.demux(c.streams.video[0]) if p.size)
+        assert not first.is_keyframe
+    assert len(files["ts_cut_mid_gop"][1]) < 36  # frames dropped by the decoder
     with av.open(io.BytesIO(files["b_frames_mpeg4"][0])) as c:
         types = {av.video.frame.PictureType(f.pict_type).name for f in c.decode(video=0)}
     assert "B" in types
 
 
 KINDS = ["edit_list_cut", "concatenated_ts", "overlapping_ts", "vfr_dropped",
-         "resolution_change", "b_frames_mpeg4", "open_gop", "rotated", "audio_first"]
+         "resolution_change", "b_frames_mpeg4", "open_gop", "ts_cut_mid_gop", "rotated",
+         "audio_first"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -248,6 +265,18 @@ def test_frames_the_timestamps_misorder_are_a_typed_error():
         decode_frames(bad, [4, 5, 6, 7])
     got = decode_frames(bad, [12, 14, 16])
     assert all(np.array_equal(got[i], every[i]) for i in (12, 14, 16))
+
+
+def test_a_start_the_decoder_outputs_twice_is_a_typed_error():
+    """MPEG-4 Part 2 cut before its first key frame: the decoder outputs the first packet's
+    frame twice (a grey placeholder, then the frame), so no numbering from the packets
+    matches the decoder's: a DecodeError naming why, for every clip."""
+    data = cut_bytes(encode(40, fmt="mpegts", codec="mpeg4", options={"bf": "2"}), packet=4)
+    V.clear_timelines()
+    with pytest.raises(DecodeError, match="cannot be numbered safely"):
+        video_info(data)
+    with pytest.raises(DecodeError, match="cannot be numbered safely"):
+        decode_frames(data, [20])
 
 
 def test_a_clip_reads_only_from_the_key_frame_before_it(monkeypatch):

@@ -157,14 +157,15 @@ class _Timeline:
             order = np.lexsort((np.arange(a, b), t[a:b])) + a  # by pts, then decode order
             rank[order] = np.arange(a, b)
         self.rank = rank
-        numbered = ~np.array(discard, bool)
-        by_rank = np.argsort(rank)
-        self.packet_of = by_rank[numbered[by_rank]]
-        frame_of = np.full(n, -1, np.int64)
-        frame_of[self.packet_of] = np.arange(len(self.packet_of))
-        self.frame_of = frame_of
-        if not len(self.packet_of):
-            raise DecodeError("the video stream has no frames (every packet is discarded)")
+        self.number(~np.array(discard, bool))
+        # where the file starts without a key frame (a capture cut mid-GOP), or its first key
+        # frame has leading frames (an open GOP), which of the first packets' frames the
+        # decoder outputs is the decoder's choice: _Video decodes them once to see
+        k0 = int(self.keys[0]) if len(self.keys) else 0
+        lead = k0 + 1
+        while lead < n and rank[lead] < rank[k0]:
+            lead += 1
+        self.head = lead if len(self.keys) and (k0 or lead > 1) else 0
         # packets are found again after a seek by their byte position, when it names them
         self.pos_order = np.argsort(self.pos, kind="stable")
         self.pos_sorted = self.pos[self.pos_order]
@@ -179,6 +180,16 @@ class _Timeline:
                                   f"lists (a truncated file)")
         elif self.segments == 1:  # (concatenated streams state no duration to trust)
             self._check_duration(container, vs, t[self.packet_of[-1]])
+
+    def number(self, numbered):
+        """Number the packets ``numbered`` (a mask) in presentation order."""
+        by_rank = np.argsort(self.rank)
+        self.packet_of = by_rank[numbered[by_rank]]
+        frame_of = np.full(len(self.rank), -1, np.int64)
+        frame_of[self.packet_of] = np.arange(len(self.packet_of))
+        self.frame_of = frame_of
+        if not len(self.packet_of):
+            raise DecodeError("the video stream has no frames (every packet is discarded)")
 
     def _check_duration(self, container, vs, last):
         """Without a frame count to trust: the packets must reach the stream's duration
@@ -286,8 +297,11 @@ class _Video:
         self.timeline = _cached_timeline(self.key)
         self.fresh = self.read = self.timeline is None
         if self.fresh:
-            self.timeline = _Timeline(self.container)  # demuxed to the end
-            _keep_timeline(self.key, self.timeline)
+            try:
+                self._build()
+            except BaseException:
+                self.close()
+                raise
 
     def close(self):
         self.container.close()
@@ -297,9 +311,50 @@ class _Video:
         _drop_timeline(self.key)
         self.close()
         self.container = _open(self.data)
-        self.timeline = _Timeline(self.container)
         self.fresh = self.read = True
-        _keep_timeline(self.key, self.timeline)
+        self._build()
+
+    def _build(self):
+        self.timeline = tl = _Timeline(self.container)  # demuxed to the end
+        if tl.head:
+            self._probe_head()
+        _keep_timeline(self.key, tl)
+
+    def _probe_head(self):
+        """Decode the file's first packets up to its first key frame and that frame's leading
+        ones (``timeline.head``), and number only those whose frames the decoder outputs
+        (a decoder drops the frames it cannot decode without the references before a cut,
+        as H.264's and MPEG-2's do; the decoder decides, as when decoding front to back)."""
+        tl = self.timeline
+        out, cc = [], None
+        try:
+            for j, packet in self.packets_from(0):
+                if cc is None:
+                    cc = self.container.streams.video[0].codec_context
+                    cc.thread_count, cc.copy_opaque = 1, True
+                packet.opaque = (j,)
+                frames = []
+                try:
+                    frames = cc.decode(packet)
+                    if j == tl.head - 1:
+                        frames = [*frames, *cc.decode(None)]
+                except Exception:  # FFmpeg's errors on a cut-off first packet: no frame
+                    pass
+                out += [f.opaque[0] for f in frames if isinstance(f.opaque, tuple)]
+                if j == tl.head - 1:
+                    break
+        finally:
+            self.close()  # (the next reader starts from a container just opened)
+            self.container = _open(self.data)
+            self.read = False
+        twice = sorted({j for j in out if out.count(j) > 1})
+        if twice:
+            raise DecodeError(f"the decoder outputs the frame of packet {twice[0]} more than "
+                              f"once at the start of the file (cut before its first key "
+                              f"frame): its frames cannot be numbered safely")
+        numbered = tl.frame_of >= 0
+        numbered[[j for j in range(tl.head) if j not in out]] = False
+        tl.number(numbered)
 
     def packets_from(self, k):
         """``(j, packet)`` for the packets from position ``k`` on, each checked against the
