@@ -59,6 +59,9 @@ TIMELINE_CACHE_FILES = 512
 #: Packets the kept timelines hold in all (about 40 bytes each: 1M is about 40 MB, some 11
 #: hours of 25 fps video).
 TIMELINE_CACHE_PACKETS = 1_000_000
+#: A file up to this size whose timeline is built for a clip keeps its packets for that clip
+#: (one demux, no seek); a larger one seeks, its memory bounded by the clip.
+KEEP_PACKETS_BYTES = 8 << 20
 
 
 def _av():
@@ -105,7 +108,8 @@ _NONE = np.iinfo(np.int64).min  # a missing timestamp in the timeline's arrays
 
 class _Timeline:
     """The packets of the first video stream in decode order (position ``j``), their byte
-    positions, sizes, timestamps and flags, and the frames' numbering; no payload is kept.
+    positions, sizes, timestamps and flags, and the frames' numbering; no payload is kept
+    (the packets themselves go to ``kept``, a list, when one is given).
 
     * ``rank[j]``: packet ``j``'s place in presentation order (segments one after another,
       each ordered by presentation timestamp);
@@ -119,7 +123,7 @@ class _Timeline:
             before the stream's duration.
     """
 
-    def __init__(self, container):
+    def __init__(self, container, kept=None):
         vs = container.streams.video[0]
         cc = vs.codec_context
         self.width, self.height = int(cc.width or 0), int(cc.height or 0)
@@ -138,6 +142,8 @@ class _Timeline:
                 dts.append(_NONE if d is None else d)
                 key.append(p.is_keyframe)
                 discard.append(p.is_discard)
+                if kept is not None:
+                    kept.append(p)
         except Exception as exc:  # FFmpeg's errors while demuxing
             raise DecodeError(f"cannot read the video's packets: {exc}") from None
         if not ts:
@@ -295,6 +301,7 @@ class _Video:
         self.key = _fingerprint(data)
         self.container = _open(data)
         self.timeline = _cached_timeline(self.key)
+        self.kept = None  # the packets, when the timeline was built here for a small file
         self.fresh = self.read = self.timeline is None
         if self.fresh:
             try:
@@ -315,7 +322,8 @@ class _Video:
         self._build()
 
     def _build(self):
-        self.timeline = tl = _Timeline(self.container)  # demuxed to the end
+        self.kept = [] if len(self.data) <= KEEP_PACKETS_BYTES else None
+        self.timeline = tl = _Timeline(self.container, self.kept)  # demuxed to the end
         if tl.head:
             self._probe_head()
         _keep_timeline(self.key, tl)
@@ -344,9 +352,8 @@ class _Video:
                 if j == tl.head - 1:
                     break
         finally:
-            self.close()  # (the next reader starts from a container just opened)
-            self.container = _open(self.data)
-            self.read = False
+            if cc is not None:
+                cc.flush_buffers()
         twice = sorted({j for j in out if out.count(j) > 1})
         if twice:
             raise DecodeError(f"the decoder outputs the frame of packet {twice[0]} more than "
@@ -361,8 +368,11 @@ class _Video:
         timeline: after a seek to the key frame when the timeline's byte positions name the
         packets, else (or when the seek lands past ``k``) read from the start."""
         tl = self.timeline
+        if self.kept is not None:
+            yield from zip(range(k, tl.packets), self.kept[k:])
+            return
         vs = self.container.streams.video[0]
-        if k > 0 and tl.seekable:
+        if tl.seekable and (k > 0 or self.read):  # (a container just opened is at 0)
             for target in (k, *tl.keys[tl.keys < k][::-1][:2].tolist()):
                 try:
                     self.container.seek(tl.seek_point(target), stream=vs, backward=True)
@@ -377,7 +387,7 @@ class _Video:
                         yield from self._checked(k, packet, packets)
                         return
                     break  # landed past k: seek earlier
-        if self.read:  # (a container just opened is at its start)
+        if self.read:
             self.close()
             self.container = _open(self.data)
         j = 0
@@ -562,8 +572,9 @@ def _decode(video, indices, limit):
             for j, packet in video.packets_from(tl.start(present)):
                 if cc is None:
                     cc = video.container.streams.video[0].codec_context
-                    cc.thread_count = 1  # parallelism belongs to the loader
-                    cc.copy_opaque = True  # each frame carries its packet's position
+                    if not cc.is_open:  # (open when the file's first packets were probed)
+                        cc.thread_count = 1  # parallelism belongs to the loader
+                        cc.copy_opaque = True  # each frame carries its packet's position
                     skip = None
                 if (j not in wanted) is not skip:  # set only when it changes (a string)
                     skip = j not in wanted
