@@ -317,6 +317,30 @@ def test_a_clip_reads_only_from_the_key_frame_before_it(monkeypatch):
     assert len(V._timelines) == 1
 
 
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_timeline_kept_under_a_colliding_key_is_caught(monkeypatch, keep):
+    """Timelines are found by a fingerprint of the bytes and the container's header; were
+    two files to collide (forced here), the packets read for a clip (byte positions and
+    sizes) disagree with the kept timeline, and it is built again: the frames are the
+    file's own, never the other's numbering."""
+    a = encode(60, codec="mpeg4", gop=12, seed=1)
+    b = cut(encode(72, codec="libx264" if "libx264" in av.codecs_available else "mpeg4",
+                   options={"bf": "2"}, seed=2), 0.7, 2.0)
+    V.clear_timelines()
+    monkeypatch.setattr(V, "_fingerprint", lambda data: b"same")
+    monkeypatch.setattr(V, "_signature", lambda container: ())
+    if not keep:
+        monkeypatch.setattr(V, "KEEP_PACKETS_BYTES", 0)
+    counts = (len(pyav_frames(a)), len(pyav_frames(b)))
+    for data in (a, b, a):
+        every = pyav_frames(data)
+        assert video_info(data)[0] in counts  # (the other's, until a clip reads packets)
+        for idx in ([40, 42, 44], [1, 2], [len(every) - 3, len(every) - 1]):
+            got = decode_frames(data, idx)
+            assert all(np.array_equal(got[i], every[i]) for i in idx), idx
+    V.clear_timelines()
+
+
 def test_timeline_cache_is_bounded(monkeypatch):
     """The per-process timelines stay within TIMELINE_CACHE_FILES files and
     TIMELINE_CACHE_PACKETS packets (least recently used dropped first)."""

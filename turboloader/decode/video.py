@@ -12,15 +12,24 @@ away, ``ffmpeg -ss ... -c copy``) are decoded as references but never numbered, 
 decoder never outputs them. Where the decode timestamps go back (concatenated MPEG-TS, a
 remux with overlap, a restart) a new *segment* begins: its frames follow the previous
 segment's, so repeated timestamps never mix frames of two segments. Within a segment frames
-are ordered by presentation timestamp, so a variable frame rate leaves no gaps. A timeline is
-built once per file in each process and kept in a bounded LRU (:data:`TIMELINE_CACHE_FILES`
-files, :data:`TIMELINE_CACHE_PACKETS` packets in all), keyed by the bytes' fingerprint.
+are ordered by presentation timestamp, so a variable frame rate leaves no gaps. Where the
+file starts before its first key frame (a capture cut mid-GOP) or that key frame has leading
+frames (an open GOP), which of the first frames the decoder outputs is the decoder's choice:
+those packets are decoded once, when the timeline is built, and only the frames that come
+out are numbered (a decoder that outputs one twice makes the file a ``DecodeError``). A
+timeline is built once per file in each process and kept in a bounded LRU
+(:data:`TIMELINE_CACHE_FILES` files, :data:`TIMELINE_CACHE_PACKETS` packets in all), keyed
+by a fingerprint of the bytes (their length and a hash of samples of them) and what the
+container's header says of the stream.
 
 **Decoding a clip** seeks to the key frame before it (for an open GOP's leading frames, the
 one before that) and decodes from there to its last frame: its cost is bounded by the clip,
 not the file. Every packet read after the seek is checked against the timeline (its byte
-position), so a seek that lands elsewhere (a format that seeks by timestamp through
-repeated timestamps) falls back to reading from the start, never to wrong frames. Each
+position and size), so a seek that lands elsewhere (a format that seeks by timestamp
+through repeated timestamps) falls back to reading from the start, and a timeline that does
+not match the file is built again, never wrong frames. The clip that builds the timeline of
+a file up to :data:`KEEP_PACKETS_BYTES` decodes from the packets that demux read (one pass,
+no seek). Each
 decoded frame carries its packet's number through the decoder (FFmpeg's ``copy_opaque``),
 and the frames must come out in the timeline's order: where they do not, the file cannot be
 numbered safely and the clip is a :class:`~turboloader.errors.DecodeError` saying so. On the
@@ -48,8 +57,9 @@ import numpy as np
 from turboloader.decode.jpeg import _max_pixels
 from turboloader.errors import DecodeError, require
 
-__all__ = ["TIMELINE_CACHE_FILES", "TIMELINE_CACHE_PACKETS", "VIDEO_EXTENSIONS",
-           "clip_indices", "decode_clips", "decode_frames", "video_info"]
+__all__ = ["KEEP_PACKETS_BYTES", "TIMELINE_CACHE_FILES", "TIMELINE_CACHE_PACKETS",
+           "VIDEO_EXTENSIONS", "clear_timelines", "clip_indices", "decode_clips",
+           "decode_frames", "video_info"]
 
 #: Member extensions read as videos.
 VIDEO_EXTENSIONS = ("mp4", "webm", "mkv", "avi", "mov")
@@ -245,22 +255,33 @@ _timelines_lock = threading.Lock()
 
 
 def _fingerprint(data) -> bytes:
-    """A key for ``data``'s timeline: its length and a hash of its bytes (of every byte up to
-    1 MiB; beyond, of its first and last 64 KiB and 64 KiB spread over the rest). A
-    timeline found under a colliding key is caught when decoding: the packets read must
-    match its byte positions and sizes."""
+    """A key for ``data``'s timeline: its length and a hash of its bytes (every byte up to
+    64 KiB; beyond, the first and last 16 KiB and 64 samples of 512 bytes spread over the
+    rest). A timeline found under a colliding key is caught when decoding: the packets read
+    must match its byte positions and sizes."""
     view = memoryview(data).cast("B")
     n = len(view)
     h = hashlib.blake2b(n.to_bytes(8, "little"), digest_size=16)
-    if n <= 1 << 20:
+    if n <= 1 << 16:
         h.update(view)
     else:
-        h.update(view[: 1 << 16])
-        h.update(view[n - (1 << 16):])
-        step = n // 64
-        for i in range(1, 64):
-            h.update(view[i * step: i * step + 1024])
+        h.update(view[: 1 << 14])
+        h.update(view[n - (1 << 14):])
+        step = n // 65
+        for i in range(1, 65):
+            h.update(view[i * step: i * step + 512])
     return h.digest()
+
+
+def _signature(container) -> tuple:
+    """What the container's header says of its video stream (format, codec, size, time
+    base, frame count, durations, codec extradata): with the fingerprint, the timeline's
+    key, so files that differ in their header never share one."""
+    vs = container.streams.video[0]
+    cc = vs.codec_context
+    extra = hashlib.blake2b(cc.extradata or b"", digest_size=8).digest()
+    return (container.format.name, cc.name, cc.width, cc.height, str(vs.time_base),
+            vs.frames, vs.duration, vs.start_time, container.duration, extra)
 
 
 def _cached_timeline(key):
@@ -298,8 +319,8 @@ class _Video:
 
     def __init__(self, data):
         self.data = data
-        self.key = _fingerprint(data)
         self.container = _open(data)
+        self.key = (_fingerprint(data), _signature(self.container))
         self.timeline = _cached_timeline(self.key)
         self.kept = None  # the packets, when the timeline was built here for a small file
         self.fresh = self.read = self.timeline is None
@@ -325,7 +346,10 @@ class _Video:
         self.kept = [] if len(self.data) <= KEEP_PACKETS_BYTES else None
         self.timeline = tl = _Timeline(self.container, self.kept)  # demuxed to the end
         if tl.head:
-            self._probe_head()
+            try:
+                self._probe_head()
+            except _Mismatch:
+                raise DecodeError(_NOT_DETERMINISTIC) from None
         _keep_timeline(self.key, tl)
 
     def _probe_head(self):
@@ -427,6 +451,10 @@ class _Video:
             packet = next(packets, None)
             if packet is None:
                 return
+
+
+_NOT_DETERMINISTIC = ("the video's packets differ between two reads of the same file (a "
+                      "demuxer that is not deterministic)")
 
 
 class _Mismatch(Exception):
@@ -541,14 +569,12 @@ def _frames(video, indices, limit):
         return _decode(video, indices, limit)
     except _Mismatch:
         if video.fresh:
-            raise DecodeError("the video's packets differ between two reads of the same "
-                              "file (a demuxer that is not deterministic)") from None
+            raise DecodeError(_NOT_DETERMINISTIC) from None
     video.rebuild()
     try:
         return _decode(video, indices, limit)
     except _Mismatch:
-        raise DecodeError("the video's packets differ between two reads of the same "
-                          "file (a demuxer that is not deterministic)") from None
+        raise DecodeError(_NOT_DETERMINISTIC) from None
 
 
 def _decode(video, indices, limit):
