@@ -2,7 +2,21 @@
 
     python benchmarks/bench_video.py                       # H.264 with B-frames, 24 videos
     python benchmarks/bench_video.py --codec mpeg4 --videos 48 --frames-per-clip 16 --stride 2
+    python benchmarks/bench_video.py --long 10             # one 10-minute file: ms and MB per clip
     python benchmarks/setup_envs.py torchcodec             # once: torchcodec's own venv
+
+By default every turboloader clip is its file's first in the process (the timelines are
+cleared before each round: a dataset larger than the per-worker timeline cache); ``--warm``
+keeps them between rounds (a file seen again by the same worker).
+
+``--long MINUTES`` makes one file that long (kept in the temp folder) and decodes
+``--clips`` random clips of it in a fresh process per system, each clip with a new decoder
+as a dataset's ``__getitem__`` does: turboloader's ``decode_frames``, PyAV's seek and decode
+(below), torchcodec's ``VideoDecoder`` with ``seek_mode="exact"`` (it scans the file) and
+``"approximate"`` (it trusts the header's index). Printed: the first clip's ms (where
+turboloader builds the file's timeline), the median ms of the others, the peak resident
+memory above the memory before the first clip (the file's bytes already read), and the
+time ratios.
 
 Every system decodes the same clips (per video and round, the frame indices that
 ``VideoDataset`` draws: ``clip_indices(n, T, stride, rng=sample_rng(seed, round, video))``)

@@ -425,7 +425,9 @@ def folder(files, tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("backend", ["direct", "threads", "processes", "torch"])
+@pytest.mark.parametrize("backend", ["direct", "threads",
+                                     pytest.param("processes", marks=pytest.mark.slow),
+                                     pytest.param("torch", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("loader", ["VideoDataset", "VideoFolder"])
 def test_every_loader_and_backend_gives_the_oracles_clips(files, shard, folder, loader,
                                                           backend):
