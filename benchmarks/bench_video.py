@@ -384,10 +384,11 @@ def long_main(a, w, h):
           f"key frame every {a.gop}, {len(data) / 1e6:.1f} MB), {a.clips} random clips of "
           f"{a.frames_per_clip} frames stride {a.stride}, each system in its own process, "
           f"1 thread; FFmpeg: PyAV {av.__version__} ({av.ffmpeg_version_info})")
+    checked = clips[:4]
     equal = sum(int(np.array_equal(np.stack([decode_frames(data, c)[i] for i in c]),
                                    pyav_clip(data, c).permute(0, 2, 3, 1).numpy()))
-                for c in clips[:4])
-    print(f"equality: {equal}/4 clips bit-equal, turboloader vs pyav")
+                for c in checked)
+    print(f"equality: {equal}/{len(checked)} clips bit-equal, turboloader vs pyav")
     tc_missing = torchcodec_status()
     systems = [s for s in LONG_SYSTEMS if not (tc_missing and s.startswith("torchcodec"))]
     clip_mb = a.frames_per_clip * w * h * 3 / 1e6
