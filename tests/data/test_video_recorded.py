@@ -35,8 +35,9 @@ def picture(i, seed=0, h=H, w=W):
 
 
 def encode(n, *, fmt="mp4", codec="libx264", options=None, gop=12, seed=0, size=(W, H),
-           first_pts=0, audio_first=False, rotation=None, rate=25):
-    """``n`` frames of ``picture`` (from ``first_pts`` on), encoded and muxed by PyAV."""
+           first_pts=0, audio_first=False, rotation=None, rate=25, dropped=()):
+    """``n`` frames of ``picture`` (from ``first_pts`` on; the ``dropped`` ones left out, their
+    timestamps skipped), encoded and muxed by PyAV."""
     w, h = size
     buf = io.BytesIO()
     c = av.open(buf, "w", format=fmt)
@@ -51,6 +52,8 @@ def encode(n, *, fmt="mp4", codec="libx264", options=None, gop=12, seed=0, size=
     if rotation is not None:
         s.set_display_rotation(rotation)
     for i in range(n):
+        if i in dropped:
+            continue
         frame = av.VideoFrame.from_ndarray(picture(i + first_pts, seed, h, w), format="rgb24")
         frame.pts, frame.time_base = i + first_pts, Fraction(1, rate)
         for p in s.encode(frame):
@@ -122,7 +125,8 @@ def recorded():
                                + encode(20, fmt="mpegts", codec=codec, options=bf, seed=50,
                                         first_pts=16))
     # a 30 fps phone video that dropped frames 7, 8 and 19 (timestamps jump over them)
-    files["vfr_dropped"] = vfr(30, dropped=(7, 8, 19), codec=codec, options=bf)
+    files["vfr_dropped"] = encode(30, rate=30, gop=8, dropped=(7, 8, 19), codec=codec,
+                                  options=bf)
     # a resolution change mid-stream (the timestamps continue): the second size smaller
     files["resolution_change"] = (encode(16, fmt="mpegts", codec=codec, options=bf)
                                   + encode(16, fmt="mpegts", codec=codec, options=bf,
@@ -147,26 +151,6 @@ def cut_bytes(data, packet):
     with av.open(io.BytesIO(data)) as c:
         pos = [p.pos for p in c.demux(c.streams.video[0]) if p.size]
     return data[pos[packet] // 188 * 188:]
-
-
-def vfr(n, dropped, codec, options):
-    buf = io.BytesIO()
-    c = av.open(buf, "w", format="mp4")
-    s = c.add_stream(codec, rate=30, options=options)
-    s.width, s.height, s.pix_fmt = W, H, "yuv420p"
-    s.codec_context.time_base = Fraction(1, 30)
-    s.codec_context.gop_size = 8
-    for i in range(n):
-        if i in dropped:
-            continue
-        frame = av.VideoFrame.from_ndarray(picture(i), format="rgb24")
-        frame.pts, frame.time_base = i, Fraction(1, 30)
-        for p in s.encode(frame):
-            c.mux(p)
-    for p in s.encode():
-        c.mux(p)
-    c.close()
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="session")
