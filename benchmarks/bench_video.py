@@ -2,7 +2,21 @@
 
     python benchmarks/bench_video.py                       # H.264 with B-frames, 24 videos
     python benchmarks/bench_video.py --codec mpeg4 --videos 48 --frames-per-clip 16 --stride 2
+    python benchmarks/bench_video.py --long 10             # one 10-minute file: ms and MB per clip
     python benchmarks/setup_envs.py torchcodec             # once: torchcodec's own venv
+
+By default every turboloader clip is its file's first in the process (the timelines are
+cleared before each round: a dataset larger than the per-worker timeline cache); ``--warm``
+keeps them between rounds (a file seen again by the same worker).
+
+``--long MINUTES`` makes one file that long (kept in the temp folder) and decodes
+``--clips`` random clips of it in a fresh process per system, each clip with a new decoder
+as a dataset's ``__getitem__`` does: turboloader's ``decode_frames``, PyAV's seek and decode
+(below), torchcodec's ``VideoDecoder`` with ``seek_mode="exact"`` (it scans the file) and
+``"approximate"`` (it trusts the header's index). Printed: the first clip's ms (where
+turboloader builds the file's timeline), the median ms of the others, the peak resident
+memory above the memory before the first clip (the file's bytes already read), and the
+time ratios.
 
 Every system decodes the same clips (per video and round, the frame indices that
 ``VideoDataset`` draws: ``clip_indices(n, T, stride, rng=sample_rng(seed, round, video))``)
@@ -193,21 +207,25 @@ def limit_run(videos, clips):
 
     frames = 0
     for name, idx in clips.items():
-        c = V._open(videos[name])
+        video = V._Video(videos[name])
         try:
-            tl = V._Timeline(c)
+            tl = video.timeline
             want = sorted(set(idx))
-            wanted = {tl.pts[i] for i in want}
-            cc = tl.stream.codec_context
-            cc.thread_count = 1
-            got = 0
-            for f in V._decode_packets(cc, tl.packets[tl.start(want):], wanted):
-                got += f.pts in wanted
-                if got == len(want):
+            wanted = set(tl.packet_of[want].tolist())
+            last, cc = max(wanted), None
+            for j, packet in video.packets_from(tl.start(want)):
+                if cc is None:
+                    cc = video.container.streams.video[0].codec_context
+                    cc.thread_count = 1
+                cc.skip_frame = "DEFAULT" if j in wanted else "NONREF"
+                cc.decode(packet)
+                if j >= last:
+                    cc.skip_frame = "DEFAULT"
+                    cc.decode(None)
                     break
             frames += len(idx)
         finally:
-            c.close()
+            video.close()
     return frames
 
 
@@ -267,6 +285,129 @@ def check(path, videos, names, lengths, a, tmp, have_tc):
     return lines
 
 
+# -- one long file: per-clip time and memory -----------------------------------------------
+
+LONG_SYSTEMS = ("turboloader", "pyav", "torchcodec-exact", "torchcodec-approximate")
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (Linux: /proc/self/statm)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def long_clip(system, data, idx):
+    """One clip of ``data`` as ``(T, C, H, W)`` uint8, the way each system's user decodes a
+    clip from a file's bytes in a dataset's ``__getitem__`` (a new decoder per clip)."""
+    import torch
+
+    if system == "turboloader":
+        from turboloader.decode.video import decode_frames
+
+        got = decode_frames(data, idx)
+        return torch.from_numpy(np.stack([got[i] for i in idx])).permute(0, 3, 1, 2)
+    if system == "pyav":
+        return pyav_clip(data, idx)
+    from torchcodec.decoders import VideoDecoder
+
+    dec = VideoDecoder(data, seek_mode=system.split("-")[1], num_ffmpeg_threads=1,
+                       dimension_order="NCHW")
+    return dec.get_frames_at(idx).data
+
+
+def long_child(job):
+    """In a fresh process (torchcodec's in its venv): the file's bytes read, then each clip
+    decoded and timed; prints the first clip's seconds (turboloader builds the file's
+    timeline there), the median of the others, and the peak resident memory above the
+    memory before the first clip."""
+    import torch
+
+    torch.set_num_threads(1)
+    spec = json.loads(Path(job).read_text())
+    if spec["system"] == "turboloader":
+        sys.path.insert(0, str(REPO))
+    data = Path(spec["path"]).read_bytes()
+    import av  # noqa: F401  (loaded before the baseline, as every system's libraries)
+    if spec["system"].startswith("torchcodec"):
+        import torchcodec.decoders  # noqa: F401
+    elif spec["system"] == "turboloader":
+        import turboloader.decode.video  # noqa: F401
+    base = rss_bytes()
+    times = []
+    for idx in spec["clips"]:
+        t = time.perf_counter()
+        clip = long_clip(spec["system"], data, idx)
+        times.append(time.perf_counter() - t)
+        del clip
+    print(json.dumps({"first": times[0], "median": float(np.median(times[1:])),
+                      "peak": peak_rss_bytes() - base}))
+
+
+def long_run(system, path, clips, tmp):
+    job = Path(tmp) / f"long-{system}.json"
+    job.write_text(json.dumps({"system": system, "path": str(path), "clips": clips}))
+    py = str(TORCHCODEC_PY) if system.startswith("torchcodec") else sys.executable
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.run([py, __file__, "--long-child", str(job)], capture_output=True,
+                       text=True, env=env, cwd=tmp)
+    if p.returncode:
+        raise RuntimeError(f"{system} failed: {p.stderr.strip().splitlines()[-1:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def long_main(a, w, h):
+    """``--long MINUTES``: one file of that length (made once, kept in the temp folder),
+    ``--clips`` random clips of it decoded by each system in its own process."""
+    import av
+
+    from turboloader.decode.video import clip_indices, decode_frames, video_info
+    from turboloader.transforms import sample_rng
+
+    frames = int(a.long * 60 * 25)
+    path = Path(tempfile.gettempdir()) / (f"bench-video-long-{a.codec}-{w}x{h}-gop{a.gop}-"
+                                          f"{frames}.mp4")
+    if not path.exists():
+        t = time.perf_counter()
+        path.write_bytes(make_video(0, frames, w, h, a.codec, a.gop))
+        print(f"made {path} in {time.perf_counter() - t:.0f} s")
+    data = path.read_bytes()
+    n = video_info(data)[0]
+    clips = [clip_indices(n, a.frames_per_clip, a.stride, rng=sample_rng(a.seed, 0, k))[0]
+             for k in range(a.clips)]
+    print(f"machine: {machine()}; one {a.long:g}-minute {w}x{h} {a.codec} video ({n} frames, "
+          f"key frame every {a.gop}, {len(data) / 1e6:.1f} MB), {a.clips} random clips of "
+          f"{a.frames_per_clip} frames stride {a.stride}, each system in its own process, "
+          f"1 thread; FFmpeg: PyAV {av.__version__} ({av.ffmpeg_version_info})")
+    checked = clips[:4]
+    equal = sum(int(np.array_equal(np.stack([decode_frames(data, c)[i] for i in c]),
+                                   pyav_clip(data, c).permute(0, 2, 3, 1).numpy()))
+                for c in checked)
+    print(f"equality: {equal}/{len(checked)} clips bit-equal, turboloader vs pyav")
+    tc_missing = torchcodec_status()
+    systems = [s for s in LONG_SYSTEMS if not (tc_missing and s.startswith("torchcodec"))]
+    clip_mb = a.frames_per_clip * w * h * 3 / 1e6
+    tmp = tempfile.mkdtemp(prefix="bench-video-long-")
+    got = {s: long_run(s, path, clips, tmp) for s in systems}
+    peers = [s for s in systems if s != "turboloader"]
+    print(f"{'system':24s} {'first ms':>9s} {'clip ms':>8s} {'peak MB':>8s} "
+          + " ".join(f"{'t vs ' + p:>28s}" for p in peers))
+    for s in systems:
+        g = got[s]
+        print(f"{s:24s} {g['first'] * 1e3:9.1f} {g['median'] * 1e3:8.1f} "
+              f"{g['peak'] / 1e6:8.1f} "
+              + " ".join(f"{g['median'] / got[p]['median']:28.2f}" for p in peers))
+    print(f"(a clip's frames: {clip_mb:.1f} MB; 'first': the first clip, where turboloader "
+          f"builds the file's timeline; 'clip': the median of the other {a.clips - 1})")
+    if tc_missing:
+        print(f"torchcodec: not run ({tc_missing})")
+
+
 def machine():
     model = platform.processor() or platform.machine()
     try:
@@ -290,10 +431,20 @@ def main():
     ap.add_argument("--stride", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--long", type=float, default=0,
+                    help="minutes: per-clip time and memory on one file that long")
+    ap.add_argument("--clips", type=int, default=21, help="clips of the long file")
+    ap.add_argument("--warm", action="store_true",
+                    help="keep each file's timeline between rounds (default: every clip is "
+                         "its file's first in the process, as in a dataset larger than "
+                         "turboloader's timeline cache)")
     ap.add_argument("--torchcodec-child", help=argparse.SUPPRESS)
+    ap.add_argument("--long-child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torchcodec_child:
         return torchcodec_child(a.torchcodec_child)
+    if a.long_child:
+        return long_child(a.long_child)
     import av
 
     if a.codec == "h264" and "libx264" not in av.codecs_available:
@@ -301,10 +452,12 @@ def main():
     sys.path.insert(0, str(REPO))
     import torch
 
-    from turboloader.decode.video import video_info
+    from turboloader.decode.video import clear_timelines, video_info
 
     torch.set_num_threads(1)
     w, h = (int(v) for v in a.size.split("x"))
+    if a.long:
+        return long_main(a, w, h)
     names = [f"v{k:04d}.mp4" for k in range(a.videos)]
     videos = {n: make_video(k, a.frames, w, h, a.codec, a.gop) for k, n in enumerate(names)}
     lengths = {n: video_info(d)[0] for n, d in videos.items()}
@@ -319,7 +472,8 @@ def main():
     tc_missing = torchcodec_status()
     print(f"machine: {machine()}; {a.videos} videos {w}x{h} {a.codec} (key frame every "
           f"{a.gop}), {a.frames} frames, clips of {a.frames_per_clip} frames stride "
-          f"{a.stride}, 1 thread, {a.rounds} rounds (median)")
+          f"{a.stride}, 1 thread, {a.rounds} rounds (median); turboloader's timelines "
+          f"{'kept between rounds' if a.warm else 'cleared before each round (every clip cold)'}")
     print("equality (round 0's clips):")
     for line in check(path, videos, names, lengths, a, tmp, tc_missing is None):
         print(line)
@@ -336,6 +490,8 @@ def main():
                                                        "mode": "time", "seed": r}))
                 dt, frames = got["seconds"], got["frames"]
             else:
+                if not a.warm:  # every clip a file's first in this process (a large dataset)
+                    clear_timelines()
                 t = time.perf_counter()
                 if name == "pyav+torchvision":
                     frames = pyav_run(videos, clips, r)

@@ -121,6 +121,26 @@ def test_bench_video_runs():
     assert "decoded, ours vs pyav: 8/8 frames bit-equal" in out.stdout
 
 
+@pytest.mark.slow
+def test_bench_video_long_runs():
+    """``--long``: one file, each system's clips in its own process (torchcodec's rows only
+    where its venv exists), the clips checked bit-equal to PyAV's."""
+    import subprocess
+
+    from helpers import subprocess_env
+
+    av = pytest.importorskip("av")
+    codec = "h264" if "libx264" in av.codecs_available else "mpeg4"
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_video.py"),
+                          "--long", "0.04", "--clips", "5", "--codec", codec,
+                          "--size", "64x48", "--frames-per-clip", "4"],
+                         capture_output=True, text=True, timeout=300, env=subprocess_env())
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "equality: 4/4 clips bit-equal" in out.stdout
+    rows = {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+    assert {"turboloader", "pyav"} <= rows
+
+
 def test_issue22_ratio_section_divides_rows_of_the_run():
     """The ratio table divides the named rows (images/s, and CPU time inverted) and judges the
     targets; cache rows (train only) leave their val cells empty."""

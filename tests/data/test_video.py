@@ -374,8 +374,9 @@ def test_max_pixels_refuses_large_frames_before_decoding(tmp_path, monkeypatch):
                                   max_pixels=W * H - 1, on_error="skip", max_failures=1)
     with pytest.raises(turboloader.FailureBudgetExceeded):
         list(ds)
+    # (#39: the limit bounds a clip's frames x pixels, here 2 frames)
     assert len(list(turboloader.VideoDataset(path, None, frames_per_clip=2, shuffle=False,
-                                             max_pixels=W * H))) == 2
+                                             max_pixels=2 * W * H))) == 2
     folder = tmp_path / "vids" / "c"
     folder.mkdir(parents=True)
     (folder / "a.mp4").write_bytes(data)

@@ -14,9 +14,12 @@ W)`` for several uniform clips.
 
 Everything else is the underlying dataset's: sharding over ranks and workers, per-epoch
 shuffles, exactly-once epochs, resume, statistics and the failure policy (a corrupt or
-truncated video, or one whose frames are over ``max_pixels``, is a ``DecodeError``: raised, or
-a counted skip under ``on_error="skip"``). Frames are numbered in presentation order, so a
-variable frame rate (dropped frames) leaves no gaps.
+truncated video, one whose clip is over ``max_pixels`` (its frames x width x height), or one
+whose frames cannot be numbered safely, is a ``DecodeError``: raised, or a counted skip under
+``on_error="skip"``). Frames are numbered as the decoder outputs them, in presentation order,
+whatever the container's timestamps do (edit lists, restarts, repeats, a variable frame
+rate); frames after a resolution change are scaled to the stream's size (see
+:mod:`turboloader.decode.video`).
 """
 
 from __future__ import annotations
@@ -156,9 +159,10 @@ class VideoDataset(TarDataset):
         sampling: ``"random"`` (a clip at a start drawn per epoch) or ``"uniform"``.
         clips: clips per video with ``"uniform"`` (then samples are ``(clips, T, C, H, W)``).
         **kwargs: ``TarDataset``'s keyword arguments (not ``cache`` or ``fields``);
-            ``max_pixels`` bounds a frame's width x height, checked against the stream
-            header before anything is decoded (a ``DecodeError``: raised, or a counted skip
-            under ``on_error="skip"``).
+            ``max_pixels`` bounds a sample's decoded pixels: ``clips`` x ``frames_per_clip``
+            x width x height, checked against the stream header before anything is
+            decoded (a ``DecodeError``: raised, or a counted skip under
+            ``on_error="skip"``).
 
     Raises:
         MissingDependencyError: PyAV is not installed (when a clip is first decoded).
@@ -179,6 +183,11 @@ class VideoDataset(TarDataset):
                 raise ValueError(f"VideoDataset does not take {key}=")
         self._clip = _clip_options(frames_per_clip, stride, sampling, clips)
         super().__init__(urls, transform, target_transform, **kwargs)
+
+    @property
+    def frames_per_clip(self) -> int:
+        """Frames in a clip (``T``): a sample is ``(T, C, H, W)`` (or ``(clips, T, ...)``)."""
+        return self._clip["frames_per_clip"]
 
     def _decoder(self):
         return _ClipDecoder(self.transform, max_pixels=self.max_pixels, **self._clip)
@@ -203,6 +212,11 @@ class VideoFolder(MapDataset, torchvision.datasets.DatasetFolder):
 
     def _new_reader(self, name):
         return StreamReader(self, name, flush_failures=True)
+
+    @property
+    def frames_per_clip(self) -> int:
+        """Frames in a clip (``T``): a sample is ``(T, C, H, W)`` (or ``(clips, T, ...)``)."""
+        return self._clip["frames_per_clip"]
 
     def _decoder(self):
         return _ClipDecoder(self.transform, max_pixels=self.max_pixels, **self._clip)

@@ -77,9 +77,11 @@ def get(q, stop):
 
 
 def dataset_plan(dataset):
-    """The fused plan of ``dataset.transform`` (turboloader pipelines), or None."""
+    """The fused plan of ``dataset.transform`` (turboloader pipelines) when it makes the
+    sample's image, or None (a video dataset's transform makes each frame of a clip:
+    its samples' shape is the first sample's)."""
     tf = getattr(dataset, "transform", None)
-    if tf is None:
+    if tf is None or getattr(dataset, "frames_per_clip", None) is not None:
         return None
     try:
         from turboloader.data.cache import get_plan
