@@ -186,7 +186,8 @@ class ShardCache:
         while True:
             with downloads.lock:
                 job = downloads.jobs.get((self.root, url))
-            if job is None:
+            mine = job is None
+            if mine:
                 job = self._start(url, blocking=True)
                 if job is None:  # another process downloaded it while we waited
                     if self._touch(path, _count):
@@ -197,7 +198,7 @@ class ShardCache:
             job.done.wait()
             if job.error is not None:
                 raise job.error
-            if self._touch(path, _count):
+            if self._touch(path, _count and not mine):  # a miss (counted) when mine
                 fetch_pool().handed(job.size or 0, time.monotonic() - t0)
                 return path
             # evicted by another process between its download and now: fetch it again
