@@ -754,6 +754,8 @@ class TarShards:
         self.names = expand_urls(urls)
         self.cache = cache
         self.strict = bool(strict)
+        if cache is not None:  # counting reads every remote shard: download them concurrently
+            cache.prefetch(self.names, at_once=16)
 
     def count(self, name) -> int:
         """Samples in shard ``name`` (see :func:`count_samples`; ``strict`` applies)."""
