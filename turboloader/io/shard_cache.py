@@ -7,10 +7,15 @@ the node that names the same directory: a shard is downloaded once per node (a p
 renamed into place (readers never see a partial shard), and space is reserved before a
 download under a directory lock so that the bound holds while several processes download
 at once. Counters (hits, misses, bytes downloaded, evictions) are node-wide, kept in the
-directory. :meth:`ShardCache.prefetch` downloads the next shards of a reading process in a
-background thread.
+directory.
 
-Shards are read with :func:`turboloader.io.remote.open_remote`, with the same retries.
+Downloads go through the process's fetch pool (:mod:`turboloader.io.fetch`): a shard larger
+than a part is fetched by concurrent ranged requests written in place, and its size comes
+from the first response (no probe request). :meth:`ShardCache.prefetch` downloads the next
+shards of a reading process in reading order, ``prefetch`` shards at a time (the first
+mixing window of a pass all at once); a reader that needs a shard being downloaded waits for
+that download. A shard evicted by another process between its download and its opening is
+downloaded again (:func:`turboloader.io.shards.open_shard`).
 """
 
 from __future__ import annotations
@@ -66,9 +71,9 @@ class ShardCache:
             (``flock`` semantics).
         max_bytes: the bound on the shards kept (int or ``"50GB"``). A shard larger than
             the bound is still downloaded (the reader needs it) and is the first evicted.
-        prefetch: shards downloaded ahead of the one being read, per reading process, in a
-            background thread (0: off).
-        retries, backoff, timeout: passed to :func:`open_remote`.
+        prefetch: shards downloaded at once ahead of the one being read, per reading
+            process (0: off); the first mixing window of a pass is asked for at once.
+        retries, backoff, timeout: of each request (see :func:`open_remote`).
 
     The object is a picklable configuration; counters live in ``root/.stats.json``.
 
