@@ -754,11 +754,14 @@ class TarShards:
         self.names = expand_urls(urls)
         self.cache = cache
         self.strict = bool(strict)
-        if cache is not None:  # counting reads every remote shard: download them concurrently
-            cache.prefetch(self.names, at_once=16)
+        self._prefetched = False
 
     def count(self, name) -> int:
         """Samples in shard ``name`` (see :func:`count_samples`; ``strict`` applies)."""
+        if self.cache is not None and not self._prefetched:
+            # counting reads every remote shard through the cache: download them concurrently
+            self._prefetched = True
+            self.cache.prefetch(self.names, at_once=16)
         return count_samples(name, cache=self.cache, strict=self.strict)
 
     def random_access(self, name) -> bool:
