@@ -239,22 +239,24 @@ def test_pool_is_per_process():
 
 # -- the shard cache through the pool -----------------------------------------------------
 
-def test_cache_no_probe_and_prefetch_runs_n_at_once(slow, tmp_path):
+def test_cache_no_probe_and_prefetch_runs_n_at_once(slow, tmp_path, monkeypatch):
     """``prefetch=N`` has N shard downloads in flight at once (the server sees N answers
-    open together), each asked for once (no probe request), byte-exact."""
+    open together; more than the pool's starting K), each asked for once (no probe
+    request), byte-exact."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(max_connections=16))
     slow.delay = 0.3
-    blobs = {f"p{i}.tar": blob(100_000 + i, 50 + i) for i in range(8)}
+    blobs = {f"p{i}.tar": blob(100_000 + i, 50 + i) for i in range(12)}
     urls = publish(slow, blobs)
-    cache = ShardCache(tmp_path / "cache", max_bytes="100MB", prefetch=4)
+    cache = ShardCache(tmp_path / "cache", max_bytes="100MB", prefetch=6)
     cache.prefetch(list(urls.values()))
-    wait_for(lambda: cache.stats()["files"] == 8)
-    assert slow.peak == 4
+    wait_for(lambda: cache.stats()["files"] == 12)
+    assert slow.peak == 6 > fetch.fetch_pool().stats()["connections"]
     assert slow.requests == {n: 1 for n in blobs}
     for name, url in urls.items():
         with open(cache.fetch(url), "rb") as fh:
             assert fh.read() == blobs[name]
     st = cache.stats()
-    assert st["misses"] == 8 and st["hits"] == 8 and st["bytes_downloaded"] == sum(
+    assert st["misses"] == 12 and st["hits"] == 12 and st["bytes_downloaded"] == sum(
         map(len, blobs.values()))
 
 

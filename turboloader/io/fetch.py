@@ -114,6 +114,7 @@ class FetchPool:
         self._wakeups = 0  # idle threads _dispatch has woken (and counted as running)
         self._seq = 0
         self._reserved = 0  # bytes of buffered parts allocated and not yet released
+        self._files = 0  # file fetches not finished (each gets a connection: see _limit)
         self.k = min(4, self.max_connections)  # connections wanted now
         # measurements
         self._conn_rate = None  # bytes/s one request delivers (EWMA)
@@ -179,6 +180,7 @@ class FetchPool:
                          self.backoff if backoff is None else float(backoff),
                          self.timeout if timeout is None else timeout)
             obj.opened = bool(urgent)
+            self._files += 1
             self._queue(obj.parts[0])
             self._dispatch()
 
@@ -291,9 +293,14 @@ class FetchPool:
                                                      self._reserved)
         return best
 
+    def _limit(self):
+        """Requests at once: K, and at least one per file fetch in progress (the shard
+        cache asked for that many downloads at once)."""
+        return max(self.k, min(self.max_connections, self._files))
+
     def _dispatch(self):
         """Wake idle threads, or start new ones, for the startable parts, up to K at once."""
-        want = min(self.k - self._running, sum(1 for p in self._pending if self._startable(p)))
+        want = min(self._limit() - self._running, sum(1 for p in self._pending if self._startable(p)))
         if want <= 0:
             return
         wake = min(want, self._idle - self._wakeups)
@@ -336,7 +343,7 @@ class FetchPool:
         lock = self._lock
         while True:
             with lock:
-                part = self._next_part() if self._running <= self.k else None
+                part = self._next_part() if self._running <= self._limit() else None
                 if part is None:
                     self._running -= 1
                     self._idle += 1
@@ -391,6 +398,7 @@ class FetchPool:
                     self._cancel(obj)
                 if obj.left == 0 and obj.on_done is not None:
                     done_cb, obj.on_done = obj.on_done, None
+                    self._files -= 1
                     error = obj.first_error
             self._adjust()
             self._dispatch()
