@@ -44,6 +44,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable, Hashable, Iterable
 
 from turboloader.errors import RemoteShardError
 from turboloader.io.remote import _CHUNK, _RetryingReader, redact
@@ -95,8 +96,9 @@ class FetchPool:
         retries, backoff, timeout: of each request, as :func:`~turboloader.io.remote.open_remote`.
     """
 
-    def __init__(self, *, max_connections=16, buffer_bytes="256MiB", part_bytes="8MiB",
-                 retries=5, backoff=0.25, timeout=60.0):
+    def __init__(self, *, max_connections: int = 16, buffer_bytes: int | str = "256MiB",
+                 part_bytes: int | str = "8MiB", retries: int = 5, backoff: float = 0.25,
+                 timeout: float = 60.0):
         self.max_connections = int(max_connections)
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
@@ -128,7 +130,7 @@ class FetchPool:
 
     # -- public ---------------------------------------------------------------------------
 
-    def plan(self, key, urls) -> None:
+    def plan(self, key: Hashable, urls: Iterable[str]) -> None:
         """Read-ahead for a stream: the remote ``urls`` it will open (with :meth:`open`), in
         order. Replaces ``key``'s previous plan; its objects fetched ahead and not opened are
         dropped. The pool fetches a plan's objects while the bytes ahead of all readers fit
@@ -139,13 +141,13 @@ class FetchPool:
             self._advance(key)
             self._dispatch()
 
-    def forget(self, key) -> None:
+    def forget(self, key: Hashable) -> None:
         """End ``key``'s plan: drop what it fetched ahead that was not opened."""
         with self._lock:
             self._drop_plan(key)
             self._dispatch()
 
-    def open(self, url: str, /):
+    def open(self, url: str, /) -> io.BufferedReader:
         """A buffered binary file reading the remote object ``url`` from byte 0: the
         bytes a plan fetched ahead, else fetched now. Errors are those of
         :func:`~turboloader.io.remote.open_remote`, raised when the bytes are read."""
@@ -166,8 +168,10 @@ class FetchPool:
             self._dispatch()
         return io.BufferedReader(_ObjectReader(obj), buffer_size=_CHUNK)
 
-    def fetch_to(self, url: str, fd: int, /, *, on_size, on_done, urgent=False,
-                 retries=None, backoff=None, timeout=None) -> None:
+    def fetch_to(self, url: str, fd: int, /, *, on_size: Callable[[int | None], None],
+                 on_done: Callable[[BaseException | None], None], urgent: bool = False,
+                 retries: int | None = None, backoff: float | None = None,
+                 timeout: float | None = None) -> None:
         """Fetch ``url`` into the file descriptor ``fd`` (parts written at their offsets),
         without waiting. ``on_size(size)`` runs once the first response tells the size
         (``None``: unknown), before any byte is written (an exception it raises fails the

@@ -27,6 +27,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable
 
 from turboloader.errors import RemoteShardError
 from turboloader.io.fetch import fetch_pool
@@ -303,7 +304,7 @@ class ShardCache:
                 os.unlink(os.path.join(self.root, ".stats.json"))
 
     # prefetch
-    def prefetch(self, urls, *, at_once=0) -> None:
+    def prefetch(self, urls: Iterable[str], *, at_once: int = 0) -> None:
         """Download ``urls`` (the shards this process reads next, in reading order) in the
         background, without waiting: ``prefetch`` of them at a time (at least ``at_once``:
         a mixing window read all at once), each through the process's fetch pool
