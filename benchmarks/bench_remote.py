@@ -70,7 +70,7 @@ class Bucket:
             time.sleep(wait)
 
 
-def _pipe(src, dst, *, latency=0.0, bucket=None, node=None, chunk=16384):
+def _pipe(src, dst, *, latency=0.0, bucket=None, node=None, chunk=65536):
     try:
         while True:
             data = src.recv(chunk)
@@ -228,6 +228,14 @@ def _child(argv, env=None, python=None, timeout=1800):
     return {"error": tail[:300]}
 
 
+def _timed(srv, fn, *a, **kw):
+    """``fn(*a, **kw)`` with the CPU seconds the server process used meanwhile."""
+    c0 = _cpu_s(srv.pid)
+    res = fn(*a, **kw)
+    res["server_cpu_s"] = _cpu_s(srv.pid) - c0
+    return res
+
+
 def run_row(kind, urls, args, env_extra, cache=None):
     env = dict(os.environ, **env_extra)
     argv = [str(Path(__file__)), "--row", kind, "--urls", json.dumps(urls),
@@ -251,6 +259,15 @@ def run_wds(urls, args):
 
 # -- the table ----------------------------------------------------------------------------------
 
+def _cpu_s(pid):
+    """CPU seconds (user + system) process ``pid`` used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def _fmt_row(name, res, local_ips, *, cold_with_construct=False):
     if "error" in res:
         return f"| {name} | not run: {res['error']} | | | | |"
@@ -261,8 +278,9 @@ def _fmt_row(name, res, local_ips, *, cold_with_construct=False):
         ips = e["n"] / s
         cells.append(f"{ips:.0f} ({ips / local_ips:.2f}x)" if local_ips else f"{ips:.0f}")
     first = eps[0]["first_s"]
+    server = f"{res['server_cpu_s']:.0f} s" if "server_cpu_s" in res else ""
     return (f"| {name} | {' / '.join(cells)} | {first:.2f} s | {res['construct_s']:.1f} s "
-            f"| {res['rss_mb']:.0f} MB |")
+            f"| {res['rss_mb']:.0f} MB | {server} |")
 
 
 def main(argv=None):
@@ -321,7 +339,10 @@ def main(argv=None):
         print(f"# bench_remote: {len(local)} shards, {args.n} images, {mb:.0f} MB; "
               f"{args.workers} workers, batch {args.batch}, {args.epochs} epochs")
         print(f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, "
-              f"Python {platform.python_version()}, {platform.platform()}")
+              f"Python {platform.python_version()}, {platform.platform()}; load average "
+              f"{os.getloadavg()[0]:.1f} at the start")
+        print("- the S3 server and the proxy share the machine: their CPU (last column) is "
+              "taken from the loader's")
         print(f"- command: `python benchmarks/bench_remote.py "
               f"{' '.join(argv if argv is not None else sys.argv[1:])}`")
         results = {}
@@ -335,19 +356,21 @@ def main(argv=None):
             ms, mbs = setting.split(":")
             print(f"\n## {ms} ms per request, {mbs} MB/s per connection"
                   + (f", node cap {args.node_mbs} MB/s" if args.node_mbs else ""))
-            print("| row | images/s per epoch (x local) | first batch | construction | peak RSS |")
-            print("|---|---|---|---|---|")
+            print("| row | images/s per epoch (x local) | first batch | construction | peak RSS "
+                  "| S3 + proxy CPU |")
+            print("|---|---|---|---|---|---|")
             if "local" in results:
                 print(_fmt_row("turboloader local", results["local"], local_ips))
             env = dict(aws, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
             s3urls = f"s3://bench/train/train-{{00000..{len(names) - 1:05d}}}.tar"  # as users write it
             if "remote" in systems:
-                res = results[f"remote {setting}"] = run_row("turboloader", [s3urls], args, env)
+                res = results[f"remote {setting}"] = _timed(srv, run_row, "turboloader",
+                                                            [s3urls], args, env)
                 print(_fmt_row("turboloader remote (streamed)", res, local_ips))
             if "cache" in systems:
                 cdir = root / f"cache-{ms}-{mbs}-{time.time_ns()}"
-                res = results[f"cache {setting}"] = run_row("turboloader", [s3urls], args, env,
-                                                            cache=str(cdir))
+                res = results[f"cache {setting}"] = _timed(srv, run_row, "turboloader",
+                                                           [s3urls], args, env, cache=str(cdir))
                 print(_fmt_row("turboloader + ShardCache (epoch 1 cold, construction "
                                "included; then warm)", res, local_ips,
                                cold_with_construct=True))
@@ -357,11 +380,12 @@ def main(argv=None):
                     print(_fmt_row("webdataset local", wds_local, local_ips))
                 urls = [f"pipe:curl -s -f http://127.0.0.1:{port}/bench/train/{n}"
                         for n in names]
-                res = results[f"webdataset {setting}"] = run_wds(urls, args)
+                res = results[f"webdataset {setting}"] = _timed(srv, run_wds, urls, args)
                 print(_fmt_row("webdataset remote (pipe:curl)", res, local_ips))
             if "streaming" in systems:
                 print("| mosaicml streaming | not run: this script has no MDS conversion "
-                      "yet | | | |")
+                      "yet | | | | |")
+        print(f"\n- load average {os.getloadavg()[0]:.1f} at the end")
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
     finally:
