@@ -176,7 +176,8 @@ def row_turboloader(args):
     if args.cache:
         cache = turboloader.ShardCache(args.cache, max_bytes="20GB", prefetch=args.prefetch)
     t0 = time.perf_counter()
-    ds = turboloader.TarDataset(args.urls, tf, shard_cache=cache, seed=0)
+    sizes = json.loads(args.sizes) if args.sizes else None
+    ds = turboloader.TarDataset(args.urls, tf, shard_cache=cache, seed=0, shard_sizes=sizes)
     construct = time.perf_counter() - t0
     loader = turboloader.DataLoader(ds, batch_size=args.batch, num_workers=args.workers)
     res = {"construct_s": construct, "epochs": _epochs(loader, args.epochs)}
@@ -236,13 +237,15 @@ def _timed(srv, fn, *a, **kw):
     return res
 
 
-def run_row(kind, urls, args, env_extra, cache=None):
+def run_row(kind, urls, args, env_extra, cache=None, sizes=None):
     env = dict(os.environ, **env_extra)
     argv = [str(Path(__file__)), "--row", kind, "--urls", json.dumps(urls),
             "--batch", str(args.batch), "--workers", str(args.workers),
             "--epochs", str(args.epochs), "--prefetch", str(args.prefetch)]
     if cache:
         argv += ["--cache", cache]
+    if sizes:
+        argv += ["--sizes", json.dumps(sizes)]
     return _child(argv, env=env)
 
 
@@ -295,7 +298,7 @@ def main(argv=None):
     p.add_argument("--settings", default="100:10,40:25",
                    help="latency_ms:MB_per_s per connection, comma separated")
     p.add_argument("--node-mbs", type=float, default=0.0, help="node bandwidth cap (0: none)")
-    p.add_argument("--systems", default="local,remote,cache,webdataset,streaming")
+    p.add_argument("--systems", default="local,remote,cache,cache-sized,webdataset,streaming")
     p.add_argument("--workdir", default=str(HERE / "data"))
     p.add_argument("--json", help="also write the results here")
     # internal: the server process and the row processes
@@ -304,6 +307,7 @@ def main(argv=None):
     p.add_argument("--row", help=argparse.SUPPRESS)
     p.add_argument("--urls", help=argparse.SUPPRESS)
     p.add_argument("--cache", help=argparse.SUPPRESS)
+    p.add_argument("--sizes", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve:
         serve(args)
@@ -374,6 +378,16 @@ def main(argv=None):
                 print(_fmt_row("turboloader + ShardCache (epoch 1 cold, construction "
                                "included; then warm)", res, local_ips,
                                cold_with_construct=True))
+                subprocess.run(["rm", "-rf", str(cdir)], check=False)
+            if "cache-sized" in systems:  # counts known (a manifest): the pass fills the cache
+                per = -(-args.n // args.shards)
+                counts = [min(per, args.n - i * per) for i in range(len(names))]
+                cdir = root / f"cache-{ms}-{mbs}-{time.time_ns()}"
+                res = results[f"cache-sized {setting}"] = _timed(
+                    srv, run_row, "turboloader", [s3urls], args, env, cache=str(cdir),
+                    sizes=counts)
+                print(_fmt_row("turboloader + ShardCache, counts given (shard_sizes): epoch 1 "
+                               "cold, then warm", res, local_ips))
                 subprocess.run(["rm", "-rf", str(cdir)], check=False)
             if "webdataset" in systems:
                 if wds_local is not None and "error" not in wds_local:
