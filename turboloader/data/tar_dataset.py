@@ -446,7 +446,7 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                 # downloads the first window's shards at once, then ``prefetch`` at a time;
                 # without it the process's fetch pool reads streamed shards ahead into memory
                 if self.shard_cache is not None:
-                    self.shard_cache.prefetch(st.upcoming, at_once=self.mix_shards)
+                    self.shard_cache.prefetch(st.upcoming, at_once=self.mix_shards, stream=name)
                 else:
                     fetch_pool().plan(st, [u for u in st.upcoming if is_remote(u)])
                     planned = True

@@ -288,9 +288,9 @@ class ShardCache:
         downloads = _downloads()
         with downloads.lock:
             downloads.jobs.pop((self.root, job.url), None)
-            queue = downloads.queues.get(self.root)
-            if queue is not None:
-                queue.running.discard(job.url)
+            for key, queue in downloads.queues.items():
+                if key[0] == self.root:
+                    queue.running.discard(job.url)
         job.done.set()
         self._pump()
 
@@ -304,32 +304,38 @@ class ShardCache:
                 os.unlink(os.path.join(self.root, ".stats.json"))
 
     # prefetch
-    def prefetch(self, urls: Iterable[str], *, at_once: int = 0) -> None:
-        """Download ``urls`` (the shards this process reads next, in reading order) in the
-        background, without waiting: ``prefetch`` of them at a time (at least ``at_once``:
-        a mixing window read all at once), each through the process's fetch pool
-        (:mod:`turboloader.io.fetch`: concurrent ranged requests). Replaces the list of an
-        earlier call; cached URLs are skipped, a shard another process downloads is left
-        to it. Failures are left for the reader to meet (and report) when it needs the
-        shard."""
+    def prefetch(self, urls: Iterable[str], *, at_once: int = 0, stream: str = "") -> None:
+        """Download ``urls`` (the shards a reading stream reads next, in reading order) in
+        the background, without waiting: ``prefetch`` of them at a time (at least
+        ``at_once``: a mixing window read all at once), each through the process's fetch
+        pool (:mod:`turboloader.io.fetch`: concurrent ranged requests). Replaces the list
+        of an earlier call for the same ``stream`` (each stream of a process has its own);
+        cached URLs are skipped, a shard another process downloads is left to it. Failures
+        are left for the reader to meet (and report) when it needs the shard."""
         if not self.prefetch_count:
             return
         downloads = _downloads()
         with downloads.lock:
-            queue = downloads.queues.get(self.root)
+            queue = downloads.queues.get((self.root, stream))
             if queue is None:
-                queue = downloads.queues[self.root] = _Queue()
+                queue = downloads.queues[(self.root, stream)] = _Queue()
             queue.urls = [u for u in urls if is_remote(u)]
             queue.width = max(self.prefetch_count, int(at_once))
         self._pump()
 
     def _pump(self):
-        """Start queued prefetches while fewer than the queue's width run."""
+        """Start queued prefetches while fewer than each queue's width run."""
+        downloads = _downloads()
+        with downloads.lock:
+            queues = [q for k, q in downloads.queues.items() if k[0] == self.root]
+        for queue in queues:
+            self._pump_queue(queue)
+
+    def _pump_queue(self, queue):
         downloads = _downloads()
         while True:
             with downloads.lock:
-                queue = downloads.queues.get(self.root)
-                if queue is None or len(queue.running) >= queue.width or not queue.urls:
+                if len(queue.running) >= queue.width or not queue.urls:
                     return
                 url = queue.urls.pop(0)
                 if (self.root, url) in downloads.jobs or os.path.exists(self.path(url)):
@@ -363,8 +369,8 @@ class _Queue:
 
 
 class _Downloads:
-    """This process's downloads ((root, url) -> _Download) and prefetch queues (root ->
-    _Queue); a forked child starts with none."""
+    """This process's downloads ((root, url) -> _Download) and prefetch queues ((root,
+    stream) -> _Queue); a forked child starts with none."""
 
     def __init__(self):
         self.lock = threading.Lock()
