@@ -93,12 +93,13 @@ class FetchPool:
         buffer_bytes: bytes fetched ahead of the readers, at most (int or ``"256MiB"``).
         part_bytes: bytes per request; an object larger than this is fetched in ranged
             parts, concurrently.
-        retries, backoff, timeout: of each request, as :func:`~turboloader.io.remote.open_remote`.
+        retries, backoff, timeout: of each request, as :func:`~turboloader.io.remote.open_remote`
+            (``timeout`` None: its default).
     """
 
     def __init__(self, *, max_connections: int = 16, buffer_bytes: int | str = "256MiB",
                  part_bytes: int | str = "8MiB", retries: int = 5, backoff: float = 0.25,
-                 timeout: float = 60.0):
+                 timeout: float | None = None):
         self.max_connections = int(max_connections)
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
