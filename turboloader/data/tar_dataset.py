@@ -18,7 +18,8 @@ from turboloader.data.tar_reader import _TarGather, _TarReader
 from turboloader.io.shards import TarShards
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import TarFormatError
-from turboloader.io.remote import RemoteShardError
+from turboloader.io.fetch import fetch_pool
+from turboloader.io.remote import RemoteShardError, is_remote
 from turboloader.io.shard_cache import ShardCache
 
 __all__ = ["TarBatches", "TarDataset", "delivered_counts"]
@@ -235,6 +236,8 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         self._counts = np.asarray(counts, dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(self._counts)]).astype(np.int64)
         self._random_access = [self._io.random_access(u) for u in self.urls]
+        # remote TAR shards: read ahead by the fetch pool or the node cache (see _stream)
+        self._remote = isinstance(self._io, TarShards) and any(is_remote(u) for u in self.urls)
         self._progress = {}  # logical worker -> its pass's position (see state_dict)
         self._resume = None  # what load_state_dict asked the next pass to skip
         self._last_pass = None  # the epoch word of this process's latest pass
@@ -443,11 +446,20 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         (:mod:`turboloader.data.stream`) grouped as samples, batches of ``batch_size``, or
         by ``grouping`` (which orders the items into its groups first: buckets)."""
         st = self._lease(name)
+        planned = False
         try:
-            if self.shard_cache is not None:
+            if self._remote:
                 seen = dict.fromkeys(int(np.searchsorted(self._offsets, g, side="right")) - 1
                                      for g in samples)
                 st.upcoming = [self.urls[s] for s in seen]
+                # network I/O ahead of the decode threads, in reading order: the node cache
+                # downloads the first window's shards at once, then ``prefetch`` at a time;
+                # without it the process's fetch pool reads streamed shards ahead into memory
+                if self.shard_cache is not None:
+                    self.shard_cache.prefetch(st.upcoming, at_once=self.mix_shards, stream=name)
+                else:
+                    fetch_pool().plan(st, [u for u in st.upcoming if is_remote(u)])
+                    planned = True
             if grouping is not None:
                 order, groups, decoders = grouping.layout(st, samples)
                 slots = [slots[i] for i in order]
@@ -463,6 +475,8 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
             else:
                 yield from stream.batches(cursor, int(batch_size), out, timing)
         finally:
+            if planned:
+                fetch_pool().forget(st)
             self._release(st)
 
     def bucketed(self, batch_size: int, buckets, *, transform=None, drop_last: bool = False):

@@ -70,8 +70,7 @@ class _TarReader(StreamReader):
                     i = self.upcoming.index(url)
                 except ValueError:
                     i = -1
-                self.shard_cache.prefetch(
-                    self.upcoming[i + 1:i + 1 + self.shard_cache.prefetch_count])
+                self.shard_cache.prefetch(self.upcoming[i + 1:], stream=self.name)
             opened = True
         else:
             self.shards.move_to_end(url)

@@ -7,6 +7,8 @@ The first stage of the sample path (shard -> bytes -> decode -> transform -> bat
 * :mod:`~turboloader.io.shards`: shard lists (brace expansion, globs), local and remote shard
   readers, webdataset's grouping of members into samples, label parsing.
 * :mod:`~turboloader.io.remote`: ``s3://`` and ``http(s)://`` shards, streamed with retries.
+* :mod:`~turboloader.io.fetch`: the per-process fetch pool: connections sized from the
+  bandwidth needed, ranged parts fetched concurrently, bounded read-ahead of remote shards.
 * :mod:`~turboloader.io.shard_cache`: :class:`ShardCache`, remote shards fetched once per node
   into a local directory, LRU-bounded in bytes.
 * :mod:`~turboloader.io.tbl`: the TBL single-file format, writer and ``pread`` reader.

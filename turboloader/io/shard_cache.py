@@ -7,10 +7,15 @@ the node that names the same directory: a shard is downloaded once per node (a p
 renamed into place (readers never see a partial shard), and space is reserved before a
 download under a directory lock so that the bound holds while several processes download
 at once. Counters (hits, misses, bytes downloaded, evictions) are node-wide, kept in the
-directory. :meth:`ShardCache.prefetch` downloads the next shards of a reading process in a
-background thread.
+directory.
 
-Shards are read with :func:`turboloader.io.remote.open_remote`, with the same retries.
+Downloads go through the process's fetch pool (:mod:`turboloader.io.fetch`): a shard larger
+than a part is fetched by concurrent ranged requests written in place, and its size comes
+from the first response (no probe request). :meth:`ShardCache.prefetch` downloads the next
+shards of a reading process in reading order, ``prefetch`` shards at a time (the first
+mixing window of a pass all at once); a reader that needs a shard being downloaded waits for
+that download. A shard evicted by another process between its download and its opening is
+downloaded again (:func:`turboloader.io.shards.open_shard`).
 """
 
 from __future__ import annotations
@@ -21,9 +26,12 @@ import hashlib
 import json
 import os
 import threading
+import time
+from collections.abc import Iterable
 
 from turboloader.errors import RemoteShardError
-from turboloader.io.remote import _CHUNK, _RetryingReader, is_remote, open_remote, redact, url_path
+from turboloader.io.fetch import fetch_pool
+from turboloader.io.remote import is_remote, redact, url_path
 from turboloader.io.sizes import parse_size
 
 __all__ = ["ShardCache"]
@@ -64,9 +72,9 @@ class ShardCache:
             (``flock`` semantics).
         max_bytes: the bound on the shards kept (int or ``"50GB"``). A shard larger than
             the bound is still downloaded (the reader needs it) and is the first evicted.
-        prefetch: shards downloaded ahead of the one being read, per reading process, in a
-            background thread (0: off).
-        retries, backoff, timeout: passed to :func:`open_remote`.
+        prefetch: shards downloaded at once ahead of the one being read, per reading
+            process (0: off); the first mixing window of a pass is asked for at once.
+        retries, backoff, timeout: of each request (see :func:`open_remote`).
 
     The object is a picklable configuration; counters live in ``root/.stats.json``.
 
@@ -88,12 +96,6 @@ class ShardCache:
         self.prefetch_count = int(prefetch)
         self.retries, self.backoff, self.timeout = int(retries), float(backoff), timeout
         os.makedirs(self.root, exist_ok=True)
-        self._prefetcher = None
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_prefetcher"] = None
-        return state
 
     def __repr__(self):
         return f"ShardCache({self.root!r}, max_bytes={self.max_bytes}, prefetch={self.prefetch_count})"
@@ -173,20 +175,11 @@ class ShardCache:
         out["max_bytes"] = self.max_bytes
         return out
 
-    def _size_of(self, url):
-        """The object's size from a 0-byte-range probe, or None if unknown."""
-        reader = _RetryingReader(url, retries=self.retries, backoff=self.backoff,
-                                 timeout=self.timeout)
-        try:
-            reader._connect()
-            return reader.size
-        finally:
-            reader.close()
-
     def fetch(self, url: str, /, *, _count=True) -> str:
         """The local path of the shard of ``url``, downloading it first on a miss.
 
-        Concurrent calls for one URL (any process of the node) download it once.
+        Concurrent calls for one URL (any process of the node) download it once; a
+        download this process already runs (:meth:`prefetch`) is joined, not repeated.
 
         Raises:
             RemoteShardError / RemoteShardNotFoundError: as :func:`open_remote`.
@@ -194,11 +187,27 @@ class ShardCache:
         path = self.path(url)
         if self._touch(path, _count):
             return path
-        with _flock(path + ".lock"):
-            if self._touch(path, _count):  # another process downloaded it while we waited
+        downloads = _downloads()
+        t0 = time.monotonic()
+        while True:
+            with downloads.lock:
+                job = downloads.jobs.get((self.root, url))
+            mine = job is None
+            if mine:
+                job = self._start(url, blocking=True)
+                if job is None:  # another process downloaded it while we waited
+                    if self._touch(path, _count):
+                        return path
+                    continue
+            else:
+                fetch_pool().hurry(job.fd)
+            job.done.wait()
+            if job.error is not None:
+                raise job.error
+            if self._touch(path, _count and not mine):  # a miss (counted) when mine
+                fetch_pool().handed(job.size or 0, time.monotonic() - t0)
                 return path
-            self._download(url, path)
-        return path
+            # evicted by another process between its download and now: fetch it again
 
     def _touch(self, path, count=True):
         try:
@@ -210,43 +219,80 @@ class ShardCache:
                 self._bump(hits=1)
         return True
 
-    def _download(self, url, path):
-        size = self._size_of(url)
+    def _start(self, url, *, blocking):
+        """Start this process's download of ``url`` (through the fetch pool: concurrent
+        ranged requests written in place, the size taken from the first response), holding
+        the shard's node-wide lock until it ends. Returns the job, or None when the shard is
+        cached already or (``blocking`` False) another process holds its lock."""
+        path = self.path(url)
+        lock_fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(lock_fd)
+            return None
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        if os.path.exists(path):
+            os.close(lock_fd)
+            return None
         tmp = os.path.join(self.root, f".tmp-{os.getpid()}-{threading.get_ident()}-"
                                       f"{os.path.basename(path)}")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        job = _Download(url, path, tmp, fd, lock_fd)
+        downloads = _downloads()
+        with downloads.lock:
+            downloads.jobs[(self.root, url)] = job
+        fetch_pool().fetch_to(url, fd, on_size=lambda size: self._reserve_for(job, size),
+                              on_done=lambda error: self._finish(job, error), urgent=blocking,
+                              retries=self.retries, backoff=self.backoff, timeout=self.timeout)
+        return job
+
+    def _reserve_for(self, job, size):
+        """The first response told the size: make room for it (the reservation is the
+        temporary file's length, counted by every process's eviction while in flight)."""
+        job.size = size
         with self._dirlock():
             evicted = self._reserve(size or 0, keep=None)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             if size:
-                os.ftruncate(fd, size)  # the reservation: counted by _entries while in flight
+                os.ftruncate(job.fd, size)
             self._bump(misses=1, evictions=evicted)
-        written = 0
+
+    def _finish(self, job, error):
+        """The download ended (a pool thread): publish it atomically, or clean up."""
         try:
-            with os.fdopen(fd, "wb") as out, open_remote(
-                    url, retries=self.retries, backoff=self.backoff, timeout=self.timeout) as src:
-                while True:
-                    chunk = src.read(_CHUNK)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    written += len(chunk)
-                if size is not None and written != size:
-                    err = RemoteShardError(f"downloaded {written} bytes, expected {size}")
-                    err.add_note(f"remote shard {redact(url)}")
-                    raise err
-                out.truncate(written)
-                out.flush()
-                os.fsync(out.fileno())
-            with self._dirlock():
-                os.replace(tmp, path)  # atomic: readers see no partial shard
-                evicted = self._reserve(0, keep=path)
-                self._bump(bytes_downloaded=written, evictions=evicted)
-        except BaseException:
+            if error is None:
+                os.fsync(job.fd)
+                written = os.fstat(job.fd).st_size
+                os.close(job.fd)
+                job.fd = -1
+                with self._dirlock():
+                    os.replace(job.tmp, job.path)  # atomic: readers see no partial shard
+                    evicted = self._reserve(0, keep=job.path)
+                    self._bump(bytes_downloaded=written, evictions=evicted)
+        except BaseException as exc:  # noqa: BLE001 - the reader meets it
+            error = exc
+        if error is not None:
+            if job.fd >= 0:
+                os.close(job.fd)
+                job.fd = -1
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+                os.unlink(job.tmp)
             with contextlib.suppress(OSError), self._dirlock():
                 self._bump(downloads_failed=1)
-            raise
+            if isinstance(error, Exception):
+                error.add_note(f"while caching remote shard {redact(job.url)}")
+        job.error = error
+        os.close(job.lock_fd)  # releases the shard's node-wide lock
+        downloads = _downloads()
+        with downloads.lock:
+            downloads.jobs.pop((self.root, job.url), None)
+            for key, queue in downloads.queues.items():
+                if key[0] == self.root:
+                    queue.running.discard(job.url)
+        job.done.set()
+        self._pump()
 
     def clear(self) -> None:
         """Remove every cached shard and the counters."""
@@ -258,46 +304,87 @@ class ShardCache:
                 os.unlink(os.path.join(self.root, ".stats.json"))
 
     # prefetch
-    def prefetch(self, urls) -> None:
-        """Download ``urls`` (the next shards, in order) in this process's background
-        thread, without waiting; already cached or queued URLs are skipped. Failures are
-        left for the reader to meet (and report) when it needs the shard."""
+    def prefetch(self, urls: Iterable[str], *, at_once: int = 0, stream: str = "") -> None:
+        """Download ``urls`` (the shards a reading stream reads next, in reading order) in
+        the background, without waiting: ``prefetch`` of them at a time (at least
+        ``at_once``: a mixing window read all at once), each through the process's fetch
+        pool (:mod:`turboloader.io.fetch`: concurrent ranged requests). Replaces the list
+        of an earlier call for the same ``stream`` (each stream of a process has its own);
+        cached URLs are skipped, a shard another process downloads is left to it. Failures
+        are left for the reader to meet (and report) when it needs the shard."""
         if not self.prefetch_count:
             return
-        p = self._prefetcher
-        if p is None or p.pid != os.getpid():
-            p = self._prefetcher = _Prefetcher(self)
-        p.submit([u for u in urls if is_remote(u)])
+        downloads = _downloads()
+        with downloads.lock:
+            queue = downloads.queues.get((self.root, stream))
+            if queue is None:
+                queue = downloads.queues[(self.root, stream)] = _Queue()
+            queue.urls = [u for u in urls if is_remote(u)]
+            queue.width = max(self.prefetch_count, int(at_once))
+        self._pump()
 
+    def _pump(self):
+        """Start queued prefetches while fewer than each queue's width run."""
+        downloads = _downloads()
+        with downloads.lock:
+            queues = [q for k, q in downloads.queues.items() if k[0] == self.root]
+        for queue in queues:
+            self._pump_queue(queue)
 
-class _Prefetcher:
-    def __init__(self, cache):
-        self.pid = os.getpid()
-        self.cache = cache
-        self.queue = []
-        self.seen = set()
-        self.cond = threading.Condition()
-        self.thread = threading.Thread(target=self._run, name="turboloader-prefetch", daemon=True)
-        self.thread.start()
-
-    def submit(self, urls):
-        with self.cond:
-            for u in urls:
-                if u not in self.seen:
-                    self.seen.add(u)
-                    self.queue.append(u)
-            self.cond.notify()
-
-    def _run(self):
+    def _pump_queue(self, queue):
+        downloads = _downloads()
         while True:
-            with self.cond:
-                while not self.queue:
-                    self.cond.wait()
-                url = self.queue.pop(0)
+            with downloads.lock:
+                if len(queue.running) >= queue.width or not queue.urls:
+                    return
+                url = queue.urls.pop(0)
+                if (self.root, url) in downloads.jobs or os.path.exists(self.path(url)):
+                    continue
+                queue.running.add(url)
             try:
-                self.cache.fetch(url, _count=False)
-            except Exception:  # the reader retries and reports it with context
-                pass
-            finally:
-                with self.cond:
-                    self.seen.discard(url)
+                job = self._start(url, blocking=False)
+            except Exception:  # the reader meets it (and reports it with context)
+                job = None
+            if job is None:
+                with downloads.lock:
+                    queue.running.discard(url)
+
+
+class _Download:
+    """One download of this process: its file, the shard's lock, and when it is done."""
+
+    def __init__(self, url, path, tmp, fd, lock_fd):
+        self.url, self.path, self.tmp = url, path, tmp
+        self.fd, self.lock_fd = fd, lock_fd
+        self.size = None
+        self.error = None
+        self.done = threading.Event()
+
+
+class _Queue:
+    def __init__(self):
+        self.urls = []
+        self.running = set()
+        self.width = 0
+
+
+class _Downloads:
+    """This process's downloads ((root, url) -> _Download) and prefetch queues ((root,
+    stream) -> _Queue); a forked child starts with none."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.jobs = {}
+        self.queues = {}
+        self.pid = os.getpid()
+
+
+_state = None
+
+
+def _downloads():
+    global _state
+    state = _state
+    if state is None or state.pid != os.getpid():
+        state = _state = _Downloads()
+    return state

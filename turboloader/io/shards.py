@@ -35,7 +35,8 @@ import numpy as np
 
 from turboloader.io import files
 from turboloader.io.files import check_size
-from turboloader.io.remote import is_remote, open_remote, url_path
+from turboloader.io.fetch import fetch_pool
+from turboloader.io.remote import is_remote, url_path
 from turboloader.errors import (RemoteShardError, SampleError, TarFormatError,
                                 TurboLoaderError, UnreadableFileError)
 
@@ -661,11 +662,16 @@ def open_shard(url: str, /, *, cache=None, strict=False):
     """
     if is_remote(url):
         if cache is not None:
-            path = cache.fetch(url)
-            if is_stream(url):
-                return StreamShard(url, opener=lambda: open(path, "rb"))
-            return TarShard(url, path=path, strict=strict)
-        return StreamShard(url, opener=lambda: open_remote(url))
+            for attempt in range(3):
+                path = cache.fetch(url)
+                try:
+                    if is_stream(url):
+                        return StreamShard(url, opener=lambda: open(path, "rb"))
+                    return TarShard(url, path=path, strict=strict)
+                except FileNotFoundError:  # evicted (another process) since fetched
+                    if attempt == 2:
+                        raise
+        return StreamShard(url, opener=lambda: fetch_pool().open(url))
     return StreamShard(url) if is_stream(url) else TarShard(url, strict=strict)
 
 
@@ -748,9 +754,14 @@ class TarShards:
         self.names = expand_urls(urls)
         self.cache = cache
         self.strict = bool(strict)
+        self._prefetched = False
 
     def count(self, name) -> int:
         """Samples in shard ``name`` (see :func:`count_samples`; ``strict`` applies)."""
+        if self.cache is not None and not self._prefetched:
+            # counting reads every remote shard through the cache: download them concurrently
+            self._prefetched = True
+            self.cache.prefetch(self.names, at_once=16)
         return count_samples(name, cache=self.cache, strict=self.strict)
 
     def counts(self, names) -> list:

@@ -1,0 +1,415 @@
+"""Remote shards: turboloader from an object store, against the same loader on local shards.
+
+Setup: ``--n`` ImageNet-like JPEGs (``datasets.make_jpegs``) in ``--shards`` WebDataset shards,
+uploaded to a local S3 (moto's server) behind a throttling TCP proxy on 127.0.0.1 that adds
+``latency`` to every request (each HTTP request line the client sends is held that long) and
+caps every connection at ``rate`` (and, with ``--node-mbs``, all connections together): what
+one node sees of a cloud store per connection. Both servers run in a separate process, so
+their CPU does not count in the loader's process (it does count on the machine).
+
+Rows, each in a fresh process (its own fetch pool, peak RSS of its own, workers included):
+
+- ``turboloader local``: ``TarDataset(local shards)``, ``turboloader.DataLoader(num_workers=W)``.
+- ``turboloader remote``: the same ``s3://`` shards through the proxy, streamed (no cache):
+  the fetch pool reads them ahead. Construction (counting the samples without
+  ``shard_sizes``) is timed apart, then the epochs run.
+- ``turboloader + ShardCache cold``: a fresh cache directory; construction included in the
+  first epoch's images/s (counting fills the cache); ``warm``: the next epoch.
+- ``webdataset``: ``WebDataset(["pipe:curl -s <proxy URL>" ...])`` with its usual decode and
+  torchvision transforms, torch ``DataLoader(num_workers=W)``, in its own venv
+  (``python benchmarks/setup_envs.py webdataset``), local and remote.
+- ``mosaicml streaming``: not run by this script yet (the row says so).
+
+Per setting (``--settings 100:10,40:25``: milliseconds of latency : MB/s per connection) it
+prints images/s per epoch, the ratio to turboloader local of the same run, the first batch's
+time (from the loader's first ``next``), construction time and peak RSS.
+
+Usage::
+
+    python benchmarks/bench_remote.py                        # 3000 images, 12 shards
+    python benchmarks/bench_remote.py --n 600 --shards 6 --settings 100:10
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+_METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
+
+
+# -- the servers (their own process) ---------------------------------------------------------
+
+class Bucket:
+    """A token bucket of ``rate`` bytes/s (shared by the connections of a node cap)."""
+
+    def __init__(self, rate):
+        self.rate = float(rate)
+        self.lock = threading.Lock()
+        self.t = time.monotonic()
+
+    def take(self, n):
+        with self.lock:
+            now = time.monotonic()
+            self.t = max(self.t, now) + n / self.rate
+            wait = self.t - now
+        if wait > 0:
+            time.sleep(wait)
+
+
+def _pipe(src, dst, *, latency=0.0, bucket=None, node=None, chunk=65536):
+    try:
+        while True:
+            data = src.recv(chunk)
+            if not data:
+                break
+            if latency and data.startswith(_METHODS):
+                time.sleep(latency)  # a request: one round trip to the store
+            if bucket is not None:
+                bucket.take(len(data))
+            if node is not None:
+                node.take(len(data))
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def proxy(upstream, *, latency, rate, node_rate=0.0):
+    """A TCP proxy on 127.0.0.1: ``latency`` seconds per request, ``rate`` bytes/s per
+    connection (downstream), ``node_rate`` for all together (0: none). Returns its port."""
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(256)
+    node = Bucket(node_rate) if node_rate else None
+
+    def serve():
+        while True:
+            client, _ = lsock.accept()
+            up = socket.create_connection(upstream)
+            for s in (client, up):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=_pipe, args=(client, up), kwargs={"latency": latency},
+                             daemon=True).start()
+            threading.Thread(target=_pipe, args=(up, client),
+                             kwargs={"bucket": Bucket(rate) if rate else None, "node": node},
+                             daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return lsock.getsockname()[1]
+
+
+def serve(args):
+    """The server process: moto S3 with the shards uploaded, one proxy per setting."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    s3 = boto3.client("s3", endpoint_url=f"http://{host}:{port}", aws_access_key_id="testing",
+                      aws_secret_access_key="testing", region_name="us-east-1")
+    s3.create_bucket(Bucket="bench")
+    for p in sorted(Path(args.data).glob("*.tar")):
+        s3.upload_file(str(p), "bench", f"train/{p.name}")
+    ports = {}
+    for setting in args.settings.split(","):
+        ms, mbs = (float(x) for x in setting.split(":"))
+        ports[setting] = proxy((host, port), latency=ms / 1000, rate=mbs * 1e6,
+                               node_rate=args.node_mbs * 1e6)
+    print(json.dumps({"s3": f"http://{host}:{port}", "proxies": ports}), flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+    server.stop()
+
+
+# -- the rows (a process each) ----------------------------------------------------------------
+
+def _rss_mb():
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (own + kids) / 1024
+
+
+def _epochs(loader, epochs, t_start=None):
+    out = []
+    for e in range(epochs):
+        it = iter(loader)
+        t0 = time.perf_counter()
+        first, n = None, 0
+        for images, labels in it:
+            if first is None:
+                first = time.perf_counter() - t0
+            n += len(labels)
+        dt = time.perf_counter() - t0
+        out.append({"n": n, "s": dt, "first_s": first})
+    return out
+
+
+def row_turboloader(args):
+    import torch
+
+    import turboloader
+    from turboloader import transforms as T
+
+    tf = T.Compose([T.RandomResizedCrop(224, antialias=True), T.RandomHorizontalFlip(),
+                    T.ToImage(), T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)])
+    cache = None
+    if args.cache:
+        cache = turboloader.ShardCache(args.cache, max_bytes="20GB", prefetch=args.prefetch)
+    t0 = time.perf_counter()
+    sizes = json.loads(args.sizes) if args.sizes else None
+    ds = turboloader.TarDataset(args.urls, tf, shard_cache=cache, seed=0, shard_sizes=sizes)
+    construct = time.perf_counter() - t0
+    loader = turboloader.DataLoader(ds, batch_size=args.batch, num_workers=args.workers)
+    res = {"construct_s": construct, "epochs": _epochs(loader, args.epochs)}
+    from turboloader.io.fetch import fetch_pool
+
+    st = fetch_pool().stats()
+    res["pool"] = {k: st[k] for k in ("connections", "peak_connections", "requests",
+                                      "bytes_fetched", "bytes_ahead", "waits", "wait_s",
+                                      "peak_buffered")}
+    res["rss_mb"] = _rss_mb()
+    return res
+
+
+_WDS = r"""
+import json, resource, sys, time
+import torch, webdataset as wds
+from torchvision.transforms import v2
+urls, batch, workers, epochs = json.loads(sys.argv[1])
+tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
+                 v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
+                 v2.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+t0 = time.perf_counter()
+ds = (wds.WebDataset(urls, shardshuffle=len(urls), workersplitter=wds.split_by_worker,
+                     empty_check=False).shuffle(1000).decode("pil").to_tuple("jpg", "cls")
+      .map_tuple(tf, int))
+dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers)
+construct = time.perf_counter() - t0
+out = []
+for e in range(epochs):
+    t = time.perf_counter(); first = None; n = 0
+    for images, labels in dl:
+        if first is None:
+            first = time.perf_counter() - t
+        n += len(labels)
+    out.append({"n": n, "s": time.perf_counter() - t, "first_s": first})
+rss = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+       + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+print("RESULT " + json.dumps({"construct_s": construct, "epochs": out, "rss_mb": rss}))
+"""
+
+
+def _child(argv, env=None, python=None, timeout=1800):
+    r = subprocess.run([python or sys.executable, *argv], capture_output=True, text=True,
+                       env=env, timeout=timeout)
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"error": tail[:300]}
+
+
+def _timed(srv, fn, *a, **kw):
+    """``fn(*a, **kw)`` with the CPU seconds the server process used meanwhile."""
+    c0 = _cpu_s(srv.pid)
+    res = fn(*a, **kw)
+    res["server_cpu_s"] = _cpu_s(srv.pid) - c0
+    return res
+
+
+def run_row(kind, urls, args, env_extra, cache=None, sizes=None):
+    env = dict(os.environ, **env_extra)
+    argv = [str(Path(__file__)), "--row", kind, "--urls", json.dumps(urls),
+            "--batch", str(args.batch), "--workers", str(args.workers),
+            "--epochs", str(args.epochs), "--prefetch", str(args.prefetch)]
+    if cache:
+        argv += ["--cache", cache]
+    if sizes:
+        argv += ["--sizes", json.dumps(sizes)]
+    return _child(argv, env=env)
+
+
+def run_wds(urls, args):
+    import setup_envs
+
+    state, detail = setup_envs.status("webdataset")
+    if state != "ok":
+        return {"error": f"webdataset venv {state}: {detail}"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return _child(["-c", _WDS, json.dumps([urls, args.batch, args.workers, args.epochs])],
+                  env=env, python=str(setup_envs.venv_python("webdataset")))
+
+
+# -- the table ----------------------------------------------------------------------------------
+
+def _cpu_s(pid):
+    """CPU seconds (user + system) process ``pid`` used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def _fmt_row(name, res, local_ips, *, cold_with_construct=False):
+    if "error" in res:
+        return f"| {name} | not run: {res['error']} | | | | |"
+    eps = res["epochs"]
+    cells = []
+    for i, e in enumerate(eps):
+        s = e["s"] + (res["construct_s"] if cold_with_construct and i == 0 else 0.0)
+        ips = e["n"] / s
+        cells.append(f"{ips:.0f} ({ips / local_ips:.2f}x)" if local_ips else f"{ips:.0f}")
+    first = eps[0]["first_s"]
+    server = f"{res['server_cpu_s']:.0f} s" if "server_cpu_s" in res else ""
+    return (f"| {name} | {' / '.join(cells)} | {first:.2f} s | {res['construct_s']:.1f} s "
+            f"| {res['rss_mb']:.0f} MB | {server} |")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=3000, help="images (default 3000)")
+    p.add_argument("--shards", type=int, default=12)
+    p.add_argument("--workers", type=int, default=2, help="threads / workers (default 2)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--prefetch", type=int, default=2, help="ShardCache(prefetch=)")
+    p.add_argument("--settings", default="100:10,40:25",
+                   help="latency_ms:MB_per_s per connection, comma separated")
+    p.add_argument("--node-mbs", type=float, default=0.0, help="node bandwidth cap (0: none)")
+    p.add_argument("--systems", default="local,remote,cache,cache-sized,webdataset,streaming")
+    p.add_argument("--workdir", default=str(HERE / "data"))
+    p.add_argument("--json", help="also write the results here")
+    # internal: the server process and the row processes
+    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--data", help=argparse.SUPPRESS)
+    p.add_argument("--row", help=argparse.SUPPRESS)
+    p.add_argument("--urls", help=argparse.SUPPRESS)
+    p.add_argument("--cache", help=argparse.SUPPRESS)
+    p.add_argument("--sizes", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.serve:
+        serve(args)
+        return 0
+    if args.row:
+        args.urls = json.loads(args.urls)
+        print("RESULT " + json.dumps(row_turboloader(args)), flush=True)
+        return 0
+
+    import datasets
+
+    systems = set(args.systems.split(","))
+    root = Path(args.workdir) / f"remote-n{args.n}-s{args.shards}"
+    shards = root / "shards"
+    if not sorted(shards.glob("*.tar")):
+        items = datasets.make_jpegs(args.n, 0)
+        datasets.write_shards(shards, items, shard_size=-(-args.n // args.shards),
+                              prefix="train")
+    local = [str(p) for p in sorted(shards.glob("*.tar"))]
+    names = [Path(u).name for u in local]
+    mb = sum(os.path.getsize(u) for u in local) / 1e6
+    srv = subprocess.Popen([sys.executable, str(Path(__file__)), "--serve", "--data", str(shards),
+                            "--settings", args.settings, "--node-mbs", str(args.node_mbs)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+    try:
+        ready, _, _ = select.select([srv.stdout], [], [], 300)
+        if not ready:
+            raise RuntimeError("the S3 server did not start in 300 s")
+        info = json.loads(srv.stdout.readline())
+        aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_DEFAULT_REGION": "us-east-1"}
+        print(f"# bench_remote: {len(local)} shards, {args.n} images, {mb:.0f} MB; "
+              f"{args.workers} workers, batch {args.batch}, {args.epochs} epochs")
+        print(f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, "
+              f"Python {platform.python_version()}, {platform.platform()}; load average "
+              f"{os.getloadavg()[0]:.1f} at the start")
+        print("- the S3 server and the proxy share the machine: their CPU (last column) is "
+              "taken from the loader's")
+        print(f"- command: `python benchmarks/bench_remote.py "
+              f"{' '.join(argv if argv is not None else sys.argv[1:])}`")
+        results = {}
+        local_ips = None
+        if "local" in systems:
+            res = results["local"] = run_row("turboloader", local, args, {})
+            if "error" not in res:
+                local_ips = max(e["n"] / e["s"] for e in res["epochs"])
+        wds_local = run_wds(local, args) if "webdataset" in systems else None
+        for setting, port in info["proxies"].items():
+            ms, mbs = setting.split(":")
+            print(f"\n## {ms} ms per request, {mbs} MB/s per connection"
+                  + (f", node cap {args.node_mbs} MB/s" if args.node_mbs else ""))
+            print("| row | images/s per epoch (x local) | first batch | construction | peak RSS "
+                  "| S3 + proxy CPU |")
+            print("|---|---|---|---|---|---|")
+            if "local" in results:
+                print(_fmt_row("turboloader local", results["local"], local_ips))
+            env = dict(aws, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+            s3urls = f"s3://bench/train/train-{{00000..{len(names) - 1:05d}}}.tar"  # as users write it
+            if "remote" in systems:
+                res = results[f"remote {setting}"] = _timed(srv, run_row, "turboloader",
+                                                            [s3urls], args, env)
+                print(_fmt_row("turboloader remote (streamed)", res, local_ips))
+            if "cache" in systems:
+                cdir = root / f"cache-{ms}-{mbs}-{time.time_ns()}"
+                res = results[f"cache {setting}"] = _timed(srv, run_row, "turboloader",
+                                                           [s3urls], args, env, cache=str(cdir))
+                print(_fmt_row("turboloader + ShardCache (epoch 1 cold, construction "
+                               "included; then warm)", res, local_ips,
+                               cold_with_construct=True))
+                subprocess.run(["rm", "-rf", str(cdir)], check=False)
+            if "cache-sized" in systems:  # counts known (a manifest): the pass fills the cache
+                per = -(-args.n // args.shards)
+                counts = [min(per, args.n - i * per) for i in range(len(names))]
+                cdir = root / f"cache-{ms}-{mbs}-{time.time_ns()}"
+                res = results[f"cache-sized {setting}"] = _timed(
+                    srv, run_row, "turboloader", [s3urls], args, env, cache=str(cdir),
+                    sizes=counts)
+                print(_fmt_row("turboloader + ShardCache, counts given (shard_sizes): epoch 1 "
+                               "cold, then warm", res, local_ips))
+                subprocess.run(["rm", "-rf", str(cdir)], check=False)
+            if "webdataset" in systems:
+                if wds_local is not None and "error" not in wds_local:
+                    print(_fmt_row("webdataset local", wds_local, local_ips))
+                urls = [f"pipe:curl -s -f http://127.0.0.1:{port}/bench/train/{n}"
+                        for n in names]
+                res = results[f"webdataset {setting}"] = _timed(srv, run_wds, urls, args)
+                print(_fmt_row("webdataset remote (pipe:curl)", res, local_ips))
+            if "streaming" in systems:
+                print("| mosaicml streaming | not run: this script has no MDS conversion "
+                      "yet | | | | |")
+        print(f"\n- load average {os.getloadavg()[0]:.1f} at the end")
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+    finally:
+        srv.stdin.close()
+        try:
+            srv.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,348 @@
+"""The fetch pool (turboloader.io.fetch) and the shard cache's downloads through it, against
+loopback HTTP servers (one with per-request latency and a per-connection rate cap, that
+counts requests and the connections open at once) and moto's S3 server."""
+
+import http.server
+import os
+import re
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import turboloader
+from helpers.shards import size_of, write_shards
+from turboloader.data import TarDataset
+from turboloader.errors import RemoteShardError, RemoteShardNotFoundError
+from turboloader.io import fetch
+from turboloader.io.fetch import FetchPool
+from turboloader.io.shard_cache import ShardCache
+from turboloader.io.shards import open_shard
+
+
+def blob(n, seed):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+class _Slow(http.server.BaseHTTPRequestHandler):
+    """GET with Range, ``delay`` seconds before each answer, at most ``rate`` bytes/s per
+    connection; counts requests per name, the ranges asked and the peak of open answers."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        srv = self.server
+        name = self.path.lstrip("/").split("?")[0]
+        with srv.lock:
+            srv.requests[name] = srv.requests.get(name, 0) + 1
+            srv.ranges.append((name, self.headers.get("Range")))
+            srv.active += 1
+            srv.peak = max(srv.peak, srv.active)
+        try:
+            time.sleep(srv.delay)
+            path = os.path.join(srv.root, name)
+            if not os.path.isfile(path):
+                self.send_error(404)
+                return
+            with open(path, "rb") as fh:
+                data = fh.read()
+            start = 0
+            m = re.match(r"bytes=(\d+)-$", self.headers.get("Range", ""))
+            if m:
+                start = int(m.group(1))
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            else:
+                self.send_response(200)
+            body = data[start:]
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            step = max(1, int(srv.rate / 20)) if srv.rate else len(body) or 1
+            for i in range(0, len(body), step):
+                self.wfile.write(body[i:i + step])
+                if srv.rate:
+                    time.sleep(step / srv.rate)
+        except OSError:  # the client closed a ranged part's connection once it had its bytes
+            pass
+        finally:
+            with srv.lock:
+                srv.active -= 1
+
+
+@pytest.fixture
+def slow(tmp_path):
+    root = tmp_path / "slow"
+    root.mkdir()
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    srv.daemon_threads = True
+    srv.root, srv.lock, srv.requests, srv.ranges = str(root), threading.Lock(), {}, []
+    srv.active = srv.peak = 0
+    srv.delay, srv.rate = 0.0, 0
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(timeout=10)
+
+
+def publish(srv, blobs):
+    for name, data in blobs.items():
+        with open(os.path.join(srv.root, name), "wb") as fh:
+            fh.write(data)
+    return {name: f"{srv.url}/{name}" for name in blobs}
+
+
+PART = 256 << 10
+SIZES = [0, 1, 1000, PART - 1, PART, PART + 1, 3 * PART + 17]
+
+
+def wait_for(cond, timeout=30):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_buffered_objects_are_exact_and_fetched_ahead(slow):
+    """Every size around the part boundaries comes back byte for byte; a plan fetches
+    ahead before the reader opens (observable in the server's counts and the pool's
+    ``bytes_ahead``); a multi-part object is asked for with ranged requests, once each, no
+    probe."""
+    blobs = {f"b{i}.bin": blob(n, i) for i, n in enumerate(SIZES)}
+    urls = publish(slow, blobs)
+    pool = FetchPool(part_bytes=PART, buffer_bytes=64 * PART)
+    pool.plan("s", list(urls.values()))
+    total = sum(SIZES)
+    wait_for(lambda: pool.stats()["bytes_fetched"] == total)
+    assert set(slow.requests) == set(blobs)  # all asked for before any open
+    for name, url in urls.items():
+        with pool.open(url) as f:
+            assert f.read() == blobs[name], name
+    st = pool.stats()
+    assert st["bytes_ahead"] == total and st["waits"] == 0
+    big = [r for n, r in slow.ranges if n == "b6.bin"]
+    assert sorted(big, key=str) == sorted(
+        [None] + [f"bytes={s}-" for s in (PART, 2 * PART, 3 * PART)], key=str)
+    assert slow.requests == {n: (4 if n == "b6.bin" else 2 if n == "b5.bin" else 1)
+                             for n in blobs}
+
+
+def test_buffer_bound_holds_and_readers_still_progress(slow):
+    """Fetched-ahead bytes stay within ``buffer_bytes`` (+ the part a reader waits for);
+    reading in plan order gets everything even though the plan is 8x the buffer."""
+    blobs = {f"c{i}.bin": blob(2 * PART, 10 + i) for i in range(16)}
+    urls = publish(slow, blobs)
+    pool = FetchPool(part_bytes=PART, buffer_bytes=4 * PART, max_connections=4)
+    pool.plan("s", list(urls.values()))
+    time.sleep(0.3)
+    assert pool.stats()["buffered"] <= 4 * PART
+    for name, url in urls.items():
+        with pool.open(url) as f:
+            assert f.read() == blobs[name]
+    st = pool.stats()
+    assert st["peak_buffered"] <= 5 * PART and st["buffered"] == 0
+    wait_for(lambda: pool.stats()["bytes_fetched"] == sum(map(len, blobs.values())))
+
+
+def test_connections_grow_while_readers_wait(slow):
+    """A reader starved by slow connections makes the pool add connections (K from the
+    bandwidth needed), bounded by ``max_connections``; the server sees them at once."""
+    slow.delay, slow.rate = 0.05, 2 << 20
+    blobs = {f"d{i}.bin": blob(4 * PART, 30 + i) for i in range(6)}
+    urls = publish(slow, blobs)
+    pool = FetchPool(part_bytes=PART, buffer_bytes=64 * PART, max_connections=12)
+    pool.plan("s", list(urls.values()))
+    for name, url in urls.items():
+        with pool.open(url) as f:
+            assert f.read() == blobs[name]
+    st = pool.stats()
+    assert st["waits"] > 0 and st["connection_rate"] > 0
+    assert 4 < st["peak_connections"] <= 12 and slow.peak > 4
+
+
+def test_missing_and_changed_objects_are_typed_errors(slow):
+    pool = FetchPool(part_bytes=PART)
+    with pytest.raises(RemoteShardNotFoundError):
+        with pool.open(f"{slow.url}/nope.bin") as f:
+            f.read()
+    # an object that grows between the first part and a ranged part: refused, named
+    urls = publish(slow, {"g.bin": blob(3 * PART, 1)})
+    slow.delay = 0.2
+    with pool.open(urls["g.bin"]) as f:
+        head = f.read(1000)
+        with open(os.path.join(slow.root, "g.bin"), "ab") as fh:
+            fh.write(b"x" * 100)
+        with pytest.raises(RemoteShardError, match="g.bin.*changed while being read"):
+            f.read()
+    assert head == blob(3 * PART, 1)[:1000]
+
+
+def test_file_fetch_writes_in_place(slow, tmp_path):
+    data = blob(5 * PART + 3, 7)
+    urls = publish(slow, {"f.bin": data})
+    pool = FetchPool(part_bytes=PART)
+    done, sizes = threading.Event(), []
+    errors = []
+    fd = os.open(tmp_path / "out", os.O_RDWR | os.O_CREAT)
+    pool.fetch_to(urls["f.bin"], fd, on_size=sizes.append,
+                  on_done=lambda e: (errors.append(e), done.set()))
+    assert done.wait(30)
+    os.close(fd)
+    assert errors == [None] and sizes == [len(data)]
+    assert (tmp_path / "out").read_bytes() == data
+    assert slow.requests["f.bin"] == 6  # 6 parts, no probe
+
+
+@pytest.mark.parametrize("backend", ["threads", "workers"])
+def test_streamed_remote_shards_every_sample_once(slow, backend):
+    """Remote shards without a cache, read ahead by the pool: every sample once per epoch
+    on the thread backend and under torch's DataLoader worker processes (a pool each)."""
+    sizes = [3, 5, 2, 4, 6, 1, 3, 4, 5, 2, 3, 2]
+    write_shards(slow.root, sizes, name="s")
+    url = f"{slow.url}/s-{{0000..{len(sizes) - 1:04d}}}.tar"
+    ds = TarDataset(url, size_of, seed=2, shard_sizes=sizes)
+    before = fetch.fetch_pool().stats()["bytes_ahead"]
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        if backend == "threads":
+            loader = turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend="threads")
+        else:
+            loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, timeout=60)
+        got = [int(v) for _, lab in loader for v in lab]
+        assert sorted(got) == list(range(sum(sizes))), epoch
+    if backend == "threads":  # the pool of this process read shards before they were opened
+        assert fetch.fetch_pool().stats()["bytes_ahead"] > before
+
+
+def test_pool_is_per_process():
+    import multiprocessing as mp
+
+    pool = fetch.fetch_pool()
+    assert fetch.fetch_pool() is pool
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=lambda: q.put(fetch.fetch_pool().pid))
+    p.start()
+    child = q.get(timeout=60)
+    p.join(timeout=60)
+    assert child != pool.pid and child == p.pid
+
+
+# -- the shard cache through the pool -----------------------------------------------------
+
+def test_cache_no_probe_and_prefetch_runs_n_at_once(slow, tmp_path, monkeypatch):
+    """``prefetch=N`` has N shard downloads in flight at once (the server sees N answers
+    open together; more than the pool's starting K), each asked for once (no probe
+    request), byte-exact."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(max_connections=16))
+    slow.delay = 0.3
+    blobs = {f"p{i}.tar": blob(100_000 + i, 50 + i) for i in range(12)}
+    urls = publish(slow, blobs)
+    cache = ShardCache(tmp_path / "cache", max_bytes="100MB", prefetch=6)
+    cache.prefetch(list(urls.values()))
+    wait_for(lambda: cache.stats()["files"] == 12)
+    assert slow.peak == 6 > fetch.fetch_pool().stats()["connections"]
+    assert slow.requests == {n: 1 for n in blobs}
+    for name, url in urls.items():
+        with open(cache.fetch(url), "rb") as fh:
+            assert fh.read() == blobs[name]
+    st = cache.stats()
+    assert st["misses"] == 12 and st["hits"] == 12 and st["bytes_downloaded"] == sum(
+        map(len, blobs.values()))
+
+
+def test_cache_fetch_joins_a_prefetch_and_splits_large_shards(slow, tmp_path, monkeypatch):
+    """A reader asking for a shard being prefetched waits for that download (no second
+    request); a shard larger than a part is fetched by concurrent ranged requests."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(part_bytes=PART, max_connections=8))
+    slow.delay, slow.rate = 0.1, 4 << 20
+    data = blob(6 * PART, 3)
+    urls = publish(slow, {"big.tar": data})
+    cache = ShardCache(tmp_path / "cache", prefetch=1)
+    cache.prefetch([urls["big.tar"]])
+    with open(cache.fetch(urls["big.tar"]), "rb") as fh:
+        assert fh.read() == data
+    assert slow.requests["big.tar"] == 6 and slow.peak > 1
+
+
+def test_cache_shard_evicted_between_fetch_and_open(slow, tmp_path):
+    """Another process evicts the shard after fetch() returned its path: opening it
+    fetches it again instead of failing."""
+    write_shards(slow.root, [5], name="e")
+    url = f"{slow.url}/e-0000.tar"
+
+    class Evicting(ShardCache):
+        evicted = 0
+
+        def fetch(self, url, /, **kw):
+            path = super().fetch(url, **kw)
+            if not self.evicted:
+                type(self).evicted += 1
+                os.unlink(path)
+            return path
+
+    cache = Evicting(tmp_path / "cache", prefetch=0)
+    shard = open_shard(url, cache=cache)
+    try:
+        assert len(shard) == 5
+    finally:
+        shard.close()
+    assert slow.requests["e-0000.tar"] == 2
+
+
+def test_cache_failed_download_is_reported_and_cleaned(slow, tmp_path):
+    cache = ShardCache(tmp_path / "cache", prefetch=2)
+    with pytest.raises(RemoteShardNotFoundError) as info:
+        cache.fetch(f"{slow.url}/missing.tar")
+    assert any("missing.tar" in n for n in info.value.__notes__)
+    assert not [f for f in os.listdir(cache.root) if f.startswith(".tmp-")]
+    assert cache.stats()["downloads_failed"] == 1
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_cached_cold_pass_every_sample_once_with_eviction(slow, tmp_path, num_workers):
+    """A cold pass through a small cache (eviction while other processes download and
+    read): every sample once, on the thread path and under DataLoader workers."""
+    slow.delay = 0.02
+    sizes = [4, 6, 3, 5, 2, 6, 4, 3]
+    paths = write_shards(slow.root, sizes, name="c")
+    url = f"{slow.url}/c-{{0000..{len(sizes) - 1:04d}}}.tar"
+    biggest = max(os.path.getsize(p) for p in paths)
+    cache = ShardCache(tmp_path / "cache", max_bytes=3 * biggest, prefetch=2)
+    ds = TarDataset(url, size_of, seed=5, shard_sizes=sizes, shard_cache=cache, mix_shards=2)
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=num_workers,
+                                             timeout=60 if num_workers else 0)
+        got = [int(v) for _, lab in loader for v in lab]
+        assert sorted(got) == list(range(sum(sizes))), epoch
+    st = cache.stats()
+    assert st["evictions"] >= 1 and st["bytes"] <= cache.max_bytes
+
+
+@pytest.mark.slow
+def test_s3_through_the_pool(s3, tmp_path, monkeypatch):
+    """moto's S3: a multi-part object through boto3's ranged GETs, streamed and cached."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(part_bytes=PART))
+    data = blob(4 * PART + 5, 9)
+    s3.put_object(Bucket="bucket", Key="x/big.bin", Body=data)
+    with fetch.fetch_pool().open("s3://bucket/x/big.bin") as f:
+        assert f.read() == data
+    cache = ShardCache(tmp_path / "cache", prefetch=1)
+    with open(cache.fetch("s3://bucket/x/big.bin"), "rb") as fh:
+        assert fh.read() == data
+    sizes = [3, 4, 2, 5]
+    for p in write_shards(str(tmp_path / "src"), sizes, name="t"):
+        s3.upload_file(p, "bucket", f"t/{os.path.basename(p)}")
+    ds = TarDataset("s3://bucket/t/t-{0000..0003}.tar", size_of, seed=1)
+    loader = torch.utils.data.DataLoader(ds, batch_size=3, num_workers=2, timeout=60)
+    assert sorted(int(v) for _, lab in loader for v in lab) == list(range(sum(sizes)))

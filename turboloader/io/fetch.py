@@ -1,0 +1,599 @@
+"""The fetch pool: network concurrency for remote shards, apart from the decode threads.
+
+One :class:`FetchPool` per process (:func:`fetch_pool`, created on first use, and again in
+a forked child: never shared over ``fork``), with up to ``max_connections`` threads, each
+holding one connection at a time. An object is fetched in *parts* of ``part_bytes``: the
+first request (from byte 0) learns the object's size from its own response and the rest is
+asked for with ranged requests, fetched concurrently, so one large shard arrives at several
+connections' speed and nothing is requested twice (no size probe). Each part is read with
+:func:`turboloader.io.remote.open_remote`'s retrying reader at the part's offset: retries,
+resumption and the check that a resumed answer starts where asked are its; a part whose
+answer reports another total size than the first part's is a
+:class:`~turboloader.errors.RemoteShardError` (the object changed while being read).
+
+Two kinds of object:
+
+* **Buffered** (streamed shards without a shard cache): :meth:`FetchPool.plan` names the
+  shards a stream will read, in order; the pool fetches them ahead into memory, in that
+  order across the process's streams, and :meth:`FetchPool.open` hands the reader a file
+  object over the bytes (waiting only for bytes not fetched yet: a part is readable while
+  it arrives). Memory: parts are allocated when their request starts and released as the
+  reader passes them; the parts fetched ahead of the readers hold at most
+  ``buffer_bytes``, and each open reader may add the one part it waits for, so the pool's
+  buffers stay below ``buffer_bytes + readers * part_bytes`` (plus ``connections * 1 MiB``
+  of socket reads in flight).
+* **To a file** (:meth:`FetchPool.fetch_to`, the node shard cache's downloads): parts are
+  written at their offsets with ``pwrite`` as they arrive; nothing is buffered.
+
+How many connections: ``K`` threads fetch at once, sized from the bandwidth needed, not from
+the number of readers: the rate the readers consume (bytes per second, measured) over the
+rate one connection delivers (measured per request, latency included), with 50% headroom,
+between 1 and ``max_connections``; while a reader waits for bytes the pool adds connections
+(half again as many) until it stops waiting or reaches ``max_connections``.
+:meth:`FetchPool.stats` reports it.
+
+Configuration (environment, read when the pool is created): ``TURBOLOADER_FETCH_CONNECTIONS``
+(``max_connections``, default 16), ``TURBOLOADER_FETCH_BUFFER`` (``buffer_bytes``, default
+``"256MiB"``), ``TURBOLOADER_FETCH_PART`` (``part_bytes``, default ``"8MiB"``).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable
+
+from turboloader.errors import RemoteShardError
+from turboloader.io.remote import _CHUNK, _RetryingReader, redact
+from turboloader.io.sizes import parse_size
+
+__all__ = ["FetchPool", "fetch_pool"]
+
+_READ = 256 << 10  # bytes per socket read into a part
+
+
+class _Object:
+    """One remote object being fetched: its parts, their bytes (buffered) or a file (sink)."""
+
+    def __init__(self, pool, url, *, key=None, pos=0, sink=None, on_size=None, on_done=None):
+        self.pool, self.url = pool, url
+        self.key, self.pos = key, pos  # the plan it belongs to and its place there
+        self.seq = pool._seq = pool._seq + 1
+        pool.counters["objects"] += 1
+        self.retry = (pool.retries, pool.backoff, pool.timeout)
+        self.sink, self.on_size, self.on_done = sink, on_size, on_done
+        self.size = None
+        self.parts = [_Part(self, 0, 0, None)]
+        self.opened = False  # a reader took it: its parts come first
+        self.cancelled = False
+        self.error = None  # set when the object cannot be fetched (before its size is known)
+        self.first_error = None  # a file fetch: the first part that failed
+        self.left = 1  # parts not finished (sink: on_done runs when it reaches 0)
+        self.wait_part = -1  # the part its reader waits for (it may pass the budget)
+
+
+class _Part:
+    def __init__(self, obj, index, start, length):
+        self.obj, self.index, self.start, self.length = obj, index, start, length
+        self.buf = None  # buffered objects: the bytes, allocated when the request starts
+        self.filled = 0
+        self.state = "pending"  # pending -> running -> done
+        self.error = None
+        self.reserved = 0  # bytes counted against the pool's buffer
+
+
+class FetchPool:
+    """A process's connections to remote stores (see the module docstring).
+
+    Args:
+        max_connections: the most requests in flight at once (threads).
+        buffer_bytes: bytes fetched ahead of the readers, at most (int or ``"256MiB"``).
+        part_bytes: bytes per request; an object larger than this is fetched in ranged
+            parts, concurrently.
+        retries, backoff, timeout: of each request, as :func:`~turboloader.io.remote.open_remote`
+            (``timeout`` None: its default).
+    """
+
+    def __init__(self, *, max_connections: int = 16, buffer_bytes: int | str = "256MiB",
+                 part_bytes: int | str = "8MiB", retries: int = 5, backoff: float = 0.25,
+                 timeout: float | None = None):
+        self.max_connections = int(max_connections)
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+        self.buffer_bytes = parse_size(buffer_bytes)
+        self.part_bytes = max(_READ, parse_size(part_bytes))
+        self.retries, self.backoff, self.timeout = int(retries), float(backoff), timeout
+        self.pid = os.getpid()
+        self._lock = threading.Condition()
+        self._pending = []  # parts waiting for a connection
+        self._objects = {}  # url -> [buffered _Object] planned, not yet opened
+        self._plans = {}  # key -> {"urls": [...], "next": i, "taken": i}
+        self._threads = 0  # connection threads alive
+        self._running = 0  # of them, those fetching or about to (at most K)
+        self._idle = 0  # of them, those waiting for work
+        self._wakeups = 0  # idle threads _dispatch has woken (and counted as running)
+        self._seq = 0
+        self._reserved = 0  # bytes of buffered parts allocated and not yet released
+        self._files = 0  # file fetches not finished (each gets a connection: see _limit)
+        self.k = min(4, self.max_connections)  # connections wanted now
+        # measurements
+        self._conn_rate = None  # bytes/s one request delivers (EWMA)
+        self._consumed = 0  # bytes readers took (buffered) or were handed (files)
+        self._window = (time.monotonic(), 0)  # (since, consumed then)
+        self._demand = 0.0
+        self._starved = False  # a reader waited for bytes since the last adjustment
+        self.counters = {"requests": 0, "bytes_fetched": 0, "bytes_ahead": 0, "waits": 0,
+                         "wait_s": 0.0, "peak_connections": 0, "peak_buffered": 0,
+                         "objects": 0}
+
+    # -- public ---------------------------------------------------------------------------
+
+    def plan(self, key: Hashable, urls: Iterable[str]) -> None:
+        """Read-ahead for a stream: the remote ``urls`` it will open (with :meth:`open`), in
+        order. Replaces ``key``'s previous plan; its objects fetched ahead and not opened are
+        dropped. The pool fetches a plan's objects while the bytes ahead of all readers fit
+        in ``buffer_bytes``, earlier plan positions first across plans."""
+        with self._lock:
+            self._drop_plan(key)
+            self._plans[key] = {"urls": list(urls), "next": 0, "taken": 0}
+            self._advance(key)
+            self._dispatch()
+
+    def forget(self, key: Hashable) -> None:
+        """End ``key``'s plan: drop what it fetched ahead that was not opened."""
+        with self._lock:
+            self._drop_plan(key)
+            self._dispatch()
+
+    def open(self, url: str, /) -> io.BufferedReader:
+        """A buffered binary file reading the remote object ``url`` from byte 0: the
+        bytes a plan fetched ahead, else fetched now. Errors are those of
+        :func:`~turboloader.io.remote.open_remote`, raised when the bytes are read."""
+        with self._lock:
+            objs = self._objects.get(url)
+            obj = objs.pop(0) if objs else None
+            if objs == []:
+                del self._objects[url]
+            if obj is None:
+                obj = _Object(self, url)
+                self._queue(obj.parts[0])
+            else:
+                plan = self._plans.get(obj.key)
+                if plan is not None:
+                    plan["taken"] = max(plan["taken"], obj.pos + 1)
+                    self._advance(obj.key)
+            obj.opened = True
+            self._dispatch()
+        return io.BufferedReader(_ObjectReader(obj), buffer_size=_CHUNK)
+
+    def fetch_to(self, url: str, fd: int, /, *, on_size: Callable[[int | None], None],
+                 on_done: Callable[[BaseException | None], None], urgent: bool = False,
+                 retries: int | None = None, backoff: float | None = None,
+                 timeout: float | None = None) -> None:
+        """Fetch ``url`` into the file descriptor ``fd`` (parts written at their offsets),
+        without waiting. ``on_size(size)`` runs once the first response tells the size
+        (``None``: unknown), before any byte is written (an exception it raises fails the
+        fetch); ``on_done(error)`` runs once every part is written (``error`` None) or the
+        fetch failed, in a pool thread. ``urgent``: a reader waits for it (comes first).
+        ``retries``, ``backoff``, ``timeout``: this fetch's, instead of the pool's."""
+        with self._lock:
+            obj = _Object(self, url, sink=fd, on_size=on_size, on_done=on_done)
+            obj.retry = (self.retries if retries is None else int(retries),
+                         self.backoff if backoff is None else float(backoff),
+                         self.timeout if timeout is None else timeout)
+            obj.opened = bool(urgent)
+            self._files += 1
+            self._queue(obj.parts[0])
+            self._dispatch()
+
+    def hurry(self, fd: int, /) -> None:
+        """A reader now waits for the file fetch into ``fd``: its parts come first."""
+        with self._lock:
+            for part in self._pending:
+                if part.obj.sink == fd:
+                    part.obj.opened = True
+            self._starved = True
+            self._adjust()
+            self._dispatch()
+
+    def handed(self, nbytes: int, waited_s: float = 0.0) -> None:
+        """A reader took ``nbytes`` fetched to a file (for the demand measurement)."""
+        with self._lock:
+            self._consumed += nbytes
+            if waited_s > 0:
+                self.counters["waits"] += 1
+                self.counters["wait_s"] += waited_s
+
+    def stats(self) -> dict:
+        """Counters: ``requests``, ``bytes_fetched``, ``bytes_ahead`` (fetched before a
+        reader asked for them), ``waits`` / ``wait_s`` (reads that waited for bytes, and
+        for how long), ``peak_connections``, ``peak_buffered`` (bytes); and now:
+        ``connections`` (K), ``connection_rate`` (bytes/s per request, measured),
+        ``demand`` (bytes/s the readers consume, measured), ``buffered``."""
+        with self._lock:
+            out = dict(self.counters)
+            out.update(connections=self.k, connection_rate=self._conn_rate,
+                       demand=self._demand, buffered=self._reserved,
+                       max_connections=self.max_connections, buffer_bytes=self.buffer_bytes,
+                       part_bytes=self.part_bytes)
+            return out
+
+    # -- scheduling (lock held) -------------------------------------------------------------
+
+    def _drop_plan(self, key):
+        if self._plans.pop(key, None) is None:
+            return
+        for url in list(self._objects):
+            keep = []
+            for obj in self._objects[url]:
+                if obj.key == key:
+                    self._cancel(obj)
+                else:
+                    keep.append(obj)
+            if keep:
+                self._objects[url] = keep
+            else:
+                del self._objects[url]
+
+    def _advance(self, key):
+        """Create ``key``'s next planned objects, a bounded number ahead of its reader."""
+        plan = self._plans[key]
+        urls = plan["urls"]
+        ahead = max(2, self.buffer_bytes // self.part_bytes)
+        while plan["next"] < len(urls) and plan["next"] < plan["taken"] + ahead:
+            obj = _Object(self, urls[plan["next"]], key=key, pos=plan["next"])
+            plan["next"] += 1
+            self._objects.setdefault(obj.url, []).append(obj)
+            self._queue(obj.parts[0])
+
+    def _queue(self, part):
+        self._pending.append(part)
+
+    def _cancel(self, obj):
+        obj.cancelled = True
+        for part in obj.parts:
+            self._release(part)
+        keep = [p for p in self._pending if p.obj is not obj]
+        obj.left -= len(self._pending) - len(keep)  # never started: finished now
+        self._pending = keep
+
+    def _release(self, part):
+        if part.reserved:
+            self._reserved -= part.reserved
+            part.reserved = 0
+        part.buf = None
+
+    def _rank(self, part):
+        obj = part.obj
+        if obj.opened:
+            return (0, obj.seq, part.index)
+        plan = self._plans.get(obj.key)
+        return (1, obj.pos - (plan["taken"] if plan else 0), part.index, obj.seq)
+
+    def _startable(self, part):
+        obj = part.obj
+        if obj.sink is not None:
+            return True
+        need = part.length if part.length is not None else self.part_bytes
+        return (self._reserved + need <= self.buffer_bytes or self._reserved == 0
+                or (obj.opened and part.index == obj.wait_part))
+
+    def _next_part(self):
+        best = None
+        for part in self._pending:
+            if self._startable(part) and (best is None or self._rank(part) < self._rank(best)):
+                best = part
+        if best is not None:
+            self._pending.remove(best)
+            best.state = "running"
+            if best.obj.sink is None:
+                best.reserved = best.length if best.length is not None else self.part_bytes
+                self._reserved += best.reserved
+                if best.length is not None:  # a ranged part (part 0 allocates in _first)
+                    best.buf = bytearray(best.length)
+                self.counters["peak_buffered"] = max(self.counters["peak_buffered"],
+                                                     self._reserved)
+        return best
+
+    def _limit(self):
+        """Requests at once: K, and at least one per file fetch in progress (the shard
+        cache asked for that many downloads at once)."""
+        return max(self.k, min(self.max_connections, self._files))
+
+    def _dispatch(self):
+        """Wake idle threads, or start new ones, for the startable parts, up to K at once."""
+        want = min(self._limit() - self._running, sum(1 for p in self._pending if self._startable(p)))
+        if want <= 0:
+            return
+        wake = min(want, self._idle - self._wakeups)
+        if wake > 0:
+            self._wakeups += wake
+            self._running += wake
+            self._lock.notify_all()
+        for _ in range(want - max(wake, 0)):
+            self._threads += 1
+            self._running += 1
+            threading.Thread(target=self._worker, name="turboloader-fetch", daemon=True).start()
+        self.counters["peak_connections"] = max(self.counters["peak_connections"],
+                                                self._running)
+
+    def _adjust(self):
+        """K from the measured demand and connection rate (see the module docstring)."""
+        now = time.monotonic()
+        since, consumed = self._window
+        if now - since < 0.25:
+            return
+        rate = (self._consumed - consumed) / (now - since)
+        self._demand = rate if not self._demand else 0.5 * self._demand + 0.5 * rate
+        self._window = (now, self._consumed)
+        if self._starved:  # a reader waited: more connections, half again as many
+            self._starved = False
+            self.k = min(self.max_connections, self.k + max(1, self.k // 2))
+        elif self._conn_rate and self._demand:
+            need = math.ceil(1.5 * self._demand / self._conn_rate)
+            if need < self.k:
+                self.k = max(1, self.k - 1)  # down one at a time
+            else:
+                self.k = min(self.max_connections, need)
+
+    # -- the connection threads -------------------------------------------------------------
+
+    def _worker(self):
+        """A connection thread: runs while it is one of the K running (``_running`` counts
+        it), then waits idle for a wake-up from :meth:`_dispatch`, and ends after 30 s
+        idle."""
+        lock = self._lock
+        while True:
+            with lock:
+                part = self._next_part() if self._running <= self._limit() else None
+                if part is None:
+                    self._running -= 1
+                    self._idle += 1
+                    deadline = time.monotonic() + 30.0
+                    while not self._wakeups:
+                        if not lock.wait(timeout=max(0.0, deadline - time.monotonic())) \
+                                and not self._wakeups and time.monotonic() >= deadline:
+                            self._idle -= 1
+                            self._threads -= 1
+                            return
+                    self._wakeups -= 1  # _dispatch counted this thread as running
+                    self._idle -= 1
+                    continue
+            self._fetch(part)
+
+    def _fetch(self, part):
+        obj = part.obj
+        retries, backoff, timeout = obj.retry
+        reader = _RetryingReader(obj.url, retries=retries, backoff=backoff, timeout=timeout)
+        reader.pos = part.start
+        t0 = time.monotonic()
+        got = 0
+        error = None
+        try:
+            if part.index == 0:
+                got = self._first(part, reader)
+            else:
+                got = self._rest(part, reader)
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever reads the object
+            error = exc
+        finally:
+            reader.close()
+        dt = time.monotonic() - t0
+        done_cb = None
+        with self._lock:
+            self.counters["requests"] += 1
+            self.counters["bytes_fetched"] += got
+            if got >= _READ and error is None:
+                rate = got / max(dt, 1e-6)
+                self._conn_rate = rate if self._conn_rate is None else \
+                    0.7 * self._conn_rate + 0.3 * rate
+            part.state = "done"
+            if error is not None:
+                part.error = error
+                if part.index == 0 and obj.size is None:
+                    obj.error = error
+            if obj.sink is not None:
+                # on_done runs once no part runs any more: the caller closes the file then
+                obj.left -= 1
+                if error is not None and obj.first_error is None:
+                    obj.first_error = error
+                    self._cancel(obj)
+                if obj.left == 0 and obj.on_done is not None:
+                    done_cb, obj.on_done = obj.on_done, None
+                    self._files -= 1
+                    error = obj.first_error
+            self._adjust()
+            self._dispatch()
+            self._lock.notify_all()
+        if done_cb is not None:
+            done_cb(error)
+
+    def _first(self, part, reader):
+        """Part 0: from byte 0; its response gives the size, then the other parts queue."""
+        obj = part.obj
+        first = bytearray(_READ)
+        n = reader.readinto(memoryview(first))
+        size = reader.size
+        if obj.cancelled:
+            return n
+        if obj.on_size is not None:
+            obj.on_size(size)
+        with self._lock:
+            obj.size = size
+            if size is None or size <= self.part_bytes:
+                part.length = size
+            else:
+                part.length = self.part_bytes
+                starts = range(self.part_bytes, size, self.part_bytes)
+                for i, s in enumerate(starts, 1):
+                    p = _Part(obj, i, s, min(self.part_bytes, size - s))
+                    obj.parts.append(p)
+                    self._queue(p)
+                obj.left += len(starts)
+                self._dispatch()
+            if obj.sink is None:
+                want = part.length if part.length is not None else max(n, _READ)
+                if part.reserved != want:
+                    self._reserved += want - part.reserved
+                    part.reserved = want
+                part.buf = bytearray(want)
+                part.buf[:n] = first[:n]
+            self._lock.notify_all()
+        if obj.sink is not None:
+            os.pwrite(obj.sink, memoryview(first)[:n], 0)
+        self._filled(part, n)
+        return n + self._rest(part, reader, n)
+
+    def _rest(self, part, reader, done=0):
+        obj = part.obj
+        got = done
+        chunk = bytearray(_READ) if obj.sink is not None else None
+        while part.length is None or got < part.length:
+            if obj.cancelled:
+                return got - done
+            want = _READ if part.length is None else min(_READ, part.length - got)
+            if obj.sink is None:
+                with self._lock:
+                    if part.buf is None:  # released (cancelled, or the reader closed)
+                        return got - done
+                    if part.length is None and len(part.buf) < got + want:
+                        part.buf.extend(bytes(max(want, len(part.buf))))
+                        self._reserved += len(part.buf) - part.reserved
+                        part.reserved = len(part.buf)
+                    view = memoryview(part.buf)[got:got + want]
+                try:
+                    n = reader.readinto(view)
+                finally:
+                    view.release()
+            else:
+                n = reader.readinto(memoryview(chunk)[:want])
+                if n:
+                    os.pwrite(obj.sink, memoryview(chunk)[:n], part.start + got)
+            if part.index and reader.size is not None and obj.size is not None \
+                    and reader.size != obj.size:
+                raise RemoteShardError(
+                    f"{redact(obj.url)} is {reader.size} bytes now, {obj.size} when reading "
+                    f"began: it changed while being read")
+            if n == 0:
+                if part.length is None:
+                    with self._lock:
+                        part.length = got
+                        if obj.size is None:
+                            obj.size = got
+                    break
+                raise RemoteShardError(
+                    f"{redact(obj.url)}: the answer ended at byte {part.start + got}, "
+                    f"{part.start + part.length} expected")
+            got += n
+            self._filled(part, got)
+        return got - done
+
+    def _filled(self, part, n):
+        with self._lock:
+            part.filled = n
+            self._lock.notify_all()
+
+
+class _ObjectReader(io.RawIOBase):
+    """A reader's view of a buffered object: sequential, waiting only for bytes not
+    fetched yet; parts are released as it passes them."""
+
+    def __init__(self, obj):
+        self.obj = obj
+        self.pos = 0
+        self.part = 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, buf):
+        obj, pool = self.obj, self.obj.pool
+        lock = pool._lock
+        with lock:
+            waited = None
+            while True:
+                if obj.error is not None:
+                    raise obj.error
+                if obj.size is not None and self.pos >= obj.size:
+                    return 0
+                if self.part >= len(obj.parts):
+                    if obj.size is None:
+                        lock.wait()
+                        continue
+                    return 0
+                part = obj.parts[self.part]
+                if part.error is not None:
+                    raise part.error
+                off = self.pos - part.start
+                if part.length is not None and off >= part.length:
+                    pool._release(part)
+                    self.part += 1
+                    pool._dispatch()
+                    continue
+                if part.filled > off and part.buf is not None:
+                    n = min(len(buf), part.filled - off)
+                    buf[:n] = part.buf[off:off + n]
+                    if waited is None:  # these bytes were there before the reader asked
+                        pool.counters["bytes_ahead"] += n
+                    self.pos += n
+                    pool._consumed += n
+                    return n
+                if part.state == "done":
+                    if part.length is None:
+                        return 0
+                    raise RemoteShardError(  # a part that ended without its bytes or an error
+                        f"{redact(obj.url)}: the read of bytes {part.start}.."
+                        f"{part.start + part.length} stopped at {part.start + part.filled}")
+                # the reader waits for bytes: this part may pass the buffer bound
+                if waited is None:
+                    waited = time.monotonic()
+                    pool.counters["waits"] += 1
+                    pool._starved = True
+                    obj.wait_part = self.part
+                    pool._adjust()
+                    pool._dispatch()
+                lock.wait(timeout=1.0)
+                if waited is not None:
+                    now = time.monotonic()
+                    pool.counters["wait_s"] += now - waited
+                    waited = now
+
+    def close(self):
+        if not self.closed:
+            with self.obj.pool._lock:
+                self.obj.pool._cancel(self.obj)
+                self.obj.pool._dispatch()
+        super().close()
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _reset_after_fork():
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def fetch_pool() -> FetchPool:
+    """This process's :class:`FetchPool`, created on first use (in a forked child: its own,
+    never the parent's), configured from the environment (see the module docstring)."""
+    global _pool
+    pool = _pool
+    if pool is None or pool.pid != os.getpid():
+        with _pool_lock:
+            pool = _pool
+            if pool is None or pool.pid != os.getpid():
+                env = os.environ.get
+                pool = _pool = FetchPool(
+                    max_connections=int(env("TURBOLOADER_FETCH_CONNECTIONS", "16")),
+                    buffer_bytes=env("TURBOLOADER_FETCH_BUFFER", "256MiB"),
+                    part_bytes=env("TURBOLOADER_FETCH_PART", "8MiB"))
+    return pool
