@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
+    # building libjpeg-turbo and the wheel (its subprocess may take 900 s), then a fresh venv
+    pytest.mark.timeout(1800),
     pytest.mark.skipif(platform.machine() != "x86_64", reason="the script builds x86_64 wheels"),
 ]
 # what a manylinux2014 extension may link against (PEP 599's allowlist, the part we could use)

@@ -653,6 +653,7 @@ def test_seed001_transforms_match_core():
 
 
 @pytest.mark.distributed
+@pytest.mark.timeout(600)   # its subprocess may take 300 s
 def test_seed001_distributed(data, tmp_path):
     """enable_distributed=True under 2 gloo processes (mp.spawn, as the seed's DDP example):
     the ranks read disjoint halves."""
