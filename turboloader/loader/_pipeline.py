@@ -21,7 +21,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from turboloader.data.reader import reading_as
 from turboloader.loader.stats import RunStats
-from turboloader.transforms._device import decoding_with
+from turboloader.decode.device_executor import decoding_with
 
 _POLL_S = 0.05  # how often a blocked stage thread looks at the stop flag
 _JOIN_S = 30.0

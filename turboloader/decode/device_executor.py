@@ -41,8 +41,6 @@ from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _max_pixels
 from turboloader.errors import DeviceUnavailableError
 from turboloader.decode import executor
 from turboloader.decode.executor import FAILED, OK, BatchParams, BatchResult
-from turboloader.transforms._colour import ColorJitter
-from turboloader.transforms._containers import Compose, RandomApply, RandomChoice, RandomOrder
 
 __all__ = ["DeviceDecode", "current_device_decode", "decoding_with"]
 
@@ -64,16 +62,6 @@ def decoding_with(executor):
 def current_device_decode():
     """The calling thread's :class:`DeviceDecode` (see :func:`decoding_with`), or None."""
     return getattr(_local, "executor", None)
-
-
-def _has_colour(members) -> bool:
-    for t in members:
-        if isinstance(t, ColorJitter):
-            return True
-        if isinstance(t, (RandomApply, RandomChoice, RandomOrder, Compose)) and \
-                _has_colour(t.transforms):
-            return True
-    return False
 
 
 def _modes():
@@ -146,21 +134,6 @@ class DeviceDecode:
                 f"max_call_files={self.max_call_files})")
 
     # -- what it takes -----------------------------------------------------------------
-
-    def check_plan(self, plan, owner="decode='gpu'"):
-        """Raise ValueError unless ``plan`` (a :class:`~turboloader.transforms.Plan` or None)
-        is one this executor runs: a fused plan with one output shape and no ColorJitter."""
-        if plan is None:
-            raise ValueError(f"{owner} needs a dataset whose transform fuses into the decoder "
-                             "(turboloader.transforms.explain(transform) says why it does "
-                             "not); an unfused pipeline runs on the CPU")
-        if plan.output_shape is None:
-            raise ValueError(f"{owner} needs a transform with one output size for every "
-                             "image (a crop, or Resize((h, w))), so that rows batch")
-        if _has_colour(plan._fused.post):
-            raise ValueError(f"{owner} runs crop, resize, flip and normalize on the device; "
-                             "ColorJitter has no device kernel here yet: drop it from the "
-                             "dataset's transform or use the CPU path")
 
     def empty(self, shape, dtype):
         """A new batch tensor on the device (the caching allocator recycles its memory)."""
