@@ -25,7 +25,6 @@ import torch
 from turboloader.data.cache import is_jpeg
 from turboloader.decode.executor import GENERIC, OK
 from turboloader.errors import DecodeWarning, TurboLoaderError
-from turboloader.decode.device_executor import current_device_decode
 from turboloader.transforms._random import sample_key, sample_keys, sample_rng
 
 __all__ = ["SampleDecoder", "fill_row", "run"]
@@ -100,12 +99,8 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
         params = plan.prepare_batch(srcs, _keys(st, chunk, fused),
                                     source_sizes=_source_sizes(sizes, fused),
                                     max_pixels=st.max_pixels)
-        device = current_device_decode()   # DataLoader(decode="gpu")'s decode threads
-        if device is not None:
-            result = device.run_batch(plan, srcs, params, out, rows=rows,
-                                      max_pixels=st.max_pixels)
-        else:
-            result = plan.run_batch(srcs, params, out, rows=rows)
+        # the stream's executor: the CPU's, or DataLoader(decode="gpu")'s DeviceDecode
+        result = plan.run_batch(srcs, params, out, rows=rows, executor=st.executor)
         native = result.nogil_seconds
         status = result.status
         if st.joint is not None:

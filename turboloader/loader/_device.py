@@ -1,8 +1,9 @@
 """``turboloader.DataLoader(..., decode="gpu")``: what it accepts, and its batch memory.
 
 The decode threads of the thread backend run the dataset as always (gather, draw, failure
-policy, order); inside them, :func:`turboloader.decode.device_executor.decoding_with` makes the
-dataset's batch call a :class:`~turboloader.decode.device_executor.DeviceDecode` and the batch
+policy, order); each enters its stream's context with the executor
+(:func:`turboloader.data.reader.reading_as`), so the stream holds a
+:class:`~turboloader.decode.device_executor.DeviceDecode` and its batch calls run there; the batch
 tensors live on the device (:class:`DevicePool`), so batches come out on the GPU, decoded,
 transformed and normalized there. What cannot combine with it is a typed error here, when
 the loader is made.

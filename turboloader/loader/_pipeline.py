@@ -10,7 +10,6 @@ runs :meth:`Pipeline.shutdown`.
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 import time
@@ -21,7 +20,6 @@ from torch.utils.data._utils.collate import default_collate
 
 from turboloader.data.reader import reading_as
 from turboloader.loader.stats import RunStats
-from turboloader.decode.device_executor import decoding_with
 
 _POLL_S = 0.05  # how often a blocked stage thread looks at the stop flag
 _JOIN_S = 30.0
@@ -241,11 +239,7 @@ class Pipeline:
     def reading(self, w):
         """The context decode thread ``w`` reads in: its stream's name and, with
         ``decode="gpu"``, the loader's device executor."""
-        stack = contextlib.ExitStack()
-        stack.enter_context(reading_as(self.stream_name(w)))
-        if self.loader._device is not None:
-            stack.enter_context(decoding_with(self.loader._device))
-        return stack
+        return reading_as(self.stream_name(w), executor=self.loader._device)
 
     def init_worker(self, w):
         """``worker_init_fn(w)`` in decode thread ``w``, once per thread (threads are made
