@@ -14,7 +14,8 @@ the dataset's failure policy reads as it reads the CPU's. Per row:
 * a JPEG that :func:`turboloader.decode._device.route` sends to the device is decoded there
   at full resolution (no DCT scaling), cropped and resized as ``params.geometry`` (the drawn
   geometry on the source grid) says, with torchvision v2's ``resized_crop`` semantics
-  (``Resize`` then a crop for resize-then-crop plans), flipped, and written (``x * scale + bias`` for float32 output, the fused plan's ``Normalize``);
+  (``Resize`` then a crop for resize-then-crop plans), flipped, and written
+  (``x * scale + bias`` for float32 output, the fused plan's ``Normalize``);
 * everything else (progressive, CMYK, a truncated file, a file the device decoder refused,
   a decoded array from the cache) runs the CPU's batch call into a staging buffer, copied to
   its row: the same pixels, typed errors and warnings as on the CPU path;

@@ -47,9 +47,9 @@ import numpy as np
 from turboloader._native import _fused, _jpeg
 from turboloader._native._fused import MAX_COLOUR_OPS, BatchRunner
 from turboloader.decode._window import windows
-from turboloader.decode.jpeg import (DEFAULT_MAX_PIXELS, _as_buffer, _flags, _max_pixels, _open,
-                                      _warn)
-from turboloader.decode.sizes import scaled_dims, window_scale_num
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _flags, _open, _warn
+from turboloader.decode.sizes import (over_pixel_limit, pixel_limit, pixels_error, scaled_dims,
+                                      window_scale_num)
 from turboloader.errors import DecodeError
 
 __all__ = [
@@ -256,12 +256,6 @@ def open_jpeg(data, /, *, max_pixels=DEFAULT_MAX_PIXELS):
     return _open(data, max_pixels)
 
 
-def _too_large(hw, max_pixels):
-    # decode_jpeg's (and jpeg_shim's) message
-    return DecodeError(f"Image size {hw[1]} x {hw[0]} exceeds the limit of {max_pixels} pixels "
-                       "(max_pixels)")
-
-
 def read_sizes(sources, /, *, source_sizes=None, max_pixels=DEFAULT_MAX_PIXELS):
     """Step 1: every source's kind and size, JPEG headers read natively in one pass without
     the GIL, and the one ``max_pixels`` check.
@@ -282,7 +276,7 @@ def read_sizes(sources, /, *, source_sizes=None, max_pixels=DEFAULT_MAX_PIXELS):
             ``max_pixels`` (bad *data* is a row status).
     """
     n = len(sources)
-    limit = _max_pixels(max_pixels)
+    limit = pixel_limit(max_pixels)
     kind, srcs, shapes, any_array = _classify(sources)
     status = np.zeros(n, np.int32)
     errors = [None] * n
@@ -309,14 +303,14 @@ def read_sizes(sources, /, *, source_sizes=None, max_pixels=DEFAULT_MAX_PIXELS):
         if header_errors.count(None) != n:
             failed = np.array([e is not None for e in header_errors], bool)
         if limit:   # the one max_pixels rule, on the full-resolution header size
-            big = HW[:, 0] * HW[:, 1] > limit
+            big = over_pixel_limit(HW[:, 0], HW[:, 1], limit)
             if any_array:
                 big &= is_jpeg
             failed = big if failed is None else failed | big
         if failed is not None and failed.any():
             for i in np.flatnonzero(failed).tolist():
                 status[i] = FAILED
-                errors[i] = header_errors[i] or _too_large(HW[i], limit)
+                errors[i] = header_errors[i] or pixels_error(HW[i, 0], HW[i, 1], limit)
             HW[failed] = 1   # placeholders: nothing drawn for these rows is used
     s = SourceSizes()
     s.kind, s.sources, s.array_hw, s.hw = kind, srcs, shapes, HW

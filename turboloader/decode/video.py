@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 
-from turboloader.decode.jpeg import _max_pixels
+from turboloader.decode.sizes import check_pixels, pixel_limit
 from turboloader.errors import DecodeError, require
 
 __all__ = ["VIDEO_EXTENSIONS", "clip_indices", "decode_clips", "decode_frames", "video_info"]
@@ -49,13 +49,6 @@ def _rate(vs):
     return rate
 
 
-def _check_size(width, height, limit):
-    """DecodeError when a ``width`` x ``height`` frame is over ``limit`` pixels (0: none)."""
-    if limit and width * height > limit:
-        raise DecodeError(f"Video frame size {width} x {height} exceeds the limit of {limit} "
-                          f"pixels (max_pixels)")
-
-
 class _Timeline:
     """The frames of the first video stream, numbered in presentation order: frame ``i``
     is the ``i``-th smallest timestamp of the stream's packets (read by demuxing, nothing
@@ -71,7 +64,7 @@ class _Timeline:
     def __init__(self, container, *, max_pixels=0):
         vs = self.stream = container.streams.video[0]
         cc = vs.codec_context
-        _check_size(int(cc.width or 0), int(cc.height or 0), max_pixels)
+        check_pixels(int(cc.height or 0), int(cc.width or 0), max_pixels, what="Video frame")
         self.rate = _rate(vs)
         # the packets themselves are kept (decode order): a clip decodes from them, so the
         # file is demuxed once, and their key-frame flags say where decoding may start
@@ -200,7 +193,7 @@ def decode_frames(data, indices, /, *, max_pixels=None) -> dict:
             stream header before anything is decoded), or frames missing (a truncated or
             corrupt file).
     """
-    limit = _max_pixels(max_pixels)
+    limit = pixel_limit(max_pixels)
     container = _open(data)
     try:
         return _frames(_Timeline(container, max_pixels=limit), indices, limit)
@@ -220,7 +213,7 @@ def decode_clips(data, frames_per_clip, stride, /, *, rng=None, sampling="random
             corrupt file).
         ValueError: bad clip arguments.
     """
-    limit = _max_pixels(max_pixels)
+    limit = pixel_limit(max_pixels)
     container = _open(data)
     try:
         timeline = _Timeline(container, max_pixels=limit)
@@ -270,7 +263,8 @@ def _frames(timeline, indices, limit):
             if t not in wanted:
                 continue
             idx = timeline.index[t]
-            _check_size(frame.width, frame.height, limit)  # a size change mid-stream
+            # a size change mid-stream
+            check_pixels(frame.height, frame.width, limit, what="Video frame")
             # a view of the converted frame's pixels (PyAV pads rows only when it must)
             got[idx] = rgb.reformat(frame, format="rgb24", threads=1).to_ndarray()
             if len(got) == len(present):
