@@ -88,6 +88,8 @@ def test_wheel_has_exactly_the_extensions_and_is_stripped(wheel):
                        "_mask", "_fused"}, sorted(modules)
     assert len(sos) == len(modules) and max(sizes[n] for n in sos) < 3_000_000  # no debug info
     assert any(n.endswith("LICENSE") for n in names)
+    # PEP 561: typed, with the extensions' stubs
+    assert "turboloader/py.typed" in names and "turboloader/_native/_fused.pyi" in names
 
 
 def test_wheel_runs_in_a_fresh_venv_without_build_tools(wheel, tmp_path):

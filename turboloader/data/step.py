@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -47,14 +47,16 @@ class SampleDecoder(Protocol):
       transform with the sample's generator.
     """
 
-    transform: object
-    plan: object
-    cache: object
+    transform: Any
+    plan: Any   # a turboloader.transforms.Plan, or None
+    cache: Any  # a turboloader.data.cache.SampleCache, or None
 
-    def transform_source(self, source, *, rng, source_size=None, counters=None, out=None):
+    def transform_source(self, source: Any, *, rng: Any,
+                         source_size: tuple[int, int] | None = None,
+                         counters: dict[str, float] | None = None, out: Any = None) -> Any:
         ...
 
-    def transform_image(self, img, rng):
+    def transform_image(self, img: Any, rng: Any) -> Any:
         ...
 
 

@@ -41,6 +41,7 @@ time. Scratch memory is per runner thread and grows to the largest sample seen.
 
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -112,8 +113,18 @@ class SlotSpec:
 
     __slots__ = ("box", "clip", "out", "flip", "ops", "factors", "n_ops", "generic", "counter",
                  "geometry")
+    box: np.ndarray
+    clip: np.ndarray
+    out: np.ndarray
+    flip: np.ndarray
+    ops: np.ndarray
+    factors: np.ndarray
+    n_ops: np.ndarray
+    generic: np.ndarray
+    counter: np.ndarray | None
+    geometry: Any
 
-    def __init__(self, n):
+    def __init__(self, n: int) -> None:
         self.generic = np.zeros(n, bool)
         self.flip = np.zeros(n, bool)
         self.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)

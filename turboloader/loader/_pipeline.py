@@ -163,7 +163,7 @@ class Pipeline:
     """The threads of one pass and the queues between them; subclasses add the decode
     layout (``_start``)."""
 
-    collate_threads = 1  # or where the ordering runs, when it has no thread of its own
+    collate_threads: int | str = 1  # or where the ordering runs, when it has no thread of its own
 
     def __init__(self, loader, epoch):
         self.loader = loader
