@@ -16,8 +16,7 @@ import torch
 from turboloader.loader._pipeline import dataset_plan
 from turboloader.loader.protocol import accepts_out, has_worker_streams, yields_batches
 from turboloader.decode.device_executor import DeviceDecode
-from turboloader.transforms._colour import ColorJitter
-from turboloader.transforms._containers import Compose, RandomApply, RandomChoice, RandomOrder
+from turboloader.transforms import ColorJitter, Compose, RandomApply, RandomChoice, RandomOrder
 
 __all__ = ["DevicePool", "check_plan", "resolve"]
 
