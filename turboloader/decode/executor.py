@@ -55,6 +55,7 @@ from turboloader.errors import DecodeError
 
 __all__ = [
     "ARRAY",
+    "MAX_COLOUR_OPS",
     "FAILED",
     "GENERIC",
     "JPEG",

@@ -75,7 +75,7 @@ import numpy as np
 import torch
 
 from turboloader.decode import executor as _executor
-from turboloader.decode.executor import open_jpeg, out_view, resample_into_slot
+from turboloader.decode.executor import MAX_COLOUR_OPS, open_jpeg, out_view, resample_into_slot
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, decode_jpeg
 from turboloader.transforms import _batch
 from turboloader.transforms._batch import Fused, draw
@@ -96,8 +96,9 @@ __all__ = ["Plan", "explain", "plan"]
 _PACKAGE = __name__.rpartition(".")[0]  # turboloader.transforms (not imported: it imports us)
 _CLASS_MODULES = (_geometry, _colour, _auto_augment, _mixing, _containers, _conversion)
 
-# the native kernel's MAX_OPS: colour operations one fused call can run
-_MAX_OPS = 8
+# the native kernel's MAX_OPS: colour operations one fused call can run (the executor's
+# SlotSpec holds that many per row)
+_MAX_OPS = MAX_COLOUR_OPS
 
 
 def _flatten(transform):
