@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)   # its subprocess may take 600 s
 def test_bench_seekable_runs(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_seekable.py"),
                         "--n", "8", "--repeat", "1", "--batch", "4", "--short-sides", "128",

@@ -15,7 +15,8 @@ pytest.importorskip("skimage")
 
 import run  # noqa: E402  (benchmarks/run.py)
 
-pytestmark = pytest.mark.slow
+# the module's fixture runs benchmarks/run.py --quick (every system, a chart) in the first test
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _rows(md, section):

@@ -112,6 +112,7 @@ sys.exit(main(sys.argv[3:]))
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)   # sphinx-build of the manual (its subprocess may take 900 s)
 def test_sphinx_build_has_no_warnings(tmp_path):
     pytest.importorskip("sphinx")
     pytest.importorskip("myst_parser")

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200),   # the script's runs: 900 s each
               pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")]
 
 

@@ -157,7 +157,7 @@ class MissingDependencyError(TurboLoaderError, ImportError):
     ``pip install 'torch-turboloader[extra]'`` that adds it."""
 
 
-def require(module: str, *, extra: str, feature: str, package: str = None):
+def require(module: str, *, extra: str, feature: str, package: str | None = None):
     """Import ``module`` or raise :class:`MissingDependencyError` with the install hint."""
     import importlib
 

@@ -15,7 +15,7 @@ try:
     from lightning.pytorch import LightningDataModule
 except ImportError:  # the older package name, same class
     try:
-        from pytorch_lightning import LightningDataModule
+        from pytorch_lightning import LightningDataModule  # type: ignore[assignment]
     except ImportError:
         from turboloader.errors import DISTRIBUTION, MissingDependencyError
 

@@ -11,7 +11,8 @@ import pytest
 
 from helpers import subprocess_env
 
-pytestmark = pytest.mark.slow  # every check runs in a subprocess
+# every check runs in a subprocess (up to 110 s each on the shared machine under load)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 PRELUDE = f"""
 import os, sys, torch

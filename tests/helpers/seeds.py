@@ -13,8 +13,10 @@ SEED_NAMES = ["TransformConfig", "ResizeMethod", "Pipeline", "Compose", "Resize"
               "ToTensor", "TensorFormat", "HighPerformanceDataset", "create_dataloader"]
 
 
-def tiny_model(classes=1000):
-    """Any input size: stride-4 conv, global pooling, a linear layer."""
+def tiny_model(classes=1000, *, num_classes=None):
+    """Any input size: stride-4 conv, global pooling, a linear layer (``num_classes``: as
+    torchvision's models name it, for examples that build one)."""
+    classes = classes if num_classes is None else num_classes
     return nn.Sequential(nn.Conv2d(3, 4, 3, stride=4), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                          nn.Linear(4, classes))
 

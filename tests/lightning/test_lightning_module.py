@@ -84,6 +84,7 @@ def test_no_val(shards):
 
 
 @pytest.mark.distributed
+@pytest.mark.timeout(900)   # two ranks started by Lightning: 214 s on the shared machine under load
 @pytest.mark.parametrize("strategy", ["ddp"])
 def test_ddp_two_ranks_see_disjoint_data(shards, tmp_path, strategy):
     env = subprocess_env(OMP_NUM_THREADS="1")

@@ -163,7 +163,7 @@ def test_device_rows_are_torchvision_cuda_kernels_on_nvjpegs_pixels(photos):
     keys = sample_keys(5, 0, range(8))
     params = plan.prepare_batch(photos[:8], keys)
     out = torch.empty((8, 3, 64, 64), device="cuda")
-    r = DeviceDecode("cuda").run_batch(plan, photos[:8], params, out)
+    r = plan.run_batch(photos[:8], params, out, executor=DeviceDecode("cuda"))
     assert (r.status == OK).all()
     scale, bias = (torch.tensor(v, device="cuda").view(3, 1, 1) for v in plan._fused.affine)
     for i, src in enumerate(photos[:8]):
@@ -195,7 +195,7 @@ def test_fallbacks_on_the_gpu(photos):
     cpu = torch.zeros((len(srcs), 3, 64, 64))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r_dev = ex.run_batch(plan, srcs, params, dev)
+        r_dev = plan.run_batch(srcs, params, dev, executor=ex)
         r_cpu = plan.run_batch(srcs, params, cpu)
     assert r_dev.status.tolist() == r_cpu.status.tolist()
     assert r_dev.status.tolist()[4] == FAILED and isinstance(r_dev.errors[4], DecodeError)

@@ -167,6 +167,7 @@ def test_tar_batched_is_intact(want, kind, how, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)   # fresh worker interpreters: up to 165 s on the shared machine under load
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
 @pytest.mark.parametrize("collate", ["default", "view"])
 def test_start_methods_keep_batches_intact(want, kind, context, collate, tmp_path):

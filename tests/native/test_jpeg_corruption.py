@@ -2,17 +2,14 @@
 pathological-progressive input. Each case must end in a DecodeError, or (for recoverable
 corruption, without strict=True) an RGB array plus a DecodeWarning -- never a crash.
 
-The cases run in a subprocess so that a crash (a signal: negative return code) fails the
-test instead of killing pytest.
+The cases run in one child interpreter for the module (:class:`helpers.isolated.Interpreter`)
+so that a crash (a signal: negative return code) fails its test instead of killing pytest,
+and the next case gets a new child.
 """
 
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
+import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from helpers.isolated import Interpreter
 
 PRELUDE = '''
 import io, struct, warnings
@@ -59,30 +56,35 @@ def outcome(data, **kw):
 '''
 
 
-def run_isolated(body, timeout=300):
-    """Run PRELUDE + body in a fresh interpreter; return its stdout. A non-zero exit code
-    fails: 1 is a failed assertion or an unexpected exception, negative is a crash."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
-    )
-    assert proc.returncode == 0, (
-        f"subprocess exited with {proc.returncode} (negative: killed by a signal, i.e. a "
-        f"crash)\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    )
-    return proc.stdout
+@pytest.fixture(scope="module")
+def interpreter():
+    with Interpreter(PRELUDE) as it:
+        yield it
 
 
-def test_harness_detects_a_crash():
-    # The suite relies on a crash showing up as a negative return code.
-    proc = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.string_at(0)"],
-                          capture_output=True)
-    assert proc.returncode < 0
+@pytest.fixture
+def run_isolated(interpreter):
+    """Run ``body`` in the module's child interpreter over PRELUDE; return its stdout. A
+    failed assertion or an unexpected exception fails with the child's traceback, a crash
+    with its negative exit code."""
+    return interpreter.run
 
 
-def test_truncated_files_always_raise():
+def test_harness_detects_a_crash_and_goes_on(interpreter):
+    # The suite relies on a crash failing its case (the exit code says a signal), and on the
+    # next case running in a new child
+    starts = interpreter.starts
+    with pytest.raises(AssertionError, match=r"exited with -\d+ .*killed by a signal"):
+        interpreter.run("import ctypes; ctypes.string_at(0)")
+    assert interpreter.run("print(len(VARIANTS))") == "5\n"
+    assert interpreter.starts == max(starts, 1) + 1
+    # and a failed assertion in a case is the case's failure, with the child's traceback
+    with pytest.raises(AssertionError, match="ZeroDivisionError"):
+        interpreter.run("1 / 0")
+    assert interpreter.run("print(decode_jpeg(VARIANTS['gray']).shape)") == "(120, 160, 3)\n"
+
+
+def test_truncated_files_always_raise(run_isolated):
     # Every cut point of every variant, header or data, baseline or progressive: libjpeg
     # would fill the missing part with grey and succeed; turboloader must raise.
     out = run_isolated('''
@@ -102,7 +104,7 @@ def test_truncated_files_always_raise():
     assert int(out) > 2000
 
 
-def test_truncation_raises_wherever_the_crop_lies():
+def test_truncation_raises_wherever_the_crop_lies(run_isolated):
     run_isolated('''
         for name, data in VARIANTS.items():
             full = decode_jpeg(data)
@@ -115,7 +117,7 @@ def test_truncation_raises_wherever_the_crop_lies():
     ''')
 
 
-def test_bit_flips_raise_or_warn_and_strict_raises_on_every_warning():
+def test_bit_flips_raise_or_warn_and_strict_raises_on_every_warning(run_isolated):
     out = run_isolated('''
         from collections import Counter
         counts = Counter()
@@ -148,7 +150,7 @@ def test_bit_flips_raise_or_warn_and_strict_raises_on_every_warning():
     assert warned > 50 and error > 20 and ok > 0, (ok, warned, error)
 
 
-def test_zero_length_input():
+def test_zero_length_input(run_isolated):
     run_isolated('''
         for empty in (b"", bytearray(), memoryview(b""), np.empty(0, np.uint8),
                       memoryview(b"abc")[3:]):
@@ -163,7 +165,7 @@ def test_zero_length_input():
     ''')
 
 
-def test_random_bytes():
+def test_random_bytes(run_isolated):
     run_isolated('''
         for seed in range(200):
             rng = np.random.default_rng(seed)
@@ -181,7 +183,7 @@ def test_random_bytes():
     ''')
 
 
-def test_huge_claimed_dimensions_are_refused_before_allocating():
+def test_huge_claimed_dimensions_are_refused_before_allocating(run_isolated):
     run_isolated('''
         from turboloader._native import _jpeg
         from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
@@ -211,7 +213,7 @@ def test_huge_claimed_dimensions_are_refused_before_allocating():
     ''')
 
 
-def test_zero_dimension_in_header():
+def test_zero_dimension_in_header(run_isolated):
     run_isolated('''
         data = VARIANTS["baseline420"]
         sof = data.find(b"\\xff\\xc0")
@@ -223,7 +225,7 @@ def test_zero_dimension_in_header():
     ''')
 
 
-def test_pathological_number_of_scans_is_refused():
+def test_pathological_number_of_scans_is_refused(run_isolated):
     run_isolated('''
         data = encode(progressive=True, h=32, w=32)
 

@@ -29,6 +29,7 @@ def test_version_and_python_m():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)   # the sdist build (300 s) and an import check (120 s)
 def test_sdist_builds_without_toolchain_or_headers(tmp_path):
     env = dict(os.environ, CC=str(tmp_path / "no-cc"), TURBOLOADER_JPEG_ROOT=str(tmp_path / "x"),
                PATH=os.path.dirname(sys.executable))
@@ -41,6 +42,8 @@ def test_sdist_builds_without_toolchain_or_headers(tmp_path):
     assert "LICENSE" in names and "README.md" in names and "docs/tbl-format.md" in names
     assert "turboloader/_native/jpeg_shim.c" in names and "turboloader/_native/_jpeg.pyx" in names
     assert "turboloader/_native/jpeg_huffman.c" in names   # the own Huffman decoder builds too
+    # PEP 561: the package says it is typed, and the extensions' stubs come with it
+    assert "turboloader/py.typed" in names and "turboloader/_native/_fused.pyi" in names
     assert not any(n.startswith(("tests/", "benchmarks/")) or n.endswith(".so") for n in names)
     assert not any(n.startswith("turboloader/_native/_") and n.endswith(".c") for n in names)
 

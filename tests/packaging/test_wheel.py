@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
+    # building libjpeg-turbo and the wheel (its subprocess may take 900 s), then a fresh venv
+    pytest.mark.timeout(1800),
     pytest.mark.skipif(platform.machine() != "x86_64", reason="the script builds x86_64 wheels"),
 ]
 # what a manylinux2014 extension may link against (PEP 599's allowlist, the part we could use)
@@ -86,6 +88,8 @@ def test_wheel_has_exactly_the_extensions_and_is_stripped(wheel):
                        "_mask", "_fused"}, sorted(modules)
     assert len(sos) == len(modules) and max(sizes[n] for n in sos) < 3_000_000  # no debug info
     assert any(n.endswith("LICENSE") for n in names)
+    # PEP 561: typed, with the extensions' stubs
+    assert "turboloader/py.typed" in names and "turboloader/_native/_fused.pyi" in names
 
 
 def test_wheel_runs_in_a_fresh_venv_without_build_tools(wheel, tmp_path):

@@ -13,7 +13,8 @@ import pytest
 from helpers import subprocess_env
 from helpers.shards import write_shards
 
-pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+# two torchrun launches of up to 240 s each, and their clean-up
+pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(900)]
 
 SIZES = [7, 3, 11, 5, 9]  # 35 samples: 4 ranks x 9, one padding repeat
 N = sum(SIZES)

@@ -1,6 +1,6 @@
 """decode="gpu" without a GPU: the plan that decides what goes to nvJPEG, the batching of the
 byte lists, the per-file retry, the argument checks and the CPU fallbacks of
-:class:`~turboloader.transforms._device.DeviceDecode`, run whole with a CPU stand-in for the
+:class:`~turboloader.decode.device_executor.DeviceDecode`, run whole with a CPU stand-in for the
 device decoder (``torchvision.io.decode_jpeg`` on the CPU).
 
 Oracles: Pillow-made files of known kinds; torchvision v2's ``resized_crop`` / ``resize`` on the
@@ -24,7 +24,8 @@ from turboloader.decode._device import as_tensors, decode_on_device, groups, rou
 from turboloader.errors import DeviceUnavailableError
 from turboloader.tools.synthetic import synthetic_jpegs
 from turboloader.decode.executor import FAILED, GENERIC, OK
-from turboloader.transforms._device import DeviceDecode
+from turboloader.decode.device_executor import DeviceDecode
+from turboloader.loader._device import check_plan
 from turboloader.transforms._random import SampleRandom, sample_keys
 
 from helpers.images import pixels
@@ -88,7 +89,7 @@ def _run(tf, sources, *, executor=None, dct_scaling=True, out_dtype=None):
     if executor is None:
         result = plan.run_batch(sources, params, out)
     else:
-        result = executor.run_batch(plan, sources, params, out)
+        result = plan.run_batch(sources, params, out, executor=executor)
     return plan, keys, out, result
 
 
@@ -193,15 +194,14 @@ def test_bad_arguments():
 
 
 def test_check_plan_refuses_what_has_no_device_kernel():
-    ex = DeviceDecode("cpu", decoder=standin)
     with pytest.raises(ValueError, match="fuses"):
-        ex.check_plan(None)
+        check_plan(None)
     with pytest.raises(ValueError, match="one output size"):
-        ex.check_plan(T.plan(T.Compose([T.Resize(64), T.ToTensor()])))
+        check_plan(T.plan(T.Compose([T.Resize(64), T.ToTensor()])))
     with pytest.raises(ValueError, match="ColorJitter"):
-        ex.check_plan(T.plan(T.Compose([T.RandomResizedCrop(32), T.RandomApply(
+        check_plan(T.plan(T.Compose([T.RandomResizedCrop(32), T.RandomApply(
             [T.ColorJitter(0.3)], p=0.5), T.ToTensor()])))
-    ex.check_plan(T.plan(T.Compose(PIPELINES["train"])))
+    check_plan(T.plan(T.Compose(PIPELINES["train"])))
 
 
 def test_bad_out_and_rows_raise(jpegs):
@@ -209,20 +209,22 @@ def test_bad_out_and_rows_raise(jpegs):
     plan = T.plan(T.Compose(PIPELINES["train"]))
     params = plan.prepare_batch(jpegs[:2], sample_keys(0, 0, range(2)))
     with pytest.raises(TypeError):
-        ex.run_batch(plan, jpegs[:2], params, np.zeros((2, 3, 64, 64), np.float32))
+        plan.run_batch(jpegs[:2], params, np.zeros((2, 3, 64, 64), np.float32), executor=ex)
     with pytest.raises(TypeError):
-        ex.run_batch(plan, jpegs[:2], params, torch.zeros((2, 3, 64, 64), dtype=torch.uint8))
+        plan.run_batch(jpegs[:2], params, torch.zeros((2, 3, 64, 64), dtype=torch.uint8),
+                       executor=ex)
     with pytest.raises(ValueError, match="shape"):
-        ex.run_batch(plan, jpegs[:2], params, torch.zeros((2, 3, 32, 64)))
+        plan.run_batch(jpegs[:2], params, torch.zeros((2, 3, 32, 64)), executor=ex)
     with pytest.raises(ValueError, match="rows"):
-        ex.run_batch(plan, jpegs[:2], params, torch.zeros((2, 3, 64, 64)), rows=[1, 1])
+        plan.run_batch(jpegs[:2], params, torch.zeros((2, 3, 64, 64)), rows=[1, 1], executor=ex)
     with pytest.raises(ValueError):
-        ex.run_batch(plan, jpegs[:1], params, torch.zeros((2, 3, 64, 64)))
+        plan.run_batch(jpegs[:1], params, torch.zeros((2, 3, 64, 64)), executor=ex)
     with pytest.raises(TypeError):
-        ex.run_batch(plan, jpegs[:2], "params", torch.zeros((2, 3, 64, 64)))
+        plan.run_batch(jpegs[:2], "params", torch.zeros((2, 3, 64, 64)), executor=ex)
     if torch.cuda.is_available():   # a CPU executor refuses a batch on another device
         with pytest.raises(ValueError, match="must be on"):
-            ex.run_batch(plan, jpegs[:2], params, torch.zeros((2, 3, 64, 64), device="cuda"))
+            plan.run_batch(jpegs[:2], params, torch.zeros((2, 3, 64, 64), device="cuda"),
+                           executor=ex)
 
 
 # -- the rows ---------------------------------------------------------------------------------
@@ -378,9 +380,107 @@ def test_rows_arrays_generic_and_small_calls(jpegs):
     rows = np.array([4, 0, 2, 1, 3])
     ex = DeviceDecode("cpu", decoder=standin, max_call_files=1)
     out = torch.zeros((5, 3, 100, 100), dtype=torch.uint8)
-    r = ex.run_batch(plan, srcs, params, out, rows=rows)
+    r = plan.run_batch(srcs, params, out, rows=rows, executor=ex)
     ref = torch.zeros_like(out)
     r_cpu = plan.run_batch(srcs, params, ref, rows=rows)
     assert r.status.tolist() == r_cpu.status.tolist() == [OK, GENERIC, OK, OK, OK]
     assert torch.equal(out, ref)   # crop-only rows: the same pixels on both decoders
     assert ex.stats()["device_calls"] == 3 and ex.stats()["cpu_reasons"] == {"decoded array": 1}
+
+
+# -- one executor contract ----------------------------------------------------------------------
+
+
+def test_the_device_executor_has_the_cpu_executors_run_batch_signature():
+    # one contract: a DeviceDecode is called exactly as decode.executor.run_batch is, so the
+    # stream's batch call (Plan.run_batch(..., executor=...)) does not know which it holds
+    import inspect
+
+    from turboloader.decode import executor
+
+    cpu = inspect.signature(executor.run_batch)
+    dev = inspect.signature(DeviceDecode.run_batch)
+    assert list(dev.parameters)[0] == "self"
+    assert [(p.name, p.kind, p.default) for p in list(dev.parameters.values())[1:]] == \
+        [(p.name, p.kind, p.default) for p in cpu.parameters.values()]
+
+
+def test_over_the_pixel_limit_fails_as_on_the_cpu_without_a_check_of_its_own(jpegs):
+    # max_pixels is read_sizes' rule (prepare_batch): the device executor leaves those rows
+    # FAILED with the same error, and decodes nothing for them
+    plan = T.plan(T.Compose(PIPELINES["train"]))
+    srcs = jpegs[:4]
+    areas = sorted({w * h for w, h in (Image.open(io.BytesIO(s)).size for s in srcs)})
+    limit = areas[len(areas) // 2] - 1   # the larger half is over it
+    params = plan.prepare_batch(srcs, sample_keys(0, 0, range(4)), max_pixels=limit)
+    ex = DeviceDecode("cpu", decoder=standin)
+    out = torch.zeros((4, *plan.output_shape))
+    r = plan.run_batch(srcs, params, out, executor=ex)
+    ref = plan.run_batch(srcs, params, torch.zeros_like(out))
+    assert r.status.tolist() == ref.status.tolist()
+    assert FAILED in r.status.tolist() and OK in r.status.tolist()
+    for a, b in zip(r.errors, ref.errors):
+        assert (a is None) == (b is None) and str(a) == str(b)
+    assert ex.stats()["device"] == r.status.tolist().count(OK)
+
+
+@pytest.mark.parametrize("tf", [
+    [T.Resize(72), T.CenterCrop(64), T.ToImage()],          # resize, then a crop
+    [T.Resize((80, 70)), T.RandomCrop(64), T.ToImage()],
+    [T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ToImage()],   # crop, then resize
+    [T.CenterCrop(64), T.ToImage()],                          # a crop alone
+], ids=["resize-centercrop", "resize-randomcrop", "rrc-flip", "crop"])
+def test_device_rows_follow_params_geometry(jpegs, tf):
+    # the device's crop and resize are the drawn geometry's (BatchParams.geometry, which masks
+    # and boxes follow too): torchvision's resize / crop of the decoded image on those axes
+    plan = T.plan(T.Compose(tf))
+    srcs = jpegs[:4]
+    params = plan.prepare_batch(srcs, sample_keys(5, 2, range(4)))
+    out = torch.zeros((4, *plan.output_shape), dtype=plan.output_dtype)
+    r = plan.run_batch(srcs, params, out, executor=DeviceDecode("cpu", decoder=standin))
+    assert r.status.tolist() == [OK] * 4
+    g = params.geometry
+    for i, src in enumerate(srcs):
+        img = decode_jpeg(torch.frombuffer(bytearray(src), dtype=torch.uint8),
+                          mode=ImageReadMode.RGB)
+        (y0, ty, h, rh), (x0, tx, w, rw) = g.axes[i].tolist()
+        oh, ow = plan.output_shape[1:]
+        if g.crop_first:
+            want = img[:, y0:y0 + h, x0:x0 + w]
+            if (h, w) != (rh, rw):
+                want = F.resize(want, [rh, rw], antialias=True)
+        else:
+            want = img if (rh, rw) == (h, w) else F.resize(img, [rh, rw], antialias=True)
+            want = want[:, ty:ty + oh, tx:tx + ow]
+        if params.flip[i]:
+            want = want.flip(-1)
+        assert torch.equal(out[i], want), i
+
+
+def test_the_stream_holds_its_executor(tmp_path):
+    # no thread-local in transforms: the stream leased inside reading_as(..., executor=)
+    # holds the executor, and the sample step runs its batch calls on it
+    import turboloader.decode.device_executor as dev_module
+    from helpers.shards import write_shards
+    from turboloader.data import TarDataset
+    from turboloader.data.reader import reading_as
+
+    assert not hasattr(dev_module, "current_device_decode")
+    ex = DeviceDecode("cpu", decoder=standin)
+    ds = TarDataset(write_shards(tmp_path, [6]), transform=T.Compose(
+        [T.Resize(40), T.CenterCrop(32), T.ToImage()]))
+    ds.set_epoch(0)
+    with reading_as("rank0-thread0", executor=ex):
+        st = ds._lease()
+        try:
+            assert st.executor is ex
+        finally:
+            ds._release(st)
+        batches = list(ds.worker_stream(0, 1, batch_size=3,
+                                        out=lambda shape, dtype: torch.empty(shape, dtype=dtype)))
+    assert sum(len(b[1]) for b in batches) == 6
+    assert ex.stats()["device"] + ex.stats()["cpu"] == 6
+    with reading_as("rank0-thread0"):
+        st = ds._lease()
+        assert st.executor is None   # the next lease, on the CPU
+        ds._release(st)

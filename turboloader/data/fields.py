@@ -627,9 +627,9 @@ class Fields:
         from turboloader.decode._mask import png_mask_header, png_masks_nearest
         from turboloader.transforms._annotations import boxes_batch, nearest_maps
 
-        from turboloader.decode.jpeg import _max_pixels
+        from turboloader.decode.sizes import over_pixel_limit, pixel_limit
 
-        limit = _max_pixels(max_pixels)   # 0: no limit
+        limit = pixel_limit(max_pixels)   # 0: no limit
         geometry = params.geometry
         if geometry is None or not len(rows):
             return set()
@@ -647,7 +647,7 @@ class Fields:
                 if v.format is not None:
                     continue
                 head = png_mask_header(v.data)
-                if head is None or (limit and head.height * head.width > limit):
+                if head is None or over_pixel_limit(head.height, head.width, limit):
                     break
                 if (head.height, head.width) != hw:   # annotate's message
                     errors[i] = SampleError(f"{v.where}: a mask of size "

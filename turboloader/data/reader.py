@@ -76,14 +76,17 @@ _LOCK = threading.Lock()  # guards every dataset's _states (module level: pickla
 
 
 @contextmanager
-def reading_as(name: str):
-    """Samples read by this thread inside the block belong to the stream ``name``."""
-    prev = getattr(_local, "name", None)
-    _local.name = name
+def reading_as(name: str, *, executor=None):
+    """Samples read by this thread inside the block belong to the stream ``name``, whose
+    batch calls run on ``executor`` (None: the CPU's; a
+    :class:`~turboloader.decode.device_executor.DeviceDecode` for ``decode="gpu"``): the
+    stream leased for the block holds it as ``StreamReader.executor``."""
+    prev = getattr(_local, "name", None), getattr(_local, "executor", None)
+    _local.name, _local.executor = name, executor
     try:
         yield
     finally:
-        _local.name = prev
+        _local.name, _local.executor = prev
 
 
 def stream_name(default=None) -> str:
@@ -146,6 +149,9 @@ class StreamReader:
         self.seed = dataset.seed
         self.max_pixels = dataset.max_pixels
         self.decoder = dataset._decoder()  # a SampleDecoder (turboloader.data.step)
+        # what runs the batch calls (set by each lease, see reading_as): None, the CPU's
+        # executor; a DeviceDecode with DataLoader(decode="gpu")
+        self.executor = None
         plan = self.decoder.plan
         # the batch path needs one output shape for all rows; otherwise every row runs the
         # per-sample path (which still fuses JPEG decoding and the transform)
@@ -336,6 +342,8 @@ class ReaderMixin(EpochMixin):
                     st = states[key] = self._new_reader(key)
                 if not st.leased:
                     st.leased = True
+                    # the batch calls' executor: the one the stream's context names
+                    st.executor = getattr(_local, "executor", None)
                     return st
                 k += 1
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -25,7 +25,6 @@ import torch
 from turboloader.data.cache import is_jpeg
 from turboloader.decode.executor import GENERIC, OK
 from turboloader.errors import DecodeWarning, TurboLoaderError
-from turboloader.transforms._device import current_device_decode
 from turboloader.transforms._random import sample_key, sample_keys, sample_rng
 
 __all__ = ["SampleDecoder", "fill_row", "run"]
@@ -48,14 +47,16 @@ class SampleDecoder(Protocol):
       transform with the sample's generator.
     """
 
-    transform: object
-    plan: object
-    cache: object
+    transform: Any
+    plan: Any   # a turboloader.transforms.Plan, or None
+    cache: Any  # a turboloader.data.cache.SampleCache, or None
 
-    def transform_source(self, source, *, rng, source_size=None, counters=None, out=None):
+    def transform_source(self, source: Any, *, rng: Any,
+                         source_size: tuple[int, int] | None = None,
+                         counters: dict[str, float] | None = None, out: Any = None) -> Any:
         ...
 
-    def transform_image(self, img, rng):
+    def transform_image(self, img: Any, rng: Any) -> Any:
         ...
 
 
@@ -100,12 +101,8 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
         params = plan.prepare_batch(srcs, _keys(st, chunk, fused),
                                     source_sizes=_source_sizes(sizes, fused),
                                     max_pixels=st.max_pixels)
-        device = current_device_decode()   # DataLoader(decode="gpu")'s decode threads
-        if device is not None:
-            result = device.run_batch(plan, srcs, params, out, rows=rows,
-                                      max_pixels=st.max_pixels)
-        else:
-            result = plan.run_batch(srcs, params, out, rows=rows)
+        # the stream's executor: the CPU's, or DataLoader(decode="gpu")'s DeviceDecode
+        result = plan.run_batch(srcs, params, out, rows=rows, executor=st.executor)
         native = result.nogil_seconds
         status = result.status
         if st.joint is not None:

@@ -151,7 +151,7 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         >>> ds.stats()["workers"]
     """
 
-    _image_exts = None  # the member extensions of a sample's "image" (None: image files)
+    _image_exts: tuple[str, ...] | None = None  # the member extensions of a sample's "image" (None: image files)
 
     def __init__(self, urls, transform=None, target_transform=None, *, shuffle=True, seed=0,
                  label_key="label", missing_label=None, rank=None, world_size=None, pad=True,

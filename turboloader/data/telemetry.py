@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 import weakref
+from typing import Any
 
 __all__ = ["COUNTERS", "MIN_FLUSH_PERIOD_S", "Recorder", "Telemetry"]
 
@@ -97,11 +98,11 @@ class Telemetry:
 
     def collect(self, epoch=None) -> dict:
         """Totals and per-process counters, for one epoch or (``None``) all of them."""
-        total = dict.fromkeys(COUNTERS, 0)
+        total: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
         workers, skipped = {}, []
         cache_bytes = 0
         for snap in self.snapshots():
-            counters = dict.fromkeys(COUNTERS, 0)
+            counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
             for e, c in snap["epochs"].items():
                 if epoch is None or int(e) == epoch:
                     for k in COUNTERS:

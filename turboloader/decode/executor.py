@@ -41,26 +41,31 @@ time. Scratch memory is per runner thread and grows to the largest sample seen.
 
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 
 from turboloader._native import _fused, _jpeg
 from turboloader._native._fused import MAX_COLOUR_OPS, BatchRunner
 from turboloader.decode._window import windows
-from turboloader.decode.jpeg import (DEFAULT_MAX_PIXELS, _as_buffer, _flags, _max_pixels, _open,
-                                      _warn)
-from turboloader.decode.sizes import scaled_dims, window_scale_num
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _flags, _open, _warn
+from turboloader.decode.sizes import (over_pixel_limit, pixel_limit, pixels_error, scaled_dims,
+                                      window_scale_num)
 from turboloader.errors import DecodeError
 
 __all__ = [
+    "ARRAY",
+    "MAX_COLOUR_OPS",
     "FAILED",
     "GENERIC",
+    "JPEG",
     "OK",
     "BatchParams",
     "BatchResult",
     "BatchRunner",
     "SlotSpec",
     "SourceSizes",
+    "batch_rows",
     "default_runner",
     "open_jpeg",
     "out_view",
@@ -74,8 +79,9 @@ OK = 0
 GENERIC = 1
 FAILED = 2
 
-_JPEG = 0
-_ARRAY = 1
+# source kinds (BatchParams.kind): a JPEG file, a decoded (H, W, 3) uint8 array
+JPEG = 0
+ARRAY = 1
 
 _local = threading.local()
 
@@ -108,8 +114,18 @@ class SlotSpec:
 
     __slots__ = ("box", "clip", "out", "flip", "ops", "factors", "n_ops", "generic", "counter",
                  "geometry")
+    box: np.ndarray
+    clip: np.ndarray
+    out: np.ndarray
+    flip: np.ndarray
+    ops: np.ndarray
+    factors: np.ndarray
+    n_ops: np.ndarray
+    generic: np.ndarray
+    counter: np.ndarray | None
+    geometry: Any
 
-    def __init__(self, n):
+    def __init__(self, n: int) -> None:
         self.generic = np.zeros(n, bool)
         self.flip = np.zeros(n, bool)
         self.ops = np.zeros((n, MAX_COLOUR_OPS), np.int32)
@@ -234,7 +250,7 @@ def _classify(sources):
                 raise ValueError(f"source {i}: a decoded image must have shape (H, W, 3), got "
                                  f"{src.shape}")
             srcs[i] = _contiguous_rgb(src)
-            kind[i] = _ARRAY
+            kind[i] = ARRAY
             shapes[i] = src.shape[:2]
             any_array = True
         else:
@@ -250,12 +266,6 @@ def open_jpeg(data, /, *, max_pixels=DEFAULT_MAX_PIXELS):
     :class:`~turboloader.decode.JpegHeader` and ``max_pixels`` as an int (0: no limit),
     already checked against the header (:func:`read_sizes`' rule). Raises DecodeError."""
     return _open(data, max_pixels)
-
-
-def _too_large(hw, max_pixels):
-    # decode_jpeg's (and jpeg_shim's) message
-    return DecodeError(f"Image size {hw[1]} x {hw[0]} exceeds the limit of {max_pixels} pixels "
-                       "(max_pixels)")
 
 
 def read_sizes(sources, /, *, source_sizes=None, max_pixels=DEFAULT_MAX_PIXELS):
@@ -278,11 +288,11 @@ def read_sizes(sources, /, *, source_sizes=None, max_pixels=DEFAULT_MAX_PIXELS):
             ``max_pixels`` (bad *data* is a row status).
     """
     n = len(sources)
-    limit = _max_pixels(max_pixels)
+    limit = pixel_limit(max_pixels)
     kind, srcs, shapes, any_array = _classify(sources)
     status = np.zeros(n, np.int32)
     errors = [None] * n
-    is_jpeg = kind == _JPEG
+    is_jpeg = kind == JPEG
     if any_array:
         HW = shapes.copy()
         if source_sizes is not None:
@@ -305,14 +315,14 @@ def read_sizes(sources, /, *, source_sizes=None, max_pixels=DEFAULT_MAX_PIXELS):
         if header_errors.count(None) != n:
             failed = np.array([e is not None for e in header_errors], bool)
         if limit:   # the one max_pixels rule, on the full-resolution header size
-            big = HW[:, 0] * HW[:, 1] > limit
+            big = over_pixel_limit(HW[:, 0], HW[:, 1], limit)
             if any_array:
                 big &= is_jpeg
             failed = big if failed is None else failed | big
         if failed is not None and failed.any():
             for i in np.flatnonzero(failed).tolist():
                 status[i] = FAILED
-                errors[i] = header_errors[i] or _too_large(HW[i], limit)
+                errors[i] = header_errors[i] or pixels_error(HW[i, 0], HW[i, 1], limit)
             HW[failed] = 1   # placeholders: nothing drawn for these rows is used
     s = SourceSizes()
     s.kind, s.sources, s.array_hw, s.hw = kind, srcs, shapes, HW
@@ -352,7 +362,7 @@ def plan_slots(sizes, spec, /, *, filter, dct_scaling=True):
     n = len(sizes.kind)
     status, errors, kind, HW = sizes.status, sizes.errors, sizes.kind, sizes.hw
     status[spec.generic & (status == OK)] = GENERIC
-    is_jpeg = kind == _JPEG
+    is_jpeg = kind == JPEG
     any_array = sizes.any_array
     box, out = spec.box, spec.out
     k, dims, window, inner = _scale_and_windows(box, spec.clip, out, HW,
@@ -435,6 +445,37 @@ def _out_array(out, dtype, shape):
     return view
 
 
+def batch_rows(sources, params, rows, N, /, *, distinct=False):
+    """The argument checks every executor's ``run_batch`` makes (the CPU's here, the device's
+    in :mod:`turboloader.decode.device_executor`): ``params`` from :func:`plan_slots` for
+    ``sources``, and ``rows`` (default ``arange(n)``) of an ``out`` with ``N`` rows.
+    ``distinct``: check the rows' range and distinctness here (the native call checks them
+    itself).
+
+    Returns:
+        ``int64[n]``: the row of ``out`` each source is written to.
+
+    Raises:
+        TypeError / ValueError: ``params`` of another kind or size, bad ``rows``.
+    """
+    if not isinstance(params, BatchParams):
+        raise TypeError(f"params must come from prepare_batch, got {type(params).__name__}")
+    n = params.n
+    if len(sources) != n:
+        raise ValueError(f"params are for {n} sources, got {len(sources)}")
+    if rows is None:
+        if n > N:
+            raise ValueError(f"out has {N} rows for {n} samples")
+        return np.arange(n, dtype=np.int64)
+    rows = np.asarray(rows)
+    if rows.shape != (n,) or rows.dtype.kind not in "iu":
+        raise ValueError(f"rows must be an integer array of shape ({n},)")
+    rows = rows.astype(np.int64, copy=False)
+    if distinct and n and (rows.min() < 0 or rows.max() >= N or len(np.unique(rows)) != n):
+        raise ValueError(f"rows must be distinct rows of out (0..{N - 1})")
+    return rows
+
+
 def run_batch(sources, params, out, /, *, dtype, shape=None, affine=None, rows=None,
               runner=None, strict=False):
     """Step 3: decode and transform a planned batch into ``out`` in one native call without
@@ -461,26 +502,13 @@ def run_batch(sources, params, out, /, *, dtype, shape=None, affine=None, rows=N
         TypeError / ValueError: a bad ``out``, ``rows``, ``runner`` or ``params`` (a bad
             sample is a row status, never an exception).
     """
-    if not isinstance(params, BatchParams):
-        raise TypeError(f"params must come from prepare_batch, got {type(params).__name__}")
-    n = params.n
-    if len(sources) != n:
-        raise ValueError(f"params are for {n} sources, got {len(sources)}")
     if runner is None:
         runner = default_runner()
     elif not isinstance(runner, BatchRunner):
         raise TypeError(f"runner must be a BatchRunner, got {type(runner).__name__}")
     view = _out_array(out, dtype, shape)
-    N = view.shape[0]
-    if rows is None:
-        if n > N:
-            raise ValueError(f"out has {N} rows for {n} samples")
-        rows = np.arange(n, dtype=np.int64)
-    else:   # range and distinctness: checked by the native call (ValueError)
-        rows = np.asarray(rows)
-        if rows.shape != (n,) or rows.dtype.kind not in "iu":
-            raise ValueError(f"rows must be an integer array of shape ({n},)")
-        rows = rows.astype(np.int64, copy=False)
+    # range and distinctness of rows: checked by the native call (ValueError)
+    rows = batch_rows(sources, params, rows, view.shape[0])
     status = params.status.copy()
     errors = list(params.errors)
     todo = status == OK
@@ -494,7 +522,7 @@ def run_batch(sources, params, out, /, *, dtype, shape=None, affine=None, rows=N
     scale, bias = affine if view.dtype == np.float32 and affine is not None else (None, None)
     srcs = list(sources)
     if params.kind.any():
-        for i in np.flatnonzero(todo & (params.kind == _ARRAY)).tolist():
+        for i in np.flatnonzero(todo & (params.kind == ARRAY)).tolist():
             a = srcs[i]
             if isinstance(a, np.ndarray) and a.ndim == 3:
                 srcs[i] = _contiguous_rgb(a)   # as read_sizes did

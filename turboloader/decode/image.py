@@ -16,7 +16,8 @@ import struct
 
 import numpy as np
 
-from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _flags, _max_pixels, decode_jpeg
+from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _flags, decode_jpeg
+from turboloader.decode.sizes import check_pixels, over_pixel_limit, pixel_limit, pixels_error
 from turboloader.decode.sizes import fit_scale_num, scaled_dims, shrunk_size
 from turboloader.errors import DecodeError
 from turboloader.io.codec import Codec, as_codec, detect_codec
@@ -57,14 +58,13 @@ def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS, *, mode="RGB"):
     """
     from PIL import Image
 
-    limit = _max_pixels(max_pixels)
+    limit = pixel_limit(max_pixels)
     too_large = None
     try:
         with Image.open(io.BytesIO(data)) as img:
             w, h = img.size
-            if limit and w * h > limit:
-                too_large = (f"Image size {w} x {h} ({img.format}) exceeds the limit of "
-                             f"{limit} pixels (max_pixels)")
+            if over_pixel_limit(h, w, limit):
+                too_large = pixels_error(h, w, limit, kind=img.format)
             elif mode is None:
                 img.load()
                 return img.copy()   # closing the file would release the loaded pixels
@@ -74,7 +74,7 @@ def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS, *, mode="RGB"):
             Image.DecompressionBombError) as exc:
         # Pillow signals bad data with all of these; ours are never raised from here
         raise DecodeError(f"Pillow cannot decode the image: {type(exc).__name__}: {exc}") from exc
-    raise DecodeError(too_large)
+    raise too_large
 
 
 def decode_image(data, /, *, codec=None, strict=False, max_pixels=DEFAULT_MAX_PIXELS,
@@ -118,10 +118,7 @@ def decode_image(data, /, *, codec=None, strict=False, max_pixels=DEFAULT_MAX_PI
         if size is None:
             raise ValueError("raw pixels need size=(height, width)")
         h, w = (int(v) for v in size)
-        limit = _max_pixels(max_pixels)
-        if limit and w * h > limit:
-            raise DecodeError(f"Image size {w} x {h} (raw) exceeds the limit of {limit} "
-                              "pixels (max_pixels)")
+        check_pixels(h, w, pixel_limit(max_pixels), kind="raw")
         pixels = np.frombuffer(data, np.uint8)
         if pixels.size != h * w * 3:
             raise ValueError(f"raw pixels of {h} x {w} x 3 need {h * w * 3} bytes, got "

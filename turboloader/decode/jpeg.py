@@ -17,7 +17,8 @@ from fractions import Fraction
 import numpy as np
 
 from turboloader._native import _jpeg
-from turboloader.decode.sizes import FAST_K, fit_scale_num, scaled_dims, window_scale_num
+from turboloader.decode.sizes import (FAST_K, check_pixels, fit_scale_num, pixel_limit, scaled_dims,
+                                       window_scale_num)
 from turboloader.errors import DecodeError, DecodeWarning
 
 __all__ = [
@@ -280,16 +281,6 @@ def _check_out(out, h, w):
         )
 
 
-def _max_pixels(max_pixels):
-    """``max_pixels`` as an int, 0 for no limit: one meaning everywhere (None: no limit)."""
-    if max_pixels is None:
-        return 0
-    max_pixels = operator.index(max_pixels)
-    if max_pixels <= 0:
-        raise ValueError(f"max_pixels must be positive or None, got {max_pixels}")
-    return max_pixels
-
-
 def _open(data, max_pixels):
     """``(buffer, header, limit)`` of a JPEG: its bytes as a 1-D view, its header, and
     ``max_pixels`` as an int (0: no limit) already checked against the header.
@@ -298,11 +289,9 @@ def _open(data, max_pixels):
         DecodeError: not a JPEG, or over ``max_pixels``.
     """
     buf = _as_buffer(data)
-    limit = _max_pixels(max_pixels)
+    limit = pixel_limit(max_pixels)
     header = _read_header(buf)
-    if limit and header.width * header.height > limit:
-        raise DecodeError(f"Image size {header.width} x {header.height} exceeds the limit of "
-                          f"{limit} pixels (max_pixels)")
+    check_pixels(header.height, header.width, limit)
     return buf, header, limit
 
 

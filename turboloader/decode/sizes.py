@@ -15,12 +15,61 @@ and the cache are below the transforms), so the transforms import them from here
   is still at least a minimum size (a decode to a size: the cache, ``pick_scale``).
 * :func:`window_scale_num`: the smallest fast k at which a source box, scaled by k/8, is still
   at least the output (a window resampled into a slot: the fused paths).
+* :func:`pixel_limit`, :func:`over_pixel_limit`, :func:`pixels_error`, :func:`check_pixels`:
+  the one ``max_pixels`` rule (``width * height`` over the limit, checked on the header before
+  any pixel is decoded; None: no limit) and its one error text, for every decoder (JPEG, the
+  batch path, Pillow's formats, raw pixels, video frames, masks).
 """
+
+import operator
 
 import numpy as np
 
-__all__ = ["FAST_K", "fit_scale_num", "resized_sizes", "scaled_dims", "shrunk_size", "shrunk_sizes",
+from turboloader.errors import DecodeError
+
+__all__ = ["FAST_K", "check_pixels", "fit_scale_num", "over_pixel_limit", "pixel_limit",
+           "pixels_error", "resized_sizes", "scaled_dims", "shrunk_size", "shrunk_sizes",
            "window_scale_num"]
+
+
+# -- max_pixels: the one rule ---------------------------------------------------------------
+
+def pixel_limit(max_pixels: int | None) -> int:
+    """``max_pixels`` as an int, 0 for no limit: one meaning everywhere (None: no limit).
+
+    Raises:
+        ValueError: not positive. TypeError: not an integer.
+    """
+    if max_pixels is None:
+        return 0
+    max_pixels = operator.index(max_pixels)
+    if max_pixels <= 0:
+        raise ValueError(f"max_pixels must be positive or None, got {max_pixels}")
+    return max_pixels
+
+
+def over_pixel_limit(height, width, limit: int):
+    """Whether a ``height`` x ``width`` image is over ``limit`` pixels (from
+    :func:`pixel_limit`; 0: never): ints give a bool, arrays an array of them."""
+    if not limit:
+        return np.zeros(np.shape(height), bool) if np.ndim(height) else False
+    return height * width > limit
+
+
+def pixels_error(height: int, width: int, limit: int, *, what: str = "Image",
+                 kind: str | None = None) -> DecodeError:
+    """The error of an image over the limit (the one text; ``kind``, e.g. ``"PNG"``, names
+    its format; ``what`` the thing measured, e.g. ``"Video frame"``)."""
+    fmt = f" ({kind})" if kind else ""
+    return DecodeError(f"{what} size {int(width)} x {int(height)}{fmt} exceeds the limit of "
+                       f"{limit} pixels (max_pixels)")
+
+
+def check_pixels(height: int, width: int, limit: int, *, what: str = "Image",
+                 kind: str | None = None) -> None:
+    """Raise :func:`pixels_error` when ``height`` x ``width`` is over ``limit`` (0: none)."""
+    if over_pixel_limit(height, width, limit):
+        raise pixels_error(height, width, limit, what=what, kind=kind)
 
 #: The DCT scale numerators with a SIMD IDCT in libjpeg-turbo, smallest first.
 FAST_K = (1, 2, 4)

@@ -54,7 +54,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from turboloader.decode.jpeg import _max_pixels
+from turboloader.decode.sizes import check_pixels, pixel_limit
 from turboloader.errors import DecodeError, require
 
 __all__ = ["KEEP_PACKETS_BYTES", "TIMELINE_CACHE_FILES", "TIMELINE_CACHE_PACKETS",
@@ -97,16 +97,9 @@ def _rate(vs):
     return rate
 
 
-def _check_size(width, height, limit):
-    """DecodeError when a ``width`` x ``height`` frame is over ``limit`` pixels (0: none)."""
-    if limit and width * height > limit:
-        raise DecodeError(f"Video frame size {width} x {height} exceeds the limit of {limit} "
-                          f"pixels (max_pixels)")
-
-
 def _check_clip(frames, width, height, limit):
     """DecodeError when ``frames`` frames of ``width`` x ``height`` are over ``limit``."""
-    _check_size(width, height, limit)
+    check_pixels(height, width, limit, what="Video frame")
     if limit and frames * width * height > limit:
         raise DecodeError(f"a clip of {frames} frames of {width} x {height} "
                           f"({frames * width * height} pixels) exceeds the limit of {limit} "
@@ -527,7 +520,7 @@ def decode_frames(data, indices, /, *, max_pixels=None) -> dict:
             anything is decoded), frames missing (a truncated or corrupt file), or a file
             whose frames cannot be numbered safely.
     """
-    limit = _max_pixels(max_pixels)
+    limit = pixel_limit(max_pixels)
     video = _Video(data)
     try:
         tl = video.timeline
@@ -549,7 +542,7 @@ def decode_clips(data, frames_per_clip, stride, /, *, rng=None, sampling="random
             whose frames cannot be numbered safely.
         ValueError: bad clip arguments.
     """
-    limit = _max_pixels(max_pixels)
+    limit = pixel_limit(max_pixels)
     video = _Video(data)
     try:
         tl = video.timeline
@@ -642,7 +635,8 @@ def _take(tl, frame, seen, wanted, got, rgb, width, height, limit) -> int:
             f"the decoder outputs frame {i} after frame {seen}: the video's timestamps do "
             f"not give its frames' order, so its frames cannot be numbered safely")
     if j in wanted:
-        _check_size(frame.width, frame.height, limit)  # a size change mid-stream
+        # a size change mid-stream
+        check_pixels(frame.height, frame.width, limit, what="Video frame")
         if frame.width != width or frame.height != height:  # scaled to the stream's size
             out = rgb.reformat(frame, format="rgb24", width=width, height=height, threads=1)
         else:

@@ -29,7 +29,7 @@ import os
 import tarfile
 import zlib
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -292,7 +292,7 @@ class Shard(Protocol):
 
     random_access: bool
 
-    def use_image_extensions(self, exts, /) -> None:
+    def use_image_extensions(self, exts: Sequence[str], /) -> None:
         ...
 
     def sample(self, j: int, /) -> SampleRecord:
@@ -320,19 +320,19 @@ class IndexedShard(Shard, Protocol):
     def key(self, j: int, /) -> str:
         ...
 
-    def where(self, j: int, /) -> tuple:
+    def where(self, j: int, /) -> tuple[str, str, int]:
         ...
 
     def image_size(self, j: int, /) -> int:
         ...
 
-    def read_image_into(self, j: int, out, /) -> int:
+    def read_image_into(self, j: int, out: Any, /) -> int:
         ...
 
-    def members(self, j: int, exts, /) -> dict:
+    def members(self, j: int, exts: Sequence[str], /) -> dict[str, bytes]:
         ...
 
-    def labels(self, label_key, /) -> tuple:
+    def labels(self, label_key: str | None, /) -> tuple[list, dict[int, Exception]]:
         ...
 
 

@@ -66,7 +66,7 @@ checks, device batch tensors; :class:`DeviceDecode` runs the batches).
 
 from turboloader.loader._dataloader import DataLoader, profile
 from turboloader.loader.stats import STAGES, format_stats
-from turboloader.transforms._device import DeviceDecode
+from turboloader.decode.device_executor import DeviceDecode
 
 __all__ = [
     "DataLoader",

@@ -1,8 +1,9 @@
 """``turboloader.DataLoader(..., decode="gpu")``: what it accepts, and its batch memory.
 
 The decode threads of the thread backend run the dataset as always (gather, draw, failure
-policy, order); inside them, :func:`turboloader.transforms._device.decoding_with` makes the
-dataset's batch call a :class:`~turboloader.transforms._device.DeviceDecode` and the batch
+policy, order); each enters its stream's context with the executor
+(:func:`turboloader.data.reader.reading_as`), so the stream holds a
+:class:`~turboloader.decode.device_executor.DeviceDecode` and its batch calls run there; the batch
 tensors live on the device (:class:`DevicePool`), so batches come out on the GPU, decoded,
 transformed and normalized there. What cannot combine with it is a typed error here, when
 the loader is made.
@@ -14,9 +15,10 @@ import torch
 
 from turboloader.loader._pipeline import dataset_plan
 from turboloader.loader.protocol import accepts_out, has_worker_streams, yields_batches
-from turboloader.transforms._device import DeviceDecode
+from turboloader.decode.device_executor import DeviceDecode
+from turboloader.transforms import ColorJitter, Compose, RandomApply, RandomChoice, RandomOrder
 
-__all__ = ["DevicePool", "resolve"]
+__all__ = ["DevicePool", "check_plan", "resolve"]
 
 
 def resolve(decode, dataset, *, backend, collate_fn, pin_memory, output, iterable):
@@ -64,8 +66,34 @@ def resolve(decode, dataset, *, backend, collate_fn, pin_memory, output, iterabl
     if getattr(dataset, "cache_bytes", 0):
         raise ValueError("decode='gpu' with the decoded-sample cache: cached images are host "
                          "arrays transformed on the CPU; make the dataset with cache=None")
-    decode.check_plan(dataset_plan(dataset))
+    check_plan(dataset_plan(dataset))
     return decode
+
+
+def check_plan(plan, owner="decode='gpu'"):
+    """Raise ValueError unless ``plan`` (a :class:`~turboloader.transforms.Plan` or None)
+    is one the device executor runs: a fused plan with one output shape and no ColorJitter."""
+    if plan is None:
+        raise ValueError(f"{owner} needs a dataset whose transform fuses into the decoder "
+                         "(turboloader.transforms.explain(transform) says why it does "
+                         "not); an unfused pipeline runs on the CPU")
+    if plan.output_shape is None:
+        raise ValueError(f"{owner} needs a transform with one output size for every "
+                         "image (a crop, or Resize((h, w))), so that rows batch")
+    if _has_colour(plan._fused.post):
+        raise ValueError(f"{owner} runs crop, resize, flip and normalize on the device; "
+                         "ColorJitter has no device kernel here yet: drop it from the "
+                         "dataset's transform or use the CPU path")
+
+
+def _has_colour(members) -> bool:
+    for t in members:
+        if isinstance(t, ColorJitter):
+            return True
+        if isinstance(t, (RandomApply, RandomChoice, RandomOrder, Compose)) and \
+                _has_colour(t.transforms):
+            return True
+    return False
 
 
 class DevicePool:

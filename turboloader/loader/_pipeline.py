@@ -10,7 +10,6 @@ runs :meth:`Pipeline.shutdown`.
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 import time
@@ -20,7 +19,6 @@ import torch
 
 from turboloader.data.reader import reading_as
 from turboloader.loader.stats import RunStats
-from turboloader.transforms._device import decoding_with
 
 _POLL_S = 0.05  # how often a blocked stage thread looks at the stop flag
 _JOIN_S = 30.0
@@ -180,7 +178,7 @@ class Pipeline:
     """The threads of one pass and the queues between them; subclasses add the decode
     layout (``_start``)."""
 
-    collate_threads = 1  # or where the ordering runs, when it has no thread of its own
+    collate_threads: int | str = 1  # or where the ordering runs, when it has no thread of its own
 
     def __init__(self, loader, epoch):
         self.loader = loader
@@ -256,11 +254,7 @@ class Pipeline:
     def reading(self, w):
         """The context decode thread ``w`` reads in: its stream's name and, with
         ``decode="gpu"``, the loader's device executor."""
-        stack = contextlib.ExitStack()
-        stack.enter_context(reading_as(self.stream_name(w)))
-        if self.loader._device is not None:
-            stack.enter_context(decoding_with(self.loader._device))
-        return stack
+        return reading_as(self.stream_name(w), executor=self.loader._device)
 
     def init_worker(self, w):
         """``worker_init_fn(w)`` in decode thread ``w``, once per thread (threads are made

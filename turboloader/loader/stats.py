@@ -131,7 +131,7 @@ def bottleneck(report) -> str:
         b = dt["busy_s"]
         share = {"decoding": dt["decode_s"] / b, "reading": (dt["read_s"] or 0.0) / b,
                  "Python": dt["python_s"] / b}
-        top = max(share, key=share.get)
+        top = max(share, key=share.__getitem__)
         text += f"; its threads spent {share[top]:.0%} of their time {top}"
         if report["stages"]["decode"]["utilisation"] < 0.8:
             text += " and were often idle (the GIL, or too few threads for the cores)"

@@ -74,8 +74,8 @@ import warnings
 import numpy as np
 import torch
 
-from turboloader.decode import executor
-from turboloader.decode.executor import open_jpeg, out_view, resample_into_slot
+from turboloader.decode import executor as _executor
+from turboloader.decode.executor import MAX_COLOUR_OPS, open_jpeg, out_view, resample_into_slot
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, decode_jpeg
 from turboloader.transforms import _batch
 from turboloader.transforms._batch import Fused, draw
@@ -96,8 +96,9 @@ __all__ = ["Plan", "explain", "plan"]
 _PACKAGE = __name__.rpartition(".")[0]  # turboloader.transforms (not imported: it imports us)
 _CLASS_MODULES = (_geometry, _colour, _auto_augment, _mixing, _containers, _conversion)
 
-# the native kernel's MAX_OPS: colour operations one fused call can run
-_MAX_OPS = 8
+# the native kernel's MAX_OPS: colour operations one fused call can run (the executor's
+# SlotSpec holds that many per row)
+_MAX_OPS = MAX_COLOUR_OPS
 
 
 def _flatten(transform):
@@ -618,7 +619,8 @@ class Plan:
         return _batch.prepare_batch(self._fused, sources, keys, source_sizes=source_sizes,
                                     max_pixels=max_pixels)
 
-    def run_batch(self, sources, params, out, /, *, rows=None, runner=None, strict=False):
+    def run_batch(self, sources, params, out, /, *, rows=None, runner=None, strict=False,
+                  executor=None):
         """Decode and transform a prepared batch into ``out`` in one native call without
         the GIL, on ``runner``'s threads.
 
@@ -632,6 +634,10 @@ class Plan:
             runner: a :class:`~turboloader.decode.executor.BatchRunner`; default: a
                 1-thread runner private to the calling thread.
             strict: make libjpeg's warnings about recoverable corruption errors.
+            executor: what runs the batch: None, the CPU's
+                (:func:`turboloader.decode.executor.run_batch`); or an object with the same
+                ``run_batch`` (a :class:`~turboloader.loader.DeviceDecode`, whose ``out`` is
+                on its device).
 
         Returns:
             A :class:`~turboloader.decode.executor.BatchResult`: ``status[i]`` OK (row
@@ -645,6 +651,6 @@ class Plan:
                 (a bad sample is a row status, never an exception).
         """
         f = self._fused
-        return executor.run_batch(sources, params, out, dtype=self._np_dtype,
-                                  shape=f.output_shape, affine=f.affine, rows=rows,
-                                  runner=runner, strict=strict)
+        run = _executor.run_batch if executor is None else executor.run_batch
+        return run(sources, params, out, dtype=self._np_dtype, shape=f.output_shape,
+                   affine=f.affine, rows=rows, runner=runner, strict=strict)

@@ -182,7 +182,7 @@ class Transform:
     _geometric = False
     # the image kinds this transform changes; others pass through untouched (torchvision's
     # ``_transformed_types``); None: all three
-    _kinds = None
+    _kinds: tuple[str, ...] | None = None
 
     def make_params(self, size, *, rng=None):
         """Draw this call's parameters for an image of ``size = (height, width)``; a dict."""

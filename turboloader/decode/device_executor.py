@@ -1,9 +1,10 @@
 """A fused plan's batch on an accelerator: nvJPEG decodes, torchvision's kernels crop, resize,
 flip and normalize there, and the batch is written into a batch tensor on the device.
 
-:class:`DeviceDecode` is the executor ``turboloader.DataLoader(..., decode="gpu")`` runs in
-its decode threads in place of the CPU's :func:`~turboloader.decode.executor.run_batch`,
-with the same contract: the dataset gathers the bytes, :meth:`Plan.prepare_batch
+:class:`DeviceDecode` is the executor ``turboloader.DataLoader(..., decode="gpu")`` gives
+its decode threads' streams in place of the CPU's :func:`~turboloader.decode.executor.run_batch`,
+with the same contract and the same ``run_batch`` arguments (``Plan.run_batch(...,
+executor=)`` calls either): the dataset gathers the bytes, :meth:`Plan.prepare_batch
 <turboloader.transforms.Plan.prepare_batch>` reads the headers and draws every row's
 parameters (one definition: the same seeds give the same crop windows and flips on both
 paths), and :meth:`DeviceDecode.run_batch` writes the rows and returns a
@@ -11,13 +12,15 @@ paths), and :meth:`DeviceDecode.run_batch` writes the rows and returns a
 the dataset's failure policy reads as it reads the CPU's. Per row:
 
 * a JPEG that :func:`turboloader.decode._device.route` sends to the device is decoded there
-  at full resolution (no DCT scaling), cropped and resized with torchvision v2's
-  ``resized_crop`` semantics (``Resize`` then a crop for resize-then-crop plans), flipped,
-  and written (``x * scale + bias`` for float32 output, the fused plan's ``Normalize``);
+  at full resolution (no DCT scaling), cropped and resized as ``params.geometry`` (the drawn
+  geometry on the source grid) says, with torchvision v2's ``resized_crop`` semantics
+  (``Resize`` then a crop for resize-then-crop plans), flipped, and written
+  (``x * scale + bias`` for float32 output, the fused plan's ``Normalize``);
 * everything else (progressive, CMYK, a truncated file, a file the device decoder refused,
   a decoded array from the cache) runs the CPU's batch call into a staging buffer, copied to
   its row: the same pixels, typed errors and warnings as on the CPU path;
-* GENERIC / FAILED rows of the parameters are left to the caller, as on the CPU path.
+* GENERIC / FAILED rows of the parameters are left to the caller, as on the CPU path
+  (``max_pixels`` is the sizes step's rule: rows over it are FAILED in ``params`` already).
 
 The device and the decoder are arguments, so that a CPU stand-in
 (``DeviceDecode("cpu", decoder=...)`` with ``torchvision.io.decode_jpeg`` on the CPU) runs
@@ -37,43 +40,11 @@ import torch
 from turboloader.decode._device import (DEVICE_CALL_BYTES, DEVICE_CALL_FILES, as_tensors,
                                         decode_on_device, groups, nvjpeg_decoder, route)
 from turboloader.decode._filters import Interpolation
-from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _max_pixels
 from turboloader.errors import DeviceUnavailableError
 from turboloader.decode import executor
-from turboloader.decode.executor import FAILED, OK, BatchParams, BatchResult
-from turboloader.transforms._colour import ColorJitter
-from turboloader.transforms._containers import Compose, RandomApply, RandomChoice, RandomOrder
+from turboloader.decode.executor import JPEG, OK, BatchParams, BatchResult
 
-__all__ = ["DeviceDecode", "current_device_decode", "decoding_with"]
-
-_local = threading.local()
-
-
-@contextlib.contextmanager
-def decoding_with(executor):
-    """Batches decoded by this thread inside the block run on ``executor`` (a
-    :class:`DeviceDecode`, or None for the CPU)."""
-    prev = getattr(_local, "executor", None)
-    _local.executor = executor
-    try:
-        yield
-    finally:
-        _local.executor = prev
-
-
-def current_device_decode():
-    """The calling thread's :class:`DeviceDecode` (see :func:`decoding_with`), or None."""
-    return getattr(_local, "executor", None)
-
-
-def _has_colour(members) -> bool:
-    for t in members:
-        if isinstance(t, ColorJitter):
-            return True
-        if isinstance(t, (RandomApply, RandomChoice, RandomOrder, Compose)) and \
-                _has_colour(t.transforms):
-            return True
-    return False
+__all__ = ["DeviceDecode"]
 
 
 def _modes():
@@ -147,21 +118,6 @@ class DeviceDecode:
 
     # -- what it takes -----------------------------------------------------------------
 
-    def check_plan(self, plan, owner="decode='gpu'"):
-        """Raise ValueError unless ``plan`` (a :class:`~turboloader.transforms.Plan` or None)
-        is one this executor runs: a fused plan with one output shape and no ColorJitter."""
-        if plan is None:
-            raise ValueError(f"{owner} needs a dataset whose transform fuses into the decoder "
-                             "(turboloader.transforms.explain(transform) says why it does "
-                             "not); an unfused pipeline runs on the CPU")
-        if plan.output_shape is None:
-            raise ValueError(f"{owner} needs a transform with one output size for every "
-                             "image (a crop, or Resize((h, w))), so that rows batch")
-        if _has_colour(plan._fused.post):
-            raise ValueError(f"{owner} runs crop, resize, flip and normalize on the device; "
-                             "ColorJitter has no device kernel here yet: drop it from the "
-                             "dataset's transform or use the CPU path")
-
     def empty(self, shape, dtype):
         """A new batch tensor on the device (the caching allocator recycles its memory)."""
         return torch.empty(tuple(int(v) for v in shape), dtype=dtype, device=self.device)
@@ -189,11 +145,15 @@ class DeviceDecode:
 
     # -- the batch ---------------------------------------------------------------------
 
-    def run_batch(self, plan, sources, params, out, /, *, rows=None,
-                  max_pixels=DEFAULT_MAX_PIXELS):
-        """Decode and transform a prepared batch into ``out`` on the device: the contract of
-        :meth:`Plan.run_batch <turboloader.transforms.Plan.run_batch>`, with ``out`` a
-        ``(N, *output_shape)`` tensor on this executor's device.
+    def run_batch(self, sources, params, out, /, *, dtype, shape=None, affine=None,
+                  rows=None, runner=None, strict=False):
+        """Decode and transform a planned batch into ``out`` on the device: the contract of
+        the CPU's :func:`turboloader.decode.executor.run_batch` (the same arguments, which
+        :meth:`Plan.run_batch <turboloader.transforms.Plan.run_batch>` passes), with ``out``
+        a ``(N, *shape)`` tensor on this executor's device. The parameters are
+        :func:`~turboloader.decode.executor.plan_slots`' (``max_pixels`` was applied there:
+        those rows are FAILED already); a row's crop and resize are ``params.geometry``'s,
+        the drawn geometry on the source grid. ``runner`` and ``strict`` are the CPU rows'.
 
         Returns:
             A :class:`~turboloader.decode.executor.BatchResult`. The work is complete on
@@ -203,49 +163,27 @@ class DeviceDecode:
             TypeError / ValueError: a bad ``out``, ``rows`` or ``params`` (a bad sample is a
                 row status, never an exception).
         """
-        fused = plan._fused
-        if not isinstance(params, BatchParams):
-            raise TypeError(f"params must come from prepare_batch, got {type(params).__name__}")
-        n = params.n
-        if len(sources) != n:
-            raise ValueError(f"params are for {n} sources, got {len(sources)}")
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
         if out.device != self.device and not (out.device.type == self.device.type == "cuda"
                                               and self.device.index is None):
             raise ValueError(f"out must be on {self.device}, got {out.device}")
-        if out.dtype is not fused.output_dtype:
-            raise TypeError(f"out must have dtype {fused.output_dtype}, got {out.dtype}")
-        if out.dim() != 4 or tuple(out.shape[1:]) != tuple(fused.output_shape):
-            raise ValueError(f"out must have shape (N, {', '.join(map(str, fused.output_shape))})"
+        want = torch.float32 if np.dtype(dtype) == np.float32 else torch.uint8
+        if out.dtype is not want:
+            raise TypeError(f"out must have dtype {want}, got {out.dtype}")
+        shape = tuple(out.shape[1:]) if shape is None else tuple(int(v) for v in shape)
+        if out.dim() != 4 or tuple(out.shape[1:]) != shape:
+            raise ValueError(f"out must have shape (N, {', '.join(map(str, shape))})"
                              f", got {tuple(out.shape)}")
-        if rows is None:
-            if n > out.shape[0]:
-                raise ValueError(f"out has {out.shape[0]} rows for {n} samples")
-            rows = np.arange(n, dtype=np.int64)
-        else:
-            rows = np.asarray(rows)
-            if rows.shape != (n,) or rows.dtype.kind not in "iu":
-                raise ValueError(f"rows must be an integer array of shape ({n},)")
-            rows = rows.astype(np.int64, copy=False)
-            if n and (rows.min() < 0 or rows.max() >= out.shape[0]
-                      or len(np.unique(rows)) != n):
-                raise ValueError(f"rows must be distinct rows of out (0..{out.shape[0] - 1})")
-        limit = _max_pixels(max_pixels)
+        rows = executor.batch_rows(sources, params, rows, out.shape[0], distinct=True)
         status = params.status.copy()
         errors = list(params.errors)
-        warns = [None] * n
+        warns = [None] * params.n
         todo = status == OK
-        if limit:
-            big = todo & (params.source_size[:, 0] * params.source_size[:, 1] > limit)
-            big &= params.kind == executor._JPEG
-            for i in np.flatnonzero(big).tolist():
-                status[i] = FAILED
-                errors[i] = executor._too_large(params.source_size[i], limit)
-            todo &= ~big
         t0 = time.perf_counter()
-        jpeg_rows = np.flatnonzero(todo & (params.kind == executor._JPEG)).tolist()
-        cpu = {i: "decoded array" for i in np.flatnonzero(todo & (params.kind != executor._JPEG)).tolist()}
+        jpeg = params.kind == JPEG
+        jpeg_rows = np.flatnonzero(todo & jpeg).tolist()
+        cpu = {i: "decoded array" for i in np.flatnonzero(todo & ~jpeg).tolist()}
         reasons, sizes = route([sources[i] for i in jpeg_rows])
         dev_rows = []
         for i, why, hw in zip(jpeg_rows, reasons, sizes):
@@ -253,6 +191,8 @@ class DeviceDecode:
                 cpu[i] = why
             elif tuple(hw) != tuple(params.source_size[i]):
                 cpu[i] = "header size differs"   # cannot happen with one header reader
+            elif tuple(params.out_size[i]) != shape[1:]:
+                cpu[i] = "output size"   # the CPU's call fails the row, saying why
             else:
                 dev_rows.append(i)
         cuda = self.device.type == "cuda"
@@ -264,35 +204,31 @@ class DeviceDecode:
             stream.wait_stream(torch.cuda.current_stream(self.device))
             ctx = torch.cuda.stream(stream)
         calls = 0
+        affine = affine if want is torch.float32 else None
         with ctx:
-            refused, calls = self._device_rows(fused, sources, params, out, rows, dev_rows)
+            refused, calls = self._device_rows(sources, params, out, rows, dev_rows, affine)
             cpu.update(refused)
             if cpu:
-                idx = sorted(cpu)
-                self._cpu_rows(fused, sources, params, out, rows, idx, status, errors, warns,
-                               max_pixels)
+                self._cpu_rows(sources, params, out, rows, sorted(cpu), status, errors, warns,
+                               dtype=dtype, shape=shape, affine=affine, runner=runner,
+                               strict=strict)
         if cuda:
             stream.synchronize()
         self._count(len(dev_rows) - len(refused), list(cpu.values()), calls)
         return BatchResult(status, errors, warns, time.perf_counter() - t0)
 
-    def _device_rows(self, fused, sources, params, out, rows, dev_rows):
+    def _device_rows(self, sources, params, out, rows, dev_rows, affine):
         """Decode ``dev_rows`` on the device and write them; returns ``({row: reason} of the
         rows the device refused, decoder calls)``."""
         if not dev_rows:
             return {}, 0
         import torchvision.transforms.v2.functional as F
 
-        mode = _modes()[int(fused.filter)]
-        affine = None
-        if fused.output_dtype is torch.float32:
-            scale, bias = fused.affine
+        mode = _modes()[int(params.filter)]
+        if affine is not None:
+            scale, bias = affine
             affine = (torch.tensor(scale, dtype=torch.float32).view(3, 1, 1).to(self.device),
                       torch.tensor(bias, dtype=torch.float32).view(3, 1, 1).to(self.device))
-        resized = None
-        clip = params.clip
-        if fused.resize is not None and not clip[dev_rows].all():
-            resized = fused.resize._output_sizes(params.source_size)
         refused, calls = {}, 0
         for group in groups([tuple(params.source_size[i]) for i in dev_rows],
                             max_bytes=self.max_call_bytes, max_files=self.max_call_files):
@@ -312,7 +248,7 @@ class DeviceDecode:
                     refused[i] = (f"device decoder: gave {tuple(img.shape)} {img.dtype} for a "
                                   f"{W} x {H} image")
                     continue
-                x = self._geometry(F, img, i, params, resized, mode)
+                x = _geometry(F, img, i, params, mode)
                 dst = out[int(rows[i])]
                 if affine is None:
                     dst.copy_(x)
@@ -321,38 +257,14 @@ class DeviceDecode:
                     dst.add_(affine[1])
         return refused, calls
 
-    @staticmethod
-    def _geometry(F, img, i, params, resized, mode):
-        """Row ``i``'s crop, resize and flip of the decoded ``img`` (3, H, W)."""
-        oh, ow = (int(v) for v in params.out_size[i])
-        x0, y0, x1, y1 = params.source_box[i].tolist()
-        if params.clip[i]:   # crop-then-resize: torchvision's resized_crop
-            t, l = int(round(y0)), int(round(x0))
-            h, w = int(round(y1)) - t, int(round(x1)) - l
-            x = img[:, t:t + h, l:l + w]
-            if (h, w) != (oh, ow):
-                x = F.resize(x, [oh, ow], interpolation=mode, antialias=True)
-        else:                # Resize then a crop: the box is the crop at the float scale
-            H, W = img.shape[1:]
-            rh, rw = (int(v) for v in resized[i])
-            t, l = int(round(y0 * rh / H)), int(round(x0 * rw / W))
-            x = img if (rh, rw) == (H, W) else F.resize(img, [rh, rw], interpolation=mode,
-                                                        antialias=True)
-            x = x[:, t:t + oh, l:l + ow]
-        if params.flip[i]:
-            x = x.flip(-1)
-        return x
-
-    def _cpu_rows(self, fused, sources, params, out, rows, idx, status, errors, warns,
-                  max_pixels):
+    def _cpu_rows(self, sources, params, out, rows, idx, status, errors, warns, *, dtype,
+                  shape, affine, runner, strict):
         """Rows ``idx`` on the CPU's batch call into a staging buffer, then to their rows."""
         sub = _take(params, idx)
         pin = self.device.type == "cuda"
-        staging = torch.empty((len(idx), *fused.output_shape), dtype=fused.output_dtype,
-                              pin_memory=pin)
-        dtype = np.float32 if fused.output_dtype == torch.float32 else np.uint8
+        staging = torch.empty((len(idx), *shape), dtype=out.dtype, pin_memory=pin)
         result = executor.run_batch([sources[i] for i in idx], sub, staging, dtype=dtype,
-                                    shape=fused.output_shape, affine=fused.affine)
+                                    shape=shape, affine=affine, runner=runner, strict=strict)
         done = []
         for j, i in enumerate(idx):
             warns[i] = result.warnings[j]
@@ -375,6 +287,27 @@ class DeviceDecode:
                       f"every file of a batch, each decoded on the CPU instead (counted in "
                       f"stats()['cpu']): {type(exc).__name__}: {exc}", RuntimeWarning,
                       stacklevel=4)
+
+
+def _geometry(F, img, i, params, mode):
+    """Row ``i``'s crop, resize and flip of the decoded ``img`` (3, H, W), as
+    ``params.geometry`` (the drawn geometry on the source grid, which masks and boxes follow
+    too) says, with torchvision v2's semantics: crop then resize (``resized_crop``), or
+    resize the whole image then crop."""
+    geometry = params.geometry
+    (y0, ty, h, rh), (x0, tx, w, rw) = geometry.axes[i].tolist()
+    oh, ow = (int(v) for v in params.out_size[i])
+    if geometry.crop_first:   # a crop of (h, w) at (y0, x0), resized to (rh, rw)
+        x = img[:, y0:y0 + h, x0:x0 + w]
+        if (h, w) != (rh, rw):
+            x = F.resize(x, [rh, rw], interpolation=mode, antialias=True)
+    else:                     # the whole (h, w) resized to (rh, rw), cropped from (ty, tx)
+        x = img if (rh, rw) == (h, w) else F.resize(img, [rh, rw], interpolation=mode,
+                                                    antialias=True)
+        x = x[:, ty:ty + oh, tx:tx + ow]
+    if params.flip[i]:
+        x = x.flip(-1)
+    return x
 
 
 def _take(params, idx):

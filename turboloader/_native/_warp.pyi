@@ -1,0 +1,5 @@
+# The compiled extension _warp (Cython, turboloader/_native/_warp.pyx): its names are untyped here
+# (Any) until the module gets a stub of its own; the .pyx says what each takes.
+from typing import Any
+
+def __getattr__(name: str) -> Any: ...
