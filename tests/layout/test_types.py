@@ -73,7 +73,7 @@ def test_the_count_of_unannotated_public_signatures_only_goes_down():
 
 
 # public callables (of 131) with a parameter still unannotated, counted when this test came
-RATCHET = 125
+RATCHET = 124
 
 
 def test_the_protocols_are_declared_and_annotated():

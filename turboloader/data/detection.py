@@ -11,6 +11,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import torch
 import torch.utils.data
 
@@ -50,7 +53,8 @@ class DetectionTargets(torch.utils.data.Dataset):
         ValueError: a sample has another number of values than ``names``.
     """
 
-    def __init__(self, dataset, names=("boxes", "labels"), *, transforms=None):
+    def __init__(self, dataset: torch.utils.data.Dataset, names: Sequence[str] = ("boxes", "labels"),
+                 *, transforms: Callable[[Any, dict], tuple] | None = None) -> None:
         self.dataset = dataset
         self.names = tuple(names)
         if transforms is not None and not callable(transforms):
@@ -58,7 +62,7 @@ class DetectionTargets(torch.utils.data.Dataset):
         self.transforms = transforms
 
     def __len__(self) -> int:
-        return len(self.dataset)
+        return len(self.dataset)  # type: ignore[arg-type]  # a map-style dataset has a length
 
     def target(self, sample) -> tuple:
         """``(image, target dict)`` of one ``(image, *values)`` sample."""

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -738,7 +740,7 @@ def _collate_column(column, default_collate):
         return list(column)
 
 
-def collate_column(column):
+def collate_column(column: Iterable[Any]) -> Any:
     """One field of a batch (a tuple of its values) collated as :func:`collate_fields`
     collates each field: ``default_collate``'s result, or the list of the values where it
     cannot stack them (a list of ``BoundingBoxes`` always)."""

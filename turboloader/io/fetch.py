@@ -45,6 +45,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 from turboloader.errors import RemoteShardError
 from turboloader.io.remote import _CHUNK, _RetryingReader, redact
@@ -214,7 +215,7 @@ class FetchPool:
         ``connections`` (K), ``connection_rate`` (bytes/s per request, measured),
         ``demand`` (bytes/s the readers consume, measured), ``buffered``."""
         with self._lock:
-            out = dict(self.counters)
+            out: dict[str, Any] = dict(self.counters)
             out.update(connections=self.k, connection_rate=self._conn_rate,
                        demand=self._demand, buffered=self._reserved,
                        max_connections=self.max_connections, buffer_bytes=self.buffer_bytes,

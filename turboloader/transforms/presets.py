@@ -6,6 +6,8 @@ Example:
     >>> ds = TarDataset("train-{0000..0099}.tar", imagenet_train_transform(224))  # doctest: +SKIP
 """
 
+from typing import Any
+
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "from_timm", "imagenet_train_transform",
            "imagenet_val_transform"]
 
@@ -114,7 +116,7 @@ def from_timm(data_config: dict, is_training: bool = False, *, scale=None, ratio
     interp = getattr(InterpolationMode, _TIMM_INTERPOLATION[name])
     norm = [T.ToTensor(), T.Normalize(tuple(data_config["mean"]), tuple(data_config["std"]))]
     if is_training:
-        steps = [T.RandomResizedCrop(size, scale=tuple(scale or (0.08, 1.0)),
+        steps: list[Any] = [T.RandomResizedCrop(size, scale=tuple(scale or (0.08, 1.0)),
                                      ratio=tuple(ratio or (3.0 / 4.0, 4.0 / 3.0)),
                                      interpolation=interp)]
         if hflip > 0:
