@@ -47,14 +47,13 @@ where it cannot (JSON of varying shapes, which torch's own collate refuses).
 from __future__ import annotations
 
 import io
-import json
 
 import numpy as np
 import torch
 
 from turboloader.decode import DEFAULT_MAX_PIXELS, decode_pil
 from turboloader.errors import SampleError
-from turboloader.io.shards import IMAGE_EXTENSIONS
+from turboloader.io.shards import IMAGE_EXTENSIONS, parse_json
 
 __all__ = ["BoxesField", "Fields", "MaskField", "collate_fields"]
 
@@ -94,7 +93,7 @@ def _convert(ext, data, key):
             raise SampleError(f"sample {key!r}: .{ext} is not an integer: {text[:40]!r}") from None
     if ext in _JSON:
         try:
-            return json.loads(bytes(data))
+            return parse_json(bytes(data))
         except ValueError as exc:
             raise SampleError(f"sample {key!r}: .{ext} is not valid JSON: {exc}") from None
     if ext == "npy":
@@ -265,7 +264,7 @@ def _parse_boxes(spec, value, where):
             value = np.load(io.BytesIO(raw), allow_pickle=False)
         else:
             try:
-                value = json.loads(raw)
+                value = parse_json(raw)
             except ValueError as exc:
                 raise SampleError(f"{where}: the boxes are not valid JSON: {exc}") from None
     if spec.key is not None:
@@ -490,7 +489,7 @@ class Fields:
                         value = _convert(ext, value, key)
                     elif isinstance(value, str):
                         try:
-                            value = json.loads(value)
+                            value = parse_json(value)
                         except ValueError as exc:
                             raise SampleError(f"{where}: the boxes are not valid JSON: "
                                               f"{exc}") from None
