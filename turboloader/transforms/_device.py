@@ -190,10 +190,14 @@ class DeviceDecode:
     # -- the batch ---------------------------------------------------------------------
 
     def run_batch(self, plan, sources, params, out, /, *, rows=None,
-                  max_pixels=DEFAULT_MAX_PIXELS):
+                  max_pixels=DEFAULT_MAX_PIXELS, strict=False):
         """Decode and transform a prepared batch into ``out`` on the device: the contract of
         :meth:`Plan.run_batch <turboloader.transforms.Plan.run_batch>`, with ``out`` a
         ``(N, *output_shape)`` tensor on this executor's device.
+
+        ``strict``: libjpeg's warnings about recoverable corruption are row errors, as in
+        :meth:`Plan.run_batch <turboloader.transforms.Plan.run_batch>` (a file with restart
+        markers libjpeg warns about never reaches the device: it is decoded on the CPU).
 
         Returns:
             A :class:`~turboloader.decode.executor.BatchResult`. The work is complete on
@@ -270,7 +274,7 @@ class DeviceDecode:
             if cpu:
                 idx = sorted(cpu)
                 self._cpu_rows(fused, sources, params, out, rows, idx, status, errors, warns,
-                               max_pixels)
+                               strict)
         if cuda:
             stream.synchronize()
         self._count(len(dev_rows) - len(refused), list(cpu.values()), calls)
@@ -344,7 +348,7 @@ class DeviceDecode:
         return x
 
     def _cpu_rows(self, fused, sources, params, out, rows, idx, status, errors, warns,
-                  max_pixels):
+                  strict):
         """Rows ``idx`` on the CPU's batch call into a staging buffer, then to their rows."""
         sub = _take(params, idx)
         pin = self.device.type == "cuda"
@@ -352,7 +356,8 @@ class DeviceDecode:
                               pin_memory=pin)
         dtype = np.float32 if fused.output_dtype == torch.float32 else np.uint8
         result = executor.run_batch([sources[i] for i in idx], sub, staging, dtype=dtype,
-                                    shape=fused.output_shape, affine=fused.affine)
+                                    shape=fused.output_shape, affine=fused.affine,
+                                    strict=strict)
         done = []
         for j, i in enumerate(idx):
             warns[i] = result.warnings[j]
