@@ -251,10 +251,10 @@ int tl_ends_with_eoi(const unsigned char *data, size_t size)
  * libjpeg-turbo 3.0 (2.1.5 is Debian's and the wheel's) it sets each component's row width
  * as if every component's IDCT ran at the smallest DCT scale (width * h / max_h). DCT scaling
  * decodes a subsampled component at a larger scale where the factors allow it (the chroma of
- * 4x2 or 2x4 luma at 2/8..7/8 is decoded at twice the luma's scale, then upsampled 2x1 or
- * 1x2): an upsampler that reads that width then works from half the row, the rest
- * uninitialised (30-37 of 80 windows wrong by up to 255, valgrind in jinit_upsampler's
- * methods). A component decoded at the smallest scale has the right width; one not upsampled
+ * 4x2 or 2x4 luma at 1/8..7/8 is decoded at twice the luma's scale, then upsampled 2x1 or
+ * 1x2): an upsampler that reads that width then interpolates from the wrong samples (issue
+ * 39: 30-37 of 80 windows wrong by up to 255). A component decoded at the smallest scale has
+ * the right width; one not upsampled
  * at all (the full-size copy) never reads it. Anything else decodes full rows and copies the
  * window out (tl_decode_body), which costs a full-width decode on those rare files only. */
 static int tl_crop_is_exact(j_decompress_ptr cinfo)
