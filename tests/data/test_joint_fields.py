@@ -735,3 +735,86 @@ def test_corrupt_png_mask_with_good_crcs_is_a_typed_error(tmp_path):
         list(TarDataset(path, pipe, fields=FIELDS, shuffle=False))
     ds = TarDataset(path, pipe, fields=FIELDS, shuffle=False, on_error="skip", max_failures=1)
     assert len(list(ds)) == 6 and ds.stats()["failures"] == 1
+
+
+def _png_with_stream(png, stream):
+    """``png`` with its IDAT data replaced by ``stream`` (one chunk, its CRC right)."""
+    import struct
+    import zlib
+
+    pos, out, idat_done = 8, bytearray(png[:8]), False
+    while pos < len(png):
+        length, kind = struct.unpack(">I4s", png[pos:pos + 8])
+        end = pos + 12 + length
+        if kind != b"IDAT":
+            out += png[pos:end]
+        elif not idat_done:
+            out += struct.pack(">I", len(stream)) + b"IDAT" + stream + \
+                struct.pack(">I", zlib.crc32(b"IDAT" + stream))
+            idat_done = True
+        pos = end
+    return bytes(out)
+
+
+def _idat(png):
+    import struct
+
+    pos, data = 8, b""
+    while pos < len(png):
+        length, kind = struct.unpack(">I4s", png[pos:pos + 8])
+        if kind == b"IDAT":
+            data += png[pos + 8:pos + 8 + length]
+        pos += 12 + length
+    return data
+
+
+def corrupt_streams(png):
+    """CRC-valid variants of a PNG mask whose zlib stream is wrong: one class id changed under
+    the original Adler-32 (deflate itself valid), the Adler-32 cut off, and a stream that
+    inflates to one row more than the image."""
+    import zlib
+
+    stream = _idat(png)
+    raw = bytearray(zlib.decompress(stream))
+    row = len(raw) // H
+    i = (H // 2) * row + 1 + W // 2            # a pixel in the middle row, not a filter byte
+    raw[i] = (raw[i] + 1) % 4
+    return {"wrong_id": _png_with_stream(png, zlib.compress(bytes(raw))[:-4] + stream[-4:]),
+            "no_adler": _png_with_stream(png, stream[:-4]),
+            "extra_row": _png_with_stream(png, zlib.compress(zlib.decompress(stream) +
+                                                             bytes(row)))}
+
+
+@pytest.mark.parametrize("how", ["samples", "batched"])
+def test_corrupt_zlib_masks_are_refused_by_every_path_as_pillow_refuses_them(tmp_path, how):
+    """The batch path's own inflater checks the stream's end and Adler-32, so it refuses what
+    zlib (through Pillow, the per-sample path) refuses, and delivers what Pillow delivers."""
+    for name, bad in corrupt_streams(members(2)[1][1]).items():
+        try:   # the oracle: what Pillow makes of the file
+            with Image.open(io.BytesIO(bad)) as im:
+                im.load()
+            pillow_ok = True
+        except OSError:
+            pillow_ok = False
+        rows = []
+        for i in range(6):
+            ms = members(i)
+            if i == 2:
+                ms = [(m[0], bad) if m[0].endswith(".seg.png") else m for m in ms]
+            rows += ms
+        path = write_tar(tmp_path / f"{name}.tar", rows)
+        pipe = pipelines()["rrc_flip"][0]
+        ds = TarDataset(path, pipe, fields=FIELDS, shuffle=False, on_error="skip",
+                        max_failures=1)
+        got = list(ds.batched(3)) if how == "batched" else list(ds)
+        keys = [k for b in got for k in b[-1]] if how == "batched" else [s[-1] for s in got]
+        assert len(keys) == 6, name
+        failures = ds.stats()["failures"]
+        if pillow_ok:
+            assert failures == 0 and "s0002" in keys, name
+        else:
+            assert failures == 1 and "s0002" not in keys, name
+            assert ds.stats()["skipped"][0]["key"] == "s0002"
+            with pytest.raises(SampleError, match=r"s0002.*MaskField"):
+                plain = TarDataset(path, pipe, fields=FIELDS, shuffle=False)
+                list(plain.batched(3)) if how == "batched" else list(plain)

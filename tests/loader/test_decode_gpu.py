@@ -175,3 +175,40 @@ def test_files_nvjpeg_does_not_take_are_decoded_on_the_cpu_in_their_rows(tmp_pat
     for label in (3, 7, 10):
         r = labels.index(label)
         assert torch.equal(images_dev[r], images_cpu[r])
+
+
+def test_restart_files_libjpeg_warns_about_warn_as_on_the_cpu(tmp_path):
+    """Damaged restart intervals that nvJPEG (and the stand-in) decode silently: the device
+    loader issues the CPU loader's DecodeWarnings, each once, and the same batches."""
+    import warnings
+
+    import numpy as np
+
+    from turboloader._native import _jpeg
+    from turboloader.errors import DecodeWarning
+
+    members = []
+    for i in range(8):
+        conv = _jpeg.transcode_restart(np.frombuffer(jpeg(i), np.uint8), restart_mcus=1)[0]
+        sos = conv.index(b"\xff\xda")
+        start = sos + 2 + int.from_bytes(conv[sos + 2:sos + 4], "big")
+        rst = conv.index(b"\xff\xd3", start)
+        if i % 2:   # odd samples: two bytes before a restart marker (libjpeg warns)
+            conv = conv[:rst] + b"\x12\x34" + conv[rst:]
+        members += [(f"{i:06d}.jpg", conv), (f"{i:06d}.cls", str(i).encode())]
+    path = write_tar(tmp_path / "rst.tar", members)
+
+    def run(**kw):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DecodeWarning)
+            batches = list(DataLoader(TarDataset([path], FLOAT, seed=2, shuffle=False),
+                                      batch_size=4, num_workers=0, **kw))
+        return batches, sorted(str(w.message) for w in caught
+                               if issubclass(w.category, DecodeWarning))
+
+    cpu, cpu_warnings = run()
+    dev, dev_warnings = run(decode=executor())
+    # (a window decode reads only the intervals it needs: not every damaged file warns)
+    assert cpu_warnings and all("extraneous bytes" in w for w in cpu_warnings)
+    assert dev_warnings == cpu_warnings
+    assert_close_batches(dev, cpu, FLOAT)

@@ -166,6 +166,51 @@ def test_hostile_streams_end_in_a_status():
             _mask.OK, _mask.ESHORT, _mask.EZLIB)
 
 
+def _zlib_whole(stream, n):
+    """zlib's verdict on a stream that should inflate to ``n`` bytes: its bytes, or None
+    (an error, a stream that does not end, or another length)."""
+    d = zlib.decompressobj()
+    try:
+        got = d.decompress(stream)
+    except zlib.error:
+        return None
+    return got if d.eof and len(got) == n else None
+
+
+def test_inflate_whole_refuses_what_zlib_refuses():
+    """inflate_whole (the batch path's) reads the stream to its end and checks the Adler-32:
+    OK exactly where zlib inflates the stream to the same bytes, on intact, bit-flipped,
+    truncated, re-checksummed and over-long streams."""
+    rng = np.random.default_rng(11)
+    data = np.repeat(rng.integers(0, 5, 2000, dtype=np.uint8),
+                     rng.integers(1, 40, 2000)).tobytes()
+    streams = [zlib.compress(data, level) for level in (0, 1, 6, 9)]
+    c = zlib.compressobj(6, zlib.DEFLATED, 15, 8, zlib.Z_FIXED)
+    streams.append(c.compress(data) + c.flush())
+    cases = []
+    for stream in streams:
+        cases += [stream, stream[:-4], stream[:-1], stream + b"trailing",
+                  stream[:-4] + bytes(4), stream[:-4] + zlib.adler32(data[:-1]).to_bytes(4, "big")]
+        raw = bytearray(data)
+        raw[len(raw) // 2] ^= 1    # a byte changed under the original checksum
+        cases.append(zlib.compress(bytes(raw), 9)[:-4] + stream[-4:])
+        for _ in range(60):
+            bad = bytearray(stream)
+            bad[int(rng.integers(2, len(bad)))] ^= 1 << int(rng.integers(0, 8))
+            cases.append(bytes(bad))
+    for stream in cases:
+        for n in (len(data), len(data) - 1, len(data) + 1):
+            out = np.zeros(n + 16, np.uint8)
+            out[n:] = 0xAB
+            st = _mask.inflate_whole(np.frombuffer(stream, np.uint8), out[:n])
+            assert (out[n:] == 0xAB).all()
+            ref = _zlib_whole(stream, n)
+            if ref is None:
+                assert st in (_mask.ESHORT, _mask.EZLIB), (n, len(data))
+            else:
+                assert st == _mask.OK and out[:n].tobytes() == ref
+
+
 def _one(data, oh=5, ow=6):
     head = png_mask_header(data)
     ymap = np.zeros((1, oh), np.int32)

@@ -1,10 +1,13 @@
 """Checks an installed turboloader wheel: run by tests/packaging/test_wheel.py (in a fresh venv)
 and by the release workflow (.github/workflows/wheels.yml) on every built wheel. Generates its
-own data in the current folder, decodes a JPEG (and one with restart markers), runs a TarDataset epoch with workers, and
-prints OK. Run it from outside the source tree, so that the installed package is imported.
+own data in the current folder, decodes a JPEG (and one with restart markers), checks the
+window decode of every JPEG sampling layout against the full decode (the wheel's own
+libjpeg-turbo: the same check tests/native/test_jpeg_sampling.py runs on the system's), runs
+a TarDataset epoch with workers, and prints OK. Run it from outside the source tree, so that the installed package is imported.
 
     python tests/packaging/wheel_smoke.py [--no-compiler]   (also: no C compiler on PATH)
 """
+import importlib.util
 import io
 import re
 import shutil
@@ -19,6 +22,31 @@ import turboloader
 from turboloader import transforms as T
 
 SOURCE_TREE = Path(__file__).resolve().parents[2]
+
+
+def check_sampling_windows(jpeg):
+    """Every sampling layout (tests/helpers/jpeg_sampling.py, loaded by path: NumPy and Pillow
+    only): its windows at several DCT scales, on the crop and the restart-interval paths, are
+    the full decode's, and a layout libjpeg cannot decode is a DecodeError."""
+    spec = importlib.util.spec_from_file_location(
+        "jpeg_sampling", SOURCE_TREE / "tests" / "helpers" / "jpeg_sampling.py")
+    js = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(js)
+    from turboloader.errors import DecodeError
+
+    img = js.pattern(61, 83)
+    for sampling in js.SAMPLINGS + js.ODD_SAMPLINGS:
+        data = js.sampling_jpeg(img, sampling)
+        try:
+            turboloader.decode_jpeg(data)
+        except DecodeError as exc:
+            assert "Fractional sampling" in str(exc), (js.sampling_name(sampling), exc)
+            continue
+        bad = js.window_mismatches(jpeg, data, scales=(8, 6, 4, 2, 1),
+                                   flags=(0, jpeg.NO_FANCY_UPSAMPLING), n_random=2)
+        seek = jpeg.transcode_restart(np.frombuffer(data, np.uint8), restart_mcus=1)[0]
+        bad += js.window_mismatches(jpeg, seek, scales=(8, 4), restart=True, n_random=2)
+        assert not bad, (js.sampling_name(sampling), bad[:4])
 
 
 def main():
@@ -60,6 +88,7 @@ def main():
             outs.append(out)
         assert np.array_equal(*outs)
     assert np.array_equal(outs[0], img[9:39, 17:57])
+    check_sampling_windows(_jpeg)
     with tarfile.open("s.tar", "w") as tar:
         for i in range(10):
             for name, blob in ((f"{i:03d}.jpg", data), (f"{i:03d}.cls", str(i).encode())):

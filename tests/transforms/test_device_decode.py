@@ -484,3 +484,72 @@ def test_the_stream_holds_its_executor(tmp_path):
         st = ds._lease()
         assert st.executor is None   # the next lease, on the CPU
         ds._release(st)
+
+
+# -- restart-marker files libjpeg warns about ------------------------------------------------
+
+
+def restart_variants(data):
+    """A file with a restart marker every MCU, and copies damaged the ways libjpeg recovers
+    from (a warning) or refuses (an error): ``{name: bytes}``."""
+    from turboloader._native import _jpeg
+
+    conv = _jpeg.transcode_restart(np.frombuffer(data, np.uint8), restart_mcus=1)[0]
+    sos = conv.index(b"\xff\xda")
+    start = sos + 2 + int.from_bytes(conv[sos + 2:sos + 4], "big")
+    rsts = [i for i in range(start, len(conv) - 1)
+            if conv[i] == 0xFF and 0xD0 <= conv[i + 1] <= 0xD7]
+    mis = bytearray(conv)
+    mis[rsts[5] + 1] = 0xD0 + (mis[rsts[5] + 1] - 0xD0 + 3) % 8
+    return {
+        "intact": conv,
+        "misnumbered": bytes(mis),
+        "missing": conv[:rsts[7]] + conv[rsts[7] + 2:],
+        "extra bytes before a marker": conv[:rsts[11]] + b"\x12\x34" + conv[rsts[11]:],
+        "a byte short": conv[:rsts[13] - 1] + conv[rsts[13]:],
+        "one too many": conv[:rsts[9]] + b"\xff\xd3" + conv[rsts[9]:],
+    }
+
+
+@pytest.fixture(scope="module")
+def restart_files(jpegs):
+    return [(f"{i}:{name}", v) for i, data in enumerate(jpegs[:4])
+            for name, v in restart_variants(data).items()]
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["lenient", "strict"])
+def test_restart_files_libjpeg_warns_about_get_the_cpu_paths_warnings_and_errors(
+        restart_files, strict):
+    """nvJPEG (and the stand-in) decode damaged restart intervals without a word: such files
+    are found on the host and decoded on the CPU, so the device batch reports libjpeg's
+    warnings, and with strict its errors, row for row as the CPU path does."""
+    names = [n for n, _ in restart_files]
+    srcs = [v for _, v in restart_files]
+    plan = T.plan(T.Compose(PIPELINES["train"]))
+    keys = sample_keys(7, 1, range(len(srcs)))
+    params = plan.prepare_batch(srcs, keys)
+    out_cpu = torch.zeros((len(srcs), *plan.output_shape))
+    out_dev = torch.zeros((len(srcs), *plan.output_shape))
+    kw = {"strict": True} if strict else {}
+    cpu = plan.run_batch(srcs, params, out_cpu, **kw)
+    ex = DeviceDecode("cpu", decoder=standin)
+    dev = plan.run_batch(srcs, params, out_dev, executor=ex, **kw)
+    assert dev.status.tolist() == cpu.status.tolist()
+    assert dev.warnings == cpu.warnings
+    assert [None if e is None else (type(e), str(e)) for e in dev.errors] == \
+        [None if e is None else (type(e), str(e)) for e in cpu.errors]
+    flagged = {n.split(":", 1)[1] for n, w, s in zip(names, cpu.warnings, cpu.status.tolist())
+               if w or s != OK}
+    assert "intact" not in flagged and len(flagged) >= 3, flagged   # the cases do reach libjpeg
+    if strict:
+        assert not any(dev.warnings) and (dev.status != OK).sum() >= 4
+    else:
+        assert sum(1 for w in dev.warnings if w) >= 4
+    # every intact file still goes to the device
+    intact = [i for i, n in enumerate(names) if n.endswith(":intact")]
+    reasons, _ = route([srcs[i] for i in intact])
+    assert reasons == [None] * len(intact)
+    assert ex.stats()["device"] >= len(intact)
+    for i in range(len(srcs)):   # the CPU rows are the CPU path's pixels exactly
+        if names[i].split(":", 1)[1] in flagged and cpu.status[i] == OK:
+            assert torch.equal(out_dev[i], out_cpu[i])

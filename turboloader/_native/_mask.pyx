@@ -1,6 +1,6 @@
 """Segmentation masks resampled nearest into a batch: the zlib streams of one-channel PNGs
-(grayscale or palette, 1-16 bits) inflated up to the last row the output reads, unfiltered
-and gathered through per-row index maps (``mask_kernels.c``), every mask of a batch in one
+(grayscale or palette, 1-16 bits) inflated whole (the stream's end and Adler-32 checked),
+unfiltered up to the last row the output reads and gathered through per-row index maps (``mask_kernels.c``), every mask of a batch in one
 call without the GIL.
 
 Validate with the GIL held, one ``noexcept nogil`` kernel per mask returning a status, the
@@ -17,6 +17,7 @@ cdef extern from "mask_kernels.h" nogil:
     int TL_MASK_OK, TL_MASK_EARG, TL_MASK_ESHORT, TL_MASK_EFILTER, TL_MASK_EZLIB
     size_t tl_png_stride(int64_t width, int bit_depth)
     int tl_inflate_head(const uint8_t *src, size_t in_len, uint8_t *out, size_t out_len)
+    int tl_inflate_whole(const uint8_t *src, size_t in_len, uint8_t *out, size_t out_len)
     int tl_png_mask_nearest(const uint8_t *z, size_t zlen, int64_t width, int64_t height,
                             int bit_depth, int gray_scale, const int32_t *ymap, int64_t oh,
                             const int32_t *xmap, int64_t ow, void *out, uint8_t *buf,
@@ -52,6 +53,23 @@ def inflate_head(const uint8_t[::1] data not None, uint8_t[::1] out not None, /)
     return st
 
 
+def inflate_whole(const uint8_t[::1] data not None, uint8_t[::1] out not None, /):
+    """Fill ``out`` with everything the zlib stream ``data`` inflates to, which must be
+    exactly ``len(out)`` bytes, its final block ending there and its Adler-32 matching.
+
+    Returns:
+        The kernel's status: ``OK`` (0), ``ESHORT`` (the stream or its checksum ends first)
+        or ``EZLIB`` (not deflate, more data than ``out`` holds, or the checksum differs).
+    """
+    cdef int st
+    cdef const uint8_t *src = &data[0] if data.shape[0] else <const uint8_t *>b""
+    cdef uint8_t dummy
+    cdef uint8_t *dst = &out[0] if out.shape[0] else &dummy
+    with nogil:
+        st = tl_inflate_whole(src, data.shape[0], dst, out.shape[0])
+    return st
+
+
 def png_masks_nearest(list data not None, const int64_t[:, ::1] info not None,
                       const int32_t[:, ::1] ymap not None, const int32_t[:, ::1] xmap not None,
                       uint8_t[:, :, ::1] out8 not None, uint16_t[:, :, ::1] out16 not None, /):
@@ -77,15 +95,13 @@ def png_masks_nearest(list data not None, const int64_t[:, ::1] info not None,
                          f"an output of {oh} x {ow}")
     cdef bint any16 = False
     cdef size_t buf_len = 0, s, need
-    cdef int64_t last
     for j in range(n):
         if type(data[j]) is not bytes:
             raise TypeError(f"png_masks_nearest: data[{j}] must be bytes")
         if info[j, 2] == 16:
             any16 = True
         s = tl_png_stride(info[j, 0], <int>info[j, 2])
-        last = min(max(<int64_t>ymap[j, oh - 1], 0), max(info[j, 1] - 1, 0))
-        need = <size_t>(last + 1) * (s + 1) + 2 * s
+        need = <size_t>max(info[j, 1], 0) * (s + 1) + 2 * s  # every row: the checksum
         if s > _MAX_BUFFER or need > _MAX_BUFFER:
             raise ValueError(f"png_masks_nearest: mask {j} is too large")
         if need > buf_len:

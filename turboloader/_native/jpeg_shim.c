@@ -235,6 +235,44 @@ int tl_ends_with_eoi(const unsigned char *data, size_t size)
     return size >= 2 && data[size - 2] == 0xFF && data[size - 1] == 0xD9;
 }
 
+#if JPEG_LIB_VERSION >= 70
+#define TL_DCT_H(c) ((c)->DCT_h_scaled_size)
+#define TL_DCT_V(c) ((c)->DCT_v_scaled_size)
+#define TL_MIN_DCT_H(ci) ((ci)->min_DCT_h_scaled_size)
+#define TL_MIN_DCT_V(ci) ((ci)->min_DCT_v_scaled_size)
+#else
+#define TL_DCT_H(c) ((c)->DCT_scaled_size)
+#define TL_DCT_V(c) ((c)->DCT_scaled_size)
+#define TL_MIN_DCT_H(ci) ((ci)->min_DCT_scaled_size)
+#define TL_MIN_DCT_V(ci) ((ci)->min_DCT_scaled_size)
+#endif
+
+/* Whether jpeg_crop_scanline gives the full decode's pixels for this file and scale. Before
+ * libjpeg-turbo 3.0 (2.1.5 is Debian's and the wheel's) it sets each component's row width
+ * as if every component's IDCT ran at the smallest DCT scale (width * h / max_h). DCT scaling
+ * decodes a subsampled component at a larger scale where the factors allow it (the chroma of
+ * 4x2 or 2x4 luma at 1/8..7/8 is decoded at twice the luma's scale, then upsampled 2x1 or
+ * 1x2): an upsampler that reads that width then interpolates from the wrong samples (issue
+ * 39: 30-37 of 80 windows wrong by up to 255). A component decoded at the smallest scale has
+ * the right width; one not upsampled
+ * at all (the full-size copy) never reads it. Anything else decodes full rows and copies the
+ * window out (tl_decode_body), which costs a full-width decode on those rare files only. */
+static int tl_crop_is_exact(j_decompress_ptr cinfo)
+{
+    int ci;
+    for (ci = 0; ci < cinfo->num_components; ci++) {
+        jpeg_component_info *comp = &cinfo->comp_info[ci];
+        if (TL_DCT_H(comp) == TL_MIN_DCT_H(cinfo) && TL_DCT_V(comp) == TL_MIN_DCT_V(cinfo))
+            continue;
+        if (comp->h_samp_factor * TL_DCT_H(comp) == cinfo->max_h_samp_factor * TL_MIN_DCT_H(cinfo)
+            && comp->v_samp_factor * TL_DCT_V(comp) ==
+               cinfo->max_v_samp_factor * TL_MIN_DCT_V(cinfo))
+            continue;
+        return 0;
+    }
+    return 1;
+}
+
 /* The part of tl_decode that may longjmp out; the caller owns setjmp and cleanup. */
 static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int scale_num,
                           int crop_x, int crop_y, int crop_w, int crop_h,
@@ -328,7 +366,8 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
     col0 = x;
     /* whole_rows: the image is a restart-interval sub-image, hardly wider than the window;
      * decoding its few extra columns costs less than jpeg_crop_scanline's set-up. */
-    if ((x > 0 || w < ow) && !(whole_rows && ow < w + TL_WIDE_MARGIN)) {
+    if ((x > 0 || w < ow) && !(whole_rows && ow < w + TL_WIDE_MARGIN) &&
+        tl_crop_is_exact(cinfo)) {
         /* Fancy upsampling interpolates chroma from the neighbouring column, which
          * jpeg_crop_scanline cuts off at the edges of its window (replicating the edge
          * sample instead). Widen by one iMCU either side so the requested columns see

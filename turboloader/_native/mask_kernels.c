@@ -27,6 +27,7 @@ typedef struct {
     int bitcnt;
     uint8_t *out;
     size_t out_len, out_pos;
+    int whole;  /* out_len is the whole stream's output: more is an error, not DONE */
 } state;
 
 typedef struct {
@@ -34,7 +35,7 @@ typedef struct {
     short symbol[FIXLCODES];
 } huffman;
 
-#define DONE 1  /* out is full */
+#define DONE 1  /* out is full (head mode) */
 
 static int bits(state *s, int need, int *val) {
     while (s->bitcnt < need) {
@@ -94,12 +95,15 @@ static int stored(state *s) {
         (s->in[s->in_pos + 1] ^ s->in[s->in_pos + 3]) != 0xff)  /* NLEN: LEN's complement */
         return TL_MASK_EZLIB;
     s->in_pos += 4;
-    if (len > s->out_len - s->out_pos) len = s->out_len - s->out_pos;
+    if (len > s->out_len - s->out_pos) {
+        if (s->whole) return TL_MASK_EZLIB;  /* more data than the image holds */
+        len = s->out_len - s->out_pos;
+    }
     if (len > s->in_len - s->in_pos) return TL_MASK_ESHORT;
     memcpy(s->out + s->out_pos, s->in + s->in_pos, len);
     s->in_pos += len;
     s->out_pos += len;
-    return s->out_pos == s->out_len ? DONE : TL_MASK_OK;
+    return s->out_pos == s->out_len && !s->whole ? DONE : TL_MASK_OK;
 }
 
 static const short lbase[29] = {3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31,
@@ -119,8 +123,9 @@ static int codes(state *s, const huffman *lencode, const huffman *distcode) {
         symbol = decode(s, lencode);
         if (symbol < 0) return symbol;
         if (symbol < 256) {
+            if (s->out_pos == s->out_len) return TL_MASK_EZLIB;  /* whole: too much data */
             s->out[s->out_pos++] = (uint8_t)symbol;
-            if (s->out_pos == s->out_len) return DONE;
+            if (s->out_pos == s->out_len && !s->whole) return DONE;
         } else if (symbol == 256) {
             return TL_MASK_OK;
         } else {
@@ -135,7 +140,10 @@ static int codes(state *s, const huffman *lencode, const huffman *distcode) {
             dist = (size_t)(dbase[symbol] + extra);
             if (dist > s->out_pos) return TL_MASK_EZLIB;  /* before the start: no dictionary */
             n = s->out_len - s->out_pos;
-            if (len > n) len = n;
+            if (len > n) {
+                if (s->whole) return TL_MASK_EZLIB;
+                len = n;
+            }
             if (dist == 1) {
                 memset(s->out + s->out_pos, s->out[s->out_pos - 1], len);
                 s->out_pos += len;
@@ -147,7 +155,7 @@ static int codes(state *s, const huffman *lencode, const huffman *distcode) {
                     len -= c;
                 }
             }
-            if (s->out_pos == s->out_len) return DONE;
+            if (s->out_pos == s->out_len && !s->whole) return DONE;
         }
     }
 }
@@ -219,11 +227,27 @@ static int dynamic(state *s) {
     return codes(s, &lencode, &distcode);
 }
 
-int tl_inflate_head(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_len) {
+/* RFC 1950's Adler-32 of n bytes */
+static uint32_t adler32(const uint8_t *p, size_t n) {
+    uint32_t a = 1, b = 0;
+    while (n) {
+        size_t k = n < 5552 ? n : 5552;  /* zlib's NMAX: no overflow before the modulo */
+        n -= k;
+        while (k--) {
+            a += *p++;
+            b += a;
+        }
+        a %= 65521u;
+        b %= 65521u;
+    }
+    return (b << 16) | a;
+}
+
+static int inflate(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_len, int whole) {
     state s;
     int last, type, st;
     if (in == NULL || out == NULL) return TL_MASK_EARG;
-    if (out_len == 0) return TL_MASK_OK;
+    if (out_len == 0 && !whole) return TL_MASK_OK;
     if (in_len < 2) return TL_MASK_ESHORT;
     /* zlib header: deflate, window <= 32 KB, no preset dictionary, check bits */
     if ((in[0] & 0x0f) != 8 || (in[0] >> 4) > 7 || (in[1] & 0x20) ||
@@ -237,6 +261,7 @@ int tl_inflate_head(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_l
     s.out = out;
     s.out_len = out_len;
     s.out_pos = 0;
+    s.whole = whole;
     do {
         if ((st = bits(&s, 1, &last)) != TL_MASK_OK) return st;
         if ((st = bits(&s, 2, &type)) != TL_MASK_OK) return st;
@@ -247,7 +272,22 @@ int tl_inflate_head(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_l
         if (st == DONE) return TL_MASK_OK;
         if (st != TL_MASK_OK) return st;
     } while (!last);
-    return TL_MASK_ESHORT;  /* the stream ended before out was full */
+    if (!whole || s.out_pos != s.out_len) return TL_MASK_ESHORT;  /* ended before out was full */
+    /* the final block ended: the rest of its byte is padding (bits() loads a byte only when
+     * it needs one), then the big-endian Adler-32 of everything inflated */
+    if (s.in_len - s.in_pos < 4) return TL_MASK_ESHORT;
+    if ((((uint32_t)in[s.in_pos] << 24) | ((uint32_t)in[s.in_pos + 1] << 16) |
+         ((uint32_t)in[s.in_pos + 2] << 8) | in[s.in_pos + 3]) != adler32(out, out_len))
+        return TL_MASK_EZLIB;
+    return TL_MASK_OK;
+}
+
+int tl_inflate_head(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_len) {
+    return inflate(in, in_len, out, out_len, 0);
+}
+
+int tl_inflate_whole(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_len) {
+    return inflate(in, in_len, out, out_len, 1);
 }
 
 /* -- unfilter and sample ------------------------------------------------------------------ */
@@ -309,10 +349,12 @@ int tl_png_mask_nearest(const uint8_t *z, size_t zlen, int64_t width, int64_t he
     for (ox = 0; ox < ow; ox++)
         if (xmap[ox] < 0 || xmap[ox] >= width) return TL_MASK_EARG;
     rows = (int64_t)ymap[oh - 1] + 1;
-    if ((uint64_t)rows > (SIZE_MAX - 2 * stride) / (stride + 1)) return TL_MASK_EARG;
-    need = (size_t)rows * (stride + 1);
+    /* every row is inflated, and the stream's end and Adler-32 checked: the chunk CRCs cover
+     * the compressed bytes as written, not whether the writer's stream was right */
+    if ((uint64_t)height > (SIZE_MAX - 2 * stride) / (stride + 1)) return TL_MASK_EARG;
+    need = (size_t)height * (stride + 1);
     if (buf_len < need + 2 * stride) return TL_MASK_EARG;
-    status = tl_inflate_head(z, zlen, buf, need);
+    status = tl_inflate_whole(z, zlen, buf, need);
     if (status != TL_MASK_OK) return status;
 
     prev = buf + need;

@@ -34,6 +34,7 @@ from turboloader.decode import (  # noqa: F401 (decode_pil, is_jpeg: their old h
     is_jpeg,
 )
 from turboloader.decode.image import _decode_array, _decode_rgb
+from turboloader.errors import SampleError
 from turboloader.io.sizes import parse_size
 from turboloader.transforms._random import using_rng
 
@@ -67,7 +68,73 @@ def own_copy(value):
         return value
     if type(value) is tuple and all(type(v) in _IMMUTABLE for v in value):
         return value
-    return copy.deepcopy(value)
+    try:
+        if type(value) in _TREES:
+            return _copy_tree(value)
+        return copy.deepcopy(value)
+    except (RecursionError, TypeError, copy.Error) as exc:  # a sample's value, not the epoch's
+        raise SampleError(f"the sample's {type(value).__name__} value cannot be copied: "
+                          f"{type(exc).__name__}: {exc}") from None
+
+
+_TREES = (dict, list, tuple)
+
+
+def _copy_tree(root):
+    """``copy.deepcopy(root)`` for nested dicts, lists and tuples (a parsed JSON value, a
+    Parquet row), walked with a stack instead of recursion: a label nested deeper than
+    Python's recursion limit copies too. Other values inside are deep-copied; a container
+    met twice is copied once (as deepcopy does)."""
+    memo, deep_memo, open_tuples = {}, {}, set()
+
+    def start(v):  # (copy, None) or (None, the frame that builds the copy)
+        t = type(v)
+        if t in _IMMUTABLE:
+            return v, None
+        if t not in _TREES:
+            return copy.deepcopy(v, deep_memo), None
+        if id(v) in memo:
+            return memo[id(v)], None
+        if t is tuple:  # built when its items are
+            if id(v) in open_tuples:
+                raise RecursionError("a tuple that contains itself")
+            open_tuples.add(id(v))
+            return None, [v, [], iter(v), None]
+        new = {} if t is dict else []
+        memo[id(v)] = new
+        return None, [v, new, iter(v.items() if t is dict else v), None]
+
+    def put(frame, value):
+        if type(frame[0]) is dict:
+            frame[1][frame[3]] = value
+        else:
+            frame[1].append(value)
+
+    done, frame = start(root)
+    stack = [frame]
+    while stack:
+        frame = stack[-1]
+        src = frame[0]
+        try:
+            item = next(frame[2])
+        except StopIteration:
+            stack.pop()
+            done = frame[1]
+            if type(src) is tuple:
+                done = tuple(done)
+                memo[id(src)] = done
+                open_tuples.discard(id(src))
+            if stack:
+                put(stack[-1], done)
+            continue
+        if type(src) is dict:
+            frame[3], item = item
+        value, child = start(item)
+        if child is None:
+            put(frame, value)
+        else:
+            stack.append(child)
+    return done
 
 
 class ByteLRU:

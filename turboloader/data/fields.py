@@ -47,7 +47,6 @@ where it cannot (JSON of varying shapes, which torch's own collate refuses).
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -56,7 +55,7 @@ import torch
 
 from turboloader.decode import DEFAULT_MAX_PIXELS, decode_pil
 from turboloader.errors import SampleError
-from turboloader.io.shards import IMAGE_EXTENSIONS
+from turboloader.io.shards import IMAGE_EXTENSIONS, parse_json
 
 __all__ = ["BoxesField", "Fields", "MaskField", "collate_column", "collate_fields"]
 
@@ -96,7 +95,7 @@ def _convert(ext, data, key):
             raise SampleError(f"sample {key!r}: .{ext} is not an integer: {text[:40]!r}") from None
     if ext in _JSON:
         try:
-            return json.loads(bytes(data))
+            return parse_json(bytes(data))
         except ValueError as exc:
             raise SampleError(f"sample {key!r}: .{ext} is not valid JSON: {exc}") from None
     if ext == "npy":
@@ -267,7 +266,7 @@ def _parse_boxes(spec, value, where):
             value = np.load(io.BytesIO(raw), allow_pickle=False)
         else:
             try:
-                value = json.loads(raw)
+                value = parse_json(raw)
             except ValueError as exc:
                 raise SampleError(f"{where}: the boxes are not valid JSON: {exc}") from None
     if spec.key is not None:
@@ -519,7 +518,7 @@ class Fields:
                         value = _convert(ext, value, key)
                     elif isinstance(value, str):
                         try:
-                            value = json.loads(value)
+                            value = parse_json(value)
                         except ValueError as exc:
                             raise SampleError(f"{where}: the boxes are not valid JSON: "
                                               f"{exc}") from None

@@ -16,7 +16,11 @@ imports neither at module level).
 
 import threading
 
+import numpy as np
+
+from turboloader._native import _jpeg
 from turboloader.decode.jpeg import _as_buffer, _read_header
+from turboloader.errors import DecodeError
 
 __all__ = []
 
@@ -49,7 +53,13 @@ def route(sources):
     typed :class:`~turboloader.errors.DecodeError` it always does), when it is progressive,
     has 4 components (CMYK, YCCK), is not YCbCr or gray, has sampling factors nvJPEG does
     not take, or has no end-of-image marker near its end (a truncated file: libjpeg-turbo
-    decodes what is there and warns, as on the CPU path, where nvJPEG would fail or not say).
+    decodes what is there and warns, as on the CPU path, where nvJPEG would fail or not say),
+    or has restart markers and libjpeg-turbo warns about its data or refuses it. nvJPEG
+    resynchronises at restart markers without a word; so each file with restart markers is
+    entropy-decoded on the host first (a 1/8-scale decode: the Huffman data in full, no
+    full-size IDCT), and one libjpeg recovers from (a misnumbered or missing marker, bytes
+    before one, an interval cut short) goes to the CPU path, which gives its warning, or
+    with ``strict`` its error, exactly as without ``decode="gpu"``.
 
     Args:
         sources: JPEG files (bytes, memoryview, 1-D uint8 array).
@@ -87,7 +97,33 @@ def _why_cpu(buf, header):
     tail = bytes(buf[-_EOI_TAIL:])
     if b"\xff\xd9" not in tail:
         return "no end-of-image marker (truncated)"
+    if _restart_interval(buf):
+        out = np.empty(((header.height + 7) // 8, (header.width + 7) // 8, 3), np.uint8)
+        try:
+            n_warnings, _ = _jpeg.decode_into(buf, out, scale_num=1)
+        except DecodeError:
+            return "corrupt data (libjpeg refuses it)"
+        if n_warnings:
+            return "corrupt data (libjpeg warns)"
     return None
+
+
+def _restart_interval(buf):
+    """The restart interval a DRI segment before the first scan sets (0: none)."""
+    pos, end = 2, len(buf)
+    while pos + 4 <= end:
+        if buf[pos] != 0xFF:
+            return 0
+        marker = buf[pos + 1]
+        if marker == 0xFF:   # fill byte
+            pos += 1
+            continue
+        if marker == 0xDA:   # the scan: no DRI before it
+            return 0
+        if marker == 0xDD:
+            return (buf[pos + 4] << 8) | buf[pos + 5] if pos + 6 <= end else 0
+        pos += 2 + ((buf[pos + 2] << 8) | buf[pos + 3])
+    return 0
 
 
 def groups(sizes, *, max_bytes=DEVICE_CALL_BYTES, max_files=DEVICE_CALL_FILES):

@@ -2,14 +2,14 @@
 
 A PNG's chunks are walked here (every CRC checked), then one native call for the whole
 batch without the GIL (:func:`turboloader._native._mask.png_masks_nearest`) inflates each
-zlib stream up to the last row the output reads, unfilters those rows and samples them
-nearest through per-row index maps: no whole decoded mask, no per-sample resampling in
-Python. The inflater is turboloader's own (``mask_kernels.c``, RFC 1951 as zlib's
+zlib stream whole, unfilters the rows up to the last one the output reads and samples them
+nearest through per-row index maps: no per-sample resampling in Python. The inflater is turboloader's own (``mask_kernels.c``, RFC 1951 as zlib's
 ``puff.c`` reads it, runs copied with ``memset`` / ``memcpy``): zlib copies a mask's long
 runs a byte at a time, which was most of Pillow's decode of the benchmark's masks
 (``zlib.decompress`` 2.4 ms of Pillow's 2.8 ms, loaded machine), and no C library is added
-to the build. The zlib checksum past the rows read is not verified: the chunk CRCs
-cover every compressed byte. What this path takes: grayscale (1, 2, 4, 8, 16 bits) and palette
+to the build. Like zlib (and so Pillow) it checks that the stream ends with the image's
+last byte and that its Adler-32 matches: the chunk CRCs cover the compressed bytes as
+written, and a writer's corrupt stream has valid CRCs. What this path takes: grayscale (1, 2, 4, 8, 16 bits) and palette
 (1, 2, 4, 8 bits) PNGs, not interlaced, whose values it gives as Pillow does (palette indices
 and 8/16-bit values kept, 1/2/4-bit gray scaled to 0-255). Anything else (another format,
 colour, interlaced, a bad CRC, a short or corrupt stream) is ``None`` from

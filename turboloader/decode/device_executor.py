@@ -155,6 +155,10 @@ class DeviceDecode:
         those rows are FAILED already); a row's crop and resize are ``params.geometry``'s,
         the drawn geometry on the source grid. ``runner`` and ``strict`` are the CPU rows'.
 
+        ``strict``: libjpeg's warnings about recoverable corruption are row errors, as in
+        :meth:`Plan.run_batch <turboloader.transforms.Plan.run_batch>` (a file with restart
+        markers libjpeg warns about never reaches the device: it is decoded on the CPU).
+
         Returns:
             A :class:`~turboloader.decode.executor.BatchResult`. The work is complete on
             the device when it returns (the caller may hand ``out`` to any stream).

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 
 from turboloader.errors import ManifestError
+from turboloader.io.shards import parse_json
 
 __all__ = ["manifest_format", "read_manifest"]
 
@@ -99,8 +99,8 @@ def read_manifest(path, /, *, format=None, path_column="path", label_column="lab
         stripped = text.lstrip()
         if stripped.startswith("["):  # one JSON list of objects
             try:
-                items = json.loads(text)
-            except json.JSONDecodeError as exc:
+                items = parse_json(text)
+            except ValueError as exc:
                 raise ManifestError(f"{name!r} is not valid JSON: {exc}") from None
             numbered = enumerate(items, 1)
         else:
@@ -109,8 +109,8 @@ def read_manifest(path, /, *, format=None, path_column="path", label_column="lab
                     if not line.strip():
                         continue
                     try:
-                        yield line_no, json.loads(line)
-                    except json.JSONDecodeError as exc:
+                        yield line_no, parse_json(line)
+                    except ValueError as exc:
                         raise ManifestError(f"{name!r} line {line_no}: not JSON ({exc})") \
                             from None
             numbered = parse()

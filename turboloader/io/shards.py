@@ -44,6 +44,7 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "IndexedShard",
     "LABEL_EXTENSIONS",
+    "MAX_JSON_DEPTH",
     "SampleRecord",
     "Shard",
     "ShardSource",
@@ -57,6 +58,7 @@ __all__ = [
     "is_stream",
     "list_shards",
     "open_shard",
+    "parse_json",
     "parse_label",
     "random_access",
     "read_classes",
@@ -200,6 +202,35 @@ def _group(names):
     return samples
 
 
+#: How deeply a JSON label, field or manifest row may nest its lists and objects. Deeper is a
+#: ValueError at parse time (a typed error of the sample or manifest), not a RecursionError
+#: later in whatever walks the value (copying it, torch's collate, pickling it to a worker).
+MAX_JSON_DEPTH = 100
+
+
+def parse_json(text) -> object:
+    """``json.loads(text)``, refusing values nested more than :data:`MAX_JSON_DEPTH` deep.
+
+    Raises:
+        ValueError: not JSON (``json.JSONDecodeError``), or nested too deeply.
+    """
+    try:
+        obj = json.loads(text)
+    except RecursionError:  # json's C parser stops at the interpreter's recursion limit
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} lists or objects deep") from None
+    if not isinstance(obj, (list, dict)):
+        return obj
+    # a walk without recursion, one level at a time
+    level, depth = [obj], 0
+    while level:
+        depth += 1
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"nested more than {MAX_JSON_DEPTH} lists or objects deep")
+        level = [v for c in level for v in (c.values() if isinstance(c, dict) else c)
+                 if isinstance(v, (list, dict))]
+    return obj
+
+
 def parse_label(data, ext: str, label_key):
     """Decode a label member: ``.cls`` is an int in text, ``.json`` an object's ``label_key``.
 
@@ -219,7 +250,7 @@ def parse_label(data, ext: str, label_key):
             raise SampleError(f".cls label {text[:40]!r} does not fit in int64")
         return value
     try:
-        obj = json.loads(text)
+        obj = parse_json(text)
     except ValueError as exc:
         raise SampleError(f".json label is not valid JSON: {exc}") from None
     if label_key is None:
