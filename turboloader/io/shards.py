@@ -208,7 +208,7 @@ def _group(names):
 MAX_JSON_DEPTH = 100
 
 
-def parse_json(text) -> object:
+def parse_json(text: str | bytes) -> Any:
     """``json.loads(text)``, refusing values nested more than :data:`MAX_JSON_DEPTH` deep.
 
     Raises:
