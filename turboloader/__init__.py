@@ -20,6 +20,7 @@ torchvision reads differently raises a TypeError naming the torchvision-exact cl
 
 from turboloader import _fork
 from turboloader._lazy import lazy_names
+from turboloader.compat.names import TOP_LEVEL_SEED_NAMES
 from turboloader.errors import (
     DecodeError,
     DecodeWarning,
@@ -59,7 +60,7 @@ _LAZY = {
     "ParquetDataset": "turboloader.data",
     "MaskField": "turboloader.data",
     "BoxesField": "turboloader.data",
-    "ShardCache": "turboloader.data",
+    "ShardCache": "turboloader.io",
     # the core loader with seed 001's path-first form (a subclass of turboloader.loader's)
     "DataLoader": "turboloader.compat",
     "profile": "turboloader.loader",
@@ -69,22 +70,7 @@ _LAZY = {
 
 # the seed documents' APIs (thin adapters over the above; see turboloader.compat): resolvable
 # for the code written against them, not listed in __all__ (the module docstring's rule)
-_SEED_NAMES = {
-    "TransformConfig": "turboloader.compat",
-    "ResizeMethod": "turboloader.compat",
-    "Pipeline": "turboloader.compat",
-    "Compose": "turboloader.compat",
-    "Resize": "turboloader.compat",
-    "CenterCrop": "turboloader.compat",
-    "RandomCrop": "turboloader.compat",
-    "RandomHorizontalFlip": "turboloader.compat",
-    "ColorJitter": "turboloader.compat",
-    "ImageNetNormalize": "turboloader.compat",
-    "ToTensor": "turboloader.compat",
-    "TensorFormat": "turboloader.compat",
-    "HighPerformanceDataset": "turboloader.compat",
-    "create_dataloader": "turboloader.compat",
-}
+_SEED_NAMES = dict.fromkeys(TOP_LEVEL_SEED_NAMES, "turboloader.compat")
 
 __all__ = [
     "DecodeError",

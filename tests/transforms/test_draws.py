@@ -62,15 +62,15 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_batch_draws_equal_one_sample_draws(name):
-    t, sized = CASES[name]
+    t, _ = CASES[name]
     fits = np.ones(N, bool)
     if name in ("RandomCrop", "CenterCrop"):
         fits = (SIZES >= t.size).all(axis=1)   # a crop larger than the image is not drawn
     d = KeyDraws(KEYS)
-    args = (SIZES,) if sized else ()
-    batch = _rows(t._draw_batch(*args, d, fits))
-    one, counters = _per_row(lambda i, rd: _rows1(t._draw_batch(*(a[i:i + 1] for a in args),
-                                                                 rd, fits[i:i + 1])))
+    # one signature for every transform's draw: (sizes, d, mask)
+    batch = _rows(t._draw_batch(SIZES, d, fits))
+    one, counters = _per_row(lambda i, rd: _rows1(t._draw_batch(SIZES[i:i + 1], rd,
+                                                                 fits[i:i + 1])))
     assert [b for b, f in zip(batch, fits) if f] == [o for o, f in zip(one, fits) if f]
     np.testing.assert_array_equal(d.counter, counters)
     # make_params is that batch of one
@@ -192,3 +192,23 @@ def test_under_torch_manual_seed_make_params_draws_torchvisions_parameters(name)
                     assert p[k] == pytest.approx(v, abs=1e-6), (seed, k)
                 else:
                     assert p[k] == v, (seed, k)
+
+
+def test_every_draw_has_the_one_signature():
+    # a crop's draw and a flip's / jitter's / container's are called alike: (sizes, d, mask)
+    import importlib
+    import inspect
+    import pkgutil
+
+    import turboloader.transforms as pkg
+
+    mods = [importlib.import_module(f"turboloader.transforms.{m.name}")
+            for m in pkgutil.iter_modules(pkg.__path__)] + \
+        [importlib.import_module("turboloader.data.buckets")]
+    seen = {}
+    for mod in mods:
+        for cls in vars(mod).values():
+            if inspect.isclass(cls) and "_draw_batch" in vars(cls):
+                seen[cls.__name__] = list(inspect.signature(vars(cls)["_draw_batch"]).parameters)
+    assert len(seen) >= 9, seen   # 4 crops/buckets, flip, jitter, three containers
+    assert {tuple(p) for p in seen.values()} == {("self", "sizes", "d", "mask")}, seen

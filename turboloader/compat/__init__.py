@@ -10,32 +10,11 @@ Names are imported on first use.
 """
 
 from turboloader._lazy import lazy_names
+from turboloader.compat.names import SEED_NAMES
 
 _SEEDS = "turboloader.compat.seeds"
-_LAZY = {
-    name: _SEEDS
-    for name in (
-        "CenterCrop",
-        "ColorJitter",
-        "Compose",
-        "DataLoader",
-        "HighPerformanceDataset",
-        "ImageNetNormalize",
-        "Pipeline",
-        "PrefetchLoader",
-        "RandomCrop",
-        "RandomHorizontalFlip",
-        "Resize",
-        "ResizeMethod",
-        "Sample",
-        "SampleBatchLoader",
-        "TensorFormat",
-        "ToTensor",
-        "TransformConfig",
-        "create_dataloader",
-        "seed001_loader",
-    )
-}
+
+_LAZY = {name: _SEEDS for name in SEED_NAMES}
 
 __all__ = sorted(_LAZY)
 

@@ -12,7 +12,8 @@ label tables, the chunk gather),
 :mod:`~turboloader.data.sharding` (epoch order, rank/worker split), :mod:`~turboloader.data.cache`
 (the decoded-sample cache, and a byte-bounded LRU), :mod:`~turboloader.data.failures` (skip/raise policy),
 :mod:`~turboloader.data.epochs` (shared epochs), :mod:`~turboloader.data.telemetry`
-(statistics); shard lists and readers are :mod:`~turboloader.io.shards`.
+(statistics); shard lists and readers (``expand_urls``, ``braceexpand``) and the
+:class:`~turboloader.io.ShardCache` are :mod:`turboloader.io`'s, reached from there only.
 
 Names are imported on first use, so tools that need only the shard readers do not pay for
 importing torch and torchvision.
@@ -30,7 +31,6 @@ _LAZY = {
     "ParquetDataset": "turboloader.data.parquet_dataset",
     "ResumableSampler": "turboloader.data.tbl_dataset",
     "SampleCache": "turboloader.data.cache",
-    "ShardCache": "turboloader.io.shard_cache",
     "DetectionTargets": "turboloader.data.detection",
     "delivered_counts": "turboloader.data.checkpoint",
     "TarBatches": "turboloader.data.tar_dataset",
@@ -39,10 +39,8 @@ _LAZY = {
     "TBLDataset": "turboloader.data.tbl_dataset",
     "VideoDataset": "turboloader.data.video",
     "VideoFolder": "turboloader.data.video",
-    "braceexpand": "turboloader.io.shards",
     "collate_column": "turboloader.data.fields",
     "collate_fields": "turboloader.data.fields",
-    "expand_urls": "turboloader.io.shards",
     "per_rank_count": "turboloader.data.sharding",
     "worker_items": "turboloader.data.sharding",
 }

@@ -12,22 +12,9 @@ from turboloader.data.map_dataset import MapDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import ManifestError, SampleError, UnreadableFileError
 from turboloader.io.files import read_file
-from turboloader.io.manifest import read_manifest
+from turboloader.io.manifest import int_label, read_manifest
 
 __all__ = ["ManifestDataset"]
-
-
-def _int_label(value):
-    """``value`` as an int label when it is one (an int, or a string of one), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        s = value.strip()
-        if s and (s.isdigit() or (s[0] == "-" and s[1:].isdigit())):
-            return int(s)
-    return None
 
 
 class ManifestDataset(MapDataset, torch.utils.data.Dataset):
@@ -119,10 +106,10 @@ class ManifestDataset(MapDataset, torch.utils.data.Dataset):
                 raise ManifestError(f"{self.manifest!r}: row {k} has no {label_column!r} "
                                     f"(pass missing_label=... for unlabelled rows)")
         present = [v for v in raw if v is not None and v != ""]
-        ints = [_int_label(v) for v in present]
+        ints = [int_label(v) for v in present]
         if classes is None and all(v is not None for v in ints):
             self.classes = self.class_to_idx = None
-            lookup = _int_label
+            lookup = int_label
         else:
             self.classes = (list(classes) if classes is not None
                             else sorted({str(v) for v in present}))

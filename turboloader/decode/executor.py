@@ -67,6 +67,7 @@ __all__ = [
     "SourceSizes",
     "batch_rows",
     "default_runner",
+    "normalize_affine",
     "open_jpeg",
     "out_view",
     "plan_slots",
@@ -259,6 +260,29 @@ def _classify(sources):
             except (TypeError, ValueError) as e:
                 raise type(e)(f"source {i}: {e}") from None
     return kind, srcs, shapes, any_array
+
+
+def normalize_affine(mean, std, /, *, scale=1.0 / 255.0):
+    """The ``affine=(scale, bias)`` of :func:`run_batch` for ``Normalize(mean, std)`` after a
+    conversion that multiplies pixels by ``scale`` (``1 / 255``: ``ToTensor``,
+    ``ToDtype(float32, scale=True)``; 1.0: no scaling): ``(x * scale - mean) / std`` folded
+    into one multiply-add per channel, ``x * (scale / std) + (-mean / std)``. The one fold of
+    a normalisation into the executor's arithmetic (the fused plan and
+    :func:`~turboloader.decode.fused.decode_resized_crop` both ask it).
+
+    Args:
+        mean, std: three floats each (checked by the caller: finite, std non-zero).
+        scale: what the conversion before the normalisation multiplies pixels by.
+
+    Returns:
+        ``((s0, s1, s2), (b0, b1, b2))``, floats.
+
+    Example:
+        >>> normalize_affine((0.5, 0.5, 0.5), (0.25, 0.25, 0.25), scale=1.0)
+        ((4.0, 4.0, 4.0), (-2.0, -2.0, -2.0))
+    """
+    return (tuple(scale / float(s) for s in std),
+            tuple(-float(m) / float(s) for m, s in zip(mean, std)))
 
 
 def open_jpeg(data, /, *, max_pixels=DEFAULT_MAX_PIXELS):

@@ -13,7 +13,7 @@ import numpy as np
 
 from turboloader.decode._filters import _interpolation
 from turboloader.decode._window import window_of_one as _window
-from turboloader.decode.executor import resample_into_slot
+from turboloader.decode.executor import normalize_affine, resample_into_slot
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _open
 
 __all__ = ["decode_resized_crop", "decode_window"]
@@ -129,7 +129,7 @@ def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, 
         s = (1.0, 1.0, 1.0) if std is None else tuple(float(v) for v in std)
         if len(m) != 3 or len(s) != 3 or any(v <= 0 for v in s):
             raise ValueError(f"mean and std need 3 values each, std positive; got {m}, {s}")
-        affine = (tuple(1.0 / (255.0 * v) for v in s), tuple(-a / b for a, b in zip(m, s)))
+        affine = normalize_affine(m, s)
     elif out.dtype == np.uint8:
         if mean is not None or std is not None:
             raise ValueError("mean/std normalize float32 output; uint8 output is raw pixels")

@@ -13,10 +13,31 @@ import os
 from turboloader.errors import ManifestError
 from turboloader.io.shards import parse_json
 
-__all__ = ["manifest_format", "read_manifest"]
+__all__ = ["int_label", "manifest_format", "read_manifest"]
 
 _FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
             ".json": "jsonl"}
+
+
+def int_label(value: object) -> int | None:
+    """A manifest row's label as an int when it is one (an int, or a string of one, signs and
+    surrounding blanks allowed), else None (a class name; a bool, a float, an empty string).
+    The one rule of :class:`~turboloader.ManifestDataset` and ``turboloader convert``'s
+    manifest source, so both read a manifest's labels alike.
+
+    Example:
+        >>> int_label(" -3"), int_label(7), int_label("cat"), int_label(True)
+        (-3, 7, None, None)
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        s = value.strip()
+        if s and (s.isdigit() or (s[0] == "-" and s[1:].isdigit())):
+            return int(s)
+    return None
 
 
 def manifest_format(path) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from turboloader.errors import SampleError, TurboLoaderError, UnreadableFileError
 from turboloader.io.codec import Codec, detect_codec
+from turboloader.io.manifest import int_label
 from turboloader.io.tbl import MAGIC, TBLFile
 
 __all__ = [
@@ -365,17 +366,13 @@ class _TBLSource:
                          int(index["offset"][i]), rec.width, rec.height)
 
 
-def _int_label(value):
-    """``value`` as an int label, or None when it is not one."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    return None
+def _column_int(value):
+    """A label column's value (a TBL / Parquet / dataset reader's) as an int, or None when it
+    is not one: a manifest's rule (:func:`turboloader.io.manifest.int_label`), plus floats
+    with an integral value (a column read as float64)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    return int_label(value)
 
 
 class _ParquetSource:
@@ -428,7 +425,7 @@ class _ParquetSource:
                 yield Skip(name, rec.key, f"SampleError: {rec.problem or 'no image'}")
                 continue
             label = labels[j] if labels is not None else None
-            value = _int_label(label)
+            value = _column_int(label)
             if label is not None and value is None:
                 yield Skip(name, rec.key, f"SampleError: label {label!r} is not an integer "
                                           f"(convert writes int labels)")
@@ -451,12 +448,12 @@ class _ManifestSource:
         rows = read_manifest(self.path, path_column=path_column, label_column=label_column)
         raw = [r.get(label_column) for r in rows]
         self.classes = None
-        if any(v is not None and _int_label(v) is None for v in raw):
+        if any(v is not None and int_label(v) is None for v in raw):
             self.classes = sorted({str(v) for v in raw if v is not None})
             index = {c: i for i, c in enumerate(self.classes)}
             labels = [None if v is None else index[str(v)] for v in raw]
         else:
-            labels = [_int_label(v) for v in raw]
+            labels = [int_label(v) for v in raw]
         self.items = [(r[path_column], y) for r, y in zip(rows, labels)]
 
     def __len__(self):

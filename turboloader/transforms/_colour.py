@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from turboloader.transforms import functional as F
-from turboloader.transforms._draws import RngDraws, coin
+from turboloader.transforms._draws import RngDraws, coin, one_row
 from turboloader.transforms._transform import (
     Transform,
     _channels,
@@ -100,7 +100,7 @@ class ColorJitter(Transform):
     def make_params(self, size=None, *, rng=None):
         """``{"fn_idx": [permutation of 0..3], "brightness_factor", "contrast_factor",
         "saturation_factor", "hue_factor"}`` (None for an unset adjustment)."""
-        perm, table = self._draw_batch(RngDraws(_rng(rng)))
+        perm, table = self._draw_batch(one_row(size), RngDraws(_rng(rng)))
         params = {"fn_idx": perm[0].tolist()}
         for i, (name, r) in enumerate(zip(self.FNS, self._ranges())):
             params[f"{name}_factor"] = None if r is None else float(table[0, i])
@@ -109,7 +109,7 @@ class ColorJitter(Transform):
     def _ranges(self):
         return tuple(getattr(self, name) for name in self.FNS)
 
-    def _draw_batch(self, d, mask=None):
+    def _draw_batch(self, sizes, d, mask=None):
         """:meth:`make_params` for every row (rows outside ``mask`` draw nothing): the order
         ``int64 (n, 4)`` (``shuffle([0, 1, 2, 3])``), then the factors ``float64 (n, 4)``,
         ``uniform(lo, hi)`` for each set adjustment in fn_idx order 0..3 (0 where unset)."""
@@ -143,7 +143,7 @@ class ColorJitter(Transform):
 
     def _fused_draw(self, d, mask, r):
         # append this jitter's operations to each row's list
-        ids, f = self._batch_ops(*self._draw_batch(d, mask))
+        ids, f = self._batch_ops(*self._draw_batch(r.out, d, mask))
         k = ids.shape[1]
         if k and len(mask) and mask.all() and (r.n_ops == r.n_ops[0]).all():   # every row at one column
             c = int(r.n_ops[0])

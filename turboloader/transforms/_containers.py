@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from turboloader.transforms._draws import RngDraws, bernoulli
+from turboloader.transforms._draws import RngDraws, bernoulli, one_row
 from turboloader.transforms._transform import Transform, _check_p, _rng, fused_ops
 
 __all__ = ["Compose", "Identity", "Lambda", "RandomApply", "RandomChoice", "RandomOrder"]
@@ -123,9 +123,9 @@ class RandomApply:
 
     def make_params(self, size=None, *, rng=None):
         """``{"apply": bool}``: one ``rng.random()`` draw."""
-        return {"apply": bool(self._draw_batch(RngDraws(_rng(rng)))[0])}
+        return {"apply": bool(self._draw_batch(one_row(size), RngDraws(_rng(rng)))[0])}
 
-    def _draw_batch(self, d, mask=None):
+    def _draw_batch(self, sizes, d, mask=None):
         """``bool (n,)``: whether each row applies the members, ``random() < p`` (rows
         outside ``mask``: False, nothing drawn)."""
         return bernoulli(d, self.p, mask)
@@ -134,7 +134,7 @@ class RandomApply:
         return _members_ops(self.transforms)
 
     def _fused_draw(self, d, mask, r):
-        apply = mask & self._draw_batch(d, mask)
+        apply = mask & self._draw_batch(r.out, d, mask)
         for m in self.transforms:
             m._fused_draw(d, apply, r)
 
@@ -182,9 +182,9 @@ class RandomChoice:
 
     def make_params(self, size=None, *, rng=None):
         """``{"index": int}``: the transform to apply."""
-        return {"index": int(self._draw_batch(RngDraws(_rng(rng)))[0])}
+        return {"index": int(self._draw_batch(one_row(size), RngDraws(_rng(rng)))[0])}
 
-    def _draw_batch(self, d, mask=None):
+    def _draw_batch(self, sizes, d, mask=None):
         """``int64 (n,)``: the member each row applies, drawn with probabilities ``p``."""
         return d.categorical(self.p, mask)
 
@@ -192,7 +192,7 @@ class RandomChoice:
         return _members_ops(self.transforms, max)
 
     def _fused_draw(self, d, mask, r):
-        index = self._draw_batch(d, mask)
+        index = self._draw_batch(r.out, d, mask)
         for i, m in enumerate(self.transforms):
             m._fused_draw(d, mask & (index == i), r)
 
@@ -228,9 +228,9 @@ class RandomOrder:
 
     def make_params(self, size=None, *, rng=None):
         """``{"order": [indices]}``: a permutation of the members."""
-        return {"order": self._draw_batch(RngDraws(_rng(rng)))[0].tolist()}
+        return {"order": self._draw_batch(one_row(size), RngDraws(_rng(rng)))[0].tolist()}
 
-    def _draw_batch(self, d, mask=None):
+    def _draw_batch(self, sizes, d, mask=None):
         """``int64 (n, k)``: each row's order of the k members, ``shuffle(list(range(k)))``."""
         return d.permutation(len(self.transforms), mask)
 
@@ -238,7 +238,7 @@ class RandomOrder:
         return _members_ops(self.transforms)
 
     def _fused_draw(self, d, mask, r):
-        order = self._draw_batch(d, mask)
+        order = self._draw_batch(r.out, d, mask)
         for j in range(order.shape[1]):
             for i, m in enumerate(self.transforms):
                 m._fused_draw(d, mask & (order[:, j] == i), r)

@@ -1,7 +1,8 @@
 """Where a batch of samples' random numbers come from, for the one definition of sampling.
 
-Every random transform defines its parameter sampling once, for a batch of rows
-(``_draw_batch(sizes, d, mask)``), against a draw source ``d`` with these methods, each of
+Every random transform defines its parameter sampling once, for a batch of rows, with one
+signature (``_draw_batch(sizes, d, mask)``: ``sizes`` the rows' ``int64 (n, 2)`` (height,
+width) at that step, which a draw that does not depend on it ignores), against a draw source ``d`` with these methods, each of
 which draws for the rows where ``mask`` is True (all rows when ``mask`` is None) and leaves
 the others' generators where they are:
 
@@ -156,6 +157,12 @@ class RngDraws:
         if mask is not None and not mask[0]:
             return np.zeros(1, np.int64)
         return np.array([_categorical(self.rng, p)], np.int64)
+
+
+def one_row(size):
+    """``make_params``' ``size`` ((height, width), or None where the draw does not depend on
+    it) as the ``sizes`` of a batch of one: ``int64 (1, 2)`` (``(0, 0)`` for None)."""
+    return np.array([(0, 0) if size is None else tuple(size)[-2:]], np.int64)
 
 
 def bernoulli(d, p, mask=None):

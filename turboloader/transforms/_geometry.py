@@ -22,7 +22,7 @@ import torch
 
 from turboloader.decode.sizes import resized_sizes
 from turboloader.transforms import functional as F
-from turboloader.transforms._draws import RngDraws, bernoulli, coin
+from turboloader.transforms._draws import RngDraws, bernoulli, coin, one_row
 from turboloader.transforms._transform import (
     Transform,
     _check_interpolation,
@@ -180,11 +180,11 @@ class CenterCrop(Transform):
         h, w = size
         padding = F._array._center_padding((h, w), (ch, cw))
         ph, pw = h + padding[1] + padding[3], w + padding[0] + padding[2]
-        p = self._draw_batch(np.array([[ph, pw]], np.int64))
+        p = self._draw_batch(np.array([[ph, pw]], np.int64), RngDraws(_rng(rng)))
         return {"top": int(p["top"][0]), "left": int(p["left"][0]),
                 "height": ch, "width": cw, "padding": padding}
 
-    def _draw_batch(self, sizes, d=None, mask=None):
+    def _draw_batch(self, sizes, d, mask=None):
         """The offsets for every row of ``sizes`` (``int64 (n, 2)``, the padded image):
         ``{"top", "left"}``, ``int64 (n,)``, ``round((H - h) / 2.0)``; no draws."""
         ch, cw = self.size
@@ -471,9 +471,9 @@ class RandomHorizontalFlip(Transform):
 
     def make_params(self, size=None, *, rng=None):
         """``{"flip": bool}``: one ``rng.random()`` draw, even when ``p`` is 0 or 1."""
-        return {"flip": bool(self._draw_batch(RngDraws(_rng(rng)))[0])}
+        return {"flip": bool(self._draw_batch(one_row(size), RngDraws(_rng(rng)))[0])}
 
-    def _draw_batch(self, d, mask=None):
+    def _draw_batch(self, sizes, d, mask=None):
         """``bool (n,)``: whether each row flips, one ``random() < p`` draw per row (rows
         outside ``mask``: False, nothing drawn)."""
         return bernoulli(d, self.p, mask)
@@ -482,7 +482,7 @@ class RandomHorizontalFlip(Transform):
         return 0
 
     def _fused_draw(self, d, mask, r):
-        r.flip ^= self._draw_batch(d, mask)   # flips commute with the colour operations
+        r.flip ^= self._draw_batch(r.out, d, mask)   # flips commute with the colour operations
 
     def transform(self, img, params):
         return F.horizontal_flip(img) if params["flip"] else img

@@ -395,7 +395,7 @@ def _parse(members):
                     "conversion (ToTensor, or ToImage + ToDtype(torch.float32))")
         return _why_not(i, t)
     if out_dtype is torch.float32:
-        affine = (tuple(scale / s for s in std), tuple(-m / s for m, s in zip(mean, std)))
+        affine = _executor.normalize_affine(mean, std, scale=scale)
     else:
         affine = None
     return resize, crop, filt, post, affine, out_dtype

@@ -46,6 +46,7 @@ Pipeline API), ``_apply`` (the ``.apply`` transforms) and ``_dataset``
 (:class:`HighPerformanceDataset`, :func:`create_dataloader`).
 """
 
+from turboloader.compat.names import SEED_NAMES
 from turboloader.compat.seeds._apply import (
     CenterCrop,
     ColorJitter,
@@ -67,31 +68,9 @@ from turboloader.transforms.presets import (
     imagenet_val_transform,
 )
 
-__all__ = [
-    "CenterCrop",
-    "ColorJitter",
-    "Compose",
-    "DataLoader",
-    "HighPerformanceDataset",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "ImageNetNormalize",
-    "Pipeline",
-    "PrefetchLoader",
-    "RandomCrop",
-    "RandomHorizontalFlip",
-    "Resize",
-    "ResizeMethod",
-    "Sample",
-    "SampleBatchLoader",
-    "TensorFormat",
-    "ToTensor",
-    "TransformConfig",
-    "create_dataloader",
-    "imagenet_train_transform",
-    "imagenet_val_transform",
-    "seed001_loader",
-]
+# the seed names (written once, in turboloader.compat) and the presets they are used with
+__all__ = sorted([*SEED_NAMES, "IMAGENET_MEAN", "IMAGENET_STD", "imagenet_train_transform",
+                  "imagenet_val_transform"])
 
 
 def __getattr__(name):
