@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from turboloader.data._buffers import BufferPool
+from turboloader.data import BufferPool
 
 __all__ = ["PrefetchLoader"]
 

@@ -176,14 +176,14 @@ def test_cache_short_side_is_the_stored_short_side(size, fmt):
     from torchvision.transforms import v2
 
     from turboloader.decode import decode_jpeg, pick_scale
-    from turboloader.decode.image import _decode_array
+    from turboloader.decode.image import decode_array
 
     rng = np.random.default_rng(sum(size))
     buf = io.BytesIO()
     Image.fromarray(rng.integers(0, 256, (*size, 3), np.uint8)).save(buf, fmt)
     data = buf.getvalue()
     cache = SampleCache(10**7)
-    arr, source = _decode_array(data, short_side=160, alloc=cache.reserve)
+    arr, source = decode_array(data, short_side=160, alloc=cache.reserve)
     assert source == size
     h, w = size
     if fmt == "JPEG":

@@ -64,16 +64,17 @@ def test_the_count_of_unannotated_public_signatures_only_goes_down():
     missing = []
     for name, obj in _public_callables():
         fn = obj.__init__ if inspect.isclass(obj) else obj
-        if inspect.isclass(obj) and fn is object.__init__:
-            continue
+        if inspect.isclass(obj) and not (getattr(fn, "__module__", None) or "").startswith(
+                "turboloader"):
+            continue   # the inherited constructor of an Enum or an exception (*args, **kwargs)
         params, _ = _unannotated(fn)
         if params:
             missing.append(f"{name}: {', '.join(params)}")
     assert len(missing) <= RATCHET, "\n".join(missing)
 
 
-# public callables (of 131) with a parameter still unannotated, counted when this test came
-RATCHET = 124
+# public callables with a parameter still unannotated (124 when this test came)
+RATCHET = 114
 
 
 def test_the_protocols_are_declared_and_annotated():

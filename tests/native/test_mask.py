@@ -1,4 +1,4 @@
-"""The PNG mask kernel (``_native/_mask``, ``decode/_mask.py``): PNG rows inflated,
+"""The PNG mask kernel (``_native/_mask``, ``decode/mask.py``): PNG rows inflated,
 unfiltered and sampled nearest through index maps, against the oracles Pillow (the decoded
 values) then torchvision v2 (``resized_crop`` / ``resize`` + ``crop`` and ``horizontal_flip``
 of a ``Mask``), and zlib (the inflater). PNGs are written byte by byte (``helpers/png.py``) so that every
@@ -18,8 +18,8 @@ from torchvision.transforms.v2 import functional as TF
 
 from turboloader._native import _mask
 from turboloader.data.fields import _decode_image
-from turboloader.decode._mask import png_mask_header, png_masks_nearest
-from turboloader.transforms._annotations import nearest_maps
+from turboloader.decode.mask import png_mask_header, png_masks_nearest
+from turboloader.transforms.annotations import nearest_maps
 from turboloader.transforms._batch import Geometry
 
 KINDS = [(0, 1), (0, 2), (0, 4), (0, 8), (0, 16), (3, 1), (3, 2), (3, 4), (3, 8)]

@@ -23,6 +23,7 @@ from turboloader._lazy import lazy_names
 
 _LAZY = {
     "BoxesField": "turboloader.data.fields",
+    "BufferPool": "turboloader.data._buffers",
     "ByteLRU": "turboloader.data.cache",
     "FailurePolicy": "turboloader.data.failures",
     "ImageFolder": "turboloader.data.folder",
@@ -33,6 +34,8 @@ _LAZY = {
     "SampleCache": "turboloader.data.cache",
     "DetectionTargets": "turboloader.data.detection",
     "delivered_counts": "turboloader.data.checkpoint",
+    "env_budget": "turboloader.data._buffers",
+    "workers_exited": "turboloader.data._buffers",
     "TarBatches": "turboloader.data.tar_dataset",
     "TarBuckets": "turboloader.data.buckets",
     "TarDataset": "turboloader.data.tar_dataset",

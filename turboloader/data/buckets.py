@@ -51,7 +51,7 @@ import torch.utils.data
 from turboloader.data._buffers import shared_pool
 from turboloader.errors import TurboLoaderError
 from turboloader.io.shards import TarShard
-from turboloader.transforms._geometry import RandomResizedCrop, _setup_size
+from turboloader.transforms import RandomResizedCrop
 
 __all__ = ["TarBuckets", "nearest_bucket"]
 
@@ -82,8 +82,9 @@ class _CoverCrop(RandomResizedCrop):
     fell back to the centre). Fused like ``RandomResizedCrop``; masks and boxes follow it."""
 
     def __init__(self, size):
-        h, w = _setup_size(size)
-        super().__init__((h, w), scale=(1.0, 1.0), ratio=(w / h, w / h))
+        super().__init__(size, scale=(1.0, 1.0))   # torchvision's size rule, then the ratio
+        h, w = self.size
+        self.ratio = (w / h, w / h)
 
     def _draw_batch(self, sizes, d, mask=None):
         H, W = sizes[:, 0], sizes[:, 1]

@@ -33,10 +33,10 @@ from turboloader.decode import (  # noqa: F401 (decode_pil, is_jpeg: their old h
     decode_pil,
     is_jpeg,
 )
-from turboloader.decode.image import _decode_array, _decode_rgb
+from turboloader.decode.image import decode_array, decode_rgb
 from turboloader.errors import SampleError
 from turboloader.io.sizes import parse_size
-from turboloader.transforms._random import using_rng
+from turboloader.transforms import using_rng
 
 __all__ = [
     "ByteLRU",
@@ -364,8 +364,8 @@ class Timer:
 class Decoder:
     """Bytes of an encoded image to the transformed sample, through the cache when on.
 
-    The decoding itself is :mod:`turboloader.decode.image`'s (``_decode_array``,
-    ``_decode_rgb``); this class composes it with the cache, the fused plan and the sample's
+    The decoding itself is :mod:`turboloader.decode.image`'s (``decode_array``,
+    ``decode_rgb``); this class composes it with the cache, the fused plan and the sample's
     generator, and stays in ``data/`` because it calls the plan (a floor below it), which a
     class in ``decode/`` could only do by calling up a floor.
 
@@ -428,7 +428,7 @@ class Decoder:
             return hit[0], hit[1]
         if counters is not None:
             counters["cache_misses"] += 1
-        arr, source = _decode_array(data, short_side=self.short_side,
+        arr, source = decode_array(data, short_side=self.short_side,
                                     max_pixels=self.max_pixels, alloc=cache.reserve,
                                     scratch=self._scratch)
         if arr is None:
@@ -461,7 +461,7 @@ class Decoder:
             out = plan.from_jpeg(source, rng=rng, max_pixels=self.max_pixels, out=out)
             timer.lap("decode_s")
             return out
-        img = _decode_rgb(source, max_pixels=self.max_pixels)
+        img = decode_rgb(source, max_pixels=self.max_pixels)
         timer.lap("decode_s")
         out = self.transform_image(img, rng)
         timer.lap("transform_s")

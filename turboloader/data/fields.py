@@ -348,9 +348,8 @@ def _check_pipeline(transform):
     from PIL import Image
     from torchvision import tv_tensors
 
-    from turboloader.transforms._containers import Compose, RandomApply, RandomChoice, RandomOrder
-    from turboloader.transforms._random import using_rng
-    from turboloader.transforms._transform import Transform
+    from turboloader.transforms import (Compose, RandomApply, RandomChoice, RandomOrder,
+                                        Transform, using_rng)
 
     if transform is None:
         return
@@ -401,8 +400,7 @@ def _annotation_transform(transform):
     (``ToImage``, ``ToDtype``, ``Normalize``...): they pass masks and boxes through, so
     replaying them on the annotations costs time for nothing (~0.4 ms a sample for those
     three). Members that draw (``ColorJitter``...) stay: the draws must stay aligned."""
-    from turboloader.transforms._containers import Compose
-    from turboloader.transforms._transform import Transform
+    from turboloader.transforms import Compose, Transform
 
     if not isinstance(transform, Compose):
         return transform
@@ -563,7 +561,7 @@ class Fields:
         """
         from torchvision import tv_tensors
 
-        from turboloader.transforms._random import using_rng
+        from turboloader.transforms import using_rng
 
         at, items = [], []
         for i, kind in enumerate(self.kinds):
@@ -612,8 +610,8 @@ class Fields:
         ``params`` (:class:`~turboloader.transforms._batch.BatchParams`; row ``rows[k]`` is
         its row ``prows[k]``) instead of replaying the pipeline per sample: PNG masks
         sampled nearest straight from their rows into the output grid (one native call for
-        the batch, :mod:`turboloader.decode._mask`), boxes moved by NumPy / torch
-        expressions over the batch (:mod:`turboloader.transforms._annotations`); equal to
+        the batch, :mod:`turboloader.decode.mask`), boxes moved by NumPy / torch
+        expressions over the batch (:mod:`turboloader.transforms.annotations`); equal to
         :meth:`annotate`'s torchvision replay. ``values[i]`` is replaced by the transformed
         list; ``errors[i]`` set (a SampleError) where a mask's size is not its image's. A
         mask over ``max_pixels`` (the dataset's) is left to :meth:`annotate`, which refuses
@@ -625,8 +623,8 @@ class Fields:
         """
         from torchvision import tv_tensors
 
-        from turboloader.decode._mask import png_mask_header, png_masks_nearest
-        from turboloader.transforms._annotations import boxes_batch, nearest_maps
+        from turboloader.decode.mask import png_mask_header, png_masks_nearest
+        from turboloader.transforms.annotations import boxes_batch, nearest_maps
 
         from turboloader.decode.sizes import over_pixel_limit, pixel_limit
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from contextlib import contextmanager
 
 import numpy as np
@@ -99,6 +100,24 @@ def stream_name(default=None) -> str:
         return default
     info = torch.utils.data.get_worker_info()
     return f"worker{info.id}" if info is not None else "main"
+
+
+def _warn_unfused(transform, owner, stacklevel=3):
+    """Warn once (an UnfusedWarning) that ``owner``'s ``transform`` runs unfused, and why."""
+    if transform is None:
+        return
+    try:
+        from turboloader.transforms import explain
+
+        reason = explain(transform)
+    except TypeError:
+        return  # not callable: the dataset reports that when it calls it
+    if reason is not None:
+        from turboloader.errors import UnfusedWarning
+
+        warnings.warn(f"{owner}: the transform is not fused into the decoder, so every sample "
+                      f"is decoded to a PIL image and transformed step by step (correct, but "
+                      f"slower): {reason}", UnfusedWarning, stacklevel=stacklevel)
 
 
 class Chunk:
@@ -263,8 +282,6 @@ class ReaderMixin(EpochMixin):
                      on_error, max_failures, max_pixels, stats_interval):
         if int(seed) < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
-        from turboloader.transforms._plan import _warn_unfused
-
         _warn_unfused(transform, type(self).__name__, stacklevel=4)  # once, in the main process
         self.transform = transform
         self.target_transform = target_transform
@@ -288,8 +305,6 @@ class ReaderMixin(EpochMixin):
     @transform.setter
     def transform(self, value):
         if "_states" in self.__dict__ and value is not self.__dict__.get("_transform"):
-            from turboloader.transforms._plan import _warn_unfused
-
             _warn_unfused(value, f"{type(self).__name__}.transform", stacklevel=3)
             # the idle readers decode with the old transform (and cache its outputs): the
             # next pass makes new ones; their statistics are kept

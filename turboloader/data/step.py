@@ -25,7 +25,7 @@ import torch
 from turboloader.data.cache import is_jpeg
 from turboloader.decode.executor import GENERIC, OK
 from turboloader.errors import DecodeWarning, TurboLoaderError
-from turboloader.transforms._random import sample_key, sample_keys, sample_rng
+from turboloader.transforms import sample_key, sample_keys, sample_rng
 
 __all__ = ["SampleDecoder", "fill_row", "run"]
 

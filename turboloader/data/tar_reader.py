@@ -16,7 +16,7 @@ import numpy as np
 from turboloader.data.cache import own_copy
 from turboloader.data.reader import Chunk, StreamReader
 from turboloader.errors import SampleError, TurboLoaderError
-from turboloader.io.shards import _FIELDS_HINT, check_record as _check_record, parse_label
+from turboloader.io.shards import FIELDS_HINT, check_record as _check_record, parse_label
 
 __all__ = []
 
@@ -196,7 +196,7 @@ class _TarGather:
                     if require_label:
                         raise SampleError(f"sample {shard.key(j)!r} has no label member "
                                           f"(.cls or .json); missing_label= labels such "
-                                          f"samples{_FIELDS_HINT}")
+                                          f"samples{FIELDS_HINT}")
                     label = self.missing_label
             except TurboLoaderError as exc:
                 chunk.fail(exc, where, slot, epoch)

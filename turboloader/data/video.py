@@ -39,7 +39,7 @@ from turboloader.data.tar_dataset import TarDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.decode.video import VIDEO_EXTENSIONS, clip_indices, decode_clips
 from turboloader.decode.executor import GENERIC, OK
-from turboloader.transforms._random import SampleRandom, using_rng
+from turboloader.transforms import SampleRandom, using_rng
 
 __all__ = ["VideoDataset", "VideoFolder"]
 

@@ -2,8 +2,8 @@
 decode, written here once.
 
 :func:`decode_image` for callers, and the datasets' decode step (``turboloader.data.cache``'s
-``Decoder``): :func:`_decode_array` (the decoded-sample cache's HWC array, reduced to a short
-side) and :func:`_decode_rgb` (the RGB image an unfused transform gets). JPEG goes to
+``Decoder``): :func:`decode_array` (the decoded-sample cache's HWC array, reduced to a short
+side) and :func:`decode_rgb` (the RGB image an unfused transform gets). JPEG goes to
 libjpeg-turbo, everything else to Pillow. The fused path (``Plan.from_jpeg``,
 ``decode_resized_crop``) decodes only a JPEG's window, in the same native call that resamples
 it (:mod:`turboloader.decode.executor`).
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import struct
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -22,7 +23,10 @@ from turboloader.decode.sizes import fit_scale_num, scaled_dims, shrunk_size
 from turboloader.errors import DecodeError
 from turboloader.io.codec import Codec, as_codec, detect_codec
 
-__all__ = ["decode_image", "decode_pil", "is_jpeg"]
+if TYPE_CHECKING:
+    from PIL import Image
+
+__all__ = ["decode_array", "decode_image", "decode_pil", "decode_rgb", "is_jpeg"]
 
 
 def is_jpeg(data, /) -> bool:
@@ -139,8 +143,11 @@ def _slot_of(alloc, hw):
     return _NO_ROOM if flat is None else flat.reshape(*hw, 3)
 
 
-def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, alloc=None,
-                  scratch=None):
+def decode_array(data, /, *, short_side: int | None = None,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                 alloc: Callable[[int], np.ndarray | None] | None = None,
+                 scratch: Callable[[int], np.ndarray] | None = None
+                 ) -> tuple[np.ndarray | None, tuple[int, int]]:
     """A dataset sample's bytes to ``(HWC uint8 array, original (height, width))``.
 
     With ``short_side`` the array is resized to that short side when it is longer
@@ -153,7 +160,13 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
     array is then None). Sizes are known from a JPEG's header, so nothing is decoded when
     there is no room; a JPEG at its final size is decoded straight into the buffer.
     ``scratch(nbytes)``: a reusable flat uint8 buffer for a JPEG decoded at a larger size
-    than it is stored (default: a new array). Raises DecodeError."""
+    than it is stored (default: a new array). Raises DecodeError.
+
+    Example:
+        >>> arr, (h, w) = decode_array(jpeg, short_side=160)  # doctest: +SKIP
+        >>> min(arr.shape[:2]) == min(160, h, w)  # doctest: +SKIP
+        True
+    """
     from turboloader._native import _resample
 
     s = short_side
@@ -204,9 +217,14 @@ def _decode_array(data, /, *, short_side=None, max_pixels=DEFAULT_MAX_PIXELS, al
     return out, size
 
 
-def _decode_rgb(data, /, *, max_pixels=DEFAULT_MAX_PIXELS):
+def decode_rgb(data, /, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Image.Image:
     """A dataset sample's bytes to an RGB ``PIL.Image`` (JPEG with libjpeg-turbo, other
-    formats with Pillow): what an unfused transform is called on. Raises DecodeError."""
+    formats with Pillow): what an unfused transform is called on. Raises DecodeError.
+
+    Example:
+        >>> decode_rgb(jpeg).mode  # doctest: +SKIP
+        'RGB'
+    """
     if is_jpeg(data):
         from PIL import Image
 

@@ -47,6 +47,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "SampleRecord",
     "Shard",
+    "FIELDS_HINT",
     "ShardSource",
     "StreamShard",
     "TarShard",
@@ -61,6 +62,7 @@ __all__ = [
     "parse_json",
     "parse_label",
     "random_access",
+    "shard_set_file",
     "read_classes",
     "split_key",
 ]
@@ -71,8 +73,9 @@ IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 LABEL_EXTENSIONS = ("cls", "json")
 _WANTED = frozenset(IMAGE_EXTENSIONS + LABEL_EXTENSIONS)
 _STREAM_SUFFIXES = (".tar.gz", ".tgz")
-# where (image, label) reading stalls on shards made for other uses (captions, JSON)
-_FIELDS_HINT = (", or pass fields= to read other members as webdataset's to_tuple does, e.g. "
+#: The end of an error message where ``(image, label)`` reading stalls on shards made for
+#: other uses (captions, JSON): how to read their members instead.
+FIELDS_HINT = (", or pass fields= to read other members as webdataset's to_tuple does, e.g. "
                "fields=('jpg', 'txt') or fields=('jpg', 'json')")
 
 
@@ -259,7 +262,7 @@ def parse_label(data, ext: str, label_key):
         keys = f" (its keys: {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) \
             else f" (it is a JSON {type(obj).__name__})"
         raise SampleError(f".json label has no key {label_key!r}{keys}; label_key= names the "
-                          f"label's key{_FIELDS_HINT}")
+                          f"label's key{FIELDS_HINT}")
     value = obj[label_key]
     if isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
         raise SampleError(f".json label {label_key!r} = {value} does not fit in int64")
@@ -304,7 +307,7 @@ def check_record(record, *, require_label=True):
                           f"(.{', .'.join(IMAGE_EXTENSIONS)})")
     if require_label and record.label is None:
         raise SampleError(f"sample {record.key!r} has no label member (.cls or .json); "
-                          f"missing_label= labels such samples{_FIELDS_HINT}")
+                          f"missing_label= labels such samples{FIELDS_HINT}")
 
 
 @runtime_checkable
@@ -712,7 +715,7 @@ def random_access(url: str, /, *, cache=None) -> bool:
     return not is_stream(url) and (cache is not None or not is_remote(url))
 
 
-def _shard_set_file(shard, suffix):
+def shard_set_file(shard: str, suffix: str) -> str | None:
     """The file of ``shard``'s shard set named ``<prefix><suffix>`` next to it (``suffix``:
     ``manifest.json`` or ``classes.json``), or None: the longest ``prefix`` that starts
     the shard's file name (``train-`` for ``train-00003.tar``), ``""`` last. Each output
@@ -742,7 +745,7 @@ def read_classes(urls, /):
     urls = list(urls)
     if not urls or "://" in urls[0]:
         return None
-    path = _shard_set_file(urls[0], "classes.json")
+    path = shard_set_file(urls[0], "classes.json")
     if path is None or not os.path.isfile(path):
         return None
     try:

@@ -12,7 +12,7 @@ import torch
 import torch.utils.data
 from torch.utils.data import IterableDataset
 
-from turboloader.data._buffers import BufferPool, env_budget, workers_exited
+from turboloader.data import BufferPool, env_budget, workers_exited
 from turboloader.loader._device import DevicePool
 from turboloader.loader._device import resolve as resolve_decode
 from turboloader.loader._iterable import IterablePipeline, batch_len

@@ -80,10 +80,10 @@ def _manifests_in(directory):
 
 
 def _manifest_of_shard(shard):
-    from turboloader.io.shards import _shard_set_file
+    from turboloader.io.shards import shard_set_file
 
     own = os.path.abspath(os.fspath(shard)) + "." + MANIFEST
-    return own if os.path.isfile(own) else _shard_set_file(shard, MANIFEST)
+    return own if os.path.isfile(own) else shard_set_file(shard, MANIFEST)
 
 
 def find_manifest(path, fmt=None):

@@ -14,8 +14,9 @@ Modules, as torchvision v2's: ``_geometry`` (resize, crops, flips, padding, warp
 ``_conversion`` (types, dtypes, Normalize), ``_plan`` (fusion).
 
 Randomness: :func:`sample_rng` ``(seed, epoch, index)`` is the generator a dataset gives each
-sample; :func:`using_rng` makes a generator current for a block, :func:`current_rng` is the
-one transforms draw from (torch's global RNG outside a dataset).
+sample (a :class:`SampleRandom` of the key :func:`sample_key` derives; :func:`sample_keys`
+for a batch of indices); :func:`using_rng` makes a generator current for a block,
+:func:`current_rng` is the one transforms draw from (torch's global RNG outside a dataset).
 
 Example:
     >>> from turboloader import transforms as T
@@ -87,7 +88,14 @@ from turboloader.transforms._geometry import (
 from turboloader.transforms._joint import transform_jointly
 from turboloader.transforms._mixing import CutMix, MixUp, RandomErasing
 from turboloader.transforms._plan import Plan, explain, plan
-from turboloader.transforms._random import current_rng, sample_rng, using_rng
+from turboloader.transforms._random import (
+    SampleRandom,
+    current_rng,
+    sample_key,
+    sample_keys,
+    sample_rng,
+    using_rng,
+)
 from turboloader.transforms._transform import Transform
 
 __all__ = [
@@ -134,6 +142,7 @@ __all__ = [
     "RandomSolarize",
     "RandomVerticalFlip",
     "Resize",
+    "SampleRandom",
     "ScaleJitter",
     "TenCrop",
     "ToDtype",
@@ -147,6 +156,8 @@ __all__ = [
     "explain",
     "functional",
     "plan",
+    "sample_key",
+    "sample_keys",
     "sample_rng",
     "transform_jointly",
     "using_rng",

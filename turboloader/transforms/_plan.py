@@ -69,7 +69,6 @@ rings differently from the full-size decode's antialiasing, up to 83 levels meas
 
 import math
 import operator
-import warnings
 
 import numpy as np
 import torch
@@ -244,22 +243,6 @@ def explain(transform):
         raise TypeError(f"transform must be callable, got {type(transform).__name__}")
     steps = _parse(_flatten(transform))
     return steps if isinstance(steps, str) else None
-
-
-def _warn_unfused(transform, owner, stacklevel=3):
-    """Warn once (an UnfusedWarning) that ``owner``'s ``transform`` runs unfused, and why."""
-    if transform is None:
-        return
-    try:
-        reason = explain(transform)
-    except TypeError:
-        return  # not callable: the dataset reports that when it calls it
-    if reason is not None:
-        from turboloader.errors import UnfusedWarning
-
-        warnings.warn(f"{owner}: the transform is not fused into the decoder, so every sample "
-                      f"is decoded to a PIL image and transformed step by step (correct, but "
-                      f"slower): {reason}", UnfusedWarning, stacklevel=stacklevel)
 
 
 _GRAMMAR = ("fused pipelines are [RandomResizedCrop | Resize [+ CenterCrop | RandomCrop] | "
