@@ -5,6 +5,9 @@ Format errors also derive from :class:`ValueError`, the builtin that callers of
 ``PIL.Image.open`` or ``tarfile`` already catch.
 """
 
+from __future__ import annotations
+
+from typing import Any
 __all__ = [
     "TurboLoaderError",
     "DecodeError",
@@ -74,7 +77,7 @@ class FailureBudgetExceeded(TurboLoaderError):
     failure's exception is chained as ``__cause__``.
     """
 
-    def __init__(self, message, failures=()):
+    def __init__(self, message: str, failures: Any = ()) -> None:
         super().__init__(message)
         self.failures = list(failures)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import torch
 
 from turboloader.data import BufferPool
@@ -46,7 +47,7 @@ class PrefetchLoader:
     ``len``, ``set_epoch``, ``stats`` and ``dataset`` are the wrapped loader's.
     """
 
-    def __init__(self, loader, device, mean=None, std=None):
+    def __init__(self, loader: Any, device: Any, mean: Any = None, std: Any = None) -> None:
         self.loader = loader
         self.device = torch.device(device)
         if (mean is None) != (std is None):

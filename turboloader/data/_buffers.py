@@ -51,6 +51,7 @@ the rows' own block when the batch is exactly its leading rows.
 
 from __future__ import annotations
 
+from typing import Any
 import errno
 import os
 import threading
@@ -240,7 +241,8 @@ class BufferPool:
     Thread-safe.
     """
 
-    def __init__(self, capacity=8, *, pin=False, shared=False, budget=None):
+    def __init__(self, capacity: int = 8, *, pin: bool = False, shared: bool = False,
+                 budget: Any = None) -> None:
         self.capacity = int(capacity)
         self.pin = bool(pin)
         self.shared = bool(shared)
@@ -478,7 +480,7 @@ def _forget_gone_workers():
             pass
 
 
-def workers_exited(exitcodes) -> int:
+def workers_exited(exitcodes: Any) -> int:
     """Tell the receiving process that DataLoader workers exited (``{pid: exitcode}``).
 
     Under the ``file_system`` sharing strategy, a worker's blocks are files in ``/dev/shm``

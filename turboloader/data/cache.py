@@ -20,6 +20,7 @@ within a pass (the seed documents' ``HighPerformanceDataset``).
 
 from __future__ import annotations
 
+from typing import Any
 import copy
 import mmap
 import threading
@@ -152,7 +153,7 @@ class ByteLRU:
         (True, 1)
     """
 
-    def __init__(self, capacity):
+    def __init__(self, capacity: Any) -> None:
         self.capacity = parse_size(capacity)
         self._data = OrderedDict()
         self.nbytes = 0
@@ -259,7 +260,7 @@ class SampleCache:
         (True, 3, 1)
     """
 
-    def __init__(self, capacity):
+    def __init__(self, capacity: Any) -> None:
         self.capacity = parse_size(capacity)
         self._data = {}
         self._slab = np.empty(0, np.uint8)   # the slab being filled, and its next free byte

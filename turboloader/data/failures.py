@@ -34,7 +34,7 @@ class FailurePolicy:
         TypeError: ``max_failures`` is not a number.
     """
 
-    def __init__(self, on_error="raise", max_failures=0.01):
+    def __init__(self, on_error: str = "raise", max_failures: float = 0.01) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
         if isinstance(max_failures, bool) or not isinstance(max_failures, numbers.Real):
@@ -45,8 +45,8 @@ class FailurePolicy:
             max_failures = int(max_failures)
         elif not 0 <= max_failures < 1:
             raise ValueError(f"a fractional max_failures must be in [0, 1), got {max_failures}")
-        self.on_error = on_error
-        self.max_failures = max_failures
+        self.on_error: str = on_error
+        self.max_failures: float = max_failures   # an int: a count; a float: a fraction
 
     def budget(self, n_items: int) -> float:
         """Failures allowed among ``n_items`` samples."""

@@ -117,7 +117,7 @@ def _alternatives(name, columns=False):
 class _Annotation:
     """What MaskField and BoxesField share: the member (or column) they read."""
 
-    def __init__(self, name, /):
+    def __init__(self, name: Any, /) -> None:
         if not isinstance(name, str) or not _alternatives(name) or name.strip() in _NAMES:
             raise ValueError(f"{type(self).__name__} names a member extension (or 'a;b' "
                              f"alternatives, or a column), got {name!r}")
@@ -178,7 +178,7 @@ class BoxesField(_Annotation):
         >>> image, boxes, target = ds[0]   # target["labels"]: the boxes' classes
     """
 
-    def __init__(self, name, /, *, key=None, format="XYXY"):
+    def __init__(self, name: Any, /, *, key: Any = None, format: str | None = "XYXY") -> None:
         super().__init__(name)
         fmt = str(getattr(format, "name", format)).upper()
         if fmt not in _BOX_FORMATS:
@@ -746,7 +746,7 @@ def collate_column(column: Iterable[Any]) -> Any:
     return _collate_column(tuple(column), default_collate)
 
 
-def collate_fields(batch):
+def collate_fields(batch: Any):
     """A ``collate_fn`` for ``fields=`` samples under torch's ``DataLoader``: each field
     collated as ``default_collate`` does, or kept as a list where it cannot be (boxes of
     different counts, JSON of varying shapes; ``BoundingBoxes`` always a list of them,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import functools
 import os
 import time
@@ -86,10 +87,12 @@ class ImageFolder(MapDataset, torchvision.datasets.ImageFolder):
         >>> ds.classes[:2], ds[0][0].shape
     """
 
-    def __init__(self, root, transform=None, target_transform=None, loader=None,
-                 is_valid_file=None, allow_empty=False, *, seed=0, cache=None,
-                 cache_short_side=None, on_error="raise", max_failures=0.01,
-                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, fields=None):
+    def __init__(self, root: Any, transform: Any = None, target_transform: Any = None,
+                 loader: Any = None, is_valid_file: Any = None, allow_empty: bool = False, *,
+                 seed: int = 0, cache: Any = None, cache_short_side: Any = None,
+                 on_error: str = "raise", max_failures: float = 0.01,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, stats_interval: int = 256,
+                 fields: Any = None) -> None:
         if fields is not None:
             raise ValueError(
                 "ImageFolder does not take fields=: a class folder holds one image file per "

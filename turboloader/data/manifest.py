@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import os
 
 import torch.utils.data
@@ -78,16 +79,18 @@ class ManifestDataset(MapDataset, torch.utils.data.Dataset):
         >>> ds.rows[0]["caption"]
     """
 
-    def __init__(self, manifest, root=None, transform=None, target_transform=None, *,
-                 path_column="path", label_column="label", classes=None, missing_label=None,
-                 format=None, seed=0, cache=None, cache_short_side=None, on_error="raise",
-                 max_failures=0.01, max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256,
-                 fields=None):
+    def __init__(self, manifest: Any, root: Any = None, transform: Any = None,
+                 target_transform: Any = None, *, path_column: str = "path",
+                 label_column: Any = "label", classes: Any = None, missing_label: Any = None,
+                 format: str | None = None, seed: int = 0, cache: Any = None,
+                 cache_short_side: Any = None, on_error: str = "raise", max_failures: float = 0.01,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, stats_interval: int = 256,
+                 fields: Any = None) -> None:
         super().__init__()
         if fields is not None:
             from turboloader.data.fields import Fields
 
-            self._fields = Fields(fields, image_names=(path_column,), columns=True)
+            self._fields: Any = Fields(fields, image_names=(path_column,), columns=True)
             self._fields.check_transform(transform)
             if target_transform is not None:
                 raise ValueError("target_transform applies to the target of (image, target) "

@@ -3,6 +3,7 @@ TarDataset shards (one per row group)."""
 
 from __future__ import annotations
 
+from typing import Any
 import os
 
 from turboloader.data.tar_dataset import TarDataset
@@ -84,12 +85,15 @@ class ParquetDataset(TarDataset):
         ...     for images, labels in loader: ...
     """
 
-    def __init__(self, urls, transform=None, target_transform=None, *, image_column="image",
-                 label_column="label", key_column=None, filesystem=None, shuffle=True, seed=0,
-                 missing_label=None, rank=None, world_size=None, pad=True, cache=None,
-                 cache_short_side=None, on_error="raise", max_failures=0.01,
-                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16,
-                 rows_per_shard=1000, fields=None, _table=None, _table_name="table"):
+    def __init__(self, urls: Any, transform: Any = None, target_transform: Any = None, *,
+                 image_column: str = "image", label_column: Any = "label", key_column: Any = None,
+                 filesystem: Any = None, shuffle: bool = True, seed: int = 0,
+                 missing_label: Any = None, rank: Any = None, world_size: Any = None,
+                 pad: bool = True, cache: Any = None, cache_short_side: Any = None,
+                 on_error: str = "raise", max_failures: float = 0.01,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, stats_interval: int = 256,
+                 mix_shards: int = 16, rows_per_shard: int = 1000, fields: Any = None,
+                 _table: Any = None, _table_name: str = "table") -> None:
         extra = ()
         class_column = label_column  # classes: its ClassLabel names, with fields= too
         if fields is not None:
@@ -104,8 +108,9 @@ class ParquetDataset(TarDataset):
         self._columns = dict(image_column=image_column, label_column=label_column,
                              key_column=key_column, extra_columns=extra,
                              class_column=class_column)
-        self._source = dict(filesystem=filesystem, table=_table, table_name=_table_name,
-                            rows_per_shard=rows_per_shard)
+        self._source: dict[str, Any] | None = dict(
+            filesystem=filesystem, table=_table, table_name=_table_name,
+            rows_per_shard=rows_per_shard)
         super().__init__(urls, transform, target_transform, shuffle=shuffle, seed=seed,
                          label_key=None, missing_label=missing_label, rank=rank,
                          world_size=world_size, pad=pad, cache=cache,

@@ -32,6 +32,7 @@ the sample's global index for real positions, the padded position (``>= len``) f
 
 from __future__ import annotations
 
+from typing import Any
 import operator
 
 import numpy as np
@@ -76,8 +77,10 @@ def _check(name, value, lo=0):
     return value
 
 
-def worker_items(counts, *, seed=0, epoch=0, shuffle=True, rank=0, world_size=1, worker=0,
-                 num_workers=1, pad=True, fixed=False, random_access=None, mix_shards=16):
+def worker_items(counts: Any, *, seed: int = 0, epoch: int = 0, shuffle: bool = True,
+                 rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1,
+                 pad: bool = True, fixed: bool = False, random_access: Any = None,
+                 mix_shards: int = 16):
     """The samples worker ``worker`` of rank ``rank`` reads in ``epoch``, in order.
 
     Args:

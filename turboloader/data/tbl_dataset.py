@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import time
 
 import numpy as np
@@ -76,9 +77,11 @@ class TBLDataset(MapDataset, torch.utils.data.Dataset):
         ...     for images, labels in loader: ...
     """
 
-    def __init__(self, paths, transform=None, target_transform=None, *, seed=0, cache=None,
-                 cache_short_side=None, on_error="raise", max_failures=0.01, check_crc=True,
-                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, fields=None):
+    def __init__(self, paths: Any, transform: Any = None, target_transform: Any = None, *,
+                 seed: int = 0, cache: Any = None, cache_short_side: Any = None,
+                 on_error: str = "raise", max_failures: float = 0.01, check_crc: bool = True,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, stats_interval: int = 256,
+                 fields: Any = None) -> None:
         if fields is not None:
             from turboloader.data.fields import Fields
 
@@ -250,8 +253,8 @@ class ResumableSampler(torch.utils.data.DistributedSampler):
         >>> sampler.load_state_dict(ckpt["sampler"]); ds.set_epoch(sampler.epoch)
     """
 
-    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
-                 drop_last=False):
+    def __init__(self, dataset: Any, num_replicas: Any = None, rank: Any = None,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()):

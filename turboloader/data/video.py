@@ -24,6 +24,7 @@ rate); frames after a resolution change are scaled to the stream's size (see
 
 from __future__ import annotations
 
+from typing import Any
 import os
 import time
 
@@ -176,8 +177,9 @@ class VideoDataset(TarDataset):
 
     _image_exts = VIDEO_EXTENSIONS
 
-    def __init__(self, urls, transform=None, target_transform=None, *, frames_per_clip=8,
-                 stride=1, sampling="random", clips=1, **kwargs):
+    def __init__(self, urls: Any, transform: Any = None, target_transform: Any = None, *,
+                 frames_per_clip: int = 8, stride: int = 1, sampling: str = "random",
+                 clips: int = 1, **kwargs: Any) -> None:
         for key in ("cache", "fields", "cache_short_side"):
             if kwargs.get(key) is not None:
                 raise ValueError(f"VideoDataset does not take {key}=")
@@ -199,10 +201,11 @@ class VideoFolder(MapDataset, torchvision.datasets.DatasetFolder):
     options of :class:`VideoDataset`, and the map-style failure policy (``max_pixels``
     as there)."""
 
-    def __init__(self, root, transform=None, target_transform=None, *, frames_per_clip=8,
-                 stride=1, sampling="random", clips=1, seed=0, on_error="raise",
-                 max_failures=0.01, max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256,
-                 extensions=VIDEO_EXTENSIONS):
+    def __init__(self, root: Any, transform: Any = None, target_transform: Any = None, *,
+                 frames_per_clip: int = 8, stride: int = 1, sampling: str = "random",
+                 clips: int = 1, seed: int = 0, on_error: str = "raise",
+                 max_failures: float = 0.01, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                 stats_interval: int = 256, extensions: Any = VIDEO_EXTENSIONS) -> None:
         self._clip = _clip_options(frames_per_clip, stride, sampling, clips)
         super().__init__(root, loader=read_file, extensions=tuple(f".{e}" for e in extensions),
                          transform=transform, target_transform=target_transform)

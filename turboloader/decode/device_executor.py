@@ -29,6 +29,7 @@ the whole flow where there is no GPU.
 
 from __future__ import annotations
 
+from typing import Any
 import contextlib
 import threading
 import time
@@ -83,8 +84,9 @@ class DeviceDecode:
         >>> for images, labels in loader: ...   # images: a CUDA tensor, normalized there
     """
 
-    def __init__(self, device="cuda", *, decoder=None, max_call_bytes=DEVICE_CALL_BYTES,
-                 max_call_files=DEVICE_CALL_FILES):
+    def __init__(self, device: str = "cuda", *, decoder: Any = None,
+                 max_call_bytes: Any = DEVICE_CALL_BYTES, max_call_files: Any = DEVICE_CALL_FILES
+                ) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda":
             if not torch.cuda.is_available():

@@ -7,6 +7,10 @@ large as the output, and the result is flipped and normalized into the caller's 
 Everything between the bytes and the output runs without the GIL.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 import operator
 
 import numpy as np
@@ -29,7 +33,7 @@ def _size(size):
     return h, w
 
 
-def decode_window(box, clip, out_size, decoded_size, scale, filt):
+def decode_window(box: Any, clip: bool, out_size: Any, decoded_size: Any, scale: Any, filt: int):
     """Where to decode and what to resample, for a source box of the full-resolution image.
 
     Args:
@@ -58,9 +62,11 @@ def decode_window(box, clip, out_size, decoded_size, scale, filt):
     return _window(box, clip, out_size, tuple(decoded_size), tuple(scale), filt)
 
 
-def decode_resized_crop(data, /, top, left, height, width, size, *, flip=False, mean=None,
-                        std=None, out=None, dtype=np.float32, interpolation="bilinear",
-                        dct_scaling=True, strict=False, max_pixels=DEFAULT_MAX_PIXELS):
+def decode_resized_crop(data: Any, /, top: int, left: int, height: int, width: int,
+                        size: int | Sequence[int], *, flip: bool = False, mean: Any = None,
+                        std: Any = None, out: Any = None, dtype: Any = np.float32,
+                        interpolation: Any = "bilinear", dct_scaling: bool = True,
+                        strict: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS):
     """Decode the window ``[top:top+height, left:left+width]`` of a JPEG, resize it to
     ``size``, optionally flip it, and write it as CHW into a batch slot.
 

@@ -11,6 +11,7 @@ it (:mod:`turboloader.decode.executor`).
 
 from __future__ import annotations
 
+from typing import Any
 import io
 import struct
 from typing import TYPE_CHECKING, Callable
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["decode_array", "decode_image", "decode_pil", "decode_rgb", "is_jpeg"]
 
 
-def is_jpeg(data, /) -> bool:
+def is_jpeg(data: Any, /) -> bool:
     """True when ``data`` starts with a JPEG's SOI marker (the cheap per-sample test).
 
     Example:
@@ -39,7 +40,8 @@ def is_jpeg(data, /) -> bool:
     return bytes(data[:3]) == b"\xff\xd8\xff"
 
 
-def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS, *, mode="RGB"):
+def decode_pil(data: Any, /, max_pixels: int | None = DEFAULT_MAX_PIXELS, *,
+               mode: str | None = "RGB"):
     """Decode any Pillow-readable image (PNG, WebP, ...) to an RGB ``PIL.Image``.
 
     Args:
@@ -81,8 +83,9 @@ def decode_pil(data, /, max_pixels=DEFAULT_MAX_PIXELS, *, mode="RGB"):
     raise too_large
 
 
-def decode_image(data, /, *, codec=None, strict=False, max_pixels=DEFAULT_MAX_PIXELS,
-                 size=None) -> np.ndarray:
+def decode_image(data: Any, /, *, codec: Any = None, strict: bool = False,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, size: tuple[int, int] | None = None
+                ) -> np.ndarray:
     """Decode an image's bytes to an ``(H, W, 3)`` uint8 RGB array, whatever the codec.
 
     JPEG goes to libjpeg-turbo (:func:`~turboloader.decode.decode_jpeg`), raw pixels are

@@ -7,6 +7,8 @@ size limits, scale choice).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, cast
 import numbers
 import operator
 import os
@@ -120,7 +122,7 @@ def _read_header(buf):
     )
 
 
-def decode_jpeg_header(data, /) -> JpegHeader:
+def decode_jpeg_header(data: Any, /) -> JpegHeader:
     """Read a JPEG's size, colour space and layout without decoding pixels.
 
     Args:
@@ -182,7 +184,7 @@ def _pair(value, name):
     return _positive_int(h, name), _positive_int(w, name)
 
 
-def scaled_size(size, scale):
+def scaled_size(size: Sequence[int], scale: Any):
     """Size of an image decoded with DCT scaling, as libjpeg computes it: ceil(dim * k / 8).
 
     Args:
@@ -209,7 +211,7 @@ def scaled_size(size, scale):
 FAST_SCALES = (Fraction(1, 8), Fraction(1, 4), Fraction(1, 2), Fraction(1))
 
 
-def pick_scale(size, min_size, *, fast_only=True) -> Fraction:
+def pick_scale(size: Sequence[int], min_size: Sequence[int], *, fast_only: bool = True) -> Fraction:
     """The smallest DCT scale at which the decoded image is still at least the minimum size.
 
     Decoding at a smaller scale is much faster; use this to decode no more pixels than a
@@ -241,7 +243,7 @@ def pick_scale(size, min_size, *, fast_only=True) -> Fraction:
     return Fraction(k, 8)
 
 
-def window_scale(window_size, out_size) -> int:
+def window_scale(window_size: Any, out_size: Any) -> int:
     """The k of the smallest fast DCT scale k/8 (1, 2, 4 or 8) at which a window of
     ``window_size`` full-resolution pixels is still at least ``out_size``.
 
@@ -314,17 +316,17 @@ def _window(window):
 
 
 def decode_jpeg(
-    data,
+    data: Any,
     /,
     *,
-    scale=1,
-    min_size=None,
-    window=None,
-    out=None,
-    strict=False,
-    max_pixels=DEFAULT_MAX_PIXELS,
-    fast_dct=False,
-    fancy_upsampling=True,
+    scale: Any = 1,
+    min_size: Sequence[int] | None = None,
+    window: Any = None,
+    out: Any = None,
+    strict: bool = False,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    fast_dct: bool = False,
+    fancy_upsampling: bool = True,
 ) -> np.ndarray:
     """Decode a JPEG to an RGB uint8 array, optionally DCT-scaled and cropped.
 

@@ -6,6 +6,7 @@ the decoders (:mod:`turboloader.decode`) to pick a codec. Pixels are :mod:`turbo
 
 from __future__ import annotations
 
+from typing import Any, cast
 import enum
 import io
 
@@ -27,7 +28,7 @@ class Codec(enum.IntEnum):
 _NAMES = {c: c.name.lower() for c in Codec}
 
 
-def detect_codec(data, /) -> Codec:
+def detect_codec(data: Any, /) -> Codec:
     """The image codec of ``data`` from its first bytes: JPEG, PNG, WebP or BYTES.
 
     Args:
@@ -69,7 +70,7 @@ def as_codec(value) -> Codec:
     return Codec(value)
 
 
-def image_size(data, codec, /):
+def image_size(data: Any, codec: Any, /):
     """``(width, height)`` from an encoded image's header, without decoding pixels.
 
     Args:

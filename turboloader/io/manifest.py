@@ -6,6 +6,7 @@ one dict per row, in file order. :class:`turboloader.ManifestDataset` reads the 
 
 from __future__ import annotations
 
+from typing import Any
 import csv
 import io
 import os
@@ -69,7 +70,8 @@ def _open_text(path):
     return open(path, encoding="utf-8-sig", newline="")
 
 
-def read_manifest(path, /, *, format=None, path_column="path", label_column="label") -> list:
+def read_manifest(path: Any, /, *, format: str | None = None, path_column: str = "path",
+                  label_column: Any = "label") -> list:
     """The rows of a manifest, one dict per row (column name -> value), in file order.
 
     * CSV / TSV: with a header row when the first row names ``path_column``; otherwise the

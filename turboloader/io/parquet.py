@@ -14,6 +14,7 @@ Shard names are ``"<file>#rg=<k>"`` (row group ``k`` of a Parquet file) or
 
 from __future__ import annotations
 
+from typing import Any, cast
 import json
 import os
 import stat
@@ -56,7 +57,7 @@ def _filesystem(url, filesystem=None):
         return PyFileSystem(FSSpecHandler(fs)), path
 
 
-def open_parquet(url, /, *, filesystem=None):
+def open_parquet(url: str, /, *, filesystem: Any = None):
     """A ``pyarrow.parquet.ParquetFile`` for a local path or remote URL.
 
     Raises:

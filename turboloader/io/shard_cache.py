@@ -20,6 +20,7 @@ downloaded again (:func:`turboloader.io.shards.open_shard`).
 
 from __future__ import annotations
 
+from typing import Any
 import contextlib
 import fcntl
 import hashlib
@@ -85,8 +86,8 @@ class ShardCache:
         {'hits': ..., 'misses': ..., 'bytes_downloaded': ..., 'bytes': ..., 'files': ...}
     """
 
-    def __init__(self, root, max_bytes="10GB", *, prefetch=2, retries=5, backoff=0.25,
-                 timeout=60.0):
+    def __init__(self, root: Any, max_bytes: Any = "10GB", *, prefetch: int = 2, retries: int = 5,
+                 backoff: float = 0.25, timeout: float = 60.0) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.max_bytes = parse_size(max_bytes)
         if self.max_bytes <= 0:

@@ -122,7 +122,7 @@ def list_shards(directory) -> list[str]:
     return found
 
 
-def expand_urls(urls) -> list[str]:
+def expand_urls(urls: Any) -> list[str]:
     """The shard list for ``urls``: a path, a directory, a glob, a brace pattern, or a list
     of those.
 
@@ -688,7 +688,7 @@ class StreamShard:
         self._next = 0
 
 
-def open_shard(url: str, /, *, cache=None, strict=False):
+def open_shard(url: str, /, *, cache: Any = None, strict: bool = False):
     """A :class:`TarShard` for ``.tar`` files, a :class:`StreamShard` for ``.tar.gz``/``.tgz``.
 
     Remote URLs: with ``cache`` (a :class:`~turboloader.io.shard_cache.ShardCache`) the shard

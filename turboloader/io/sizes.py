@@ -12,7 +12,7 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
           "tib": 2**40}
 
 
-def parse_size(size) -> int:
+def parse_size(size: int | str) -> int:
     """Bytes in ``size``: an int, or a string such as ``"512MB"``, ``"2GiB"``, ``"1.5g"``.
 
     Example:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
 import mmap
 import operator
 import os
@@ -65,11 +66,11 @@ class TarIndex:
         ...     n, first = len(index), index.names[0]
     """
 
-    def __init__(self, path, /, *, strict=False):
+    def __init__(self, path: Any, /, *, strict: bool = False) -> None:
         from turboloader._native._tar import index_tar
 
         self._path = os.fspath(path)
-        self._fd = None
+        self._fd: Any = None   # the open descriptor (an int), None once closed
         if not stat.S_ISREG(os.stat(self._path).st_mode):
             raise TarFormatError(f"{self._path!r} is not a regular file (a FIFO, device or "
                                  f"socket); only regular files are read")
@@ -94,7 +95,7 @@ class TarIndex:
                         raise TarFormatError(msg)
                     warnings.warn(msg, TruncatedArchiveWarning, stacklevel=2)
             except TarFormatError as exc:
-                exc.add_note(f"archive: {self._path}")
+                exc.add_note(f"archive: {self._path}")  # type: ignore[attr-defined]  # 3.11+
                 raise
             finally:
                 view.release()
@@ -115,8 +116,8 @@ class TarIndex:
         self._name_start = starts
         self._name_len = lens
         self._arena = arena
-        self._names = None
-        self._lookup = None
+        self._names: list[str] | None = None
+        self._lookup: dict[str, int] | None = None
 
     # -- metadata -------------------------------------------------------------------------
 

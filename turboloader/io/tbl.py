@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any, cast
 import enum
 import json
 import operator
@@ -128,7 +129,8 @@ class TBLWriter:
         ...         w.write(jpeg, key=key, label=label)
     """
 
-    def __init__(self, path, /, *, compression="auto", metadata=None, overwrite=False):
+    def __init__(self, path: Any, /, *, compression: Any = "auto", metadata: Any = None,
+                 overwrite: bool = False) -> None:
         if compression not in ("auto", "none", "lz4"):
             raise ValueError(f"compression must be 'auto', 'none' or 'lz4', got {compression!r}")
         self._path = os.fspath(path)
@@ -335,7 +337,7 @@ def _umask():
     return mask
 
 
-def write_tbl(path, samples, /, **kwargs) -> int:
+def write_tbl(path: Any, samples: Any, /, **kwargs: Any) -> int:
     """Write ``samples`` to a new TBL file; return how many were written.
 
     Args:
@@ -428,7 +430,7 @@ class TBLFile:
         ...     i = f.index_of("n01440764/ILSVRC2012_val_00000293")
     """
 
-    def __init__(self, path, /, *, check_crc=True):
+    def __init__(self, path: Any, /, *, check_crc: bool = True) -> None:
         self._path = os.fspath(path)
         self._check_crc = bool(check_crc)
         self._fd = None
@@ -452,8 +454,8 @@ class TBLFile:
         # open gives a FormatError naming the record, not a SIGBUS crash
         self._fd = fd
         self._closer = weakref.finalize(self, os.close, fd)
-        self._keys = None
-        self._lookup = None
+        self._keys: list[str] | None = None
+        self._lookup: dict[str, int] | None = None
 
     def _pread(self, fd, offset, n):
         data = os.pread(fd, n, offset) if n else b""

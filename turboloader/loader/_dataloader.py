@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sized
+from typing import Any, cast
 import sys
 import time
 import warnings
@@ -197,12 +199,15 @@ class DataLoader:
         >>> tl.profile(loader, num_batches=20)   # the stage table: where is the bottleneck?
     """
 
-    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
-                 num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
-                 worker_init_fn=None, multiprocessing_context=None, generator=None, *,
-                 prefetch_factor=None, persistent_workers=None, pin_memory_device="",
-                 in_order=True, backend="threads", seed=None, auto_epoch=True, progress=False,
-                 output="torch", decode="cpu"):
+    def __init__(self, dataset: Any, batch_size: int = 1, shuffle: Any = None, sampler: Any = None,
+                 batch_sampler: Any = None, num_workers: int = 0, collate_fn: Any = None,
+                 pin_memory: bool = False, drop_last: bool = False, timeout: float = 0,
+                 worker_init_fn: Any = None, multiprocessing_context: Any = None,
+                 generator: Any = None, *, prefetch_factor: Any = None,
+                 persistent_workers: Any = None, pin_memory_device: str = "",
+                 in_order: bool = True, backend: str = "threads", seed: int | None = None,
+                 auto_epoch: bool = True, progress: bool = False, output: str = "torch",
+                 decode: str = "cpu") -> None:
         if not isinstance(dataset, torch.utils.data.Dataset):
             raise TypeError("dataset must be a torch.utils.data.Dataset or a path, got "
                             f"{type(dataset).__name__}")
@@ -213,7 +218,7 @@ class DataLoader:
         self.output = output
         if int(num_workers) < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        self.dataset = dataset
+        self.dataset: Any = dataset   # map-style or iterable (with state_dict when resumable)
         self.backend = backend
         self.num_workers = int(num_workers)
         self.drop_last = bool(drop_last)
@@ -263,15 +268,16 @@ class DataLoader:
             sampler = self._distributed_sampler(dataset, True)
             if sampler is None and generator is not None:
                 # torch's contract: the generator drives the shuffle (and advances with it)
-                sampler = torch.utils.data.RandomSampler(dataset, generator=generator)
+                sampler = torch.utils.data.RandomSampler(cast(Sized, dataset), generator=generator)
             elif sampler is None:
                 self._sampler_gen = torch.Generator()
-                sampler = torch.utils.data.RandomSampler(dataset, generator=self._sampler_gen)
+                sampler = torch.utils.data.RandomSampler(cast(Sized, dataset),
+                                                        generator=self._sampler_gen)
             shuffle = None
         elif sampler is None and batch_sampler is None:
             sampler = self._distributed_sampler(dataset, False)
             if sampler is None:
-                sampler = torch.utils.data.SequentialSampler(dataset)
+                sampler = torch.utils.data.SequentialSampler(cast(Sized, dataset))
             shuffle = None
         if not self._iterable and batch_sampler is None and sampler is not None:
             sampler = _ResumableSampler(sampler)  # can skip what a loaded state delivered
@@ -297,8 +303,8 @@ class DataLoader:
             generator=generator, prefetch_factor=prefetch_factor if procs else None,
             persistent_workers=bool(persistent_workers) if procs else False,
             pin_memory_device=pin_memory_device if procs else "", in_order=in_order)
-        self.batch_size = self.torch_loader.batch_size
-        self.sampler = self.torch_loader.sampler
+        self.batch_size: Any = self.torch_loader.batch_size
+        self.sampler: Any = self.torch_loader.sampler
         self.batch_sampler = self.torch_loader.batch_sampler
         if not procs:
             if self.batch_sampler is None and not yields_batches(dataset):
@@ -319,8 +325,8 @@ class DataLoader:
             else:
                 warnings.warn("'pin_memory' argument is set as true but no accelerator is "
                               "found, then device pinned memory won't be used.", stacklevel=2)
-        self._next_epoch = None  # from set_epoch()
-        self._last_epoch = None  # the epoch of the previous pass
+        self._next_epoch: int | None = None  # from set_epoch()
+        self._last_epoch: int | None = None  # the epoch of the previous pass
         self._yielded, self._finished = 0, False  # batches handed out in the pass; its end
         self._resumed_batches = 0  # batches a loaded state already delivered
         # thread backend: batch tensors recycled across batches and passes once nothing
@@ -334,7 +340,8 @@ class DataLoader:
             self._pool = DevicePool(self._device, self._pool.capacity)
         self._pass_generator_state = None
         self._pass_sampler_state = None
-        self._resume_sampler_state = None  # a user sampler's generator, restored next pass
+        # a user sampler's generator, restored next pass
+        self._resume_sampler_state: torch.Tensor | None = None
         self._run = None
 
     @staticmethod
@@ -687,7 +694,7 @@ def _numpy_batches(it):
         it.close()
 
 
-def profile(loader, num_batches=20, *, file=None) -> dict:
+def profile(loader: Any, num_batches: int = 20, *, file: Any = None) -> dict:
     """Run ``num_batches`` batches of ``loader``, print the stage table, return the stats.
 
     Args:

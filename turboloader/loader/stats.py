@@ -11,6 +11,7 @@ not a figure derived from other counters; a dataset that does not report it show
 
 from __future__ import annotations
 
+from typing import Any
 import threading
 import time
 
@@ -138,7 +139,7 @@ def bottleneck(report) -> str:
     return text
 
 
-def format_stats(report) -> str:
+def format_stats(report: Any) -> str:
     """``loader.stats()`` as the text table :func:`~turboloader.profile` prints."""
     lines = [f"turboloader.DataLoader ({report['backend']}), epoch {report['epoch']}: "
              f"{report['batches']} batches, {report['samples']} samples in "

@@ -11,6 +11,9 @@ uint8 arrays. These transforms do not fuse with the decoder: in a dataset they r
 decoded PIL image, as torchvision's do.
 """
 
+from __future__ import annotations
+
+from typing import Any
 import enum
 import math
 
@@ -265,7 +268,8 @@ class AutoAugment(_AutoAugmentBase):
         >>> AutoAugment(AutoAugmentPolicy.CIFAR10)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, policy=AutoAugmentPolicy.IMAGENET, interpolation="nearest", fill=None):
+    def __init__(self, policy: Any = AutoAugmentPolicy.IMAGENET, interpolation: Any = "nearest",
+                 fill: Any = None) -> None:
         super().__init__(interpolation=interpolation, fill=fill)
         name = getattr(policy, "value", policy)
         if name not in _POLICIES:
@@ -300,8 +304,8 @@ class RandAugment(_AutoAugmentBase):
         >>> RandAugment(num_ops=2, magnitude=9)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, num_ops=2, magnitude=9, num_magnitude_bins=31, interpolation="nearest",
-                 fill=None):
+    def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31,
+                 interpolation: Any = "nearest", fill: Any = None) -> None:
         super().__init__(interpolation=interpolation, fill=fill)
         if not isinstance(num_ops, int) or num_ops < 0:
             raise ValueError(f"num_ops should be a non-negative integer, but got {num_ops} instead.")
@@ -333,7 +337,8 @@ class TrivialAugmentWide(_AutoAugmentBase):
         >>> TrivialAugmentWide()(img)  # doctest: +SKIP
     """
 
-    def __init__(self, num_magnitude_bins=31, interpolation="nearest", fill=None):
+    def __init__(self, num_magnitude_bins: int = 31, interpolation: Any = "nearest",
+                 fill: Any = None) -> None:
         super().__init__(interpolation=interpolation, fill=fill)
         self.num_magnitude_bins = num_magnitude_bins
 
@@ -412,8 +417,9 @@ class AugMix(_AutoAugmentBase):
 
     _PARAMETER_MAX = 10
 
-    def __init__(self, severity=3, mixture_width=3, chain_depth=-1, alpha=1.0, all_ops=True,
-                 interpolation="bilinear", fill=None):
+    def __init__(self, severity: int = 3, mixture_width: int = 3, chain_depth: int = -1,
+                 alpha: float = 1.0, all_ops: bool = True, interpolation: Any = "bilinear",
+                 fill: Any = None) -> None:
         super().__init__(interpolation=interpolation, fill=fill)
         if not (1 <= severity <= self._PARAMETER_MAX):
             raise ValueError(f"The severity must be between [1, {self._PARAMETER_MAX}]. Got "

@@ -9,6 +9,9 @@ by 1 level on about 2 values in 100,000). ``ColorJitter`` fuses with the decoder
 geometry (see :func:`turboloader.transforms.plan`).
 """
 
+from __future__ import annotations
+
+from typing import Any
 import numbers
 from collections.abc import Sequence
 
@@ -68,7 +71,8 @@ class ColorJitter(Transform):
         >>> ColorJitter(0.4, 0.4, 0.4, 0.1)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, brightness=None, contrast=None, saturation=None, hue=None):
+    def __init__(self, brightness: Any = None, contrast: Any = None, saturation: Any = None,
+                 hue: Any = None) -> None:
         self.brightness = self._check_input(brightness, "brightness")
         self.contrast = self._check_input(contrast, "contrast")
         self.saturation = self._check_input(saturation, "saturation")
@@ -186,7 +190,7 @@ class Grayscale(Transform):
         >>> Grayscale(3)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, num_output_channels=1):
+    def __init__(self, num_output_channels: int = 1) -> None:
         if num_output_channels not in (1, 3):
             raise ValueError(f"num_output_channels must be 1 or 3, got {num_output_channels}.")
         self.num_output_channels = num_output_channels
@@ -206,7 +210,7 @@ class RandomGrayscale(_RandomApplyTransform):
         >>> RandomGrayscale(p=0.2)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, p=0.1):
+    def __init__(self, p: float = 0.1) -> None:
         super().__init__(p)
 
     def _apply(self, img, params):
@@ -221,7 +225,7 @@ class RandomPosterize(_RandomApplyTransform):
         >>> RandomPosterize(bits=4, p=1.0)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, bits, p=0.5):
+    def __init__(self, bits: int, p: float = 0.5) -> None:
         super().__init__(p)
         self.bits = bits
 
@@ -240,7 +244,7 @@ class RandomSolarize(_RandomApplyTransform):
         >>> RandomSolarize(threshold=192.0, p=1.0)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, threshold, p=0.5):
+    def __init__(self, threshold: float, p: float = 0.5) -> None:
         super().__init__(p)
         self.threshold = threshold
 
@@ -294,7 +298,7 @@ class RandomAdjustSharpness(_RandomApplyTransform):
         >>> RandomAdjustSharpness(2.0, p=1.0)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, sharpness_factor, p=0.5):
+    def __init__(self, sharpness_factor: float, p: float = 0.5) -> None:
         super().__init__(p)
         if sharpness_factor < 0:
             raise ValueError("sharpness_factor should be non-negative")
@@ -322,7 +326,8 @@ class GaussianBlur(Transform):
         >>> GaussianBlur(9, sigma=(0.1, 2.0))(img)  # doctest: +SKIP
     """
 
-    def __init__(self, kernel_size, sigma=(0.1, 2.0)):
+    def __init__(self, kernel_size: int | Sequence[int],
+                 sigma: float | Sequence[float] = (0.1, 2.0)) -> None:
         self.kernel_size = _setup_size(kernel_size, "Kernel size should be a tuple/list of two integers")
         for ks in self.kernel_size:
             if ks <= 0 or ks % 2 == 0:
@@ -384,8 +389,8 @@ class RandomPhotometricDistort(Transform):
         >>> RandomPhotometricDistort(p=0.5)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, brightness=(0.875, 1.125), contrast=(0.5, 1.5), saturation=(0.5, 1.5),
-                 hue=(-0.05, 0.05), p=0.5):
+    def __init__(self, brightness: Any = (0.875, 1.125), contrast: Any = (0.5, 1.5),
+                 saturation: Any = (0.5, 1.5), hue: Any = (-0.05, 0.05), p: float = 0.5) -> None:
         self.brightness = _pair(brightness, "brightness")
         self.contrast = _pair(contrast, "contrast")
         self.saturation = _pair(saturation, "saturation")

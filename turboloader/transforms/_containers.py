@@ -11,6 +11,9 @@ transforms fuses with the decoder, and so do ``Identity`` anywhere in it and
 members (``RandomHorizontalFlip``, ``ColorJitter``); see :func:`turboloader.transforms.plan`.
 """
 
+from __future__ import annotations
+
+from typing import Any, Callable
 from collections.abc import Sequence
 
 import torch
@@ -78,7 +81,7 @@ class Compose:
         >>> x = t(pil_image)  # doctest: +SKIP
     """
 
-    def __init__(self, transforms):
+    def __init__(self, transforms: Any) -> None:
         self.transforms = _members(transforms)
 
     def __call__(self, *inputs):
@@ -117,7 +120,7 @@ class RandomApply:
         {'apply': True}
     """
 
-    def __init__(self, transforms, p=0.5):
+    def __init__(self, transforms: Any, p: float = 0.5) -> None:
         self.transforms = _members(transforms, module_list=True)
         self.p = _check_p(p)
 
@@ -168,7 +171,7 @@ class RandomChoice:
         [0.75, 0.25]
     """
 
-    def __init__(self, transforms, p=None):
+    def __init__(self, transforms: Any, p: Sequence[float] | None = None) -> None:
         self.transforms = _members(transforms)
         if p is None:
             p = [1] * len(self.transforms)
@@ -223,7 +226,7 @@ class RandomOrder:
         [0, 1]
     """
 
-    def __init__(self, transforms):
+    def __init__(self, transforms: Any) -> None:
         self.transforms = _members(transforms)
 
     def make_params(self, size=None, *, rng=None):
@@ -269,7 +272,7 @@ class Lambda(Transform):
         torch.Size([5, 3, 2, 2])
     """
 
-    def __init__(self, lambd, *types):
+    def __init__(self, lambd: Callable[..., Any], *types: type) -> None:
         if not callable(lambd):
             raise TypeError(f"Argument lambd should be callable, got {type(lambd).__name__!r}")
         self.lambd = lambd

@@ -9,6 +9,9 @@ the fused path and the generic path return one type. A tensor conversion, option
 every fused pipeline (see :func:`turboloader.transforms.plan`).
 """
 
+from __future__ import annotations
+
+from typing import Any
 import warnings
 
 import torch
@@ -99,7 +102,7 @@ class ToDtype(Transform):
 
     _kinds = ("tensor",)
 
-    def __init__(self, dtype, scale=False):
+    def __init__(self, dtype: Any, scale: Any = False) -> None:
         if not isinstance(dtype, (dict, torch.dtype)):
             raise ValueError(f"dtype must be a dict or a torch.dtype, but got {type(dtype)} instead")
         if isinstance(dtype, dict) and torch.Tensor in dtype:
@@ -165,7 +168,7 @@ class ConvertImageDtype(Transform):
 
     _kinds = ("tensor",)
 
-    def __init__(self, dtype=torch.float32):
+    def __init__(self, dtype: Any = torch.float32) -> None:
         self.dtype = dtype
         self.scale = True
 
@@ -191,7 +194,7 @@ class ToPILImage(Transform):
 
     _kinds = ("tensor", "ndarray")
 
-    def __init__(self, mode=None):
+    def __init__(self, mode: str | None = None) -> None:
         self.mode = mode
 
     def transform(self, img, params):
@@ -231,7 +234,7 @@ class Normalize(Transform):
         >>> Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))(x)  # doctest: +SKIP
     """
 
-    def __init__(self, mean, std, inplace=False):
+    def __init__(self, mean: Any, std: Any, inplace: bool = False) -> None:
         self.mean = list(mean)
         self.std = list(std)
         self.inplace = inplace

@@ -12,6 +12,9 @@ level, antialiased like Pillow). ``Resize``, ``CenterCrop``, ``RandomCrop``,
 :func:`turboloader.transforms.plan`).
 """
 
+from __future__ import annotations
+
+from typing import Any
 import math
 import numbers
 import warnings
@@ -106,7 +109,8 @@ class Resize(_Resizing):
 
     _uses_size = True
 
-    def __init__(self, size, interpolation="bilinear", max_size=None, antialias=True):
+    def __init__(self, size: int | Sequence[int], interpolation: Any = "bilinear",
+                 max_size: int | None = None, antialias: bool | None = True) -> None:
         if isinstance(size, int) and not isinstance(size, bool):
             size = [size]
         elif isinstance(size, Sequence) and len(size) in {1, 2}:
@@ -170,7 +174,7 @@ class CenterCrop(Transform):
 
     _uses_size = True
 
-    def __init__(self, size):
+    def __init__(self, size: int | Sequence[int]) -> None:
         self.size = _setup_size(size)
 
     def make_params(self, size, *, rng=None):
@@ -227,8 +231,9 @@ class RandomCrop(Transform):
 
     _uses_size = True
 
-    def __init__(self, size, padding=None, pad_if_needed=False, fill=0,
-                 padding_mode="constant"):
+    def __init__(self, size: int | Sequence[int], padding: int | Sequence[int] | None = None,
+                 pad_if_needed: bool = False, fill: Any = 0, padding_mode: str = "constant"
+                ) -> None:
         self.size = _setup_size(size)
         if pad_if_needed or padding is not None:
             if padding is not None:
@@ -252,7 +257,8 @@ class RandomCrop(Transform):
                 padding = [padding[0], padding[0], padding[1], padding[1]]
             else:
                 padding = [padding[0], padding[2], padding[1], padding[3]]
-            self.padding = padding  # [left, right, top, bottom], as torchvision stores it
+            # [left, right, top, bottom], as torchvision stores it
+            self.padding: list[int] | None = padding
         else:
             self.padding = None
         self.pad_if_needed = pad_if_needed
@@ -362,8 +368,9 @@ class RandomResizedCrop(Transform):
 
     _uses_size = True
 
-    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
-                 interpolation="bilinear", antialias=True):
+    def __init__(self, size: int | Sequence[int], scale: Any = (0.08, 1.0),
+                 ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0), interpolation: Any = "bilinear",
+                 antialias: bool | None = True) -> None:
         self.size = _setup_size(size)
         if not isinstance(scale, Sequence) or len(scale) != 2:
             raise TypeError("Scale should be a sequence of two floats.")
@@ -464,7 +471,7 @@ class RandomHorizontalFlip(Transform):
         >>> RandomHorizontalFlip(p=1.0)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, p=0.5):
+    def __init__(self, p: float = 0.5) -> None:
         if not isinstance(p, numbers.Real) or not (0.0 <= p <= 1.0):
             raise ValueError("`p` should be a floating point value in the interval [0.0, 1.0].")
         self.p = p
@@ -530,7 +537,8 @@ class Pad(Transform):
         >>> Pad(4, fill=0)(img).shape  # doctest: +SKIP
     """
 
-    def __init__(self, padding, fill=0, padding_mode="constant"):
+    def __init__(self, padding: int | Sequence[int], fill: Any = 0, padding_mode: str = "constant"
+                ) -> None:
         err = f"Padding must be an int or a 1, 2, or 4 element of tuple or list, got {padding}."
         if isinstance(padding, (tuple, list)):
             if len(padding) not in (1, 2, 4) or not all(isinstance(p, int) for p in padding):
@@ -579,7 +587,9 @@ class RandomRotation(Transform):
         {'angle': -12.7}
     """
 
-    def __init__(self, degrees, interpolation="nearest", expand=False, center=None, fill=0):
+    def __init__(self, degrees: float | Sequence[float], interpolation: Any = "nearest",
+                 expand: bool = False, center: Sequence[float] | None = None, fill: Any = 0
+                ) -> None:
         self.degrees = _setup_angle(degrees, name="degrees", req_sizes=(2,))
         self.interpolation = _check_interpolation(interpolation)
         self.expand = expand
@@ -629,8 +639,9 @@ class RandomAffine(Transform):
 
     _uses_size = True
 
-    def __init__(self, degrees, translate=None, scale=None, shear=None, interpolation="nearest",
-                 fill=0, center=None):
+    def __init__(self, degrees: float | Sequence[float], translate: Sequence[float] | None = None,
+                 scale: Any = None, shear: Any = None, interpolation: Any = "nearest",
+                 fill: Any = 0, center: Sequence[float] | None = None) -> None:
         self.degrees = _setup_angle(degrees, name="degrees", req_sizes=(2,))
         if translate is not None:
             _check_sequence_input(translate, "translate", req_sizes=(2,))
@@ -707,7 +718,8 @@ class RandomPerspective(_RandomApplyTransform):
 
     _uses_size = True
 
-    def __init__(self, distortion_scale=0.5, p=0.5, interpolation="bilinear", fill=0):
+    def __init__(self, distortion_scale: float = 0.5, p: float = 0.5,
+                 interpolation: Any = "bilinear", fill: Any = 0) -> None:
         super().__init__(p)
         if not (0 <= distortion_scale <= 1):
             raise ValueError("Argument distortion_scale value should be between 0 and 1")
@@ -768,7 +780,7 @@ class FiveCrop(Transform):
         >>> batch = torch.stack([ToTensor()(c) for c in crops])  # doctest: +SKIP
     """
 
-    def __init__(self, size):
+    def __init__(self, size: int | Sequence[int]) -> None:
         self.size = _setup_size(size)
 
     def transform(self, img, params):
@@ -791,7 +803,7 @@ class TenCrop(Transform):
         10
     """
 
-    def __init__(self, size, vertical_flip=False):
+    def __init__(self, size: int | Sequence[int], vertical_flip: bool = False) -> None:
         self.size = _setup_size(size)
         self.vertical_flip = vertical_flip
 
@@ -820,8 +832,9 @@ class ScaleJitter(_Resizing):
 
     _uses_size = True
 
-    def __init__(self, target_size, scale_range=(0.1, 2.0), interpolation="bilinear",
-                 antialias=True):
+    def __init__(self, target_size: int | Sequence[int],
+                 scale_range: tuple[float, float] = (0.1, 2.0), interpolation: Any = "bilinear",
+                 antialias: bool | None = True) -> None:
         self.target_size = target_size
         self.scale_range = scale_range
         self.interpolation = _check_interpolation(interpolation)
@@ -859,7 +872,8 @@ class RandomShortestSize(_Resizing):
 
     _uses_size = True
 
-    def __init__(self, min_size, max_size=None, interpolation="bilinear", antialias=True):
+    def __init__(self, min_size: int | Sequence[int], max_size: int | None = None,
+                 interpolation: Any = "bilinear", antialias: bool | None = True) -> None:
         self.min_size = [min_size] if isinstance(min_size, int) else list(min_size)
         if not self.min_size:
             raise ValueError("min_size must hold at least one size")
@@ -894,7 +908,8 @@ class RandomResize(_Resizing):
         >>> RandomResize(256, 480)(img)  # doctest: +SKIP
     """
 
-    def __init__(self, min_size, max_size, interpolation="bilinear", antialias=True):
+    def __init__(self, min_size: int | Sequence[int], max_size: int | None,
+                 interpolation: Any = "bilinear", antialias: bool | None = True) -> None:
         self.min_size = min_size
         self.max_size = max_size
         self.interpolation = _check_interpolation(interpolation)

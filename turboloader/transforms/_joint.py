@@ -9,6 +9,9 @@ them with ``_transform_other``; the generator must end in the same state both ti
 is checked.
 """
 
+from __future__ import annotations
+
+from typing import Any
 import torch
 
 from turboloader.transforms._plan import plan
@@ -34,7 +37,8 @@ def _same(a, b):
     return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
 
 
-def transform_jointly(transform, data, /, *annotations, rng=None, max_pixels=None):
+def transform_jointly(transform: Any, data: Any, /, *annotations: Any, rng: Any = None,
+                      max_pixels: int | None = None):
     """``(image, *annotations)`` transformed with one set of drawn parameters, the image
     part fused when it can be.
 

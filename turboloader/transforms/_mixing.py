@@ -7,6 +7,9 @@ draw in torchvision's order, so under torch's global RNG ``torch.manual_seed(s)`
 torchvision's own draws.
 """
 
+from __future__ import annotations
+
+from typing import Any, cast
 import math
 import numbers
 import random
@@ -57,7 +60,9 @@ class RandomErasing(Transform):
 
     _uses_size = True
 
-    def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0.0, inplace=False):
+    def __init__(self, p: float = 0.5, scale: Any = (0.02, 0.33),
+                 ratio: Sequence[float] = (0.3, 3.3), value: Any = 0.0, inplace: bool = False
+                ) -> None:
         self.p = _check_p(p)
         if not isinstance(value, (numbers.Number, str, tuple, list)):
             raise TypeError("Argument value should be either a number or str or a sequence")
@@ -73,12 +78,13 @@ class RandomErasing(Transform):
             raise ValueError("Scale should be between 0 and 1")
         self.scale = scale
         self.ratio = ratio
+        self.value: list[float] | None
         if isinstance(value, (int, float)):
             self.value = [float(value)]
         elif isinstance(value, str):
             self.value = None
-        else:
-            self.value = [float(v) for v in value]
+        else:   # a tuple or list (checked above)
+            self.value = [float(v) for v in cast(Sequence[float], value)]
         self.inplace = inplace
         # torchvision's float32 log of the ratio range
         self._log_ratio = [float(v) for v in torch.log(torch.tensor(self.ratio))]
@@ -153,7 +159,8 @@ def _as_rng(rng):
 
 
 class _BaseMixUpCutMix:
-    def __init__(self, *, alpha=1.0, num_classes=None, labels_getter="default"):
+    def __init__(self, *, alpha: float = 1.0, num_classes: int | None = None,
+                 labels_getter: Any = "default") -> None:
         self.alpha = float(alpha)
         if not self.alpha > 0:
             raise ValueError(f"alpha must be positive, got {alpha}")

@@ -67,6 +67,9 @@ rings differently from the full-size decode's antialiasing, up to 83 levels meas
 ``plan(..., dct_scaling=False)``, also as a dataset's transform, is torchvision's result.
 """
 
+from __future__ import annotations
+
+from typing import Any
 import math
 import operator
 
@@ -179,7 +182,7 @@ def _delegated_attribute(func):
     return None
 
 
-def plan(transform, *, dct_scaling=None):
+def plan(transform: Any, *, dct_scaling: bool | None = None):
     """Plan ``transform`` into one fused native call, or return None if it is not fusable.
 
     A :class:`Plan` is itself a transform: passed as a dataset's ``transform`` it is used
@@ -220,7 +223,7 @@ def plan(transform, *, dct_scaling=None):
     return Plan(members, *steps, dct_scaling=bool(dct_scaling))
 
 
-def explain(transform):
+def explain(transform: Any):
     """Why ``transform`` does not fuse into the decoder, or None when :func:`plan` fuses it.
 
     The text names the first member that prevents fusion and what would fuse instead; the
@@ -398,8 +401,8 @@ class Plan:
         dct_scaling: whether JPEGs are decoded at a reduced DCT scale when possible.
     """
 
-    def __init__(self, transforms, resize, crop, filt, post, affine, out_dtype, *,
-                 dct_scaling=True):
+    def __init__(self, transforms: Any, resize: Any, crop: Any, filt: int, post: Any, affine: Any,
+                 out_dtype: Any, *, dct_scaling: bool = True) -> None:
         self.transforms = list(transforms)
         if isinstance(crop, (RandomResizedCrop, CenterCrop, RandomCrop)):
             shape = (3, *crop.size)

@@ -37,6 +37,9 @@ Example:
     True
 """
 
+from __future__ import annotations
+
+from typing import Any
 import contextlib
 import os
 import random
@@ -86,7 +89,7 @@ def _mix_np(x):
     return x
 
 
-def sample_key(seed, epoch, index):
+def sample_key(seed: int, epoch: int, index: int):
     """The 64-bit key of sample ``index``'s generator in ``epoch`` (see the module docstring).
 
     Args:
@@ -117,7 +120,7 @@ def _as_u64(values):
     raise TypeError(f"indices must be integers, got dtype {arr.dtype}")
 
 
-def sample_keys(seed, epoch, indices):
+def sample_keys(seed: int, epoch: int, indices: Any):
     """:func:`sample_key` for many indices at once.
 
     Args:
@@ -193,7 +196,7 @@ class SampleRandom(random.Random):
         True
     """
 
-    def __init__(self, x=None):
+    def __init__(self, x: int | None = None) -> None:
         # random.Random.__init__ would seed the unused Mersenne Twister state too
         self.seed(x)
 
@@ -281,7 +284,7 @@ class SampleRandom(random.Random):
         return f"SampleRandom(key={self._key:#018x}, counter={self.counter})"
 
 
-def sample_rng(seed, epoch, index):
+def sample_rng(seed: int, epoch: int, index: int):
     """The generator that draws sample ``index``'s parameters in ``epoch``.
 
     Args:
@@ -329,7 +332,7 @@ def current_rng():
 
 
 @contextlib.contextmanager
-def using_rng(rng):
+def using_rng(rng: Any):
     """Make ``rng`` the current generator of this thread for the duration of the block."""
     previous = getattr(_local, "rng", None)
     _local.rng = rng

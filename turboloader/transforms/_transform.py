@@ -12,6 +12,8 @@ the flattened inputs, so parameters can be drawn from a JPEG header before anyth
 decoded (see :func:`turboloader.transforms.plan`); it also accepts an explicit ``rng``.
 """
 
+from __future__ import annotations
+
 import numbers
 from collections.abc import Sequence
 
@@ -304,7 +306,7 @@ class _RandomApplyTransform(Transform):
     """Base for ``p``-gated transforms: one ``rng.random() < p`` draw decides, as torchvision's
     ``_RandomApplyTransform`` (which skips when ``torch.rand(1) >= p``)."""
 
-    def __init__(self, p=0.5):
+    def __init__(self, p: float = 0.5) -> None:
         self.p = _check_p(p)
 
     def make_params(self, size=None, *, rng=None):

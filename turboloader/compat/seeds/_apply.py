@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
 import enum
 
 import numpy as np
@@ -107,7 +109,8 @@ class Resize(_Apply):
         (224, 224, 3)
     """
 
-    def __init__(self, width, height=None, method=ResizeMethod.BILINEAR):
+    def __init__(self, width: int, height: int | None = None, method: Any = ResizeMethod.BILINEAR
+                ) -> None:
         self.width, self.height = _wh("Resize", width, height, square_ok=False)
         method = method.value if isinstance(method, ResizeMethod) else method
         self.transform = _T().Resize((self.height, self.width), interpolation=method,
@@ -124,7 +127,7 @@ class CenterCrop(_Apply):
         (224, 224, 3)
     """
 
-    def __init__(self, width, height=None):
+    def __init__(self, width: int, height: int | None = None) -> None:
         self.width, self.height = _wh("CenterCrop", width, height, square_ok=True)
         self.transform = _T().CenterCrop((self.height, self.width))
 
@@ -143,7 +146,8 @@ class RandomCrop(_Apply):
         (224, 224, 3)
     """
 
-    def __init__(self, width, height=None, padding=None):
+    def __init__(self, width: int, height: int | None = None,
+                 padding: int | Sequence[int] | None = None) -> None:
         self._square = height is None
         self.width, self.height = _wh("RandomCrop", width, height, square_ok=True)
         self.padding = padding
@@ -164,7 +168,7 @@ class RandomCrop(_Apply):
 class RandomHorizontalFlip(_Apply):
     """Mirror left-right with probability ``p`` (torchvision's ``RandomHorizontalFlip``)."""
 
-    def __init__(self, p=0.5):
+    def __init__(self, p: float = 0.5) -> None:
         self.p = float(p)
         self.transform = _T().RandomHorizontalFlip(self.p)
 
@@ -178,7 +182,8 @@ class ColorJitter(_Apply):
         dtype('uint8')
     """
 
-    def __init__(self, brightness=0.0, contrast=0.0, saturation=0.0, hue=0.0):
+    def __init__(self, brightness: Any = 0.0, contrast: Any = 0.0, saturation: Any = 0.0,
+                 hue: Any = 0.0) -> None:
         self.transform = _T().ColorJitter(brightness or None, contrast or None,
                                           saturation or None, hue or None)
 
@@ -196,7 +201,7 @@ class ImageNetNormalize(_Apply):
         array([2.249, 2.429, 2.64 ], dtype=float32)
     """
 
-    def __init__(self, mean=IMAGENET_MEAN, std=IMAGENET_STD):
+    def __init__(self, mean: Any = IMAGENET_MEAN, std: Any = IMAGENET_STD) -> None:
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
         self.transform = None
@@ -237,7 +242,7 @@ class ToTensor(_Apply):
         (3, 4, 6)
     """
 
-    def __init__(self, format=TensorFormat.PYTORCH_CHW):
+    def __init__(self, format: TensorFormat | str = TensorFormat.PYTORCH_CHW) -> None:
         self.format = TensorFormat(format)
 
     def torchvision_transform(self):
@@ -274,7 +279,7 @@ class Compose(_Apply):
         (3, 32, 32)
     """
 
-    def __init__(self, transforms):
+    def __init__(self, transforms: Any) -> None:
         self.transforms = list(transforms)
         for t in self.transforms:
             if not (callable(t) or callable(getattr(t, "apply", None))):

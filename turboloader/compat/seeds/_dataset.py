@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import os
 
 import numpy as np
@@ -97,7 +98,8 @@ class HighPerformanceDataset(torch.utils.data.Dataset):
         >>> image, label = ds[0]
     """
 
-    def __init__(self, data_paths, labels, transform=None, cache_size=1000, preload=False):
+    def __init__(self, data_paths: Any, labels: Any, transform: Any = None, cache_size: int = 1000,
+                 preload: bool = False) -> None:
         self.data_paths = [os.fspath(p) for p in data_paths]
         self.labels = list(labels)
         if len(self.data_paths) != len(self.labels):
@@ -163,9 +165,9 @@ class HighPerformanceDataset(torch.utils.data.Dataset):
         self._decoder = self._make_decoder(preloaded)
 
 
-def create_dataloader(data_paths, labels, batch_size=32, num_workers=4, img_size=224,
-                      cache_size=1000, preload=False, augment=True, pin_memory=True,
-                      prefetch_device=None):
+def create_dataloader(data_paths: Any, labels: Any, batch_size: int = 32, num_workers: int = 4,
+                      img_size: int = 224, cache_size: int = 1000, preload: bool = False,
+                      augment: bool = True, pin_memory: bool = True, prefetch_device: Any = None):
     """A shuffling DataLoader of ``(images, labels)`` batches over image files.
 
     The dataset is a :class:`HighPerformanceDataset` with the standard ImageNet pipeline

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import math
 import os
 
@@ -123,7 +124,8 @@ class SampleBatchLoader:
     one short batch per worker).
     """
 
-    def __init__(self, dataset, loader, batch_size, *, drop_last=False, make_item=None):
+    def __init__(self, dataset: Any, loader: Any, batch_size: Any, *, drop_last: bool = False,
+                 make_item: Any = None) -> None:
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.dataset = dataset
@@ -170,8 +172,9 @@ def _sample_dict(sample):
     return {"image": np.ascontiguousarray(image.permute(1, 2, 0).numpy()), "label": label}
 
 
-def seed001_loader(path, batch_size=32, num_workers=4, shuffle=False, enable_distributed=False,
-                   drop_last=False, *, seed=0, backend=None, pin_memory=False):
+def seed001_loader(path: Any, batch_size: int = 32, num_workers: int = 4, shuffle: bool = False,
+                   enable_distributed: bool = False, drop_last: bool = False, *, seed: int = 0,
+                   backend: Any = None, pin_memory: bool = False):
     """Batches of sample dicts from TAR shards: what ``turboloader.DataLoader(path, ...)``
     returns when its first argument is a path (a ``str`` or ``os.PathLike``, or a list of
     them) rather than a Dataset.

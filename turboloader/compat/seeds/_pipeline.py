@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import enum
 import os
 import queue
@@ -89,7 +90,7 @@ class Sample:
 
     __slots__ = ("image", "label")
 
-    def __init__(self, image, label):
+    def __init__(self, image: Any, label: Any) -> None:
         self.image = image
         self.label = label
 
@@ -144,8 +145,10 @@ class Pipeline:
         >>> pipeline.stop()
     """
 
-    def __init__(self, tar_paths, num_workers=4, queue_size=256, shuffle=False, decode_jpeg=True,
-                 enable_simd_transforms=True, transform_config=None, *, seed=0, backend=None):
+    def __init__(self, tar_paths: Any, num_workers: int = 4, queue_size: int = 256,
+                 shuffle: bool = False, decode_jpeg: bool = True,
+                 enable_simd_transforms: bool = True, transform_config: Any = None, *,
+                 seed: int = 0, backend: Any = None) -> None:
         if not decode_jpeg:
             raise NotImplementedError(
                 "Pipeline(decode_jpeg=False) is not supported: samples are decoded images. "
