@@ -104,7 +104,8 @@ def breakdown(urls, sides, rounds, n_max=512):
     import torch
 
     from turboloader._native import _jpeg, _resample
-    from turboloader.data.cache import Decoder, SampleCache
+    from turboloader.data.cache import SampleCache
+    from turboloader.data.step import Decoder
     from turboloader.decode.jpeg import _open
     from turboloader.decode.sizes import fit_scale_num, scaled_dims, shrunk_size
     from turboloader.transforms._random import sample_keys

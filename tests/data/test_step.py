@@ -5,20 +5,20 @@ overwritten (video clips plug in their own)."""
 from helpers.shards import jpeg, write_tar
 
 from turboloader.data import TarDataset, VideoDataset
-from turboloader.data import cache as cache_module
+from turboloader.data import step as step_module
 from turboloader.data.step import SampleDecoder
 from turboloader.data.video import _ClipDecoder
 
 
 def test_every_stream_decoder_is_a_sample_decoder_built_once(tmp_path, monkeypatch):
     built = []
-    init = cache_module.Decoder.__init__
+    init = step_module.Decoder.__init__
 
     def counting(self, *args, **kwargs):
         built.append(self)
         init(self, *args, **kwargs)
 
-    monkeypatch.setattr(cache_module.Decoder, "__init__", counting)
+    monkeypatch.setattr(step_module.Decoder, "__init__", counting)
     video = write_tar(tmp_path / "v.tar", [("a.mp4", b"\x00" * 64), ("a.cls", b"1")])
     st = VideoDataset(video, None)._lease("probe")
     assert isinstance(st.decoder, _ClipDecoder) and isinstance(st.decoder, SampleDecoder)
@@ -27,3 +27,26 @@ def test_every_stream_decoder_is_a_sample_decoder_built_once(tmp_path, monkeypat
     images = write_tar(tmp_path / "i.tar", [("a.jpg", jpeg(0)), ("a.cls", b"1")])
     st = TarDataset(images, None)._lease("probe")
     assert built == [st.decoder] and isinstance(st.decoder, SampleDecoder)
+
+
+def test_the_protocol_declares_all_the_step_asks_of_a_decoder():
+    # what the step and the readers call on a stream's decoder is declared, so a decoder
+    # built to the protocol (video's) has all of it
+    import ast
+    import inspect
+
+    from turboloader.data import step, tar_reader
+
+    used = set()
+    for mod in (step, tar_reader):
+        for n in ast.walk(ast.parse(inspect.getsource(mod))):
+            if isinstance(n, ast.Attribute):
+                v = n.value
+                if (isinstance(v, ast.Name) and v.id in ("dec", "decoder")) or \
+                        (isinstance(v, ast.Attribute) and v.attr == "decoder"):
+                    used.add(n.attr)
+    declared = {n for n in dir(SampleDecoder) if not n.startswith("_")}
+    assert {"cached_array", "transform_source", "plan"} <= used
+    assert used <= declared, sorted(used - declared)
+    for name in declared:
+        assert hasattr(_ClipDecoder, name) or name == "transform", name

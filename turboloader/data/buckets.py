@@ -164,7 +164,7 @@ class TarBuckets(torch.utils.data.IterableDataset):
         """The bucket policy over one stream's items (its dataset-order ``samples``):
         ``(order, groups, decoders)``: the items in delivery order, ``[(bucket, n), ...]``
         the batches they form, one Decoder per bucket."""
-        from turboloader.data.cache import Decoder
+        from turboloader.data.step import Decoder
 
         groups = self._groups(st, samples)
         decoders = [Decoder(self.transform(b), max_pixels=self.dataset.max_pixels)

@@ -1,5 +1,5 @@
-"""The decoded-sample cache of the datasets, and the sample step that fills and uses it
-(the decoding is :mod:`turboloader.decode.image`'s).
+"""The decoded-sample cache of the datasets (the per-sample decoder that fills and uses it
+is :class:`turboloader.data.step.Decoder`; the decoding is :mod:`turboloader.decode.image`'s).
 
 :class:`SampleCache` is what ``cache="4GB"`` makes: decoded images in memory mapped in
 large slabs, admitted until the bound is reached and then kept, never evicted. A training
@@ -24,7 +24,6 @@ from typing import Any
 import copy
 import mmap
 import threading
-import time
 from collections import OrderedDict
 
 import numpy as np
@@ -34,18 +33,13 @@ from turboloader.decode import (  # noqa: F401 (decode_pil, is_jpeg: their old h
     decode_pil,
     is_jpeg,
 )
-from turboloader.decode.image import decode_array, decode_rgb
 from turboloader.errors import SampleError
 from turboloader.io.sizes import parse_size
-from turboloader.transforms import using_rng
 
 __all__ = [
     "ByteLRU",
     "SampleCache",
-    "Decoder",
-    "Timer",
     "decode_pil",
-    "get_plan",
     "is_jpeg",
     "own_copy",
     "parse_size",
@@ -333,154 +327,3 @@ class SampleCache:
                 "hit_rate": self.hits / looked if looked else None,
                 "not_admitted": self.not_admitted, "evictions": 0, "bytes": self.nbytes,
                 "mapped": self.mapped, "items": len(self._data), "capacity": self.capacity}
-
-
-def get_plan(transform):
-    """The fused plan of a turboloader transform pipeline, or None (generic path)."""
-    if transform is None:
-        return None
-    try:
-        from turboloader.transforms import plan
-    except ImportError:
-        return None
-    return plan(transform)
-
-
-class Timer:
-    """Per-epoch time counters of a Recorder (a no-op without one)."""
-
-    __slots__ = ("counters", "t")
-
-    def __init__(self, counters):
-        self.counters = counters
-        self.t = time.perf_counter()
-
-    def lap(self, name):
-        now = time.perf_counter()
-        if self.counters is not None:
-            self.counters[name] += now - self.t
-        self.t = now
-
-
-class Decoder:
-    """Bytes of an encoded image to the transformed sample, through the cache when on.
-
-    The decoding itself is :mod:`turboloader.decode.image`'s (``decode_array``,
-    ``decode_rgb``); this class composes it with the cache, the fused plan and the sample's
-    generator, and stays in ``data/`` because it calls the plan (a floor below it), which a
-    class in ``decode/`` could only do by calling up a floor.
-
-    * plan and JPEG, no cache: ``plan.from_jpeg`` (fused decode + transform; its time is
-      counted as decode).
-    * cache: decode (resized to ``short_side`` when set) to an HWC uint8 array once, into
-      the cache's memory, then ``plan.from_array`` (or the generic path on
-      ``PIL.Image.fromarray``) on every use; a sample the full cache did not admit takes
-      the uncached path.
-    * otherwise: decode to a PIL RGB image (JPEG with libjpeg-turbo, others with Pillow)
-      and call ``transform(img)`` with the sample's generator current.
-    """
-
-    def __init__(self, transform, *, cache=None, short_side=None, max_pixels=DEFAULT_MAX_PIXELS):
-        self.transform = transform
-        self.plan = get_plan(transform)
-        self.cache = SampleCache(cache) if cache else None
-        self.short_side = short_side
-        self.max_pixels = max_pixels
-
-    def _scratch(self, nbytes):
-        """A flat uint8 buffer of at least ``nbytes``, reused by the calling thread: the
-        full-size decode of an image the cache stores smaller, without faulting in fresh
-        memory for each."""
-        local = self.__dict__.setdefault("_local", threading.local())
-        buf = getattr(local, "buf", None)
-        if buf is None or buf.nbytes < nbytes:
-            buf = local.buf = np.empty(nbytes + nbytes // 4, np.uint8)
-        return buf
-
-    def transform_image(self, img, rng):
-        """A decoded image through ``transform`` with the sample's generator ``rng``."""
-        if self.transform is None:
-            return img
-        with using_rng(rng):
-            return self.transform(img)
-
-    def cached_extra(self, key, default=None):
-        """A copy (:func:`own_copy`) of the ``extra`` stored with ``key``'s cached image
-        (e.g. its label), or ``default``."""
-        if self.cache is None:
-            return default
-        entry = self.cache.peek(key)
-        return default if entry is None else own_copy(entry[2])
-
-    def cached_array(self, key, data, *, counters=None, extra=None):
-        """``(array, original (h, w))`` of the cached image ``key``: from the cache, or on a
-        miss decoded from ``data`` (downscaled to ``short_side`` when set) into memory the
-        cache reserves and stored with ``extra``; ``(None, None)`` when the cache has no
-        room for it (the caller decodes ``data`` as if uncached). Needs the cache on.
-
-        Raises:
-            DecodeError: ``data`` does not decode (nothing is cached then).
-        """
-        cache = self.cache
-        hit = cache.get(key)
-        if hit is not None:
-            if counters is not None:
-                counters["cache_hits"] += 1
-            return hit[0], hit[1]
-        if counters is not None:
-            counters["cache_misses"] += 1
-        arr, source = decode_array(data, short_side=self.short_side,
-                                    max_pixels=self.max_pixels, alloc=cache.reserve,
-                                    scratch=self._scratch)
-        if arr is None:
-            return None, None
-        arr.setflags(write=False)
-        evicted = cache.put(key, (arr, source, own_copy(extra)), arr.nbytes)
-        if counters is not None:
-            counters["cache_evictions"] += evicted
-        return arr, source
-
-    def transform_source(self, source, *, rng, source_size=None, counters=None, out=None):
-        """The transformed image of one gathered source: encoded bytes (JPEG: the fused plan
-        when there is one; other formats: Pillow, then ``transform``), or a decoded HWC uint8
-        array (from the cache; ``source_size`` its original ``(h, w)``). ``out``: as in
-        :meth:`__call__`."""
-        timer = Timer(counters)
-        plan = self.plan
-        if isinstance(source, np.ndarray):
-            if plan is not None:
-                src = None if source_size is None or tuple(source_size) == source.shape[:2] \
-                    else tuple(source_size)
-                out = plan.from_array(source, rng=rng, source_size=src, out=out)
-            else:
-                from PIL import Image
-
-                out = self.transform_image(Image.fromarray(source), rng)
-            timer.lap("transform_s")
-            return out
-        if plan is not None and is_jpeg(source):
-            out = plan.from_jpeg(source, rng=rng, max_pixels=self.max_pixels, out=out)
-            timer.lap("decode_s")
-            return out
-        img = decode_rgb(source, max_pixels=self.max_pixels)
-        timer.lap("decode_s")
-        out = self.transform_image(img, rng)
-        timer.lap("transform_s")
-        return out
-
-    def __call__(self, data, *, key, rng, counters=None, extra=None, out=None):
-        """The transformed image for encoded ``data``; ``key`` names it in the cache, where
-        ``extra`` is kept with it (``data`` may be None when ``key`` is cached).
-
-        ``out``: an optional C-contiguous CPU slot (e.g. ``batch[i]`` of a preallocated
-        batch) that the fused plan paths write into and return. The generic path (no plan,
-        or a non-JPEG without the cache) ignores it: callers check ``result is out`` and
-        copy otherwise."""
-        size = None
-        if self.cache is not None:
-            timer = Timer(counters)
-            arr, size = self.cached_array(key, data, counters=counters, extra=extra)
-            if arr is not None:
-                data = arr
-            timer.lap("decode_s")
-        return self.transform_source(data, rng=rng, source_size=size, counters=counters, out=out)

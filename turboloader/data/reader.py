@@ -41,7 +41,7 @@ import torch
 
 from turboloader.data._buffers import BufferPool, shared_pool
 from turboloader.data import step
-from turboloader.data.cache import Decoder, parse_size
+from turboloader.data.cache import parse_size
 from turboloader.data.epochs import EpochMixin, SharedEpoch
 from turboloader.data.failures import FailureLog, FailurePolicy
 from turboloader.data.step import fill_row
@@ -328,7 +328,7 @@ class ReaderMixin(EpochMixin):
     def _decoder(self):
         """The :class:`~turboloader.data.step.SampleDecoder` of a new stream: images through
         the transform (fused when it plans), with the cache. Video clips supply their own."""
-        return Decoder(self.transform, cache=self.cache_bytes, short_side=self.cache_short_side,
+        return step.Decoder(self.transform, cache=self.cache_bytes, short_side=self.cache_short_side,
                        max_pixels=self.max_pixels)
 
     def _new_reader(self, name) -> StreamReader:

@@ -2,11 +2,13 @@
 (TAR, Parquet, TBL and folder datasets, video clips, aspect-ratio buckets alike).
 
 For each row: the cache (a cached decoded image replaces the encoded bytes) -> sizes (the
-stored size of cached rows) -> draw and run (the fused plan's batch call: the transform's
-parameters drawn from the sample's key, decoded and transformed into the row of the batch
-without the GIL) -> the generic fallback (rows the batch call cannot do, formats without a
-plan, a user's loader: the stream decoder's ``transform_source``) -> annotate (masks and
-boxes of ``fields=`` through the same transform with the image's draws).
+executor's ``read_sizes``: headers, ``max_pixels``, the stored size of cached rows) -> draw
+(``plan.draw``: the transform's parameters drawn from the sample's key; transforms only
+draw) -> plan and run (the executor's ``plan_slots`` and ``run_batch``: decoded and
+transformed into the row of the batch without the GIL, on the stream's executor) -> the
+generic fallback (rows the batch call cannot do, formats without a plan, a user's loader:
+the stream decoder's ``transform_source``) -> annotate (masks and boxes of ``fields=``
+through the same transform with the image's draws).
 
 ``st`` is the stream's :class:`~turboloader.data.reader.StreamReader`; the decoder is the
 stream's, or a group's (an aspect-ratio bucket's), and follows the declared
@@ -15,6 +17,7 @@ stream's, or a group's (an aspect-ratio bucket's), and follows the declared
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from typing import Any, Protocol, runtime_checkable
@@ -22,18 +25,20 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from turboloader.data.cache import is_jpeg
+from turboloader.data.cache import SampleCache, is_jpeg, own_copy
+from turboloader.decode import DEFAULT_MAX_PIXELS, executor
+from turboloader.decode.image import decode_array, decode_rgb
 from turboloader.decode.executor import GENERIC, OK
 from turboloader.errors import DecodeWarning, TurboLoaderError
-from turboloader.transforms import sample_key, sample_keys, sample_rng
+from turboloader.transforms import sample_key, sample_keys, sample_rng, using_rng
 
-__all__ = ["SampleDecoder", "fill_row", "run"]
+__all__ = ["Decoder", "SampleDecoder", "Timer", "fill_row", "get_plan", "run"]
 
 
 @runtime_checkable
 class SampleDecoder(Protocol):
     """What the sample step asks of a stream's decoder
-    (:class:`~turboloader.data.cache.Decoder` for images, the clip decoder of
+    (:class:`Decoder` for images, the clip decoder of
     :mod:`turboloader.data.video`): a dataset supplies its own through ``_decoder()``.
 
     * ``transform``: the user's transform (annotations go through it too).
@@ -45,6 +50,10 @@ class SampleDecoder(Protocol):
       it can (then returned).
     * ``transform_image(img, rng)``: a decoded image (a user's loader's) through the
       transform with the sample's generator.
+    * ``cached_array(key, data, *, counters=None, extra=None)`` and ``cached_extra(key,
+      default=None)``: the cache's side, called only when ``cache`` is not None: a cached
+      image ``(array, original (h, w))`` (decoded from ``data`` into the cache on a miss,
+      ``(None, None)`` when it has no room), and the ``extra`` (label) kept with it.
     """
 
     transform: Any
@@ -59,11 +68,18 @@ class SampleDecoder(Protocol):
     def transform_image(self, img: Any, rng: Any) -> Any:
         ...
 
+    def cached_array(self, key: Any, data: Any, *, counters: dict[str, float] | None = None,
+                     extra: Any = None) -> tuple[Any, tuple[int, int] | None]:
+        ...
+
+    def cached_extra(self, key: Any, default: Any = None) -> Any:
+        ...
+
 
 def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
     """Decode and transform every readable row of ``chunk``: row ``i`` into
     ``out[row0 + i]`` on the batch path. ``decoder``: another transform's
-    :class:`~turboloader.data.cache.Decoder` instead of the stream's own (an
+    :class:`Decoder` instead of the stream's own (an
     aspect-ratio bucket's); the stream's cache serves it too (cached images are stored
     before any transform).
 
@@ -98,11 +114,16 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
             srcs, rows = sources, np.arange(row0, row0 + n, dtype=np.int64)
         else:
             srcs, rows = [sources[i] for i in fused], np.asarray(fused, np.int64) + row0
-        params = plan.prepare_batch(srcs, _keys(st, chunk, fused),
-                                    source_sizes=_source_sizes(sizes, fused),
+        # the executor reads the sizes (headers, max_pixels), the transforms draw on them,
+        # the executor plans the slots and runs them: the stream's executor, the CPU's or
+        # DataLoader(decode="gpu")'s DeviceDecode
+        found = executor.read_sizes(srcs, source_sizes=_source_sizes(sizes, fused),
                                     max_pixels=st.max_pixels)
-        # the stream's executor: the CPU's, or DataLoader(decode="gpu")'s DeviceDecode
-        result = plan.run_batch(srcs, params, out, rows=rows, executor=st.executor)
+        spec = plan.draw(found.hw, _keys(st, chunk, fused), found.status == OK)
+        params = executor.plan_slots(found, spec, filter=plan.filter,
+                                     dct_scaling=plan.dct_scaling)
+        run_batch = executor.run_batch if st.executor is None else st.executor.run_batch
+        result = run_batch(srcs, params, out, rows=rows, **plan.slot_format())
         native = result.nogil_seconds
         status = result.status
         if st.joint is not None:
@@ -258,3 +279,156 @@ def fill_row(out, r, img):
                            f"{tuple(dst.shape)} and {tuple(img.shape)} in one batch "
                            f"(turboloader)")
     dst.copy_(img)
+
+
+# -- the per-sample decoder of image streams (moved from data/cache.py, which holds caches) --
+
+def get_plan(transform):
+    """The fused plan of a turboloader transform pipeline, or None (generic path)."""
+    if transform is None:
+        return None
+    try:
+        from turboloader.transforms import plan
+    except ImportError:
+        return None
+    return plan(transform)
+
+
+class Timer:
+    """Per-epoch time counters of a Recorder (a no-op without one)."""
+
+    __slots__ = ("counters", "t")
+
+    def __init__(self, counters):
+        self.counters = counters
+        self.t = time.perf_counter()
+
+    def lap(self, name):
+        now = time.perf_counter()
+        if self.counters is not None:
+            self.counters[name] += now - self.t
+        self.t = now
+
+
+class Decoder:
+    """Bytes of an encoded image to the transformed sample, through the cache when on.
+
+    The decoding itself is :mod:`turboloader.decode.image`'s (``decode_array``,
+    ``decode_rgb``); this class composes it with the cache, the fused plan and the sample's
+    generator, and stays in ``data/`` because it calls the plan (a floor below it), which a
+    class in ``decode/`` could only do by calling up a floor.
+
+    * plan and JPEG, no cache: ``plan.from_jpeg`` (fused decode + transform; its time is
+      counted as decode).
+    * cache: decode (resized to ``short_side`` when set) to an HWC uint8 array once, into
+      the cache's memory, then ``plan.from_array`` (or the generic path on
+      ``PIL.Image.fromarray``) on every use; a sample the full cache did not admit takes
+      the uncached path.
+    * otherwise: decode to a PIL RGB image (JPEG with libjpeg-turbo, others with Pillow)
+      and call ``transform(img)`` with the sample's generator current.
+    """
+
+    def __init__(self, transform, *, cache=None, short_side=None, max_pixels=DEFAULT_MAX_PIXELS):
+        self.transform = transform
+        self.plan = get_plan(transform)
+        self.cache = SampleCache(cache) if cache else None
+        self.short_side = short_side
+        self.max_pixels = max_pixels
+
+    def _scratch(self, nbytes):
+        """A flat uint8 buffer of at least ``nbytes``, reused by the calling thread: the
+        full-size decode of an image the cache stores smaller, without faulting in fresh
+        memory for each."""
+        local = self.__dict__.setdefault("_local", threading.local())
+        buf = getattr(local, "buf", None)
+        if buf is None or buf.nbytes < nbytes:
+            buf = local.buf = np.empty(nbytes + nbytes // 4, np.uint8)
+        return buf
+
+    def transform_image(self, img, rng):
+        """A decoded image through ``transform`` with the sample's generator ``rng``."""
+        if self.transform is None:
+            return img
+        with using_rng(rng):
+            return self.transform(img)
+
+    def cached_extra(self, key, default=None):
+        """A copy (:func:`own_copy`) of the ``extra`` stored with ``key``'s cached image
+        (e.g. its label), or ``default``."""
+        if self.cache is None:
+            return default
+        entry = self.cache.peek(key)
+        return default if entry is None else own_copy(entry[2])
+
+    def cached_array(self, key, data, *, counters=None, extra=None):
+        """``(array, original (h, w))`` of the cached image ``key``: from the cache, or on a
+        miss decoded from ``data`` (downscaled to ``short_side`` when set) into memory the
+        cache reserves and stored with ``extra``; ``(None, None)`` when the cache has no
+        room for it (the caller decodes ``data`` as if uncached). Needs the cache on.
+
+        Raises:
+            DecodeError: ``data`` does not decode (nothing is cached then).
+        """
+        cache = self.cache
+        hit = cache.get(key)
+        if hit is not None:
+            if counters is not None:
+                counters["cache_hits"] += 1
+            return hit[0], hit[1]
+        if counters is not None:
+            counters["cache_misses"] += 1
+        arr, source = decode_array(data, short_side=self.short_side,
+                                    max_pixels=self.max_pixels, alloc=cache.reserve,
+                                    scratch=self._scratch)
+        if arr is None:
+            return None, None
+        arr.setflags(write=False)
+        evicted = cache.put(key, (arr, source, own_copy(extra)), arr.nbytes)
+        if counters is not None:
+            counters["cache_evictions"] += evicted
+        return arr, source
+
+    def transform_source(self, source, *, rng, source_size=None, counters=None, out=None):
+        """The transformed image of one gathered source: encoded bytes (JPEG: the fused plan
+        when there is one; other formats: Pillow, then ``transform``), or a decoded HWC uint8
+        array (from the cache; ``source_size`` its original ``(h, w)``). ``out``: as in
+        :meth:`__call__`."""
+        timer = Timer(counters)
+        plan = self.plan
+        if isinstance(source, np.ndarray):
+            if plan is not None:
+                src = None if source_size is None or tuple(source_size) == source.shape[:2] \
+                    else tuple(source_size)
+                out = plan.from_array(source, rng=rng, source_size=src, out=out)
+            else:
+                from PIL import Image
+
+                out = self.transform_image(Image.fromarray(source), rng)
+            timer.lap("transform_s")
+            return out
+        if plan is not None and is_jpeg(source):
+            out = plan.from_jpeg(source, rng=rng, max_pixels=self.max_pixels, out=out)
+            timer.lap("decode_s")
+            return out
+        img = decode_rgb(source, max_pixels=self.max_pixels)
+        timer.lap("decode_s")
+        out = self.transform_image(img, rng)
+        timer.lap("transform_s")
+        return out
+
+    def __call__(self, data, *, key, rng, counters=None, extra=None, out=None):
+        """The transformed image for encoded ``data``; ``key`` names it in the cache, where
+        ``extra`` is kept with it (``data`` may be None when ``key`` is cached).
+
+        ``out``: an optional C-contiguous CPU slot (e.g. ``batch[i]`` of a preallocated
+        batch) that the fused plan paths write into and return. The generic path (no plan,
+        or a non-JPEG without the cache) ignores it: callers check ``result is out`` and
+        copy otherwise."""
+        size = None
+        if self.cache is not None:
+            timer = Timer(counters)
+            arr, size = self.cached_array(key, data, counters=counters, extra=extra)
+            if arr is not None:
+                data = arr
+            timer.lap("decode_s")
+        return self.transform_source(data, rng=rng, source_size=size, counters=counters, out=out)

@@ -74,7 +74,7 @@ class _ClipDecoder:
 
     def __init__(self, transform, *, frames_per_clip, stride, sampling, clips,
                  max_pixels=DEFAULT_MAX_PIXELS):
-        from turboloader.data.cache import get_plan
+        from turboloader.data.step import get_plan
 
         self.transform = transform
         self.frame_plan = get_plan(transform)
@@ -86,6 +86,13 @@ class _ClipDecoder:
 
     def transform_image(self, img, rng):
         return img
+
+    # no cache of decoded clips (``cache`` is None): the step never asks these
+    def cached_array(self, key, data, *, counters=None, extra=None):
+        raise TypeError("video clips are not cached")
+
+    def cached_extra(self, key, default=None):
+        return default
 
     def transform_source(self, source, *, rng, source_size=None, counters=None, out=None):
         t = time.perf_counter()

@@ -82,7 +82,7 @@ def dataset_plan(dataset):
     if tf is None or getattr(dataset, "frames_per_clip", None) is not None:
         return None
     try:
-        from turboloader.data.cache import get_plan
+        from turboloader.data.step import get_plan
 
         return get_plan(tf)
     except Exception:  # a transform we cannot plan is simply the generic path

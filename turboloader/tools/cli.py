@@ -497,7 +497,7 @@ def _cmd_preview(args, out):
     import numpy as np
     from PIL import Image, ImageDraw
 
-    from turboloader.data.cache import Decoder
+    from turboloader.data.step import Decoder
     from turboloader.errors import TurboLoaderError
     from turboloader.transforms import sample_rng
     from turboloader.transforms.presets import IMAGENET_MEAN, IMAGENET_STD
@@ -604,7 +604,7 @@ def _cmd_bench(args, out):
     import torch
 
     from turboloader.tools.sources import Sample, open_source
-    from turboloader.data.cache import Decoder
+    from turboloader.data.step import Decoder
     from turboloader.decode import decode_image
     from turboloader.io.codec import Codec
     from turboloader.tools.demo import cpu_model

@@ -77,11 +77,12 @@ import numpy as np
 import torch
 
 from turboloader.decode import executor as _executor
-from turboloader.decode.executor import MAX_COLOUR_OPS, open_jpeg, out_view, resample_into_slot
+from turboloader.decode.executor import (MAX_COLOUR_OPS, SlotSpec, open_jpeg, out_view,
+                                         resample_into_slot)
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, decode_jpeg
 from turboloader.transforms import _batch
 from turboloader.transforms._batch import Fused, draw
-from turboloader.transforms._draws import RngDraws
+from turboloader.transforms._draws import KeyDraws, RngDraws
 from turboloader.transforms._colour import ColorJitter
 from turboloader.transforms._containers import (Compose, Identity, Lambda, RandomApply,
                                                 RandomChoice, RandomOrder)
@@ -91,7 +92,7 @@ from turboloader.transforms._geometry import (CenterCrop, RandomCrop, RandomHori
                                               RandomResizedCrop, Resize, _fused_filter)
 from turboloader.transforms._transform import Transform, fused_ops
 from turboloader.transforms import _auto_augment, _colour, _containers, _conversion, _geometry, _mixing
-from turboloader.transforms._random import current_rng, using_rng
+from turboloader.transforms._random import _as_u64, current_rng, using_rng
 
 __all__ = ["Plan", "explain", "plan"]
 
@@ -430,6 +431,44 @@ class Plan:
     @property
     def dct_scaling(self):
         return self._fused.dct_scaling
+
+    @property
+    def filter(self) -> int:
+        """The native filter code the executor's ``plan_slots`` sizes windows for."""
+        return self._fused.filter
+
+    def slot_format(self) -> dict[str, Any]:
+        """What the executor's ``run_batch`` needs of this plan's output, as keyword
+        arguments: ``dtype`` (NumPy), ``shape`` (``(3, H, W)`` or None) and ``affine`` (the
+        normalize fold, or None)."""
+        f = self._fused
+        return {"dtype": self._np_dtype, "shape": f.output_shape, "affine": f.affine}
+
+    def draw(self, hw: np.ndarray, keys: np.ndarray, live: np.ndarray | None = None
+             ) -> SlotSpec:
+        """Every random parameter of a batch, drawn once from the samples' keys: what the
+        transforms describe for the executor (they draw; the executor decodes).
+
+        Args:
+            hw: ``int64 (n, 2)`` source (height, width) of each row (the executor's
+                ``read_sizes(...).hw``).
+            keys: ``uint64 (n,)``, :func:`~turboloader.transforms.sample_keys`.
+            live: ``bool (n,)``: the rows to draw for (the others draw nothing); None: all.
+
+        Returns:
+            A :class:`~turboloader.decode.executor.SlotSpec` for the executor's
+            ``plan_slots``; row i equals what :meth:`from_jpeg` draws with
+            ``rng=SampleRandom(keys[i])``.
+
+        Example:
+            >>> sizes = executor.read_sizes(jpegs)                              # doctest: +SKIP
+            >>> spec = plan.draw(sizes.hw, keys, sizes.status == executor.OK)   # doctest: +SKIP
+            >>> params = executor.plan_slots(sizes, spec, filter=plan.filter)   # doctest: +SKIP
+        """
+        keys = _as_u64(keys)
+        if keys.shape != (len(hw),):
+            raise ValueError(f"keys must have shape ({len(hw)},), got {keys.shape}")
+        return draw(self._fused, hw, KeyDraws(keys), live)
 
     def __repr__(self):
         inner = ", ".join(repr(t) for t in self.transforms)

@@ -115,7 +115,7 @@ class HighPerformanceDataset(torch.utils.data.Dataset):
                 self._load(i)
 
     def _make_decoder(self, cache):
-        from turboloader.data.cache import Decoder
+        from turboloader.data.step import Decoder
 
         decoder = Decoder(self.transform)
         if cache is None and self.cache_size:
