@@ -99,14 +99,15 @@ def test_io_needs_nothing_above_it():
 WALK = [
     "turboloader.data.tar_dataset",
     "turboloader.data.reader",
-    "turboloader.data.cache",
+    "turboloader.data.step",
     "turboloader.transforms._plan",
     "turboloader.transforms._batch",
     "turboloader.transforms._geometry",
     "turboloader.transforms._draws",
     "turboloader.transforms._random",
 ]
-DECODE_WALK = ["turboloader.transforms._plan", "turboloader.decode.executor",
+# the step calls the executor itself: read_sizes -> plan.draw -> plan_slots -> run_batch
+DECODE_WALK = ["turboloader.data.step", "turboloader.decode.executor",
                "turboloader.decode._window"]
 
 
