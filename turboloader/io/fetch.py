@@ -108,7 +108,12 @@ class FetchPool:
         self.part_bytes = max(_READ, parse_size(part_bytes))
         self.retries, self.backoff, self.timeout = int(retries), float(backoff), timeout
         self.pid = os.getpid()
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
+        # two conditions on the one lock: idle connection threads wait for work (woken one
+        # by one, as many as there are parts to start), readers wait for bytes; a part's
+        # progress wakes only the readers, never the idle threads
+        self._work = threading.Condition(self._lock)
+        self._bytes = threading.Condition(self._lock)
         self._pending = []  # parts waiting for a connection
         self._objects = {}  # url -> [buffered _Object] planned, not yet opened
         self._plans = {}  # key -> {"urls": [...], "next": i, "taken": i}
@@ -313,7 +318,7 @@ class FetchPool:
         if wake > 0:
             self._wakeups += wake
             self._running += wake
-            self._lock.notify_all()
+            self._work.notify(wake)
         for _ in range(want - max(wake, 0)):
             self._threads += 1
             self._running += 1
@@ -355,7 +360,7 @@ class FetchPool:
                     self._idle += 1
                     deadline = time.monotonic() + 30.0
                     while not self._wakeups:
-                        if not lock.wait(timeout=max(0.0, deadline - time.monotonic())) \
+                        if not self._work.wait(timeout=max(0.0, deadline - time.monotonic())) \
                                 and not self._wakeups and time.monotonic() >= deadline:
                             self._idle -= 1
                             self._threads -= 1
@@ -408,7 +413,7 @@ class FetchPool:
                     error = obj.first_error
             self._adjust()
             self._dispatch()
-            self._lock.notify_all()
+            self._bytes.notify_all()
         if done_cb is not None:
             done_cb(error)
 
@@ -442,7 +447,7 @@ class FetchPool:
                     part.reserved = want
                 part.buf = bytearray(want)
                 part.buf[:n] = first[:n]
-            self._lock.notify_all()
+            self._bytes.notify_all()
         if obj.sink is not None:
             os.pwrite(obj.sink, memoryview(first)[:n], 0)
         self._filled(part, n)
@@ -495,7 +500,7 @@ class FetchPool:
     def _filled(self, part, n):
         with self._lock:
             part.filled = n
-            self._lock.notify_all()
+            self._bytes.notify_all()
 
 
 class _ObjectReader(io.RawIOBase):
@@ -512,7 +517,7 @@ class _ObjectReader(io.RawIOBase):
 
     def readinto(self, buf):
         obj, pool = self.obj, self.obj.pool
-        lock = pool._lock
+        lock, cv = pool._lock, pool._bytes
         with lock:
             waited = None
             while True:
@@ -522,7 +527,7 @@ class _ObjectReader(io.RawIOBase):
                     return 0
                 if self.part >= len(obj.parts):
                     if obj.size is None:
-                        lock.wait()
+                        cv.wait()
                         continue
                     return 0
                 part = obj.parts[self.part]
@@ -556,7 +561,7 @@ class _ObjectReader(io.RawIOBase):
                     obj.wait_part = self.part
                     pool._adjust()
                     pool._dispatch()
-                lock.wait(timeout=1.0)
+                cv.wait(timeout=1.0)
                 if waited is not None:
                     now = time.monotonic()
                     pool.counters["wait_s"] += now - waited

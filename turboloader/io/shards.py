@@ -542,7 +542,9 @@ def _stream_error(url, exc):
 
 
 class StreamShard:
-    """Front-to-back reader of a compressed ``.tar.gz`` / ``.tgz`` shard (stdlib ``tarfile``).
+    """Front-to-back reader of a shard: a compressed ``.tar.gz`` / ``.tgz`` (stdlib
+    ``tarfile``), or a remote ``.tar`` read without a shard cache (the native TAR kernel over
+    a window of the stream: :func:`~turboloader.io.tar.scan_stream`).
 
     ``sample(j)`` is cheap when ``j`` is at or after the last sample read; going back
     re-opens and re-decompresses the stream from the start.
@@ -561,6 +563,9 @@ class StreamShard:
 
     def _samples(self, *, read=True):
         """Yield SampleRecords in stream order (data read only for image/label members)."""
+        if not is_stream(self.url):
+            yield from self._plain_samples(read=read)
+            return
         url = self.url
         fileobj = None
         try:
@@ -605,6 +610,51 @@ class StreamShard:
                 if isinstance(exc, TurboLoaderError):  # a remote shard that stayed unavailable
                     raise
                 raise _stream_error(url, exc) from exc
+            if key is not None:
+                yield self._record(key, members, problem, first)
+
+    def _plain_samples(self, *, read=True):
+        """:meth:`_samples` of an uncompressed ``.tar`` stream (a remote shard read without
+        a shard cache): its members come from :func:`~turboloader.io.tar.scan_stream`, the
+        native kernel that indexes local shards, not from ``tarfile``."""
+        from turboloader.io.tar import scan_stream
+
+        url = self.url
+        wanted = _WANTED | self._extra
+
+        def want(name):
+            return read and split_key(name)[1] in wanted
+
+        try:
+            fileobj = self._opener() if self._opener is not None else open(url, "rb")
+        except OSError as exc:
+            if isinstance(exc, (FileNotFoundError, TurboLoaderError)):
+                raise
+            raise TarFormatError(f"cannot read TAR stream {url!r}: {exc}") from exc
+        with fileobj:
+            key = members = problem = first = None
+            try:
+                for name, offset, size, data, skipped in scan_stream(fileobj, want=want):
+                    k, ext = split_key(name)
+                    if k is None:
+                        continue
+                    if k != key:
+                        if key is not None:
+                            yield self._record(key, members, problem, first)
+                        key, members, problem, first = k, {}, None, (name, offset)
+                    if ext in members:
+                        problem = problem or f"duplicate member {name!r} in sample {key!r}"
+                        continue
+                    if skipped is not None:
+                        problem = problem or f"{skipped} in {url!r}"
+                    members[ext] = (name, offset, data)
+            except TarFormatError as exc:
+                exc.add_note(f"archive: {url}")
+                raise
+            except OSError as exc:
+                if isinstance(exc, TurboLoaderError):  # a remote shard that stayed unavailable
+                    raise
+                raise TarFormatError(f"cannot read TAR stream {url!r}: {exc}") from exc
             if key is not None:
                 yield self._record(key, members, problem, first)
 
