@@ -70,7 +70,7 @@ class Bucket:
             time.sleep(wait)
 
 
-def _pipe(src, dst, *, latency=0.0, bucket=None, node=None, chunk=65536):
+def _pipe(src, dst, *, latency=0.0, bucket=None, node=None, chunk=256 << 10):
     try:
         while True:
             data = src.recv(chunk)
@@ -153,14 +153,14 @@ def _epochs(loader, epochs, t_start=None):
     out = []
     for e in range(epochs):
         it = iter(loader)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         first, n = None, 0
         for images, labels in it:
             if first is None:
                 first = time.perf_counter() - t0
             n += len(labels)
         dt = time.perf_counter() - t0
-        out.append({"n": n, "s": dt, "first_s": first})
+        out.append({"n": n, "s": dt, "first_s": first, "cpu_s": time.process_time() - c0})
     return out
 
 
@@ -186,7 +186,7 @@ def row_turboloader(args):
     st = fetch_pool().stats()
     res["pool"] = {k: st[k] for k in ("connections", "peak_connections", "requests",
                                       "bytes_fetched", "bytes_ahead", "waits", "wait_s",
-                                      "peak_buffered")}
+                                      "peak_buffered", "cpu_s")}
     res["rss_mb"] = _rss_mb()
     return res
 
@@ -399,6 +399,15 @@ def main(argv=None):
             if "streaming" in systems:
                 print("| mosaicml streaming | not run: this script has no MDS conversion "
                       "yet | | | | |")
+        cpu = [(name, res) for name, res in results.items()
+               if isinstance(res, dict) and res.get("epochs") and "cpu_s" in res["epochs"][0]]
+        if cpu:  # the loader process's own CPU: the client's cost of reading remotely
+            print("\n| row | loader CPU ms per image, each epoch | fetch pool threads CPU |")
+            print("|---|---|---|")
+            for name, res in cpu:
+                per = " / ".join(f"{1000 * e['cpu_s'] / max(e['n'], 1):.2f}" for e in res["epochs"])
+                pool = res.get("pool", {}).get("cpu_s")
+                print(f"| {name} | {per} | {'' if pool is None else f'{pool:.1f} s'} |")
         print(f"\n- load average {os.getloadavg()[0]:.1f} at the end")
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))

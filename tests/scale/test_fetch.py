@@ -223,6 +223,75 @@ def test_streamed_remote_shards_every_sample_once(slow, backend):
         assert fetch.fetch_pool().stats()["bytes_ahead"] > before
 
 
+def test_kept_objects_are_taken_over_by_the_next_plan_of_their_lineage(slow):
+    """``forget(keep_for=)`` keeps what a plan fetched ahead and did not open; the next plan
+    of that lineage takes it over where it names the same URL (fetched once in all), drops
+    the rest, and kept objects nobody takes over are dropped after ``keep_s``."""
+    blobs = {f"k{i}.bin": blob(3000 + i, i) for i in range(4)}
+    urls = publish(slow, blobs)
+    pool = FetchPool(part_bytes=PART, buffer_bytes=64 * PART)
+    u = [urls[f"k{i}.bin"] for i in range(4)]
+    pool.plan("e0", [u[0], u[1], u[2], u[3]], lineage="w0")
+    with pool.open(u[0]) as f:
+        assert f.read() == blobs["k0.bin"]
+    wait_for(lambda: pool.stats()["bytes_fetched"] == sum(len(b) for b in blobs.values()))
+    pool.forget("e0", keep_for="w0")  # k1..k3 fetched, not opened: kept
+    assert pool.stats()["buffered"] == sum(len(blobs[f"k{i}.bin"]) for i in (1, 2, 3))
+    pool.plan("e1", [u[2], u[0], u[1]], lineage="w0")  # takes k2 and k1 over; k3 dropped
+    for i in (2, 0, 1):
+        with pool.open(u[i]) as f:
+            assert f.read() == blobs[f"k{i}.bin"]
+    assert slow.requests == {"k0.bin": 2, "k1.bin": 1, "k2.bin": 1, "k3.bin": 1}
+    pool.forget("e1")
+    assert pool.stats()["buffered"] == 0
+
+    pool.keep_s = 0.0
+    pool.plan("e2", [u[3]], lineage="w1")
+    wait_for(lambda: pool.stats()["in_flight"] == 0 and slow.requests["k3.bin"] == 2)
+    pool.forget("e2", keep_for="w1")
+    assert pool.stats()["buffered"] == len(blobs["k3.bin"])
+    time.sleep(0.01)
+    pool.plan("other", [], lineage="w2")  # any plan drops kept objects past their time
+    assert pool.stats()["buffered"] == 0
+
+
+def test_a_streamed_epoch_starts_from_bytes_read_ahead(slow, monkeypatch):
+    """A remote pass reads the next epoch's first shards ahead and the next pass takes them
+    over: two epochs ask for no shard body more often than without the read-ahead, beyond
+    the read-ahead of a third epoch's first shards (at most 2 per stream); the second
+    epoch, whose streams read two shards each, never waits for bytes (without the
+    read-ahead it does); every sample comes once."""
+    from turboloader.data import tar_dataset
+
+    sizes = [4, 4, 4, 4]  # two whole shards per stream
+    slow.delay = 0.1
+    write_shards(slow.root, sizes, name="e")
+    url = f"{slow.url}/e-{{0000..{len(sizes) - 1:04d}}}.tar"
+    pool = fetch.fetch_pool()
+
+    def two_epochs():
+        slow.requests.clear()
+        ds = TarDataset(url, size_of, seed=5, shard_sizes=sizes)
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            loader = turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend="threads")
+            got = [int(v) for _, lab in loader for v in lab]
+            assert sorted(got) == list(range(sum(sizes))), epoch
+            wait_for(lambda: pool.stats()["in_flight"] == 0)
+            if epoch == 0:
+                waits = pool.stats()["waits"]
+        return dict(slow.requests), pool.stats()["waits"] - waits
+
+    monkeypatch.setattr(tar_dataset, "_NEXT_EPOCH_AHEAD", 0)
+    without, waited = two_epochs()
+    assert waited > 0
+    monkeypatch.setattr(tar_dataset, "_NEXT_EPOCH_AHEAD", 2)
+    with_ahead, second_epoch_waits = two_epochs()
+    assert all(with_ahead[n] >= c for n, c in without.items())
+    assert sum(with_ahead.values()) <= sum(without.values()) + 2 * 2, (without, with_ahead)
+    assert second_epoch_waits == 0
+
+
 def test_pool_is_per_process():
     import multiprocessing as mp
 
