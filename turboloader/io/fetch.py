@@ -110,7 +110,9 @@ class FetchPool:
         self.part_bytes = max(_READ, parse_size(part_bytes))
         self.retries, self.backoff, self.timeout = int(retries), float(backoff), timeout
         self.pid = os.getpid()
-        self._lock = threading.Lock()
+        # reentrant: a reader's close() can run inside the lock when the garbage collector
+        # finalizes an abandoned shard stream (e.g. while _dispatch starts a thread)
+        self._lock = threading.RLock()
         # two conditions on the one lock: idle connection threads wait for work (woken one
         # by one, as many as there are parts to start), readers wait for bytes; a part's
         # progress wakes only the readers, never the idle threads
