@@ -69,7 +69,9 @@ __all__ = [
     "open_remote",
     "read_range",
     "redact",
+    "can_glob",
     "default_timeout",
+    "glob_objects",
     "stat",
     "url_path",
     "write_object",
@@ -227,6 +229,12 @@ class _Store:
         raise RemoteShardError(f"{redact(url)}: writing is not supported for "
                                f"{_scheme(url)}:// URLs")
 
+    def list(self, url, prefix, timeout) -> list[str]:
+        """The URLs of every object under the folder ``url`` (``scheme://bucket/dir/``)
+        whose name there starts with ``prefix``, every page of the listing."""
+        raise RemoteShardError(f"{redact(url)}: listing is not supported for "
+                               f"{_scheme(url)}:// URLs")
+
     def errors(self):
         """Exceptions a body's ``read`` raises that are worth a resumed request."""
         return ()
@@ -276,6 +284,12 @@ def _per_process(cache, lock, key, make):
                     del cache[k]
                 cache[key] = client
     return client
+
+
+def _list_split(url):
+    """(bucket, folder key with its trailing "/", or "") of a folder URL to list."""
+    p = urllib.parse.urlsplit(url)
+    return p.netloc, p.path.lstrip("/")
 
 
 def _split_bucket(url, needs):
@@ -373,6 +387,17 @@ class _S3(_Store):
         bucket, key = _s3_split(url)
         try:
             _s3(timeout).put_object(Bucket=bucket, Key=key, Body=data)
+        except (bx.BotoCoreError, bx.ClientError, ConnectionError, socket.timeout) as exc:
+            raise _s3_error(url, exc, bx) from exc
+
+    def list(self, url, prefix, timeout):
+        bx = _botocore()
+        bucket, folder = _list_split(url)
+        try:
+            pages = _s3(timeout).get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=folder + prefix)
+            return [f"s3://{bucket}/{obj['Key']}" for page in pages
+                    for obj in page.get("Contents", ())]
         except (bx.BotoCoreError, bx.ClientError, ConnectionError, socket.timeout) as exc:
             raise _s3_error(url, exc, bx) from exc
 
@@ -526,6 +551,21 @@ class _GCS(_Store):
                    params={"uploadType": "media", "name": name}, data=data,
                    headers={"Content-Type": "application/octet-stream"}).close()
 
+    def list(self, url, prefix, timeout):
+        bucket, folder = _list_split(url)
+        out, params = [], {"prefix": folder + prefix}
+        while True:
+            with self._call(url, "GET", f"/storage/v1/b/{bucket}/o", timeout,
+                            params=params) as resp:
+                try:
+                    page = resp.json()
+                except ValueError:
+                    raise _Transient("GCS listing is not JSON") from None
+            out += [f"gs://{bucket}/{item['name']}" for item in page.get("items", ())]
+            if not page.get("nextPageToken"):
+                return out
+            params = {"prefix": folder + prefix, "pageToken": page["nextPageToken"]}
+
     def errors(self):
         errs = []
         with contextlib.suppress(ImportError):
@@ -659,6 +699,18 @@ class _Azure(_Store):
             err = _az_error(url, exc)
             raise (err or RemoteShardError(f"{redact(url)}: upload refused")) from None
 
+    def list(self, url, prefix, timeout):
+        container, folder = _list_split(url)
+        try:
+            blobs = _azure(timeout).get_container_client(container).list_blobs(
+                name_starts_with=(folder + prefix) or None, timeout=timeout)
+            return [f"az://{container}/{b.name}" for b in blobs]
+        except RemoteShardError:
+            raise
+        except Exception as exc:
+            err = _az_error(url, exc)
+            raise (err or RemoteShardError(f"{redact(url)}: listing refused")) from None
+
 
 # fsspec ------------------------------------------------------------------------------------
 
@@ -710,6 +762,22 @@ class _Fsspec(_Store):
             fs.pipe_file(path, data)
         except Exception as exc:
             raise self._map(url, exc) from None
+
+    def list(self, url, prefix, timeout):
+        # url: the folder (ends with "/"); an fsspec file system lists folders, not prefixes
+        try:
+            fs, path = self._fs(url)
+            root = path.rstrip("/")
+            found = fs.find(root) if fs.exists(root) else []
+        except Exception as exc:
+            raise self._map(url, exc) from None
+        out = []
+        for name in found:
+            if name.startswith(root + "/"):
+                rel = name[len(root) + 1:]
+                if rel.startswith(prefix):
+                    out.append(url + rel)
+        return out
 
 
 _STORES = {"s3": _S3(), "gs": _GCS(), "az": _Azure(), "http": _HTTP(), "https": _HTTP()}
@@ -1024,3 +1092,80 @@ def write_object(url: str, data: bytes, /, *, retries: int = 5, backoff: float =
     store = _store(url)
     _with_retries(url, lambda: store.put(url, bytes(data), timeout), retries=retries,
                   backoff=backoff)
+
+
+_MAGIC = re.compile(r"[*?[]")
+
+
+def can_glob(url: str) -> bool:
+    """True for a remote URL with a glob character (``*``, ``?``, ``[``) in its object name,
+    on a store that lists (``s3://``, ``gs://``, ``az://``, ``fsspec`` URLs; not
+    ``http(s)://``, where ``?`` starts a query string and nothing lists)."""
+    return (is_remote(url) and _scheme(url) not in ("http", "https")
+            and _MAGIC.search(url.partition("://")[2].partition("/")[2]) is not None)
+
+
+def _shown(pattern):
+    """``pattern`` without user info (``redact`` would also cut a ``?`` glob as a query)."""
+    scheme, _, rest = pattern.partition("://")
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}"
+
+
+def _name_match(pattern: str, name: str) -> bool:
+    """``glob``'s rule on ``/``-separated names: ``*``, ``?`` and ``[...]`` match within
+    one path segment, never across a ``/``."""
+    import fnmatch
+
+    pat, got = pattern.split("/"), name.split("/")
+    return len(pat) == len(got) and all(fnmatch.fnmatchcase(g, p) for g, p in zip(got, pat))
+
+
+def glob_objects(pattern: str, /, *, retries: int = 5, backoff: float = 0.25,
+                 timeout: float | None = None) -> list[str]:
+    """The URLs of the objects matching ``pattern`` (``s3://bucket/train/train-*.tar``),
+    sorted, as :func:`glob.glob` on a local folder: ``*``, ``?`` and ``[...]`` match within
+    one ``/``-separated segment of the object name (a name starting with ``.`` matches
+    too: stores have no hidden objects). The store is listed from the pattern's literal
+    prefix, every page (S3 ``ListObjectsV2``, the GCS JSON API, Azure ``List Blobs``,
+    ``fsspec``'s ``find``), retried as :func:`open_remote`.
+
+    Raises:
+        RemoteShardNotFoundError: nothing matches (or the bucket does not exist); the
+            message names the pattern.
+        RemoteShardError: the store refused the listing (no permission to list), or
+            stayed unavailable; the message names the pattern, never credentials.
+        ValueError: the pattern has no glob character in its object name, or is not a
+            URL of a store that lists (``http(s)://`` is not).
+
+    Example:
+        >>> glob_objects("s3://bucket/train/train-*.tar")            # doctest: +SKIP
+        ['s3://bucket/train/train-00000.tar', 's3://bucket/train/train-00001.tar']
+    """
+    scheme, _, rest = pattern.partition("://")
+    bucket, _, name = rest.partition("/")
+    magic = _MAGIC.search(name)
+    if magic is None or not can_glob(pattern):
+        raise ValueError(f"not a glob over a store that lists: {_shown(pattern)!r}")
+    literal = name[:magic.start()]
+    folder = f"{scheme}://{bucket}/{literal.rpartition('/')[0]}"
+    folder += "/" if not folder.endswith("/") else ""
+    prefix = literal.rpartition("/")[2]
+    timeout = default_timeout() if timeout is None else timeout
+    store = _store(pattern)
+
+    def fail(exc):
+        exc.add_note(f"listing the objects matching {_shown(pattern)}")
+        return exc
+
+    try:
+        urls = _with_retries(folder, lambda: store.list(folder, prefix, timeout),
+                             retries=retries, backoff=backoff)
+    except RemoteShardError as exc:
+        raise fail(exc) from None
+    want = name[len(literal.rpartition("/")[0]) + 1 if "/" in literal else 0:]
+    out = sorted(u for u in urls if u.startswith(folder) and _name_match(want, u[len(folder):]))
+    if not out:
+        raise RemoteShardNotFoundError(errno.ENOENT, f"no object matches {_shown(pattern)} "
+                                       f"({len(urls)} listed under {_shown(folder)}{prefix}*)")
+    return out
