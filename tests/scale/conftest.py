@@ -45,6 +45,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if name in srv.grow and n > 1:  # the object changed between two requests
             data += b"\0" * 512
         start, stop = 0, len(data)
+        tag = ""
+        if srv.etags:  # a version tag, as stores send: the content's hash
+            import hashlib
+
+            tag = '"' + hashlib.md5(data).hexdigest() + '"'
         m = re.match(r"bytes=(\d+)-(\d*)$", self.headers.get("Range", ""))
         if m:
             if m.group(2):
@@ -62,6 +67,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_response(200)
         body = data[start:stop]
         self.send_header("Content-Length", str(len(body)))
+        if tag:
+            self.send_header("ETag", tag)
         self.end_headers()
         if name in srv.drip:  # a byte at a time, each well within any socket timeout
             import time
@@ -90,6 +97,7 @@ def http_server(root):
     srv.root, srv.lock, srv.requests = root, threading.Lock(), {}
     srv.drop_first, srv.cut_first, srv.drip = set(), set(), set()
     srv.lie_range, srv.grow = set(), set()
+    srv.etags = False  # True: every answer carries an ETag
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"

@@ -69,6 +69,7 @@ __all__ = [
     "open_remote",
     "read_range",
     "redact",
+    "seen_stat",
     "can_glob",
     "default_timeout",
     "glob_objects",
@@ -162,6 +163,32 @@ class ObjectStat(NamedTuple):
     etag: str | None
 
 
+_seen_lock = threading.Lock()
+_seen_stats: dict[str, ObjectStat] = {}
+_SEEN_MAX = 1 << 16  # URLs remembered (the oldest forgotten first)
+
+
+def _seen(url, st):
+    with _seen_lock:
+        _seen_stats.pop(url, None)
+        _seen_stats[url] = st
+        while len(_seen_stats) > _SEEN_MAX:
+            del _seen_stats[next(iter(_seen_stats))]
+
+
+def seen_stat(url: str, /, *, forget: bool = False) -> ObjectStat | None:
+    """The size and version tag (as :func:`stat` gives them) that the latest response
+    read for ``url`` in this process carried, or None (nothing read yet, or the
+    response carried no size). Every read through :func:`open_remote`,
+    :func:`read_range` and the fetch pool records it: what was read can be described
+    without asking the store again. ``forget``: also drop it (call before a read to know
+    afterwards that what is returned came from that read).
+    The tag is None where a response gives none (e.g. a GCS emulator without
+    ``x-goog-generation``)."""
+    with _seen_lock:
+        return _seen_stats.pop(url, None) if forget else _seen_stats.get(url)
+
+
 # -- transports -----------------------------------------------------------------------------
 
 class _Transient(Exception):
@@ -214,8 +241,9 @@ def _status_error(url, status, reason, *, what):
 
 
 class _Store:
-    """One store's requests. ``open`` returns (body with ``.read(n)``, total size or None)
-    for the bytes ``[start, end)`` (``end`` None: to the object's end); it raises
+    """One store's requests. ``open`` returns (body with ``.read(n)``, total size or None,
+    the object's version tag or None: as :meth:`stat` gives it, from the response's own
+    headers) for the bytes ``[start, end)`` (``end`` None: to the object's end); it raises
     ``_Transient`` for what is worth retrying, :class:`RemoteShardNotFoundError`, or
     :class:`RemoteShardError`."""
 
@@ -362,7 +390,7 @@ class _S3(_Store):
             resp = _s3(timeout).get_object(Bucket=bucket, Key=key, Range=_bytes_range(start, end))
         except bx.ClientError as exc:
             if str(exc.response.get("Error", {}).get("Code", "")) == "InvalidRange":
-                return io.BytesIO(b""), start
+                return io.BytesIO(b""), start, None
             raise _s3_error(url, exc, bx) from exc
         except (bx.BotoCoreError, ConnectionError, socket.timeout) as exc:
             raise _s3_error(url, exc, bx) from exc
@@ -371,7 +399,7 @@ class _S3(_Store):
         except RemoteShardError:
             resp["Body"].close()
             raise
-        return resp["Body"], total
+        return resp["Body"], total, resp.get("ETag")
 
     def stat(self, url, timeout):
         bx = _botocore()
@@ -413,6 +441,14 @@ class _S3(_Store):
 
 # HTTP --------------------------------------------------------------------------------------
 
+def _http_tag(headers):
+    """An HTTP response's version tag: its ETag, else its Last-Modified."""
+    tag = headers.get("ETag")
+    if not tag and headers.get("Last-Modified"):
+        tag = "last-modified:" + headers["Last-Modified"]
+    return tag
+
+
 class _HTTP(_Store):
     _errors = (urllib.error.URLError, http.client.HTTPException, ConnectionError,
                socket.timeout, TimeoutError)
@@ -433,7 +469,7 @@ class _HTTP(_Store):
     def open(self, url, start, end, timeout):
         resp = self._request(url, start, end, timeout)
         if resp is None:
-            return io.BytesIO(b""), start
+            return io.BytesIO(b""), start, None
         if start and resp.status != 206:
             resp.close()  # the server ignored the Range header: cannot resume
             raise RemoteShardError(f"HTTP server does not honour Range requests "
@@ -444,7 +480,7 @@ class _HTTP(_Store):
         except RemoteShardError:
             resp.close()
             raise
-        return resp, total
+        return resp, total, _http_tag(resp.headers)
 
     def stat(self, url, timeout):
         # a 1-byte range rather than HEAD: every server that resumes reads answers it
@@ -454,9 +490,7 @@ class _HTTP(_Store):
         with resp:
             total = _range_total(url, 0, resp.headers.get("Content-Range"),
                                  resp.headers.get("Content-Length"))
-            tag = resp.headers.get("ETag")
-            if not tag and resp.headers.get("Last-Modified"):
-                tag = "last-modified:" + resp.headers["Last-Modified"]
+            tag = _http_tag(resp.headers)
         if total is None:
             raise RemoteShardError(f"{redact(url)}: the server does not say the object's size")
         return ObjectStat(total, tag)
@@ -520,7 +554,7 @@ class _GCS(_Store):
                           timeout, stream=True, headers={"Range": _bytes_range(start, end)})
         if resp.status_code == 416:
             resp.close()
-            return io.BytesIO(b""), start
+            return io.BytesIO(b""), start, None
         try:
             if start and resp.status_code != 206:
                 raise RemoteShardError(f"{redact(url)}: the server ignored the Range request "
@@ -532,7 +566,9 @@ class _GCS(_Store):
             raise
         raw = resp.raw
         raw.decode_content = False
-        return raw, total
+        # stat's tag is the generation; a download says it in x-goog-generation (GCS does;
+        # an emulator may not: then the tag is unknown here)
+        return raw, total, resp.headers.get("x-goog-generation")
 
     def stat(self, url, timeout):
         bucket, name = _gcs_split(url)
@@ -653,6 +689,7 @@ class _Azure(_Store):
                 asked = resp.http_request.headers
                 answers.append((asked.get("x-ms-range") or asked.get("Range") or "",
                                 resp.http_response.headers.get("Content-Range")))
+                first.setdefault("etag", resp.http_response.headers.get("ETag"))
 
             try:
                 down = client.download_blob(offset=a, length=b - a, max_concurrency=1,
@@ -682,7 +719,8 @@ class _Azure(_Store):
 
         data = fetch(start, start + _SDK_CHUNK if end is None else min(end, start + _SDK_CHUNK))
         total = first.get("total")
-        return _Chunked(fetch, start + len(data), end, total, head=data), total
+        return (_Chunked(fetch, start + len(data), end, total, head=data), total,
+                first.get("etag"))
 
     def stat(self, url, timeout):
         try:
@@ -714,6 +752,15 @@ class _Azure(_Store):
 
 # fsspec ------------------------------------------------------------------------------------
 
+def _fsspec_tag(info):
+    """The version tag in an fsspec ``info`` dict (the first of the usual fields)."""
+    for k in ("ETag", "etag", "generation", "md5Hash", "md5", "mtime", "LastModified",
+              "last_modified", "created"):
+        if info.get(k) is not None:
+            return f"{k}:{info[k]}"
+    return None
+
+
 class _Fsspec(_Store):
     def _fs(self, url):
         import fsspec.core
@@ -730,7 +777,8 @@ class _Fsspec(_Store):
     def open(self, url, start, end, timeout):
         try:
             fs, path = self._fs(url)
-            size = int(fs.size(path))
+            info = fs.info(path)
+            size = int(info["size"])
         except Exception as exc:
             raise self._map(url, exc) from None
 
@@ -740,7 +788,7 @@ class _Fsspec(_Store):
             except Exception as exc:
                 raise self._map(url, exc) from None
 
-        return _Chunked(fetch, start, end, size), size
+        return _Chunked(fetch, start, end, size), size, _fsspec_tag(info)
 
     def stat(self, url, timeout):
         try:
@@ -748,13 +796,7 @@ class _Fsspec(_Store):
             info = fs.info(path)
         except Exception as exc:
             raise self._map(url, exc) from None
-        tag = None
-        for k in ("ETag", "etag", "generation", "md5Hash", "md5", "mtime", "LastModified",
-                  "last_modified", "created"):
-            if info.get(k) is not None:
-                tag = f"{k}:{info[k]}"
-                break
-        return ObjectStat(int(info["size"]), tag)
+        return ObjectStat(int(info["size"]), _fsspec_tag(info))
 
     def put(self, url, data, timeout):
         try:
@@ -876,7 +918,8 @@ class _RetryingReader(io.RawIOBase):
         while True:
             try:
                 self.attempts += 1
-                body, total = self._store.open(self.url, self.pos, self.end, self.timeout)
+                opened = self._store.open(self.url, self.pos, self.end, self.timeout)
+                body, total = opened[0], opened[1]
             except _Transient as exc:
                 failures += 1
                 self._retry.wait(failures, _describe(exc), self._fail)
@@ -892,6 +935,7 @@ class _RetryingReader(io.RawIOBase):
                         f"began: it changed while being read")
                     raise self._fail(err)
                 self.size = total
+                _seen(self.url, ObjectStat(total, opened[2] if len(opened) > 2 else None))
             self._body = body
             return
 
