@@ -204,20 +204,15 @@ def row_turboloader(args):
     return res
 
 
-_WDS = r"""
-import json, resource, sys, time
-import torch, webdataset as wds
-from torchvision.transforms import v2
-urls, batch, workers, epochs = json.loads(sys.argv[1])
+# the peers' scripts (run in their venvs): the same train transforms (torchvision v2, on
+# the PIL image each decodes), and the same epoch loop and result line
+_PEER_TF = r"""
 tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
                  v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
                  v2.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
-t0 = time.perf_counter()
-ds = (wds.WebDataset(urls, shardshuffle=len(urls), workersplitter=wds.split_by_worker,
-                     empty_check=False).shuffle(1000).decode("pil").to_tuple("jpg", "cls")
-      .map_tuple(tf, int))
-dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers)
-construct = time.perf_counter() - t0
+"""
+
+_PEER_EPOCHS = r"""
 out = []
 for e in range(epochs):
     t = time.perf_counter(); first = None; n = 0
@@ -230,6 +225,19 @@ rss = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
        + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
 print("RESULT " + json.dumps({"construct_s": construct, "epochs": out, "rss_mb": rss}))
 """
+
+_WDS = r"""
+import json, resource, sys, time
+import torch, webdataset as wds
+from torchvision.transforms import v2
+urls, batch, workers, epochs = json.loads(sys.argv[1])
+""" + _PEER_TF + r"""t0 = time.perf_counter()
+ds = (wds.WebDataset(urls, shardshuffle=len(urls), workersplitter=wds.split_by_worker,
+                     empty_check=False).shuffle(1000).decode("pil").to_tuple("jpg", "cls")
+      .map_tuple(tf, int))
+dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers)
+construct = time.perf_counter() - t0
+""" + _PEER_EPOCHS
 
 
 # streaming: the conversion (in its venv, with its own writer) and the row
@@ -260,10 +268,7 @@ from streaming import StreamingDataset
 from streaming.base.util import clean_stale_shared_memory
 from torchvision.transforms import v2
 remote, local, batch, workers, epochs = json.loads(sys.argv[1])
-tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
-                 v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
-                 v2.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
-
+""" + _PEER_TF + r"""
 class Images(StreamingDataset):
     def __getitem__(self, i):
         obj = super().__getitem__(i)
@@ -275,18 +280,7 @@ t0 = time.perf_counter()
 ds = Images(remote=remote, local=local, shuffle=True, batch_size=batch)
 dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers)
 construct = time.perf_counter() - t0
-out = []
-for e in range(epochs):
-    t = time.perf_counter(); first = None; n = 0
-    for images, labels in dl:
-        if first is None:
-            first = time.perf_counter() - t
-        n += len(labels)
-    out.append({"n": n, "s": time.perf_counter() - t, "first_s": first})
-rss = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-       + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
-print("RESULT " + json.dumps({"construct_s": construct, "epochs": out, "rss_mb": rss}))
-"""
+""" + _PEER_EPOCHS
 
 
 def _child(argv, env=None, python=None, timeout=1800):

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # streaming's rows too where its venv exists (not on CI)
 def test_bench_remote_runs(tmp_path):
     pytest.importorskip("moto.server")
     pytest.importorskip("skimage")
