@@ -15,8 +15,8 @@ Rows, each in a fresh process (its own fetch pool, peak RSS of its own, workers 
   ``shard_sizes``) is timed apart, then the epochs run.
 - ``turboloader + ShardCache cold``: a fresh cache directory; construction included in the
   first epoch's images/s (counting fills the cache); ``warm``: the next epoch.
-- ``webdataset``: ``WebDataset(["pipe:curl -s -f <presigned proxy URL>" ...])`` with its usual decode and
-  torchvision transforms, torch ``DataLoader(num_workers=W)``, in its own venv
+- ``webdataset``: ``WebDataset(["pipe:curl -s -f <presigned proxy URL>" ...])`` with its
+  usual decode and torchvision transforms, torch ``DataLoader(num_workers=W)``, in its own venv
   (``python benchmarks/setup_envs.py webdataset``), local and remote.
 - ``mosaicml streaming``: the same images and labels converted once to MDS with streaming's
   own ``MDSWriter`` (a ``bytes`` column holding the same JPEG bytes, an ``int`` label, about

@@ -22,7 +22,9 @@ Stores (``url``'s scheme):
 
 Reading. :func:`open_remote` returns a buffered, *sequential* file object that streams the
 object from byte 0; :func:`read_range` returns exactly the bytes ``[start, end)``;
-:func:`stat` gives the size and ETag. A connection that fails mid-stream (reset, truncated
+:func:`stat` gives the size and ETag (:func:`seen_stat`: those the latest response read
+carried, without a request); :func:`glob_objects` lists the objects matching a glob
+(``s3://bucket/train-*.tar``), every page. A connection that fails mid-stream (reset, truncated
 body, HTTP 5xx/408/429, S3 ``SlowDown``, an unresolvable host) or that *stalls* (no byte
 for ``timeout`` seconds, or fewer than 1 MiB in ``timeout`` seconds) is dropped and
 re-opened at the byte where it stopped with a ``Range`` request, after an exponential
