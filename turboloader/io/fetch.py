@@ -452,8 +452,11 @@ class FetchPool:
     def _fetch(self, part):
         obj = part.obj
         retries, backoff, timeout = obj.retry
-        reader = _RetryingReader(obj.url, retries=retries, backoff=backoff, timeout=timeout)
-        reader.pos = part.start
+        # part 0 is open-ended (its answer gives the size); the others ask for their bytes
+        # only (a bounded Range: the server sends nothing past the part)
+        end = part.start + part.length if part.index and part.length is not None else None
+        reader = _RetryingReader(obj.url, retries=retries, backoff=backoff, timeout=timeout,
+                                 start=part.start, end=end)
         t0, cpu0 = time.monotonic(), time.thread_time()
         got = 0
         error = None

@@ -36,7 +36,7 @@ import numpy as np
 from turboloader.io import files
 from turboloader.io.files import check_size
 from turboloader.io.fetch import fetch_pool
-from turboloader.io.remote import is_remote, url_path
+from turboloader.io.remote import can_glob, glob_objects, is_remote, url_path
 from turboloader.errors import (RemoteShardError, SampleError, TarFormatError,
                                 TurboLoaderError, UnreadableFileError)
 
@@ -126,12 +126,17 @@ def expand_urls(urls) -> list[str]:
     Brace patterns are expanded first, then each item containing ``*``, ``?`` or ``[`` is
     globbed (sorted). A local directory stands for the shards in it, sorted by name (see
     :func:`list_shards`), as ``turboloader convert`` and ``inspect`` read it. Plain paths are
-    kept as given, in order; existence is checked when the shard is opened. Remote URLs
-    (``s3://``, ``http(s)://``) are brace-expanded but never globbed (a ``?`` there starts a
-    query string).
+    kept as given, in order; existence is checked when the shard is opened. A glob in the
+    object name of an ``s3://``, ``gs://``, ``az://`` or ``fsspec`` URL lists the store and
+    keeps the matching objects, sorted (:func:`~turboloader.io.remote.glob_objects`);
+    ``http(s)://`` URLs are brace-expanded but never globbed (a ``?`` there starts a query
+    string, and HTTP has no listing).
 
     Raises:
-        FileNotFoundError: a glob matched nothing, or a directory holds no shard.
+        FileNotFoundError: a glob matched nothing (remote:
+            :class:`~turboloader.errors.RemoteShardNotFoundError`, naming the pattern), or
+            a directory holds no shard.
+        RemoteShardError: a store refused to list a remote glob, or stayed unavailable.
         ValueError: the list is empty.
         TypeError: ``urls`` is not a str, ``os.PathLike`` or a sequence of them.
 
@@ -148,7 +153,9 @@ def expand_urls(urls) -> list[str]:
         if not isinstance(url, (str, os.PathLike)):
             raise TypeError(f"each url must be a str or os.PathLike, not {type(url).__name__}")
         for item in braceexpand(os.fspath(url)):
-            if glob.has_magic(item) and not is_remote(item):
+            if can_glob(item):
+                out.extend(glob_objects(item))
+            elif glob.has_magic(item) and not is_remote(item):
                 matches = sorted(glob.glob(item))
                 if not matches:
                     raise FileNotFoundError(f"no shard matches {item!r}")
