@@ -15,10 +15,18 @@ Rows, each in a fresh process (its own fetch pool, peak RSS of its own, workers 
   ``shard_sizes``) is timed apart, then the epochs run.
 - ``turboloader + ShardCache cold``: a fresh cache directory; construction included in the
   first epoch's images/s (counting fills the cache); ``warm``: the next epoch.
-- ``webdataset``: ``WebDataset(["pipe:curl -s <proxy URL>" ...])`` with its usual decode and
-  torchvision transforms, torch ``DataLoader(num_workers=W)``, in its own venv
+- ``webdataset``: ``WebDataset(["pipe:curl -s -f <presigned proxy URL>" ...])`` with its
+  usual decode and torchvision transforms, torch ``DataLoader(num_workers=W)``, in its own venv
   (``python benchmarks/setup_envs.py webdataset``), local and remote.
-- ``mosaicml streaming``: not run by this script yet (the row says so).
+- ``mosaicml streaming``: the same images and labels converted once to MDS with streaming's
+  own ``MDSWriter`` (a ``bytes`` column holding the same JPEG bytes, an ``int`` label, about
+  as many shards as the TARs; cached in the workdir), uploaded to the same bucket and read by
+  a ``StreamingDataset`` subclass that decodes with PIL and applies the same torchvision train
+  transforms, torch ``DataLoader(num_workers=W)``, in its own venv (``python
+  benchmarks/setup_envs.py streaming``): ``local`` reads the MDS folder in place; remote
+  reads ``s3://`` through the same proxy (streaming's S3 client takes ``S3_ENDPOINT_URL``)
+  into a fresh local cache folder: epoch 1 cold (shards downloaded as the epoch goes, to
+  disk), epoch 2 warm (every shard already on disk).
 
 Per setting (``--settings 100:10,40:25``: milliseconds of latency : MB/s per connection) it
 prints images/s per epoch, the ratio to turboloader local of the same run, the first batch's
@@ -37,6 +45,7 @@ import os
 import platform
 import resource
 import select
+import shlex
 import socket
 import subprocess
 import sys
@@ -70,7 +79,7 @@ class Bucket:
             time.sleep(wait)
 
 
-def _pipe(src, dst, *, latency=0.0, bucket=None, node=None, chunk=65536):
+def _pipe(src, dst, *, latency=0.0, bucket=None, node=None, chunk=256 << 10):
     try:
         while True:
             data = src.recv(chunk)
@@ -131,6 +140,10 @@ def serve(args):
     s3.create_bucket(Bucket="bench")
     for p in sorted(Path(args.data).glob("*.tar")):
         s3.upload_file(str(p), "bench", f"train/{p.name}")
+    if args.mds:  # streaming's MDS conversion of the same samples: index.json + shards
+        for p in sorted(Path(args.mds).rglob("*")):
+            if p.is_file():
+                s3.upload_file(str(p), "bench", f"mds/{p.relative_to(args.mds)}")
     ports = {}
     for setting in args.settings.split(","):
         ms, mbs = (float(x) for x in setting.split(":"))
@@ -153,14 +166,14 @@ def _epochs(loader, epochs, t_start=None):
     out = []
     for e in range(epochs):
         it = iter(loader)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         first, n = None, 0
         for images, labels in it:
             if first is None:
                 first = time.perf_counter() - t0
             n += len(labels)
         dt = time.perf_counter() - t0
-        out.append({"n": n, "s": dt, "first_s": first})
+        out.append({"n": n, "s": dt, "first_s": first, "cpu_s": time.process_time() - c0})
     return out
 
 
@@ -186,25 +199,20 @@ def row_turboloader(args):
     st = fetch_pool().stats()
     res["pool"] = {k: st[k] for k in ("connections", "peak_connections", "requests",
                                       "bytes_fetched", "bytes_ahead", "waits", "wait_s",
-                                      "peak_buffered")}
+                                      "peak_buffered", "cpu_s")}
     res["rss_mb"] = _rss_mb()
     return res
 
 
-_WDS = r"""
-import json, resource, sys, time
-import torch, webdataset as wds
-from torchvision.transforms import v2
-urls, batch, workers, epochs = json.loads(sys.argv[1])
+# the peers' scripts (run in their venvs): the same train transforms (torchvision v2, on
+# the PIL image each decodes), and the same epoch loop and result line
+_PEER_TF = r"""
 tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
                  v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
                  v2.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
-t0 = time.perf_counter()
-ds = (wds.WebDataset(urls, shardshuffle=len(urls), workersplitter=wds.split_by_worker,
-                     empty_check=False).shuffle(1000).decode("pil").to_tuple("jpg", "cls")
-      .map_tuple(tf, int))
-dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers)
-construct = time.perf_counter() - t0
+"""
+
+_PEER_EPOCHS = r"""
 out = []
 for e in range(epochs):
     t = time.perf_counter(); first = None; n = 0
@@ -217,6 +225,62 @@ rss = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
        + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
 print("RESULT " + json.dumps({"construct_s": construct, "epochs": out, "rss_mb": rss}))
 """
+
+_WDS = r"""
+import json, resource, sys, time
+import torch, webdataset as wds
+from torchvision.transforms import v2
+urls, batch, workers, epochs = json.loads(sys.argv[1])
+""" + _PEER_TF + r"""t0 = time.perf_counter()
+ds = (wds.WebDataset(urls, shardshuffle=len(urls), workersplitter=wds.split_by_worker,
+                     empty_check=False).shuffle(1000).decode("pil").to_tuple("jpg", "cls")
+      .map_tuple(tf, int))
+dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers)
+construct = time.perf_counter() - t0
+""" + _PEER_EPOCHS
+
+
+# streaming: the conversion (in its venv, with its own writer) and the row
+_MDS_WRITE = r"""
+import json, sys, tarfile
+from pathlib import Path
+from streaming import MDSWriter
+shards, out, size_limit = json.loads(sys.argv[1])
+n = 0
+with MDSWriter(out=out, columns={"jpg": "bytes", "cls": "int"}, size_limit=size_limit) as w:
+    for path in sorted(Path(shards).glob("*.tar")):
+        sample = {}
+        with tarfile.open(path) as tar:
+            for m in tar:  # <key>.jpg then <key>.cls, adjacent (datasets.write_shards)
+                key, ext = m.name.split(".", 1)
+                sample[ext] = tar.extractfile(m).read()
+                if "jpg" in sample and "cls" in sample:
+                    w.write({"jpg": sample["jpg"], "cls": int(sample["cls"])})
+                    sample, n = {}, n + 1
+print("RESULT " + json.dumps({"samples": n}))
+"""
+
+_STREAMING = r"""
+import io, json, resource, sys, time
+import torch
+from PIL import Image
+from streaming import StreamingDataset
+from streaming.base.util import clean_stale_shared_memory
+from torchvision.transforms import v2
+remote, local, batch, workers, epochs = json.loads(sys.argv[1])
+""" + _PEER_TF + r"""
+class Images(StreamingDataset):
+    def __getitem__(self, i):
+        obj = super().__getitem__(i)
+        img = Image.open(io.BytesIO(obj["jpg"])).convert("RGB")
+        return tf(img), obj["cls"]
+
+clean_stale_shared_memory()
+t0 = time.perf_counter()
+ds = Images(remote=remote, local=local, shuffle=True, batch_size=batch)
+dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers)
+construct = time.perf_counter() - t0
+""" + _PEER_EPOCHS
 
 
 def _child(argv, env=None, python=None, timeout=1800):
@@ -249,15 +313,48 @@ def run_row(kind, urls, args, env_extra, cache=None, sizes=None):
     return _child(argv, env=env)
 
 
-def run_wds(urls, args):
+def _venv_env(name):
+    """(python, environment) of a peer's venv, or an error row."""
     import setup_envs
 
-    state, detail = setup_envs.status("webdataset")
+    state, detail = setup_envs.status(name)
     if state != "ok":
-        return {"error": f"webdataset venv {state}: {detail}"}
+        return None, {"error": f"{name} venv {state}: {detail}"}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return str(setup_envs.venv_python(name)), env
+
+
+def run_wds(urls, args):
+    python, env = _venv_env("webdataset")
+    if python is None:
+        return env
     return _child(["-c", _WDS, json.dumps([urls, args.batch, args.workers, args.epochs])],
-                  env=env, python=str(setup_envs.venv_python("webdataset")))
+                  env=env, python=python)
+
+
+def convert_mds(shards, out, n_shards):
+    """``shards`` (TARs) as an MDS folder ``out`` written by streaming's ``MDSWriter``, about
+    ``n_shards`` shards; kept: a finished conversion (its ``index.json``) is reused."""
+    if (out / "index.json").exists():
+        return {"samples": None}
+    python, env = _venv_env("streaming")
+    if python is None:
+        return env
+    total = sum(p.stat().st_size for p in shards.glob("*.tar"))
+    limit = int(total / n_shards * 1.05)
+    subprocess.run(["rm", "-rf", str(out)], check=False)
+    return _child(["-c", _MDS_WRITE, json.dumps([str(shards), str(out), limit])], env=env,
+                  python=python)
+
+
+def run_streaming(remote, local, args, extra_env=None):
+    python, env = _venv_env("streaming")
+    if python is None:
+        return env
+    env.update(extra_env or {})
+    return _child(["-c", _STREAMING,
+                   json.dumps([remote, local, args.batch, args.workers, args.epochs])],
+                  env=env, python=python)
 
 
 # -- the table ----------------------------------------------------------------------------------
@@ -304,6 +401,7 @@ def main(argv=None):
     # internal: the server process and the row processes
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
+    p.add_argument("--mds", help=argparse.SUPPRESS)
     p.add_argument("--row", help=argparse.SUPPRESS)
     p.add_argument("--urls", help=argparse.SUPPRESS)
     p.add_argument("--cache", help=argparse.SUPPRESS)
@@ -329,8 +427,14 @@ def main(argv=None):
     local = [str(p) for p in sorted(shards.glob("*.tar"))]
     names = [Path(u).name for u in local]
     mb = sum(os.path.getsize(u) for u in local) / 1e6
-    srv = subprocess.Popen([sys.executable, str(Path(__file__)), "--serve", "--data", str(shards),
-                            "--settings", args.settings, "--node-mbs", str(args.node_mbs)],
+    mds, mds_made = root / "mds", None
+    if "streaming" in systems:
+        mds_made = convert_mds(shards, mds, len(names))
+    serve_argv = [sys.executable, str(Path(__file__)), "--serve", "--data", str(shards),
+                  "--settings", args.settings, "--node-mbs", str(args.node_mbs)]
+    if (mds / "index.json").exists():
+        serve_argv += ["--mds", str(mds)]
+    srv = subprocess.Popen(serve_argv,
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True)
     try:
@@ -356,6 +460,15 @@ def main(argv=None):
             if "error" not in res:
                 local_ips = max(e["n"] / e["s"] for e in res["epochs"])
         wds_local = run_wds(local, args) if "webdataset" in systems else None
+        mds_local = None
+        if "streaming" in systems:
+            if mds_made is not None and "error" in mds_made:
+                mds_local = {"error": f"no MDS conversion: {mds_made['error']}"}
+            else:
+                n_mds = len(list(mds.glob("*.mds")))
+                print(f"- MDS copy for streaming: {mds} ({n_mds} shards, "
+                      f"{sum(p.stat().st_size for p in mds.glob('*.mds')) / 1e6:.0f} MB)")
+                mds_local = results["streaming local"] = run_streaming(None, str(mds), args)
         for setting, port in info["proxies"].items():
             ms, mbs = setting.split(":")
             print(f"\n## {ms} ms per request, {mbs} MB/s per connection"
@@ -392,13 +505,39 @@ def main(argv=None):
             if "webdataset" in systems:
                 if wds_local is not None and "error" not in wds_local:
                     print(_fmt_row("webdataset local", wds_local, local_ips))
-                urls = [f"pipe:curl -s -f http://127.0.0.1:{port}/bench/train/{n}"
-                        for n in names]
+                # presigned GETs (the bucket is private, as users' are), through the proxy
+                import boto3
+
+                signer = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}",
+                                      aws_access_key_id="testing",
+                                      aws_secret_access_key="testing", region_name="us-east-1")
+                urls = ["pipe:curl -s -f " + shlex.quote(signer.generate_presigned_url(
+                    "get_object", Params={"Bucket": "bench", "Key": f"train/{n}"},
+                    ExpiresIn=86400)) for n in names]
                 res = results[f"webdataset {setting}"] = _timed(srv, run_wds, urls, args)
                 print(_fmt_row("webdataset remote (pipe:curl)", res, local_ips))
             if "streaming" in systems:
-                print("| mosaicml streaming | not run: this script has no MDS conversion "
-                      "yet | | | | |")
+                print(_fmt_row("mosaicml streaming local (MDS, PIL decode)", mds_local,
+                               local_ips))
+                if "error" in mds_local:
+                    continue  # the last row of the setting
+                cdir = root / f"mds-cache-{ms}-{mbs}-{time.time_ns()}"
+                senv = dict(aws, S3_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+                res = results[f"streaming {setting}"] = _timed(
+                    srv, run_streaming, "s3://bench/mds", str(cdir), args, senv)
+                print(_fmt_row("mosaicml streaming remote (epoch 1 cold into a fresh cache "
+                               "folder, then warm from disk)", res, local_ips))
+                subprocess.run(["rm", "-rf", str(cdir)], check=False)
+        cpu = [(name, res) for name, res in results.items()  # turboloader's rows: one process
+               if isinstance(res, dict) and res.get("epochs") and "cpu_s" in res["epochs"][0]
+               and name.split()[0] in ("local", "remote", "cache", "cache-sized")]
+        if cpu:  # the loader process's own CPU: the client's cost of reading remotely
+            print("\n| row | loader CPU ms per image, each epoch | fetch pool threads CPU |")
+            print("|---|---|---|")
+            for name, res in cpu:
+                per = " / ".join(f"{1000 * e['cpu_s'] / max(e['n'], 1):.2f}" for e in res["epochs"])
+                pool = res.get("pool", {}).get("cpu_s")
+                print(f"| {name} | {per} | {'' if pool is None else f'{pool:.1f} s'} |")
         print(f"\n- load average {os.getloadavg()[0]:.1f} at the end")
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))

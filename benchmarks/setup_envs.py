@@ -7,7 +7,9 @@ under ``benchmarks/.venv-<name>`` (git-ignored):
   the same ``PIL`` module as Pillow, so it can never share a venv with Pillow.
 - ``turboloader-pypi``: the C++ TurboLoader from PyPI (``turboloader==2.39.0``), whose import
   name is the same as this project's.
-- ``webdataset``: ``webdataset`` and its small dependencies.
+- ``webdataset``: ``webdataset==1.0.2`` and its small dependencies.
+- ``streaming``: MosaicML Streaming (``mosaicml-streaming==0.13.0``, with boto3 for its S3
+  client), for the MDS rows of ``bench_remote.py``.
 - ``spdl``: Meta's SPDL (``spdl``, which pulls ``spdl_io`` and ``spdl_core``).
 - ``dali``: NVIDIA DALI (``nvidia-dali-cuda120``, pinned), whose CPU pipeline runs with
   ``device_id=None`` on a machine without a GPU.
@@ -58,8 +60,11 @@ ENVS = {
     "turboloader-pypi": (["turboloader==2.39.0"], None,
                          "import turboloader, os; print('turboloader', turboloader.__version__, "
                          "os.path.dirname(turboloader.__file__))"),
-    "webdataset": (["webdataset"], None,
+    "webdataset": (["webdataset==1.0.2"], None,
                    "import webdataset; print('webdataset', webdataset.__version__)"),
+    "streaming": (["mosaicml-streaming==0.13.0"], None,
+                  "import streaming, boto3, importlib.metadata as m; "
+                  "print('mosaicml-streaming', m.version('mosaicml-streaming'))"),
     "spdl": (["spdl"], None,
              "import spdl.io, spdl.pipeline; import importlib.metadata as m; "
              "print('spdl', m.version('spdl'))"),

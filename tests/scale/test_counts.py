@@ -83,6 +83,8 @@ def test_counts_cached_by_etag_and_counted_in_parallel(store, tmp_path, monkeypa
         store.route(monkeypatch, proxy.port)
         assert TarDataset(urls, size_of).shard_sizes == [3] * 12
         assert len(_shard_bodies(store, proxy.log, "cc-00")) >= 12
+        # the ETag and size kept with the counts come from the reads: no HEAD per shard
+        assert not [p for m, p, _ in proxy.log if m == "HEAD"], proxy.log
         assert proxy.max_active >= 4  # many connections, not one after another
         proxy.log.clear()
         assert TarDataset(urls, size_of).shard_sizes == [3] * 12
@@ -94,6 +96,42 @@ def test_counts_cached_by_etag_and_counted_in_parallel(store, tmp_path, monkeypa
         proxy.log.clear()
         assert TarDataset(urls, size_of).shard_sizes == [3] * 4 + [5] + [3] * 7
         assert len(_shard_bodies(store, proxy.log, "cc-00")) == 1
+
+
+def test_cold_count_takes_the_etag_from_its_own_read(http_root, tmp_path, monkeypatch):
+    """Counting a shard cold reads it and nothing else: the count cache's size and ETag come
+    from the read's own responses (no metadata request per shard). The next construction
+    asks each shard's tag once (one small request), reads none, and a shard that changed
+    (another ETag) is read again."""
+    monkeypatch.setenv("TURBOLOADER_CACHE", str(tmp_path / "cache"))
+    http_root.etags = True
+    sizes = [3, 5, 2, 4]
+    write_shards(http_root.root, sizes, name="et")
+    urls = [f"{http_root.url}/et-{i:04d}.tar" for i in range(len(sizes))]
+    names = [u.rsplit("/", 1)[1] for u in urls]
+    assert TarDataset(urls, size_of).shard_sizes == sizes
+    assert {n: http_root.requests.get(n) for n in names} == {n: 1 for n in names}
+    http_root.requests.clear()
+    assert TarDataset(urls, size_of).shard_sizes == sizes  # from the count cache
+    assert {n: http_root.requests.get(n) for n in names} == {n: 1 for n in names}
+    # the one request per shard was the tag's (a 1-byte range), not a read of the shard
+    from turboloader.io.remote import seen_stat
+
+    assert seen_stat(urls[0]).size == os.path.getsize(os.path.join(http_root.root, names[0]))
+    write_shards(str(tmp_path / "new"), [6], name="x")
+    os.replace(str(tmp_path / "new" / "x-0000.tar"), os.path.join(http_root.root, names[2]))
+    http_root.requests.clear()
+    assert TarDataset(urls, size_of).shard_sizes == [3, 5, 6, 4]
+    assert http_root.requests.get(names[2]) == 2 and http_root.requests.get(names[0]) == 1
+    # without tags nothing is cached (a change could not be seen): read every time
+    http_root.etags = False
+    monkeypatch.setenv("TURBOLOADER_CACHE", str(tmp_path / "cache2"))
+    http_root.requests.clear()
+    assert TarDataset(urls, size_of).shard_sizes == [3, 5, 6, 4]
+    assert TarDataset(urls, size_of).shard_sizes == [3, 5, 6, 4]
+    assert all(http_root.requests.get(n) >= 2 for n in names)
+    kept = tmp_path / "cache2" / "counts"
+    assert not kept.exists() or not os.listdir(kept)
 
 
 def test_index_command_local(tmp_path, capsys):

@@ -2,9 +2,7 @@
 loopback HTTP servers (one with per-request latency and a per-connection rate cap, that
 counts requests and the connections open at once) and moto's S3 server."""
 
-import http.server
 import os
-import re
 import threading
 import time
 
@@ -13,6 +11,7 @@ import pytest
 import torch
 
 import turboloader
+from helpers.rangeserver import range_server
 from helpers.shards import size_of, write_shards
 from turboloader.data import TarDataset
 from turboloader.errors import RemoteShardError, RemoteShardNotFoundError
@@ -26,72 +25,15 @@ def blob(n, seed):
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
-class _Slow(http.server.BaseHTTPRequestHandler):
-    """GET with Range, ``delay`` seconds before each answer, at most ``rate`` bytes/s per
-    connection; counts requests per name, the ranges asked and the peak of open answers."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def do_GET(self):
-        srv = self.server
-        name = self.path.lstrip("/").split("?")[0]
-        with srv.lock:
-            srv.requests[name] = srv.requests.get(name, 0) + 1
-            srv.ranges.append((name, self.headers.get("Range")))
-            srv.active += 1
-            srv.peak = max(srv.peak, srv.active)
-        try:
-            time.sleep(srv.delay)
-            path = os.path.join(srv.root, name)
-            if not os.path.isfile(path):
-                self.send_error(404)
-                return
-            with open(path, "rb") as fh:
-                data = fh.read()
-            start = 0
-            m = re.match(r"bytes=(\d+)-$", self.headers.get("Range", ""))
-            if m:
-                start = int(m.group(1))
-                self.send_response(206)
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-            else:
-                self.send_response(200)
-            body = data[start:]
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            step = max(1, int(srv.rate / 20)) if srv.rate else len(body) or 1
-            for i in range(0, len(body), step):
-                self.wfile.write(body[i:i + step])
-                if srv.rate:
-                    time.sleep(step / srv.rate)
-        except OSError:  # the client closed a ranged part's connection once it had its bytes
-            pass
-        finally:
-            with srv.lock:
-                srv.active -= 1
-
-
 @pytest.fixture
 def slow(tmp_path):
+    """The shared range server (tests/helpers/rangeserver.py): GET with Range, ``delay``
+    seconds before each answer, at most ``rate`` bytes/s per connection; counts requests
+    per name, the ranges asked and the peak of open answers."""
     root = tmp_path / "slow"
     root.mkdir()
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    srv.daemon_threads = True
-    srv.root, srv.lock, srv.requests, srv.ranges = str(root), threading.Lock(), {}, []
-    srv.active = srv.peak = 0
-    srv.delay, srv.rate = 0.0, 0
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
-    try:
+    with range_server(root) as srv:
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        t.join(timeout=10)
 
 
 def publish(srv, blobs):
@@ -130,8 +72,10 @@ def test_buffered_objects_are_exact_and_fetched_ahead(slow):
     st = pool.stats()
     assert st["bytes_ahead"] == total and st["waits"] == 0
     big = [r for n, r in slow.ranges if n == "b6.bin"]
+    # part 0 open-ended (its answer gives the size), the others bounded to their bytes
     assert sorted(big, key=str) == sorted(
-        [None] + [f"bytes={s}-" for s in (PART, 2 * PART, 3 * PART)], key=str)
+        [None] + [f"bytes={s}-{min(s + PART, SIZES[6]) - 1}" for s in (PART, 2 * PART, 3 * PART)],
+        key=str)
     assert slow.requests == {n: (4 if n == "b6.bin" else 2 if n == "b5.bin" else 1)
                              for n in blobs}
 
@@ -221,6 +165,75 @@ def test_streamed_remote_shards_every_sample_once(slow, backend):
         assert sorted(got) == list(range(sum(sizes))), epoch
     if backend == "threads":  # the pool of this process read shards before they were opened
         assert fetch.fetch_pool().stats()["bytes_ahead"] > before
+
+
+def test_kept_objects_are_taken_over_by_the_next_plan_of_their_lineage(slow):
+    """``forget(keep_for=)`` keeps what a plan fetched ahead and did not open; the next plan
+    of that lineage takes it over where it names the same URL (fetched once in all), drops
+    the rest, and kept objects nobody takes over are dropped after ``keep_s``."""
+    blobs = {f"k{i}.bin": blob(3000 + i, i) for i in range(4)}
+    urls = publish(slow, blobs)
+    pool = FetchPool(part_bytes=PART, buffer_bytes=64 * PART)
+    u = [urls[f"k{i}.bin"] for i in range(4)]
+    pool.plan("e0", [u[0], u[1], u[2], u[3]], lineage="w0")
+    with pool.open(u[0]) as f:
+        assert f.read() == blobs["k0.bin"]
+    wait_for(lambda: pool.stats()["bytes_fetched"] == sum(len(b) for b in blobs.values()))
+    pool.forget("e0", keep_for="w0")  # k1..k3 fetched, not opened: kept
+    assert pool.stats()["buffered"] == sum(len(blobs[f"k{i}.bin"]) for i in (1, 2, 3))
+    pool.plan("e1", [u[2], u[0], u[1]], lineage="w0")  # takes k2 and k1 over; k3 dropped
+    for i in (2, 0, 1):
+        with pool.open(u[i]) as f:
+            assert f.read() == blobs[f"k{i}.bin"]
+    assert slow.requests == {"k0.bin": 2, "k1.bin": 1, "k2.bin": 1, "k3.bin": 1}
+    pool.forget("e1")
+    assert pool.stats()["buffered"] == 0
+
+    pool.keep_s = 0.0
+    pool.plan("e2", [u[3]], lineage="w1")
+    wait_for(lambda: pool.stats()["in_flight"] == 0 and slow.requests["k3.bin"] == 2)
+    pool.forget("e2", keep_for="w1")
+    assert pool.stats()["buffered"] == len(blobs["k3.bin"])
+    time.sleep(0.01)
+    pool.plan("other", [], lineage="w2")  # any plan drops kept objects past their time
+    assert pool.stats()["buffered"] == 0
+
+
+def test_a_streamed_epoch_starts_from_bytes_read_ahead(slow, monkeypatch):
+    """A remote pass reads the next epoch's first shards ahead and the next pass takes them
+    over: two epochs ask for no shard body more often than without the read-ahead, beyond
+    the read-ahead of a third epoch's first shards (at most 2 per stream); the second
+    epoch, whose streams read two shards each, never waits for bytes (without the
+    read-ahead it does); every sample comes once."""
+    from turboloader.data import tar_dataset
+
+    sizes = [4, 4, 4, 4]  # two whole shards per stream
+    slow.delay = 0.1
+    write_shards(slow.root, sizes, name="e")
+    url = f"{slow.url}/e-{{0000..{len(sizes) - 1:04d}}}.tar"
+    pool = fetch.fetch_pool()
+
+    def two_epochs():
+        slow.requests.clear()
+        ds = TarDataset(url, size_of, seed=5, shard_sizes=sizes)
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            loader = turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend="threads")
+            got = [int(v) for _, lab in loader for v in lab]
+            assert sorted(got) == list(range(sum(sizes))), epoch
+            wait_for(lambda: pool.stats()["in_flight"] == 0)
+            if epoch == 0:
+                waits = pool.stats()["waits"]
+        return dict(slow.requests), pool.stats()["waits"] - waits
+
+    monkeypatch.setattr(tar_dataset, "_NEXT_EPOCH_AHEAD", 0)
+    without, waited = two_epochs()
+    assert waited > 0
+    monkeypatch.setattr(tar_dataset, "_NEXT_EPOCH_AHEAD", 2)
+    with_ahead, second_epoch_waits = two_epochs()
+    assert all(with_ahead[n] >= c for n, c in without.items())
+    assert sum(with_ahead.values()) <= sum(without.values()) + 2 * 2, (without, with_ahead)
+    assert second_epoch_waits == 0
 
 
 def test_pool_is_per_process():

@@ -245,8 +245,8 @@ def test_s3_range_answer_is_checked(monkeypatch):
                     "ContentLength": 100}
 
     monkeypatch.setattr(remote, "_s3", lambda *timeout: Client())
-    body, total = remote._store("s3://b/k.tar").open("s3://b/k.tar", 0, None, 10)
-    assert total == 100
+    body, total, tag = remote._store("s3://b/k.tar").open("s3://b/k.tar", 0, None, 10)
+    assert total == 100 and tag is None
     with pytest.raises(RemoteShardError, match=r"s3://b/k\.tar.*offset 40.*offset 0"):
         remote._store("s3://b/k.tar").open("s3://b/k.tar", 40, None, 10)
 

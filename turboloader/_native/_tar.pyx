@@ -26,7 +26,7 @@ import numpy as np
 
 from turboloader.errors import TarFormatError
 
-__all__ = ["index_tar"]
+__all__ = ["DONE", "FULL", "MORE", "TRUNCATED", "error_message", "index_tar", "scan_pass"]
 
 
 cdef enum:
@@ -47,6 +47,8 @@ cdef enum TarStatus:
     TAR_ERR_PAX = 10           # malformed PAX record (zero length, non-integer size)
     TAR_ERR_NAME_TOO_LONG = 11
     TAR_ERR_BAD_ARGS = 12
+    TAR_MORE = 13              # partial scan: the buffer ends inside a header or member;
+                               # resume at st.pos with at least st.err_value bytes from there
 
 
 cdef struct TarScan:
@@ -54,7 +56,8 @@ cdef struct TarScan:
     int64_t count        # in/out: members already written to the output arrays
     int64_t arena_used   # in/out: bytes of the name arena in use
     int64_t err_offset   # out: byte offset of the offending header
-    int64_t err_value    # out: size involved (TRUNCATED), bytes of the name that did not fit (FULL)
+    int64_t err_value    # out: size involved (TRUNCATED, MORE), bytes of the name that did not fit (FULL)
+    bint partial         # in: the buffer is a prefix of the archive (a stream read so far)
 
 
 cdef inline bint _is_space(uint8_t c) noexcept nogil:
@@ -193,6 +196,19 @@ cdef int _parse_pax(const uint8_t* p, int64_t length, int64_t* path_off, int64_t
     return 0
 
 
+cdef inline int _more(TarScan* st, int64_t resume, int64_t at, int64_t size, int64_t count,
+                      int64_t used) noexcept nogil:
+    """A partial scan stops: the members before ``resume`` (a header boundary) are written;
+    the caller reads on and scans again from ``resume``, which needs at least
+    ``err_offset`` bytes plus ``err_value`` rounded up to whole blocks."""
+    st.pos = resume
+    st.count = count
+    st.arena_used = used
+    st.err_offset = at - resume
+    st.err_value = size
+    return TAR_MORE
+
+
 cdef int _tar_scan(const uint8_t[::1] buf, int64_t[::1] offsets, int64_t[::1] sizes,
                    int64_t[::1] name_start, int32_t[::1] name_len, uint8_t[::1] arena,
                    TarScan* st) noexcept nogil:
@@ -227,6 +243,8 @@ cdef int _tar_scan(const uint8_t[::1] buf, int64_t[::1] offsets, int64_t[::1] si
     st.err_offset = 0
     st.err_value = 0
     if n == 0:
+        if st.partial:
+            return _more(st, 0, 0, BLOCK, count, used)
         return TAR_ERR_EMPTY
     if pos < 0 or pos > n or pos % BLOCK or count < 0 or count > cap or used < 0 or used > arena_cap:
         return TAR_ERR_BAD_ARGS
@@ -234,6 +252,8 @@ cdef int _tar_scan(const uint8_t[::1] buf, int64_t[::1] offsets, int64_t[::1] si
 
     while True:
         if pos == n or n - pos < BLOCK:
+            if st.partial:
+                return _more(st, ext_start if ext_start >= 0 else pos, pos, BLOCK, count, used)
             if pos != n:
                 st.err_offset = pos
                 return TAR_ERR_PARTIAL_HEADER
@@ -270,11 +290,15 @@ cdef int _tar_scan(const uint8_t[::1] buf, int64_t[::1] offsets, int64_t[::1] si
 
         if typ == b'L' or typ == b'K' or typ == b'x' or typ == b'X' or typ == b'g':
             if size > n - data:
+                if st.partial:
+                    return _more(st, ext_start if ext_start >= 0 else pos, data, size, count, used)
                 st.err_offset = pos
                 st.err_value = size
                 return TAR_ERR_TRUNCATED
             padded = (size + (BLOCK - 1)) & ~(<int64_t>(BLOCK - 1))
             if padded > n - data:
+                if st.partial:
+                    return _more(st, ext_start if ext_start >= 0 else pos, data, size, count, used)
                 st.err_offset = pos
                 st.err_value = size
                 return TAR_ERR_TRUNCATED
@@ -316,11 +340,15 @@ cdef int _tar_scan(const uint8_t[::1] buf, int64_t[::1] offsets, int64_t[::1] si
         padded = 0
         if skip:
             if size > n - data:
+                if st.partial:
+                    return _more(st, ext_start if ext_start >= 0 else pos, data, size, count, used)
                 st.err_offset = pos
                 st.err_value = size
                 return TAR_ERR_TRUNCATED
             padded = (size + (BLOCK - 1)) & ~(<int64_t>(BLOCK - 1))
             if padded > n - data:
+                if st.partial:
+                    return _more(st, ext_start if ext_start >= 0 else pos, data, size, count, used)
                 st.err_offset = pos
                 st.err_value = size
                 return TAR_ERR_TRUNCATED
@@ -396,16 +424,20 @@ cdef str _error_message(int status, int64_t off, int64_t value, int64_t n):
 def _scan_pass(const uint8_t[::1] buf not None, int64_t[::1] offsets not None,
                int64_t[::1] sizes not None, int64_t[::1] name_start not None,
                int32_t[::1] name_len not None, uint8_t[::1] arena not None, /,
-               int64_t pos=0, int64_t count=0, int64_t arena_used=0):
-    """One kernel pass into caller-owned arrays (private: index_tar drives it; tests call it).
+               int64_t pos=0, int64_t count=0, int64_t arena_used=0, bint partial=False):
+    """One kernel pass into caller-owned arrays (index_tar and io.tar's stream scanner drive
+    it; tests call it).
 
     Returns ``(status, pos, count, arena_used, err_offset, err_value)``; see ``TarScan``.
+    ``partial``: ``buf`` is the start of an archive still being read; a header or member
+    that runs past its end stops the pass with ``MORE`` instead of an error.
     """
     cdef TarScan st
     cdef int status
     st.pos = pos
     st.count = count
     st.arena_used = arena_used
+    st.partial = partial
     with nogil:
         status = _tar_scan(buf, offsets, sizes, name_start, name_len, arena, &st)
     return status, st.pos, st.count, st.arena_used, st.err_offset, st.err_value
@@ -413,6 +445,16 @@ def _scan_pass(const uint8_t[::1] buf not None, int64_t[::1] offsets not None,
 
 _DONE = TAR_DONE
 _FULL = TAR_FULL
+
+#: statuses of :func:`scan_pass` (public names of the kernel's results)
+DONE, FULL, MORE, TRUNCATED = TAR_DONE, TAR_FULL, TAR_MORE, TAR_ERR_TRUNCATED
+scan_pass = _scan_pass
+
+
+def error_message(int status, int64_t offset, int64_t value, int64_t n, /):
+    """The text of a :func:`scan_pass` error status (``offset``: the header's byte
+    offset, ``value``: the pass's ``err_value``, ``n``: bytes of archive scanned)."""
+    return _error_message(status, offset, value, n)
 
 
 def index_tar(const uint8_t[::1] buf not None, /, *, capacity=None, with_end=False):

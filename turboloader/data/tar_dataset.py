@@ -27,6 +27,9 @@ __all__ = ["TarBatches", "TarDataset", "delivered_counts"]
 _topology = topology
 
 
+#: shards of the next epoch a streamed remote pass reads ahead (see ``_stream``)
+_NEXT_EPOCH_AHEAD = 2
+
 class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     """(image, label) samples from WebDataset-style TAR shards, sharded over DDP ranks and
     DataLoader workers, shuffled per epoch, with an optional decoded-sample cache.
@@ -447,18 +450,23 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         by ``grouping`` (which orders the items into its groups first: buckets)."""
         st = self._lease(name)
         planned = False
+        lineage = (id(self), worker, num_workers)
         try:
             if self._remote:
-                seen = dict.fromkeys(int(np.searchsorted(self._offsets, g, side="right")) - 1
-                                     for g in samples)
-                st.upcoming = [self.urls[s] for s in seen]
+                st.upcoming = self._shard_order(samples)
                 # network I/O ahead of the decode threads, in reading order: the node cache
                 # downloads the first window's shards at once, then ``prefetch`` at a time;
-                # without it the process's fetch pool reads streamed shards ahead into memory
+                # without it the process's fetch pool reads streamed shards ahead into memory,
+                # this pass's and then the next epoch's first two (kept for that pass when
+                # this one ends, so an epoch does not start by waiting for the network; after
+                # the last epoch they are dropped unread, at most two shards per stream)
                 if self.shard_cache is not None:
                     self.shard_cache.prefetch(st.upcoming, at_once=self.mix_shards, stream=name)
                 else:
-                    fetch_pool().plan(st, [u for u in st.upcoming if is_remote(u)])
+                    _, after = self._worker_items(epoch + 1, worker, num_workers)
+                    after = self._shard_order(after)[:_NEXT_EPOCH_AHEAD]
+                    fetch_pool().plan(st, [u for u in st.upcoming + after if is_remote(u)],
+                                      lineage=lineage)
                     planned = True
             if grouping is not None:
                 order, groups, decoders = grouping.layout(st, samples)
@@ -476,8 +484,14 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                 yield from stream.batches(cursor, int(batch_size), out, timing)
         finally:
             if planned:
-                fetch_pool().forget(st)
+                fetch_pool().forget(st, keep_for=lineage)
             self._release(st)
+
+    def _shard_order(self, samples):
+        """The URLs of the shards ``samples`` (global indexes) come from, in first-read order."""
+        seen = dict.fromkeys(int(np.searchsorted(self._offsets, g, side="right")) - 1
+                             for g in samples)
+        return [self.urls[s] for s in seen]
 
     def bucketed(self, batch_size: int, buckets, *, transform=None, drop_last: bool = False):
         """This dataset yielding aspect-ratio-bucketed batches: each ``[images, labels]``

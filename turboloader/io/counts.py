@@ -16,9 +16,13 @@ headers (an ``mmap``); counting a remote shard means reading it. So for remote s
 2. **The node-local count cache** (``$TURBOLOADER_CACHE/counts``, default
    ``~/.cache/turboloader/counts``): one small file per shard URL (query string removed)
    holding the count with the object's size and version tag (ETag, GCS generation, or
-   Last-Modified) it was counted at. One metadata request per shard, concurrent; a shard
-   whose size or tag changed is counted again; a store that gives no version tag is never
-   cached (a change could not be seen).
+   Last-Modified) it was counted at, taken from the responses of the read that counted
+   (no request of its own). A shard with an entry costs one metadata request (concurrent)
+   to see whether it changed; a shard whose size or tag changed is counted again; a store
+   that gives no version tag is never cached (a change could not be seen). A read whose
+   responses carried no tag (a GCS emulator without ``x-goog-generation``) or a shard
+   already in a ``ShardCache`` (nothing read) asks the store after counting, and keeps
+   the count only when the size is the one read.
 3. **Counting**: the shards left are read in parallel, one connection each
    (``TURBOLOADER_COUNT_WORKERS`` threads, default 32), and their counts cached.
 
@@ -44,7 +48,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 
 from turboloader.io.remote import (RemoteShardError, RemoteShardNotFoundError, is_remote,
-                                     open_remote, redact, stat, url_path)
+                                     open_remote, redact, seen_stat, stat, url_path)
 
 __all__ = ["INDEX_KIND", "count_cache_dir", "count_shards", "index_candidates", "read_index",
            "write_index"]
@@ -154,6 +158,9 @@ class _CountCache:
         return os.path.join(self.root, hashlib.sha256(_strip_query(url).encode()).hexdigest()[:40]
                             + ".json")
 
+    def has(self, url):
+        return os.path.exists(self._path(url))
+
     def get(self, url, st, strict):
         try:
             with open(self._path(url), encoding="utf-8") as f:
@@ -207,14 +214,25 @@ def count_shards(urls: Iterable[str], count: Callable[[str], int], /, *, strict:
 
     def one(u):
         try:
-            st = stat(u) if cache is not None else None
-            if st is not None and st.etag:
-                n = cache.get(u, st, strict)
-                if n is not None:
-                    return u, n
+            if cache is not None and cache.has(u):  # counted before: is it the same object?
+                st = stat(u)
+                if st.etag:
+                    n = cache.get(u, st, strict)
+                    if n is not None:
+                        return u, n
+            seen_stat(u, forget=True)
             n = count(u)
-            if st is not None and st.etag:
-                cache.put(u, st, strict, n)
+            if cache is not None:
+                # the size and tag of what was counted: from the responses of the read
+                # itself; a read whose responses carried no tag (or a shard already in a
+                # ShardCache: nothing read) asks the store, and the count is kept only if
+                # the size is the one read
+                st = seen_stat(u)
+                if st is None or not st.etag:
+                    now = stat(u)
+                    st = now if st is None or now.size == st.size else None
+                if st is not None and st.etag:
+                    cache.put(u, st, strict, n)
             return u, n
         except Exception as exc:  # handed to the caller, in the shard's place
             return u, exc

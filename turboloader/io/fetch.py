@@ -74,6 +74,7 @@ class _Object:
         self.first_error = None  # a file fetch: the first part that failed
         self.left = 1  # parts not finished (sink: on_done runs when it reaches 0)
         self.wait_part = -1  # the part its reader waits for (it may pass the budget)
+        self.kept_until = 0.0  # kept from an ended plan (see FetchPool.forget): until then
 
 
 class _Part:
@@ -84,6 +85,7 @@ class _Part:
         self.state = "pending"  # pending -> running -> done
         self.error = None
         self.reserved = 0  # bytes counted against the pool's buffer
+        self.waiters = 0  # readers waiting for its bytes (see FetchPool._filled)
 
 
 class FetchPool:
@@ -108,12 +110,23 @@ class FetchPool:
         self.part_bytes = max(_READ, parse_size(part_bytes))
         self.retries, self.backoff, self.timeout = int(retries), float(backoff), timeout
         self.pid = os.getpid()
-        self._lock = threading.Condition()
+        # reentrant: a reader's close() can run inside the lock when the garbage collector
+        # finalizes an abandoned shard stream (e.g. while _dispatch starts a thread)
+        self._lock = threading.RLock()
+        # two conditions on the one lock: idle connection threads wait for work (woken one
+        # by one, as many as there are parts to start), readers wait for bytes; a part's
+        # progress wakes only the readers, never the idle threads
+        self._work = threading.Condition(self._lock)
+        self._bytes = threading.Condition(self._lock)
         self._pending = []  # parts waiting for a connection
         self._objects = {}  # url -> [buffered _Object] planned, not yet opened
         self._plans = {}  # key -> {"urls": [...], "next": i, "taken": i}
+        self._orphans = {}  # lineage -> [buffered _Object] kept from an ended plan, in order
+        self._heirs = {}  # key -> orphans its plan (being made) may take over
+        self.keep_s = 30.0
         self._threads = 0  # connection threads alive
         self._running = 0  # of them, those fetching or about to (at most K)
+        self._in_flight = 0  # requests being made now
         self._idle = 0  # of them, those waiting for work
         self._wakeups = 0  # idle threads _dispatch has woken (and counted as running)
         self._seq = 0
@@ -128,25 +141,45 @@ class FetchPool:
         self._starved = False  # a reader waited for bytes since the last adjustment
         self.counters = {"requests": 0, "bytes_fetched": 0, "bytes_ahead": 0, "waits": 0,
                          "wait_s": 0.0, "peak_connections": 0, "peak_buffered": 0,
-                         "objects": 0}
+                         "objects": 0, "cpu_s": 0.0}
 
     # -- public ---------------------------------------------------------------------------
 
-    def plan(self, key: Hashable, urls: Iterable[str]) -> None:
+    def plan(self, key: Hashable, urls: Iterable[str], *, lineage: Hashable = None) -> None:
         """Read-ahead for a stream: the remote ``urls`` it will open (with :meth:`open`), in
         order. Replaces ``key``'s previous plan; its objects fetched ahead and not opened are
         dropped. The pool fetches a plan's objects while the bytes ahead of all readers fit
-        in ``buffer_bytes``, earlier plan positions first across plans."""
+        in ``buffer_bytes``, earlier plan positions first across plans.
+
+        ``lineage``: the plan continues the plans of that lineage that ended with
+        ``forget(key, keep_for=lineage)`` (the same worker stream's previous epoch, whose
+        plan named this epoch's first shards): their objects fetched ahead and not opened
+        are taken over, in order, where this plan names the same URL; the rest are dropped."""
         with self._lock:
             self._drop_plan(key)
             self._plans[key] = {"urls": list(urls), "next": 0, "taken": 0}
+            self._heirs[key] = self._orphans.pop(lineage, []) if lineage is not None else []
             self._advance(key)
+            for obj in self._heirs.pop(key):  # not named by the new plan
+                self._drop_object(obj)
+            self._expire()
             self._dispatch()
 
-    def forget(self, key: Hashable) -> None:
-        """End ``key``'s plan: drop what it fetched ahead that was not opened."""
+    def forget(self, key: Hashable, *, keep_for: Hashable = None) -> None:
+        """End ``key``'s plan: drop what it fetched ahead that was not opened, or with
+        ``keep_for`` (a lineage), keep it for the next :meth:`plan` of that lineage (for
+        at most ``keep_s`` seconds; it still counts against ``buffer_bytes``)."""
         with self._lock:
-            self._drop_plan(key)
+            if keep_for is not None and self._plans.pop(key, None) is not None:
+                kept = [obj for objs in self._objects.values() for obj in objs if obj.key == key]
+                kept.sort(key=lambda obj: obj.pos)
+                for obj in kept:
+                    obj.key = ("kept", keep_for)
+                    obj.kept_until = time.monotonic() + self.keep_s
+                self._drop_lineage(keep_for)
+                self._orphans[keep_for] = kept
+            else:
+                self._drop_plan(key)
             self._dispatch()
 
     def open(self, url: str, /) -> io.BufferedReader:
@@ -155,7 +188,8 @@ class FetchPool:
         :func:`~turboloader.io.remote.open_remote`, raised when the bytes are read."""
         with self._lock:
             objs = self._objects.get(url)
-            obj = objs.pop(0) if objs else None
+            obj = objs.pop(min(range(len(objs)), key=lambda i: self._due(objs[i]))) \
+                if objs else None
             if objs == []:
                 del self._objects[url]
             if obj is None:
@@ -166,6 +200,10 @@ class FetchPool:
                 if plan is not None:
                     plan["taken"] = max(plan["taken"], obj.pos + 1)
                     self._advance(obj.key)
+                else:  # kept from an ended plan: a reader has it now, no plan takes it over
+                    kept = self._orphans.get(obj.key[1]) if isinstance(obj.key, tuple) else None
+                    if kept is not None and obj in kept:
+                        kept.remove(obj)
             obj.opened = True
             self._dispatch()
         return io.BufferedReader(_ObjectReader(obj), buffer_size=_CHUNK)
@@ -211,12 +249,15 @@ class FetchPool:
     def stats(self) -> dict:
         """Counters: ``requests``, ``bytes_fetched``, ``bytes_ahead`` (fetched before a
         reader asked for them), ``waits`` / ``wait_s`` (reads that waited for bytes, and
-        for how long), ``peak_connections``, ``peak_buffered`` (bytes); and now:
-        ``connections`` (K), ``connection_rate`` (bytes/s per request, measured),
+        for how long), ``peak_connections``, ``peak_buffered`` (bytes), ``cpu_s`` (CPU
+        time of the connection threads' requests); and now:
+        ``connections`` (K), ``in_flight`` (requests being made), ``connection_rate``
+        (bytes/s per request, measured),
         ``demand`` (bytes/s the readers consume, measured), ``buffered``."""
         with self._lock:
             out: dict[str, Any] = dict(self.counters)
-            out.update(connections=self.k, connection_rate=self._conn_rate,
+            out.update(connections=self.k, in_flight=self._in_flight,
+                       connection_rate=self._conn_rate,
                        demand=self._demand, buffered=self._reserved,
                        max_connections=self.max_connections, buffer_bytes=self.buffer_bytes,
                        part_bytes=self.part_bytes)
@@ -240,15 +281,44 @@ class FetchPool:
                 del self._objects[url]
 
     def _advance(self, key):
-        """Create ``key``'s next planned objects, a bounded number ahead of its reader."""
+        """Create ``key``'s next planned objects, a bounded number ahead of its reader (or
+        take over the object its lineage's previous plan fetched for the same URL)."""
         plan = self._plans[key]
         urls = plan["urls"]
+        heirs = self._heirs.get(key)
         ahead = max(2, self.buffer_bytes // self.part_bytes)
         while plan["next"] < len(urls) and plan["next"] < plan["taken"] + ahead:
-            obj = _Object(self, urls[plan["next"]], key=key, pos=plan["next"])
+            url, pos = urls[plan["next"]], plan["next"]
             plan["next"] += 1
+            heir = next((i for i, h in enumerate(heirs) if h.url == url), None) if heirs else None
+            if heir is not None:
+                obj = heirs.pop(heir)
+                obj.key, obj.pos = key, pos
+                continue
+            obj = _Object(self, url, key=key, pos=pos)
             self._objects.setdefault(obj.url, []).append(obj)
             self._queue(obj.parts[0])
+
+    def _drop_object(self, obj):
+        if obj.opened:  # a reader has it: its parts go as it reads or closes
+            return
+        objs = self._objects.get(obj.url, [])
+        if obj in objs:
+            objs.remove(obj)
+            if not objs:
+                del self._objects[obj.url]
+        self._cancel(obj)
+
+    def _drop_lineage(self, lineage):
+        for obj in self._orphans.pop(lineage, []):
+            self._drop_object(obj)
+
+    def _expire(self):
+        """Drop kept objects no plan took over in time."""
+        now = time.monotonic()
+        for lineage, objs in list(self._orphans.items()):
+            if objs and objs[0].kept_until < now:
+                self._drop_lineage(lineage)
 
     def _queue(self, part):
         self._pending.append(part)
@@ -267,12 +337,24 @@ class FetchPool:
             part.reserved = 0
         part.buf = None
 
+    def _due(self, obj):
+        """Which of the objects planned for one URL an opener takes: the one its plan will
+        open soonest (streams open their plan's objects in order; two streams may plan the
+        same shard, e.g. one for this epoch and another for the next), kept ones last."""
+        plan = self._plans.get(obj.key)
+        if plan is None:
+            return (2, obj.pos, obj.seq)
+        ahead = obj.pos - plan["taken"]
+        return (0 if ahead >= 0 else 1, abs(ahead), obj.seq)
+
     def _rank(self, part):
         obj = part.obj
         if obj.opened:
             return (0, obj.seq, part.index)
         plan = self._plans.get(obj.key)
-        return (1, obj.pos - (plan["taken"] if plan else 0), part.index, obj.seq)
+        if plan is None:  # kept from an ended plan: after every live plan's reads
+            return (2, obj.pos, part.index, obj.seq)
+        return (1, obj.pos - plan["taken"], part.index, obj.seq)
 
     def _startable(self, part):
         obj = part.obj
@@ -290,6 +372,7 @@ class FetchPool:
         if best is not None:
             self._pending.remove(best)
             best.state = "running"
+            self._in_flight += 1
             if best.obj.sink is None:
                 best.reserved = best.length if best.length is not None else self.part_bytes
                 self._reserved += best.reserved
@@ -313,7 +396,7 @@ class FetchPool:
         if wake > 0:
             self._wakeups += wake
             self._running += wake
-            self._lock.notify_all()
+            self._work.notify(wake)
         for _ in range(want - max(wake, 0)):
             self._threads += 1
             self._running += 1
@@ -355,10 +438,11 @@ class FetchPool:
                     self._idle += 1
                     deadline = time.monotonic() + 30.0
                     while not self._wakeups:
-                        if not lock.wait(timeout=max(0.0, deadline - time.monotonic())) \
+                        if not self._work.wait(timeout=max(0.0, deadline - time.monotonic())) \
                                 and not self._wakeups and time.monotonic() >= deadline:
                             self._idle -= 1
                             self._threads -= 1
+                            self._expire()
                             return
                     self._wakeups -= 1  # _dispatch counted this thread as running
                     self._idle -= 1
@@ -368,9 +452,12 @@ class FetchPool:
     def _fetch(self, part):
         obj = part.obj
         retries, backoff, timeout = obj.retry
-        reader = _RetryingReader(obj.url, retries=retries, backoff=backoff, timeout=timeout)
-        reader.pos = part.start
-        t0 = time.monotonic()
+        # part 0 is open-ended (its answer gives the size); the others ask for their bytes
+        # only (a bounded Range: the server sends nothing past the part)
+        end = part.start + part.length if part.index and part.length is not None else None
+        reader = _RetryingReader(obj.url, retries=retries, backoff=backoff, timeout=timeout,
+                                 start=part.start, end=end)
+        t0, cpu0 = time.monotonic(), time.thread_time()
         got = 0
         error = None
         try:
@@ -386,12 +473,14 @@ class FetchPool:
         done_cb = None
         with self._lock:
             self.counters["requests"] += 1
+            self.counters["cpu_s"] += time.thread_time() - cpu0
             self.counters["bytes_fetched"] += got
             if got >= _READ and error is None:
                 rate = got / max(dt, 1e-6)
                 self._conn_rate = rate if self._conn_rate is None else \
                     0.7 * self._conn_rate + 0.3 * rate
             part.state = "done"
+            self._in_flight -= 1
             if error is not None:
                 part.error = error
                 if part.index == 0 and obj.size is None:
@@ -408,7 +497,7 @@ class FetchPool:
                     error = obj.first_error
             self._adjust()
             self._dispatch()
-            self._lock.notify_all()
+            self._bytes.notify_all()
         if done_cb is not None:
             done_cb(error)
 
@@ -442,7 +531,7 @@ class FetchPool:
                     part.reserved = want
                 part.buf = bytearray(want)
                 part.buf[:n] = first[:n]
-            self._lock.notify_all()
+            self._bytes.notify_all()
         if obj.sink is not None:
             os.pwrite(obj.sink, memoryview(first)[:n], 0)
         self._filled(part, n)
@@ -452,11 +541,20 @@ class FetchPool:
         obj = part.obj
         got = done
         chunk = bytearray(_READ) if obj.sink is not None else None
+        whole = None  # a part of known length is written without the lock: readers see
+        # ``filled`` grow and are woken only when they wait for it (see _filled)
+        if obj.sink is None and part.length is not None:
+            with self._lock:
+                if part.buf is None:
+                    return 0
+                whole = memoryview(part.buf)
         while part.length is None or got < part.length:
             if obj.cancelled:
                 return got - done
             want = _READ if part.length is None else min(_READ, part.length - got)
-            if obj.sink is None:
+            if whole is not None:
+                n = reader.readinto(whole[got:got + want])
+            elif obj.sink is None:
                 with self._lock:
                     if part.buf is None:  # released (cancelled, or the reader closed)
                         return got - done
@@ -493,9 +591,13 @@ class FetchPool:
         return got - done
 
     def _filled(self, part, n):
-        with self._lock:
-            part.filled = n
-            self._lock.notify_all()
+        """``n`` bytes of ``part`` are in: readers waiting for them are woken. A reader
+        counts itself in ``part.waiters`` before it looks at ``filled`` for the last time
+        and waits, so a wake-up is never lost while the lock is not taken per chunk."""
+        part.filled = n
+        if part.waiters:
+            with self._lock:
+                self._bytes.notify_all()
 
 
 class _ObjectReader(io.RawIOBase):
@@ -512,7 +614,7 @@ class _ObjectReader(io.RawIOBase):
 
     def readinto(self, buf):
         obj, pool = self.obj, self.obj.pool
-        lock = pool._lock
+        lock, cv = pool._lock, pool._bytes
         with lock:
             waited = None
             while True:
@@ -522,7 +624,7 @@ class _ObjectReader(io.RawIOBase):
                     return 0
                 if self.part >= len(obj.parts):
                     if obj.size is None:
-                        lock.wait()
+                        cv.wait()
                         continue
                     return 0
                 part = obj.parts[self.part]
@@ -536,7 +638,8 @@ class _ObjectReader(io.RawIOBase):
                     continue
                 if part.filled > off and part.buf is not None:
                     n = min(len(buf), part.filled - off)
-                    buf[:n] = part.buf[off:off + n]
+                    with memoryview(part.buf) as src:
+                        buf[:n] = src[off:off + n]
                     if waited is None:  # these bytes were there before the reader asked
                         pool.counters["bytes_ahead"] += n
                     self.pos += n
@@ -556,7 +659,12 @@ class _ObjectReader(io.RawIOBase):
                     obj.wait_part = self.part
                     pool._adjust()
                     pool._dispatch()
-                lock.wait(timeout=1.0)
+                part.waiters += 1
+                try:
+                    if part.filled <= off and part.state != "done":  # looked at once more
+                        cv.wait(timeout=1.0)
+                finally:
+                    part.waiters -= 1
                 if waited is not None:
                     now = time.monotonic()
                     pool.counters["wait_s"] += now - waited

@@ -25,6 +25,7 @@ import numpy as np
 from turboloader.errors import (FormatError, SampleError, TurboLoaderError,
                                 UnreadableFileError, require)
 from turboloader.io.files import check_size, read_file
+from turboloader.io.remote import can_glob, glob_objects
 from turboloader.io.shards import SampleRecord, braceexpand, expand_urls, is_remote
 
 __all__ = ["ColumnShard", "ParquetShards", "hf_class_names", "open_parquet"]
@@ -333,7 +334,8 @@ class ParquetShards:
         for url in ([urls] if isinstance(urls, (str, os.PathLike)) else list(urls)):
             url = os.fspath(url)
             if is_remote(url) or ("://" in url and not url.startswith("file://")):
-                files.extend(braceexpand(url))
+                for item in braceexpand(url):  # a glob over a store: its listing
+                    files.extend(glob_objects(item) if can_glob(item) else [item])
             else:
                 local = url[7:] if url.startswith("file://") else url
                 if os.path.isdir(local):  # a folder of Parquet / Arrow files, sorted

@@ -22,7 +22,9 @@ Stores (``url``'s scheme):
 
 Reading. :func:`open_remote` returns a buffered, *sequential* file object that streams the
 object from byte 0; :func:`read_range` returns exactly the bytes ``[start, end)``;
-:func:`stat` gives the size and ETag. A connection that fails mid-stream (reset, truncated
+:func:`stat` gives the size and ETag (:func:`seen_stat`: those the latest response read
+carried, without a request); :func:`glob_objects` lists the objects matching a glob
+(``s3://bucket/train-*.tar``), every page. A connection that fails mid-stream (reset, truncated
 body, HTTP 5xx/408/429, S3 ``SlowDown``, an unresolvable host) or that *stalls* (no byte
 for ``timeout`` seconds, or fewer than 1 MiB in ``timeout`` seconds) is dropped and
 re-opened at the byte where it stopped with a ``Range`` request, after an exponential
@@ -69,7 +71,10 @@ __all__ = [
     "open_remote",
     "read_range",
     "redact",
+    "seen_stat",
+    "can_glob",
     "default_timeout",
+    "glob_objects",
     "stat",
     "url_path",
     "write_object",
@@ -160,6 +165,32 @@ class ObjectStat(NamedTuple):
     etag: str | None
 
 
+_seen_lock = threading.Lock()
+_seen_stats: dict[str, ObjectStat] = {}
+_SEEN_MAX = 1 << 16  # URLs remembered (the oldest forgotten first)
+
+
+def _seen(url, st):
+    with _seen_lock:
+        _seen_stats.pop(url, None)
+        _seen_stats[url] = st
+        while len(_seen_stats) > _SEEN_MAX:
+            del _seen_stats[next(iter(_seen_stats))]
+
+
+def seen_stat(url: str, /, *, forget: bool = False) -> ObjectStat | None:
+    """The size and version tag (as :func:`stat` gives them) that the latest response
+    read for ``url`` in this process carried, or None (nothing read yet, or the
+    response carried no size). Every read through :func:`open_remote`,
+    :func:`read_range` and the fetch pool records it: what was read can be described
+    without asking the store again. ``forget``: also drop it (call before a read to know
+    afterwards that what is returned came from that read).
+    The tag is None where a response gives none (e.g. a GCS emulator without
+    ``x-goog-generation``)."""
+    with _seen_lock:
+        return _seen_stats.pop(url, None) if forget else _seen_stats.get(url)
+
+
 # -- transports -----------------------------------------------------------------------------
 
 class _Transient(Exception):
@@ -212,8 +243,9 @@ def _status_error(url, status, reason, *, what):
 
 
 class _Store:
-    """One store's requests. ``open`` returns (body with ``.read(n)``, total size or None)
-    for the bytes ``[start, end)`` (``end`` None: to the object's end); it raises
+    """One store's requests. ``open`` returns (body with ``.read(n)``, total size or None,
+    the object's version tag or None: as :meth:`stat` gives it, from the response's own
+    headers) for the bytes ``[start, end)`` (``end`` None: to the object's end); it raises
     ``_Transient`` for what is worth retrying, :class:`RemoteShardNotFoundError`, or
     :class:`RemoteShardError`."""
 
@@ -225,6 +257,12 @@ class _Store:
 
     def put(self, url, data: bytes, timeout) -> None:
         raise RemoteShardError(f"{redact(url)}: writing is not supported for "
+                               f"{_scheme(url)}:// URLs")
+
+    def list(self, url, prefix, timeout) -> list[str]:
+        """The URLs of every object under the folder ``url`` (``scheme://bucket/dir/``)
+        whose name there starts with ``prefix``, every page of the listing."""
+        raise RemoteShardError(f"{redact(url)}: listing is not supported for "
                                f"{_scheme(url)}:// URLs")
 
     def errors(self):
@@ -276,6 +314,12 @@ def _per_process(cache, lock, key, make):
                     del cache[k]
                 cache[key] = client
     return client
+
+
+def _list_split(url):
+    """(bucket, folder key with its trailing "/", or "") of a folder URL to list."""
+    p = urllib.parse.urlsplit(url)
+    return p.netloc, p.path.lstrip("/")
 
 
 def _split_bucket(url, needs):
@@ -348,7 +392,7 @@ class _S3(_Store):
             resp = _s3(timeout).get_object(Bucket=bucket, Key=key, Range=_bytes_range(start, end))
         except bx.ClientError as exc:
             if str(exc.response.get("Error", {}).get("Code", "")) == "InvalidRange":
-                return io.BytesIO(b""), start
+                return io.BytesIO(b""), start, None
             raise _s3_error(url, exc, bx) from exc
         except (bx.BotoCoreError, ConnectionError, socket.timeout) as exc:
             raise _s3_error(url, exc, bx) from exc
@@ -357,7 +401,7 @@ class _S3(_Store):
         except RemoteShardError:
             resp["Body"].close()
             raise
-        return resp["Body"], total
+        return resp["Body"], total, resp.get("ETag")
 
     def stat(self, url, timeout):
         bx = _botocore()
@@ -376,6 +420,17 @@ class _S3(_Store):
         except (bx.BotoCoreError, bx.ClientError, ConnectionError, socket.timeout) as exc:
             raise _s3_error(url, exc, bx) from exc
 
+    def list(self, url, prefix, timeout):
+        bx = _botocore()
+        bucket, folder = _list_split(url)
+        try:
+            pages = _s3(timeout).get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=folder + prefix)
+            return [f"s3://{bucket}/{obj['Key']}" for page in pages
+                    for obj in page.get("Contents", ())]
+        except (bx.BotoCoreError, bx.ClientError, ConnectionError, socket.timeout) as exc:
+            raise _s3_error(url, exc, bx) from exc
+
     def errors(self):
         bx = _botocore()
         errs = [bx.BotoCoreError]
@@ -387,6 +442,14 @@ class _S3(_Store):
 
 
 # HTTP --------------------------------------------------------------------------------------
+
+def _http_tag(headers):
+    """An HTTP response's version tag: its ETag, else its Last-Modified."""
+    tag = headers.get("ETag")
+    if not tag and headers.get("Last-Modified"):
+        tag = "last-modified:" + headers["Last-Modified"]
+    return tag
+
 
 class _HTTP(_Store):
     _errors = (urllib.error.URLError, http.client.HTTPException, ConnectionError,
@@ -408,7 +471,7 @@ class _HTTP(_Store):
     def open(self, url, start, end, timeout):
         resp = self._request(url, start, end, timeout)
         if resp is None:
-            return io.BytesIO(b""), start
+            return io.BytesIO(b""), start, None
         if start and resp.status != 206:
             resp.close()  # the server ignored the Range header: cannot resume
             raise RemoteShardError(f"HTTP server does not honour Range requests "
@@ -419,7 +482,7 @@ class _HTTP(_Store):
         except RemoteShardError:
             resp.close()
             raise
-        return resp, total
+        return resp, total, _http_tag(resp.headers)
 
     def stat(self, url, timeout):
         # a 1-byte range rather than HEAD: every server that resumes reads answers it
@@ -429,9 +492,7 @@ class _HTTP(_Store):
         with resp:
             total = _range_total(url, 0, resp.headers.get("Content-Range"),
                                  resp.headers.get("Content-Length"))
-            tag = resp.headers.get("ETag")
-            if not tag and resp.headers.get("Last-Modified"):
-                tag = "last-modified:" + resp.headers["Last-Modified"]
+            tag = _http_tag(resp.headers)
         if total is None:
             raise RemoteShardError(f"{redact(url)}: the server does not say the object's size")
         return ObjectStat(total, tag)
@@ -495,7 +556,7 @@ class _GCS(_Store):
                           timeout, stream=True, headers={"Range": _bytes_range(start, end)})
         if resp.status_code == 416:
             resp.close()
-            return io.BytesIO(b""), start
+            return io.BytesIO(b""), start, None
         try:
             if start and resp.status_code != 206:
                 raise RemoteShardError(f"{redact(url)}: the server ignored the Range request "
@@ -507,7 +568,9 @@ class _GCS(_Store):
             raise
         raw = resp.raw
         raw.decode_content = False
-        return raw, total
+        # stat's tag is the generation; a download says it in x-goog-generation (GCS does;
+        # an emulator may not: then the tag is unknown here)
+        return raw, total, resp.headers.get("x-goog-generation")
 
     def stat(self, url, timeout):
         bucket, name = _gcs_split(url)
@@ -525,6 +588,21 @@ class _GCS(_Store):
         self._call(url, "POST", f"/upload/storage/v1/b/{bucket}/o", timeout,
                    params={"uploadType": "media", "name": name}, data=data,
                    headers={"Content-Type": "application/octet-stream"}).close()
+
+    def list(self, url, prefix, timeout):
+        bucket, folder = _list_split(url)
+        out, params = [], {"prefix": folder + prefix}
+        while True:
+            with self._call(url, "GET", f"/storage/v1/b/{bucket}/o", timeout,
+                            params=params) as resp:
+                try:
+                    page = resp.json()
+                except ValueError:
+                    raise _Transient("GCS listing is not JSON") from None
+            out += [f"gs://{bucket}/{item['name']}" for item in page.get("items", ())]
+            if not page.get("nextPageToken"):
+                return out
+            params = {"prefix": folder + prefix, "pageToken": page["nextPageToken"]}
 
     def errors(self):
         errs = []
@@ -613,6 +691,7 @@ class _Azure(_Store):
                 asked = resp.http_request.headers
                 answers.append((asked.get("x-ms-range") or asked.get("Range") or "",
                                 resp.http_response.headers.get("Content-Range")))
+                first.setdefault("etag", resp.http_response.headers.get("ETag"))
 
             try:
                 down = client.download_blob(offset=a, length=b - a, max_concurrency=1,
@@ -642,7 +721,8 @@ class _Azure(_Store):
 
         data = fetch(start, start + _SDK_CHUNK if end is None else min(end, start + _SDK_CHUNK))
         total = first.get("total")
-        return _Chunked(fetch, start + len(data), end, total, head=data), total
+        return (_Chunked(fetch, start + len(data), end, total, head=data), total,
+                first.get("etag"))
 
     def stat(self, url, timeout):
         try:
@@ -659,8 +739,29 @@ class _Azure(_Store):
             err = _az_error(url, exc)
             raise (err or RemoteShardError(f"{redact(url)}: upload refused")) from None
 
+    def list(self, url, prefix, timeout):
+        container, folder = _list_split(url)
+        try:
+            blobs = _azure(timeout).get_container_client(container).list_blobs(
+                name_starts_with=(folder + prefix) or None, timeout=timeout)
+            return [f"az://{container}/{b.name}" for b in blobs]
+        except RemoteShardError:
+            raise
+        except Exception as exc:
+            err = _az_error(url, exc)
+            raise (err or RemoteShardError(f"{redact(url)}: listing refused")) from None
+
 
 # fsspec ------------------------------------------------------------------------------------
+
+def _fsspec_tag(info):
+    """The version tag in an fsspec ``info`` dict (the first of the usual fields)."""
+    for k in ("ETag", "etag", "generation", "md5Hash", "md5", "mtime", "LastModified",
+              "last_modified", "created"):
+        if info.get(k) is not None:
+            return f"{k}:{info[k]}"
+    return None
+
 
 class _Fsspec(_Store):
     def _fs(self, url):
@@ -678,7 +779,8 @@ class _Fsspec(_Store):
     def open(self, url, start, end, timeout):
         try:
             fs, path = self._fs(url)
-            size = int(fs.size(path))
+            info = fs.info(path)
+            size = int(info["size"])
         except Exception as exc:
             raise self._map(url, exc) from None
 
@@ -688,7 +790,7 @@ class _Fsspec(_Store):
             except Exception as exc:
                 raise self._map(url, exc) from None
 
-        return _Chunked(fetch, start, end, size), size
+        return _Chunked(fetch, start, end, size), size, _fsspec_tag(info)
 
     def stat(self, url, timeout):
         try:
@@ -696,13 +798,7 @@ class _Fsspec(_Store):
             info = fs.info(path)
         except Exception as exc:
             raise self._map(url, exc) from None
-        tag = None
-        for k in ("ETag", "etag", "generation", "md5Hash", "md5", "mtime", "LastModified",
-                  "last_modified", "created"):
-            if info.get(k) is not None:
-                tag = f"{k}:{info[k]}"
-                break
-        return ObjectStat(int(info["size"]), tag)
+        return ObjectStat(int(info["size"]), _fsspec_tag(info))
 
     def put(self, url, data, timeout):
         try:
@@ -710,6 +806,22 @@ class _Fsspec(_Store):
             fs.pipe_file(path, data)
         except Exception as exc:
             raise self._map(url, exc) from None
+
+    def list(self, url, prefix, timeout):
+        # url: the folder (ends with "/"); an fsspec file system lists folders, not prefixes
+        try:
+            fs, path = self._fs(url)
+            root = path.rstrip("/")
+            found = fs.find(root) if fs.exists(root) else []
+        except Exception as exc:
+            raise self._map(url, exc) from None
+        out = []
+        for name in found:
+            if name.startswith(root + "/"):
+                rel = name[len(root) + 1:]
+                if rel.startswith(prefix):
+                    out.append(url + rel)
+        return out
 
 
 _STORES = {"s3": _S3(), "gs": _GCS(), "az": _Azure(), "http": _HTTP(), "https": _HTTP()}
@@ -808,7 +920,8 @@ class _RetryingReader(io.RawIOBase):
         while True:
             try:
                 self.attempts += 1
-                body, total = self._store.open(self.url, self.pos, self.end, self.timeout)
+                opened = self._store.open(self.url, self.pos, self.end, self.timeout)
+                body, total = opened[0], opened[1]
             except _Transient as exc:
                 failures += 1
                 self._retry.wait(failures, _describe(exc), self._fail)
@@ -824,6 +937,7 @@ class _RetryingReader(io.RawIOBase):
                         f"began: it changed while being read")
                     raise self._fail(err)
                 self.size = total
+                _seen(self.url, ObjectStat(total, opened[2] if len(opened) > 2 else None))
             self._body = body
             return
 
@@ -1024,3 +1138,80 @@ def write_object(url: str, data: bytes, /, *, retries: int = 5, backoff: float =
     store = _store(url)
     _with_retries(url, lambda: store.put(url, bytes(data), timeout), retries=retries,
                   backoff=backoff)
+
+
+_MAGIC = re.compile(r"[*?[]")
+
+
+def can_glob(url: str) -> bool:
+    """True for a remote URL with a glob character (``*``, ``?``, ``[``) in its object name,
+    on a store that lists (``s3://``, ``gs://``, ``az://``, ``fsspec`` URLs; not
+    ``http(s)://``, where ``?`` starts a query string and nothing lists)."""
+    return (is_remote(url) and _scheme(url) not in ("http", "https")
+            and _MAGIC.search(url.partition("://")[2].partition("/")[2]) is not None)
+
+
+def _shown(pattern):
+    """``pattern`` without user info (``redact`` would also cut a ``?`` glob as a query)."""
+    scheme, _, rest = pattern.partition("://")
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}"
+
+
+def _name_match(pattern: str, name: str) -> bool:
+    """``glob``'s rule on ``/``-separated names: ``*``, ``?`` and ``[...]`` match within
+    one path segment, never across a ``/``."""
+    import fnmatch
+
+    pat, got = pattern.split("/"), name.split("/")
+    return len(pat) == len(got) and all(fnmatch.fnmatchcase(g, p) for g, p in zip(got, pat))
+
+
+def glob_objects(pattern: str, /, *, retries: int = 5, backoff: float = 0.25,
+                 timeout: float | None = None) -> list[str]:
+    """The URLs of the objects matching ``pattern`` (``s3://bucket/train/train-*.tar``),
+    sorted, as :func:`glob.glob` on a local folder: ``*``, ``?`` and ``[...]`` match within
+    one ``/``-separated segment of the object name (a name starting with ``.`` matches
+    too: stores have no hidden objects). The store is listed from the pattern's literal
+    prefix, every page (S3 ``ListObjectsV2``, the GCS JSON API, Azure ``List Blobs``,
+    ``fsspec``'s ``find``), retried as :func:`open_remote`.
+
+    Raises:
+        RemoteShardNotFoundError: nothing matches (or the bucket does not exist); the
+            message names the pattern.
+        RemoteShardError: the store refused the listing (no permission to list), or
+            stayed unavailable; the message names the pattern, never credentials.
+        ValueError: the pattern has no glob character in its object name, or is not a
+            URL of a store that lists (``http(s)://`` is not).
+
+    Example:
+        >>> glob_objects("s3://bucket/train/train-*.tar")            # doctest: +SKIP
+        ['s3://bucket/train/train-00000.tar', 's3://bucket/train/train-00001.tar']
+    """
+    scheme, _, rest = pattern.partition("://")
+    bucket, _, name = rest.partition("/")
+    magic = _MAGIC.search(name)
+    if magic is None or not can_glob(pattern):
+        raise ValueError(f"not a glob over a store that lists: {_shown(pattern)!r}")
+    literal = name[:magic.start()]
+    folder = f"{scheme}://{bucket}/{literal.rpartition('/')[0]}"
+    folder += "/" if not folder.endswith("/") else ""
+    prefix = literal.rpartition("/")[2]
+    timeout = default_timeout() if timeout is None else timeout
+    store = _store(pattern)
+
+    def fail(exc):
+        exc.add_note(f"listing the objects matching {_shown(pattern)}")
+        return exc
+
+    try:
+        urls = _with_retries(folder, lambda: store.list(folder, prefix, timeout),
+                             retries=retries, backoff=backoff)
+    except RemoteShardError as exc:
+        raise fail(exc) from None
+    want = name[len(literal.rpartition("/")[0]) + 1 if "/" in literal else 0:]
+    out = sorted(u for u in urls if u.startswith(folder) and _name_match(want, u[len(folder):]))
+    if not out:
+        raise RemoteShardNotFoundError(errno.ENOENT, f"no object matches {_shown(pattern)} "
+                                       f"({len(urls)} listed under {_shown(folder)}{prefix}*)")
+    return out

@@ -36,7 +36,7 @@ import numpy as np
 from turboloader.io import files
 from turboloader.io.files import check_size
 from turboloader.io.fetch import fetch_pool
-from turboloader.io.remote import is_remote, url_path
+from turboloader.io.remote import can_glob, glob_objects, is_remote, url_path
 from turboloader.errors import (RemoteShardError, SampleError, TarFormatError,
                                 TurboLoaderError, UnreadableFileError)
 
@@ -129,12 +129,17 @@ def expand_urls(urls: Any) -> list[str]:
     Brace patterns are expanded first, then each item containing ``*``, ``?`` or ``[`` is
     globbed (sorted). A local directory stands for the shards in it, sorted by name (see
     :func:`list_shards`), as ``turboloader convert`` and ``inspect`` read it. Plain paths are
-    kept as given, in order; existence is checked when the shard is opened. Remote URLs
-    (``s3://``, ``http(s)://``) are brace-expanded but never globbed (a ``?`` there starts a
-    query string).
+    kept as given, in order; existence is checked when the shard is opened. A glob in the
+    object name of an ``s3://``, ``gs://``, ``az://`` or ``fsspec`` URL lists the store and
+    keeps the matching objects, sorted (:func:`~turboloader.io.remote.glob_objects`);
+    ``http(s)://`` URLs are brace-expanded but never globbed (a ``?`` there starts a query
+    string, and HTTP has no listing).
 
     Raises:
-        FileNotFoundError: a glob matched nothing, or a directory holds no shard.
+        FileNotFoundError: a glob matched nothing (remote:
+            :class:`~turboloader.errors.RemoteShardNotFoundError`, naming the pattern), or
+            a directory holds no shard.
+        RemoteShardError: a store refused to list a remote glob, or stayed unavailable.
         ValueError: the list is empty.
         TypeError: ``urls`` is not a str, ``os.PathLike`` or a sequence of them.
 
@@ -151,7 +156,9 @@ def expand_urls(urls: Any) -> list[str]:
         if not isinstance(url, (str, os.PathLike)):
             raise TypeError(f"each url must be a str or os.PathLike, not {type(url).__name__}")
         for item in braceexpand(os.fspath(url)):
-            if glob.has_magic(item) and not is_remote(item):
+            if can_glob(item):
+                out.extend(glob_objects(item))
+            elif glob.has_magic(item) and not is_remote(item):
                 matches = sorted(glob.glob(item))
                 if not matches:
                     raise FileNotFoundError(f"no shard matches {item!r}")
@@ -545,7 +552,9 @@ def _stream_error(url, exc):
 
 
 class StreamShard:
-    """Front-to-back reader of a compressed ``.tar.gz`` / ``.tgz`` shard (stdlib ``tarfile``).
+    """Front-to-back reader of a shard: a compressed ``.tar.gz`` / ``.tgz`` (stdlib
+    ``tarfile``), or a remote ``.tar`` read without a shard cache (the native TAR kernel over
+    a window of the stream: :func:`~turboloader.io.tar.scan_stream`).
 
     ``sample(j)`` is cheap when ``j`` is at or after the last sample read; going back
     re-opens and re-decompresses the stream from the start.
@@ -564,6 +573,9 @@ class StreamShard:
 
     def _samples(self, *, read=True):
         """Yield SampleRecords in stream order (data read only for image/label members)."""
+        if not is_stream(self.url):
+            yield from self._plain_samples(read=read)
+            return
         url = self.url
         fileobj = None
         try:
@@ -608,6 +620,51 @@ class StreamShard:
                 if isinstance(exc, TurboLoaderError):  # a remote shard that stayed unavailable
                     raise
                 raise _stream_error(url, exc) from exc
+            if key is not None:
+                yield self._record(key, members, problem, first)
+
+    def _plain_samples(self, *, read=True):
+        """:meth:`_samples` of an uncompressed ``.tar`` stream (a remote shard read without
+        a shard cache): its members come from :func:`~turboloader.io.tar.scan_stream`, the
+        native kernel that indexes local shards, not from ``tarfile``."""
+        from turboloader.io.tar import scan_stream
+
+        url = self.url
+        wanted = _WANTED | self._extra
+
+        def want(name):
+            return read and split_key(name)[1] in wanted
+
+        try:
+            fileobj = self._opener() if self._opener is not None else open(url, "rb")
+        except OSError as exc:
+            if isinstance(exc, (FileNotFoundError, TurboLoaderError)):
+                raise
+            raise TarFormatError(f"cannot read TAR stream {url!r}: {exc}") from exc
+        with fileobj:
+            key = members = problem = first = None
+            try:
+                for name, offset, size, data, skipped in scan_stream(fileobj, want=want):
+                    k, ext = split_key(name)
+                    if k is None:
+                        continue
+                    if k != key:
+                        if key is not None:
+                            yield self._record(key, members, problem, first)
+                        key, members, problem, first = k, {}, None, (name, offset)
+                    if ext in members:
+                        problem = problem or f"duplicate member {name!r} in sample {key!r}"
+                        continue
+                    if skipped is not None:
+                        problem = problem or f"{skipped} in {url!r}"
+                    members[ext] = (name, offset, data)
+            except TarFormatError as exc:
+                exc.add_note(f"archive: {url}")
+                raise
+            except OSError as exc:
+                if isinstance(exc, TurboLoaderError):  # a remote shard that stayed unavailable
+                    raise
+                raise TarFormatError(f"cannot read TAR stream {url!r}: {exc}") from exc
             if key is not None:
                 yield self._record(key, members, problem, first)
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from turboloader.errors import TarFormatError, TruncatedArchiveWarning
 
-__all__ = ["TarIndex"]
+__all__ = ["TarIndex", "scan_stream"]
 
 
 class TarIndex:
@@ -269,3 +269,101 @@ class TarIndex:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self)} members"
         return f"TarIndex({self._path!r}, {state})"
+
+
+_BLOCK = 512
+
+
+def scan_stream(fileobj, /, *, want, chunk: int = 2 << 20, max_member: int | None = None):
+    """The regular members of an uncompressed TAR archive read front to back from
+    ``fileobj`` (anything with ``readinto``: a file, a remote reader), indexed by the same
+    native kernel as :class:`TarIndex` over a window of the stream, so the same archive
+    gives the same members and errors whether it is a local file or a stream.
+
+    Yields ``(name, data_offset, size, data, problem)`` per regular member, in archive
+    order: ``data`` is the member's bytes when ``want(name)`` is true, else None;
+    ``problem`` is None, or why a wanted member was not read (it is over ``max_member``
+    bytes, default :data:`~turboloader.io.files.MAX_FILE_BYTES`: its bytes are skipped,
+    never held). Memory: one window of ``chunk`` bytes, or of one member with its headers
+    when that is larger (up to ``max_member``).
+
+    Raises:
+        TarFormatError: a malformed archive (bad checksum, a header or member cut short, a
+            bad PAX record, ...); the message names the byte offset, as :class:`TarIndex`'s.
+    """
+    from turboloader._native._tar import DONE, FULL, MORE, TRUNCATED, error_message, scan_pass
+    from turboloader.io.files import MAX_FILE_BYTES
+
+    limit = MAX_FILE_BYTES if max_member is None else int(max_member)
+    cap = 4096
+    offsets, sizes = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    starts, lens = np.empty(cap, np.int64), np.empty(cap, np.int32)
+    arena = np.empty(cap * 128, np.uint8)
+    buf = bytearray(chunk)
+    base = filled = pos = 0  # buf[0] is byte ``base`` of the stream; buf[pos] a header
+    eof = False
+    while True:
+        while not eof and filled < len(buf):
+            with memoryview(buf) as mv:
+                got = fileobj.readinto(mv[filled:])
+            if not got:
+                eof = True
+            else:
+                filled += got
+        with memoryview(buf) as mv:
+            status, end, count, used, err_at, err_value = scan_pass(
+                mv[:filled], offsets, sizes, starts, lens, arena, pos, 0, 0, not eof)
+        names = arena[:used].tobytes()
+        with memoryview(buf) as view:
+            for off, size, s, n in zip(offsets[:count].tolist(), sizes[:count].tolist(),
+                                       starts[:count].tolist(), lens[:count].tolist()):
+                name = names[s:s + n].decode("utf-8", "surrogateescape")
+                yield name, base + off, size, (view[off:off + size].tobytes() if want(name)
+                                               else None), None
+        pos = end
+        if status == DONE:
+            return
+        if status == FULL:
+            if err_value > len(arena):  # a name longer than the arena
+                arena = np.empty(err_value, np.uint8)
+            continue
+        if status != MORE:
+            raise TarFormatError(error_message(status, base + err_at, err_value, base + filled))
+        # the window ends inside the header or member at ``pos``: keep it, read on
+        member = -(-err_value // _BLOCK) * _BLOCK
+        need = err_at + member
+        if member > limit + _BLOCK and err_at >= _BLOCK:
+            # a member over the size limit: report it and skip its bytes, never hold them
+            header = bytes(buf[pos + err_at - _BLOCK:pos + err_at])
+            name = _header_name(header)
+            yield (name, base + pos + err_at, err_value, None,
+                   f"member {name!r} is {err_value} bytes, over the member-size limit of {limit} "
+                   f"(raise it with TURBOLOADER_MAX_FILE_BYTES)")
+            skip_to = base + pos + need  # stream offset after the member's padded data
+            have = base + filled
+            left = skip_to - have
+            while left > 0:
+                with memoryview(buf) as mv:
+                    got = fileobj.readinto(mv[:min(len(buf), left)])
+                if not got:
+                    raise TarFormatError(error_message(TRUNCATED, base + pos + err_at - _BLOCK, err_value,
+                                                       skip_to - left))
+                left -= got
+            base, filled, pos = skip_to, 0, 0
+            continue
+        tail = filled - pos
+        if need > len(buf):
+            new = bytearray(need + chunk)
+            new[:tail] = buf[pos:filled]
+            buf = new
+        else:
+            buf[:tail] = buf[pos:filled]
+        base, filled, pos = base + pos, tail, 0
+
+
+def _header_name(header):
+    """The ustar name (``prefix/name``) of a header block, for messages."""
+    def nts(b):
+        return b.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+    name, prefix = nts(header[:100]), nts(header[345:500]) if header[257:262] == b"ustar" else ""
+    return f"{prefix}/{name}" if prefix else name
