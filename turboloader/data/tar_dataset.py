@@ -26,6 +26,11 @@ __all__ = ["TarBatches", "TarDataset", "delivered_counts"]
 
 _topology = topology
 
+#: The first mixing window's ramp over remote shards read through a ShardCache (see
+#: :func:`turboloader.data.sharding.worker_items`): shard ``k`` of a worker's first window
+#: joins the mix once half of the samples of the shards before it were read.
+MIX_RAMP = 0.5
+
 
 class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     """(image, label) samples from WebDataset-style TAR shards, sharded over DDP ranks and
@@ -436,8 +441,16 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
             self._counts, seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank,
             world_size=world, worker=worker, num_workers=num_workers, pad=self.pad,
             fixed=fixed, random_access=self._random_access,
-            mix_shards=self.mix_shards)
+            mix_shards=self.mix_shards, ramp=self._mix_ramp)
         return slots.tolist(), samples.tolist()
+
+    @property
+    def _mix_ramp(self) -> float:
+        """The first window's ramp (:func:`~turboloader.data.sharding.worker_items`): on
+        (:data:`MIX_RAMP`) for remote shards read through a :class:`ShardCache`, whose
+        shards arrive one after another; 0 otherwise. A function of the configuration, not
+        of what the cache holds now, so every pass, rank and resume orders alike."""
+        return MIX_RAMP if (self.shard_cache is not None and self._remote) else 0.0
 
     def _stream(self, name, slots, samples, epoch, resume, *, worker, num_workers, batch_size,
                 out, timing, grouping=None):
@@ -449,8 +462,11 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         planned = False
         try:
             if self._remote:
+                # a resumed pass reads on from its position: the shards before it are not
+                # downloaded again (for a bucketed pass, positions are the buckets' order)
+                skip = int(resume["pos"]) if resume is not None and grouping is None else 0
                 seen = dict.fromkeys(int(np.searchsorted(self._offsets, g, side="right")) - 1
-                                     for g in samples)
+                                     for g in samples[skip:])
                 st.upcoming = [self.urls[s] for s in seen]
                 # network I/O ahead of the decode threads, in reading order: the node cache
                 # downloads the first window's shards at once, then ``prefetch`` at a time;
