@@ -67,6 +67,10 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
     process before each epoch (persistent workers see it too); the same ``seed`` and epoch
     give the same order on any run with the same topology. Shards are shuffled, then the
     samples within each window of ``mix_shards`` consecutive shards of a worker's share.
+    With a ``shard_cache`` over remote shards a worker's first window admits its shards one
+    at a time (shard ``k`` once half the samples of those before it were read), so a pass's
+    first batch needs only its first shard downloaded (``MIX_RAMP``; see
+    :func:`~turboloader.data.sharding.worker_items`).
     Compressed stream shards keep their sample order; only their position is shuffled.
 
     **Cache.** ``cache="4GB"`` keeps decoded samples (HWC uint8, optionally resized to a

@@ -13,8 +13,10 @@ Downloads go through the process's fetch pool (:mod:`turboloader.io.fetch`): a s
 than a part is fetched by concurrent ranged requests written in place, and its size comes
 from the first response (no probe request). :meth:`ShardCache.prefetch` downloads the next
 shards of a reading process in reading order, ``prefetch`` shards at a time (the first
-mixing window of a pass all at once); a reader that needs a shard being downloaded waits for
-that download. A shard evicted by another process between its download and its opening is
+mixing window of a pass all at once, its parts started by their place in each stream's
+reading order, so the shard needed first completes first; the dataset's first window
+admits its shards one at a time, so a pass starts once its first shard is here); a reader
+that needs a shard being downloaded waits for that download. A shard evicted by another process between its download and its opening is
 downloaded again (:func:`turboloader.io.shards.open_shard`).
 """
 
