@@ -172,7 +172,8 @@ def test_cold_pass_every_sample_once_across_ranks_and_workers(held, tmp_path):
     assert all(held.requests[n] == 1 for n in held.names)
 
 
-@pytest.mark.parametrize("num_workers,batch_size", [(0, 4), (2, 3)])
+@pytest.mark.parametrize("num_workers,batch_size",
+                         [(0, 4), pytest.param(2, 3, marks=pytest.mark.slow)])
 def test_resume_mid_cold_pass_reproduces_the_rest(held, tmp_path, num_workers, batch_size):
     """A pass interrupted after k batches of a cold cache and resumed in a fresh dataset (the
     cache now partly warm, or another cold one) delivers exactly the rest of the
