@@ -22,7 +22,7 @@ from turboloader.io.fetch import fetch_pool
 from turboloader.io.remote import RemoteShardError, is_remote
 from turboloader.io.shard_cache import ShardCache
 
-__all__ = ["TarBatches", "TarDataset", "delivered_counts"]
+__all__ = ["MIX_RAMP", "TarBatches", "TarDataset", "delivered_counts"]
 
 _topology = topology
 
