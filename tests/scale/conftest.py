@@ -32,6 +32,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with srv.lock:
             srv.requests[name] = srv.requests.get(name, 0) + 1
             n = srv.requests[name]
+        if name in srv.held:  # answered once the test sets srv.release (see http_server)
+            with srv.lock:
+                srv.waiting += 1
+            if not srv.release.wait(srv.hold_s):
+                srv.gave_up = True
+            with srv.lock:
+                srv.waiting -= 1
         if name in srv.drop_first and n == 1:
             self.close_connection = True
             self.connection.shutdown(2)  # killed before any response
@@ -90,12 +97,17 @@ def http_server(root):
     srv.root, srv.lock, srv.requests = root, threading.Lock(), {}
     srv.drop_first, srv.cut_first, srv.drip = set(), set(), set()
     srv.lie_range, srv.grow = set(), set()
+    # held: names answered only once release is set (or after hold_s, noted in gave_up: a
+    # client that waits for them is then seen, not hung); waiting: requests held now
+    srv.held, srv.release, srv.hold_s = set(), threading.Event(), 60.0
+    srv.waiting, srv.gave_up = 0, False
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
     try:
         yield srv
     finally:
+        srv.release.set()
         srv.shutdown()
         srv.server_close()
         t.join(timeout=10)

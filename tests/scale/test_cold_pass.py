@@ -2,11 +2,6 @@
 only the first shard of each stream), every sample once across ranks and workers, and a
 resume mid-pass reproduces the rest of the order (issue #38, item 3)."""
 
-import http.server
-import os
-import re
-import threading
-
 import numpy as np
 import pytest
 import torch
@@ -22,75 +17,13 @@ SIZES = [8, 6, 9, 7, 8, 5, 8, 7]  # uneven; 58 samples
 N = sum(SIZES)
 
 
-class _Held(http.server.BaseHTTPRequestHandler):
-    """GET with Range; a request for a name in ``srv.held`` is answered only once
-    ``srv.release`` is set (or after ``srv.hold_s``, noted in ``srv.gave_up``: a loader
-    that waits for held shards before its first batch is then seen, not hung)."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def do_GET(self):
-        srv = self.server
-        name = self.path.lstrip("/").split("?")[0]
-        with srv.lock:
-            srv.requests[name] = srv.requests.get(name, 0) + 1
-            held = name in srv.held
-            if held:
-                srv.waiting += 1
-        if held:
-            if not srv.release.wait(srv.hold_s):
-                srv.gave_up = True
-            with srv.lock:
-                srv.waiting -= 1
-        path = os.path.join(srv.root, name)
-        if not os.path.isfile(path):
-            self.send_error(404)
-            return
-        with open(path, "rb") as fh:
-            data = fh.read()
-        start, stop = 0, len(data)
-        m = re.match(r"bytes=(\d+)-(\d*)$", self.headers.get("Range", ""))
-        if m:
-            start = int(m.group(1))
-            if m.group(2):
-                stop = min(stop, int(m.group(2)) + 1)
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{len(data)}")
-        else:
-            self.send_response(200)
-        self.send_header("Content-Length", str(stop - start))
-        self.end_headers()
-        try:
-            self.wfile.write(data[start:stop])
-        except OSError:
-            pass
-
-
 @pytest.fixture
-def held(tmp_path):
-    root = tmp_path / "www"
-    root.mkdir()
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Held)
-    srv.daemon_threads = True
-    srv.root, srv.lock, srv.requests = str(root), threading.Lock(), {}
-    srv.held, srv.release, srv.hold_s = set(), threading.Event(), 60.0
-    srv.waiting, srv.gave_up = 0, False
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
-    write_shards(srv.root, SIZES, name="c")
-    srv.pattern = f"{srv.url}/c-{{0000..{len(SIZES) - 1:04d}}}.tar"
-    srv.names = [f"c-{i:04d}.tar" for i in range(len(SIZES))]
-    try:
-        yield srv
-    finally:
-        srv.release.set()
-        srv.shutdown()
-        srv.server_close()
-        t.join(timeout=10)
+def held(http_root):
+    """The scale tests' HTTP server (``held`` names wait for ``release``) with the shards."""
+    write_shards(http_root.root, SIZES, name="c")
+    http_root.pattern = f"{http_root.url}/c-{{0000..{len(SIZES) - 1:04d}}}.tar"
+    http_root.names = [f"c-{i:04d}.tar" for i in range(len(SIZES))]
+    return http_root
 
 
 def labels(ds, num_workers, batch_size, k=None, on_first=None):
