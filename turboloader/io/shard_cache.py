@@ -16,8 +16,9 @@ shards of a reading process in reading order, ``prefetch`` shards at a time (the
 mixing window of a pass all at once, its parts started by their place in each stream's
 reading order, so the shard needed first completes first; the dataset's first window
 admits its shards one at a time, so a pass starts once its first shard is here); a reader
-that needs a shard being downloaded waits for that download. A shard evicted by another process between its download and its opening is
-downloaded again (:func:`turboloader.io.shards.open_shard`).
+that needs a shard being downloaded waits for that download. A shard evicted by another
+process between its download and its opening is downloaded again
+(:func:`turboloader.io.shards.open_shard`).
 """
 
 from __future__ import annotations
