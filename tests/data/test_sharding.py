@@ -1,6 +1,7 @@
 """Exact-once coverage, equal per-rank counts and deterministic epochs across ranks x workers."""
 
 import collections
+import itertools
 import json
 import os
 import socket
@@ -232,3 +233,78 @@ def test_mix_shards_bounds_the_shards_a_worker_interleaves(fixed):
             assert max(spans) > 3  # the whole piece mixes
     with pytest.raises(ValueError):
         worker_items(sizes, mix_shards=0)
+
+
+# -- the first window's ramp (a ShardCache's cold pass) ------------------------------------
+
+@pytest.mark.parametrize("sizes,world,workers", CASES + [([7, 5, 9, 6, 8, 4, 7], 2, 2)])
+@pytest.mark.parametrize("fixed", [False, True])
+@pytest.mark.parametrize("mix", [2, 16])
+def test_ramp_keeps_each_readers_samples_and_ramps_its_first_window(sizes, world, workers,
+                                                                     fixed, mix):
+    """The ramp only reorders within a reader: every (rank, worker) reads the very samples
+    (and slots) it reads without it, so exactly-once and the equal per-rank counts are the
+    unramped ones; in the first window read, shard ``k`` in order of first use appears no
+    earlier than ``floor(ramp * samples of the shards before it)``; with ``fixed=False`` the
+    windows after the first are unchanged; ``ramp=1`` reads the window shard by shard."""
+    if fixed and mix < len(sizes):
+        pytest.skip("fixed windows are read in a permuted order: the piece order is not the oracle's")
+    offsets = np.cumsum([0] + sizes)
+    for r, w, pad in itertools.product(range(world), range(workers), (True, False)):
+        kw = dict(seed=3, epoch=2, rank=r, world_size=world, worker=w, num_workers=workers,
+                  fixed=fixed, mix_shards=mix, pad=pad)
+        base_slots, base = worker_items(sizes, **kw)
+        slots, got = worker_items(sizes, ramp=0.5, **kw)
+        assert sorted(zip(got.tolist(), slots.tolist())) == sorted(
+            zip(base.tolist(), base_slots.tolist()))
+        assert np.array_equal(got, worker_items(sizes, ramp=0.5, **kw)[1])  # deterministic
+    for r in range(world):
+        for w in range(workers):
+            # (pads repeat the epoch's first samples at a piece's end: a run of their own)
+            kw = dict(seed=3, epoch=2, rank=r, world_size=world, worker=w, num_workers=workers,
+                      fixed=fixed, mix_shards=mix, pad=False)
+            base = worker_items(sizes, **kw)[1]
+            got = worker_items(sizes, ramp=0.5, **kw)[1]
+            shard = np.searchsorted(offsets, got, side="right") - 1
+            base_shard = np.searchsorted(offsets, base, side="right") - 1
+            # the first window read: positions until every shard of it has been drawn (its
+            # length is the same as without the ramp: the same runs, mixed differently)
+            first = [int(s) for s in dict.fromkeys(shard.tolist())][:mix]
+            in_first = np.isin(shard, first)
+            end = len(got) if in_first.all() else int(np.argmin(in_first))
+            assert set(shard[:end].tolist()) == set(base_shard[:end].tolist())
+            # the window's shards in piece order: each its own window (mix_shards=1) keeps
+            # it; fixed pieces are in shard order
+            alone = worker_items(sizes, **{**kw, "mix_shards": 1})[1]
+            order = sorted(set(first)) if fixed else [
+                s for s in dict.fromkeys(
+                    (np.searchsorted(offsets, alone, side="right") - 1).tolist()) if s in first]
+            counts = [int((shard[:end] == s).sum()) for s in order]
+            before = np.cumsum([0] + counts[:-1])
+            firsts = [int(np.flatnonzero(shard[:end] == s)[0]) for s in order]
+            assert all(f >= int(0.5 * b) for f, b in zip(firsts, before)), (firsts, before)
+            if not fixed:
+                assert np.array_equal(got[end:], base[end:])
+            seq = worker_items(sizes, ramp=1.0, **kw)[1]
+            s1 = np.searchsorted(offsets, seq[:end], side="right") - 1
+            assert (np.diff(s1) != 0).sum() == max(len(set(s1.tolist())) - 1, 0)  # in turn
+
+
+def test_ramp_admits_the_next_shard_at_half_what_came_before():
+    """Four 10-sample shards in one worker's window: the first 5 positions draw only the
+    first shard, positions 5..9 only the first two, 10..14 the first three."""
+    sizes = [10, 10, 10, 10]
+    offsets = np.cumsum([0] + sizes)
+    for seed in range(5):
+        got = worker_items(sizes, seed=seed, ramp=0.5)[1]
+        shard = (np.searchsorted(offsets, got, side="right") - 1).tolist()
+        order = list(dict.fromkeys(shard))
+        rank = [order.index(s) for s in shard]
+        assert max(rank[:5]) == 0 and max(rank[5:10]) <= 1 and max(rank[10:15]) <= 2
+        assert sorted(got.tolist()) == list(range(40))
+        # shards join in the epoch's shard order (each shard its own window: mix_shards=1)
+        alone = worker_items(sizes, seed=seed, mix_shards=1)[1]
+        assert order == list(dict.fromkeys(
+            (np.searchsorted(offsets, alone, side="right") - 1).tolist()))
+    with pytest.raises(ValueError):
+        worker_items(sizes, ramp=1.5)

@@ -12,7 +12,10 @@
   response), ``cut_first`` (the first answer stops half-way and the connection dies),
   ``drip`` (a byte at a time, each within any socket timeout), ``lie_range`` (a ranged
   answer starts at byte 0 whatever was asked), ``grow`` (the object gains 512 bytes from
-  its second request on: it changed between two requests).
+  its second request on: it changed between two requests);
+* holding: ``held`` (names answered only once the test sets ``release``, or after
+  ``hold_s`` seconds, noted in ``gave_up``: a client that waits for them is then seen, not
+  hung), ``waiting`` (requests held now).
 """
 
 from __future__ import annotations
@@ -50,6 +53,13 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
                 srv.active -= 1
 
     def _answer(self, srv, name, n):
+        if name in srv.held:  # answered once the test sets srv.release
+            with srv.lock:
+                srv.waiting += 1
+            if not srv.release.wait(srv.hold_s):
+                srv.gave_up = True
+            with srv.lock:
+                srv.waiting -= 1
         if srv.delay:
             time.sleep(srv.delay)
         if name in srv.drop_first and n == 1:
@@ -115,12 +125,15 @@ def range_server(root):
     srv.delay, srv.rate, srv.etags = 0.0, 0, False
     srv.drop_first, srv.cut_first, srv.drip = set(), set(), set()
     srv.lie_range, srv.grow = set(), set()
+    srv.held, srv.release, srv.hold_s = set(), threading.Event(), 60.0
+    srv.waiting, srv.gave_up = 0, False
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
     try:
         yield srv
     finally:
+        srv.release.set()
         srv.shutdown()
         srv.server_close()
         t.join(timeout=10)

@@ -146,6 +146,58 @@ def test_file_fetch_writes_in_place(slow, tmp_path):
     assert slow.requests["f.bin"] == 6  # 6 parts, no probe
 
 
+def _fetch_files(pool, urls, tmp_path, orders):
+    """Start file fetches of ``urls`` with ``orders``; returns a wait() -> [(path, error)]."""
+    jobs = []
+    for i, (url, order) in enumerate(zip(urls, orders)):
+        done, errors = threading.Event(), []
+        fd = os.open(tmp_path / f"out{i}", os.O_RDWR | os.O_CREAT)
+        pool.fetch_to(url, fd, on_size=lambda size: None, order=order,
+                      on_done=lambda e, errors=errors, done=done: (errors.append(e), done.set()))
+        jobs.append((fd, done, errors, tmp_path / f"out{i}"))
+
+    def wait():
+        out = []
+        for fd, done, errors, path in jobs:
+            assert done.wait(60)
+            os.close(fd)
+            out.append((path, errors[0]))
+        return out
+    return wait
+
+
+def test_file_fetches_start_in_reading_order(slow, tmp_path):
+    """One connection: file fetches queued behind a running one start by the ``order``
+    their reader needs them in (the shard cache's reading order), not by when they were
+    asked for."""
+    slow.delay = 0.2
+    blobs = {n: blob(1000 + i, i) for i, n in enumerate(["a.bin", "c.bin", "b.bin"])}
+    urls = publish(slow, blobs)
+    pool = FetchPool(max_connections=1)
+    wait = _fetch_files(pool, [urls["a.bin"]], tmp_path, [5])
+    wait_for(lambda: slow.requests.get("a.bin"))  # the connection is busy with a
+    wait_rest = _fetch_files(pool, [urls["c.bin"], urls["b.bin"]], tmp_path / "..", [2, 0])
+    for path, error in wait() + wait_rest():
+        assert error is None
+    assert [name for name, _ in slow.ranges] == ["a.bin", "b.bin", "c.bin"]
+
+
+def test_file_fetch_parts_each_get_a_connection(slow, tmp_path):
+    """Two shard downloads of four parts each: their parts run at once (a connection per
+    part, up to ``max_connections``), not one connection per download (which capped them
+    at the pool's starting K = 4); byte-exact."""
+    slow.delay, slow.rate = 0.2, 256 << 10  # a part takes about a second
+    blobs = {f"p{i}.bin": blob(4 * PART, 20 + i) for i in range(2)}
+    urls = publish(slow, blobs)
+    pool = FetchPool(max_connections=8, part_bytes=PART)
+    got = _fetch_files(pool, list(urls.values()), tmp_path, [0, 1])()
+    for (path, error), data in zip(got, blobs.values()):
+        assert error is None and path.read_bytes() == data
+    # part 0 learns the size once its first 256 KiB came (about when it ends), then the
+    # other three of each download start together
+    assert slow.peak > 4 and pool.stats()["peak_connections"] > 4
+
+
 @pytest.mark.parametrize("backend", ["threads", "workers"])
 def test_streamed_remote_shards_every_sample_once(slow, backend):
     """Remote shards without a cache, read ahead by the pool: every sample once per epoch

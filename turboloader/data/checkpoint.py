@@ -157,7 +157,9 @@ class TarCheckpoints:
         return {"num_samples": self.num_samples, **shard_fingerprint(self.urls, self._counts),
                 "seed": self.seed, "shuffle": self.shuffle, "pad": self.pad,
                 "world_size": world, "mix_shards": self.mix_shards,
-                "fixed": bool(self.cache_bytes)}
+                "fixed": bool(self.cache_bytes),
+                # the first window's ramp (a ShardCache over remote shards), when on
+                **({"mix_ramp": self._mix_ramp} if self._mix_ramp else {})}
 
     def _take_resume(self, epoch, worker, num_workers):
         """The resume point of logical worker ``worker`` for this pass, used once."""
@@ -221,7 +223,8 @@ class TarCheckpoints:
             fingerprint it must match: ``num_samples``, ``shards`` (the shard names in
             order, relative to their common directory), ``shard_sizes`` (samples per
             shard), ``seed``, ``shuffle``, ``pad``, ``world_size``, ``mix_shards``,
-            ``fixed``.
+            ``fixed``, and ``mix_ramp`` where the first window ramps (a
+            :class:`~turboloader.io.shard_cache.ShardCache` over remote shards).
 
         Raises:
             ValueError: inconsistent arguments.
@@ -375,8 +378,10 @@ class TarCheckpoints:
         """
         if not isinstance(state, dict) or state.get("format") != "turboloader.TarDataset/1":
             raise ValueError("not a TarDataset state (expected format 'turboloader.TarDataset/1')")
-        check_fingerprint(f"{type(self).__name__}.load_state_dict", state,
-                          self._fingerprint())
+        mine = self._fingerprint()
+        if state.get("mix_ramp"):  # a ramped order resumed without one would differ
+            mine.setdefault("mix_ramp", 0.0)
+        check_fingerprint(f"{type(self).__name__}.load_state_dict", state, mine)
         rank, _ = topology(self.rank, self.world_size)
         self._check_state_positions(state)
         workers = {}

@@ -20,6 +20,19 @@ The algorithm (samples are numbered globally, shard by shard, in URL order):
    worker)``: a batch mixes up to 16 shards while a worker keeps at most 16 open and opens
    each about once per epoch. Stream runs are windows of their own, in stream order. With
    ``fixed=True`` the windows' order is permuted too.
+5. **Ramp** (``ramp > 0``; :class:`~turboloader.io.shard_cache.ShardCache` datasets use
+   it: shards that arrive over the network one after another). The worker's first window
+   is not permuted all at once: it admits its shards one at a time, in window order, and
+   position ``p`` draws uniformly among the not yet read samples of the shards admitted so
+   far. Shard ``k`` of the window is admitted at position ``floor(ramp * s_k)``, where
+   ``s_k`` is the number of samples of the window's shards before it: with ``ramp=0.5``
+   half of what was admitted has been read when the next shard joins, so the pool the
+   draw mixes grows by half a shard per shard. The first positions thus need only the
+   window's first shard (the first batch comes once it is local), the next shard is needed
+   ``ramp`` shards of reading later, and once every shard is admitted the window mixes as
+   a whole. The draws come from a generator seeded from ``(seed, epoch, rank, worker)``
+   as well; the order stays a pure function of the arguments. Later windows are permuted
+   as in step 4 (their shards are downloaded while the previous window is read).
 
 With ``fixed=True`` steps 1-3 do not depend on the epoch, so every sample stays with the
 same (rank, worker) across epochs (its decoded copy stays in that worker's cache) and only
@@ -39,7 +52,7 @@ import numpy as np
 
 __all__ = ["per_rank_count", "worker_counts", "worker_items"]
 
-_SHARDS, _WITHIN, _WORKER = 1, 2, 3
+_SHARDS, _WITHIN, _WORKER, _RAMP = 1, 2, 3, 4
 
 
 def _rng(*words):
@@ -80,7 +93,7 @@ def _check(name, value, lo=0):
 def worker_items(counts: Any, *, seed: int = 0, epoch: int = 0, shuffle: bool = True,
                  rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1,
                  pad: bool = True, fixed: bool = False, random_access: Any = None,
-                 mix_shards: int = 16):
+                 mix_shards: int = 16, ramp: float = 0.0):
     """The samples worker ``worker`` of rank ``rank`` reads in ``epoch``, in order.
 
     Args:
@@ -94,6 +107,10 @@ def worker_items(counts: Any, *, seed: int = 0, epoch: int = 0, shuffle: bool = 
             (False for compressed streams). Default: all True.
         mix_shards: a worker interleaves the samples of at most this many consecutive
             shards of its piece at a time (bounds the shards it keeps open).
+        ramp: 0 (default): the first window is permuted at once like the others. In
+            ``(0, 1]``: it admits its shards one at a time, shard ``k`` at position
+            ``floor(ramp * samples of the shards before it)`` (step 5 of the module
+            docstring; 1 reads the window's shards one after another).
 
     Returns:
         ``(slots, samples)``: int64 arrays of equal length. ``samples`` are global sample
@@ -111,6 +128,9 @@ def worker_items(counts: Any, *, seed: int = 0, epoch: int = 0, shuffle: bool = 
     world_size, num_workers = _check("world_size", world_size, 1), _check("num_workers", num_workers, 1)
     rank, worker = _check("rank", rank), _check("worker", worker)
     mix_shards = _check("mix_shards", mix_shards, 1)
+    ramp = float(ramp)
+    if not 0.0 <= ramp <= 1.0:
+        raise ValueError(f"ramp must be in [0, 1], got {ramp}")
     if rank >= world_size:
         raise ValueError(f"rank {rank} is not below world_size {world_size}")
     if worker >= num_workers:
@@ -164,9 +184,12 @@ def worker_items(counts: Any, *, seed: int = 0, epoch: int = 0, shuffle: bool = 
         shard_of = np.searchsorted(offsets, samples, side="right") - 1
         runs = np.split(np.arange(len(samples)), np.flatnonzero(np.diff(shard_of)) + 1)
         windows, mixing = [], []
+        window_runs = {}  # window number -> its runs in order (ramp: the first one's)
 
         def close_window():
             if mixing:
+                if ramp:
+                    window_runs[len(windows)] = list(mixing)
                 windows.append(rng.permutation(np.concatenate(mixing)))
                 mixing.clear()
 
@@ -179,10 +202,30 @@ def worker_items(counts: Any, *, seed: int = 0, epoch: int = 0, shuffle: bool = 
                 close_window()
                 windows.append(run)
         close_window()
-        if fixed:
-            windows = [windows[i] for i in rng.permutation(len(windows))]
+        order_w = rng.permutation(len(windows)) if fixed else np.arange(len(windows))
+        if ramp and len(order_w) and int(order_w[0]) in window_runs:
+            first = int(order_w[0])  # the window read first ramps (its own generator)
+            windows[first] = _ramped(window_runs[first], ramp,
+                                     _rng(seed, epoch, _RAMP, rank, world_size, worker,
+                                          num_workers))
+        windows = [windows[i] for i in order_w]
         perm = np.concatenate(windows)
         samples, slots = samples[perm], slots[perm]
     return slots, samples
 
 
+def _ramped(runs, ramp, rng):
+    """The order of a window whose shards (``runs``: each one's positions, in window order)
+    are admitted one at a time: shard ``k`` at position ``floor(ramp * samples before
+    it)``; each position draws uniformly among the admitted, not yet drawn samples."""
+    sizes = [len(r) for r in runs]
+    admit = [int(ramp * s) for s in np.cumsum([0] + sizes[:-1]).tolist()]
+    out, pool = [], np.empty(0, np.int64)
+    for k, run in enumerate(runs):
+        pool = np.concatenate([pool, run])
+        nxt = admit[k + 1] if k + 1 < len(runs) else admit[k] + len(pool)
+        take = nxt - admit[k]  # positions until the next shard joins (at most the pool)
+        pool = rng.permutation(pool)
+        out.append(pool[:take])
+        pool = pool[take:]
+    return np.concatenate(out)

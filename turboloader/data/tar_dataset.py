@@ -22,13 +22,19 @@ from turboloader.io.fetch import fetch_pool
 from turboloader.io.remote import RemoteShardError, is_remote
 from turboloader.io.shard_cache import ShardCache
 
-__all__ = ["TarBatches", "TarDataset", "delivered_counts"]
+__all__ = ["MIX_RAMP", "TarBatches", "TarDataset", "delivered_counts"]
 
 _topology = topology
+
+#: The first mixing window's ramp over remote shards read through a ShardCache (see
+#: :func:`turboloader.data.sharding.worker_items`): shard ``k`` of a worker's first window
+#: joins the mix once half of the samples of the shards before it were read.
+MIX_RAMP = 0.5
 
 
 #: shards of the next epoch a streamed remote pass reads ahead (see ``_stream``)
 _NEXT_EPOCH_AHEAD = 2
+
 
 class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
     """(image, label) samples from WebDataset-style TAR shards, sharded over DDP ranks and
@@ -65,6 +71,10 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
     process before each epoch (persistent workers see it too); the same ``seed`` and epoch
     give the same order on any run with the same topology. Shards are shuffled, then the
     samples within each window of ``mix_shards`` consecutive shards of a worker's share.
+    With a ``shard_cache`` over remote shards a worker's first window admits its shards one
+    at a time (shard ``k`` once half the samples of those before it were read), so a pass's
+    first batch needs only its first shard downloaded (``MIX_RAMP``; see
+    :func:`~turboloader.data.sharding.worker_items`).
     Compressed stream shards keep their sample order; only their position is shuffled.
 
     **Cache.** ``cache="4GB"`` keeps decoded samples (HWC uint8, optionally resized to a
@@ -439,8 +449,16 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
             self._counts, seed=self.seed, epoch=epoch, shuffle=self.shuffle, rank=rank,
             world_size=world, worker=worker, num_workers=num_workers, pad=self.pad,
             fixed=fixed, random_access=self._random_access,
-            mix_shards=self.mix_shards)
+            mix_shards=self.mix_shards, ramp=self._mix_ramp)
         return slots.tolist(), samples.tolist()
+
+    @property
+    def _mix_ramp(self) -> float:
+        """The first window's ramp (:func:`~turboloader.data.sharding.worker_items`): on
+        (:data:`MIX_RAMP`) for remote shards read through a :class:`ShardCache`, whose
+        shards arrive one after another; 0 otherwise. A function of the configuration, not
+        of what the cache holds now, so every pass, rank and resume orders alike."""
+        return MIX_RAMP if (self.shard_cache is not None and self._remote) else 0.0
 
     def _stream(self, name, slots, samples, epoch, resume, *, worker, num_workers, batch_size,
                 out, timing, grouping=None):
@@ -453,7 +471,10 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         lineage = (id(self), worker, num_workers)
         try:
             if self._remote:
-                st.upcoming = self._shard_order(samples)
+                # a resumed pass reads on from its position: the shards before it are not
+                # downloaded again (for a bucketed pass, positions are the buckets' order)
+                skip = int(resume["pos"]) if resume is not None and grouping is None else 0
+                st.upcoming = self._shard_order(samples[skip:])
                 # network I/O ahead of the decode threads, in reading order: the node cache
                 # downloads the first window's shards at once, then ``prefetch`` at a time;
                 # without it the process's fetch pool reads streamed shards ahead into memory,

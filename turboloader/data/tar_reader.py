@@ -70,7 +70,8 @@ class _TarReader(StreamReader):
                     i = self.upcoming.index(url)
                 except ValueError:
                     i = -1
-                self.shard_cache.prefetch(self.upcoming[i + 1:], stream=self.name)
+                self.shard_cache.prefetch(self.upcoming[i + 1:], stream=self.name,
+                                          start=i + 1)
             opened = True
         else:
             self.shards.move_to_end(url)

@@ -23,14 +23,17 @@ Two kinds of object:
   buffers stay below ``buffer_bytes + readers * part_bytes`` (plus ``connections * 1 MiB``
   of socket reads in flight).
 * **To a file** (:meth:`FetchPool.fetch_to`, the node shard cache's downloads): parts are
-  written at their offsets with ``pwrite`` as they arrive; nothing is buffered.
+  written at their offsets with ``pwrite`` as they arrive; nothing is buffered. Their parts
+  start in the ``order`` the caller gives (where its reader needs the object), each
+  object's parts in turn, so the object needed first completes first.
 
 How many connections: ``K`` threads fetch at once, sized from the bandwidth needed, not from
 the number of readers: the rate the readers consume (bytes per second, measured) over the
 rate one connection delivers (measured per request, latency included), with 50% headroom,
 between 1 and ``max_connections``; while a reader waits for bytes the pool adds connections
-(half again as many) until it stops waiting or reaches ``max_connections``.
-:meth:`FetchPool.stats` reports it.
+(half again as many) until it stops waiting or reaches ``max_connections``. File fetches
+the shard cache asked for at once get at least a connection per part in progress (up to
+``max_connections``). :meth:`FetchPool.stats` reports it.
 
 Configuration (environment, read when the pool is created): ``TURBOLOADER_FETCH_CONNECTIONS``
 (``max_connections``, default 16), ``TURBOLOADER_FETCH_BUFFER`` (``buffer_bytes``, default
@@ -131,7 +134,7 @@ class FetchPool:
         self._wakeups = 0  # idle threads _dispatch has woken (and counted as running)
         self._seq = 0
         self._reserved = 0  # bytes of buffered parts allocated and not yet released
-        self._files = 0  # file fetches not finished (each gets a connection: see _limit)
+        self._files = 0  # parts of file fetches not finished (each gets a connection: _limit)
         self.k = min(4, self.max_connections)  # connections wanted now
         # measurements
         self._conn_rate = None  # bytes/s one request delivers (EWMA)
@@ -210,16 +213,19 @@ class FetchPool:
 
     def fetch_to(self, url: str, fd: int, /, *, on_size: Callable[[int | None], None],
                  on_done: Callable[[BaseException | None], None], urgent: bool = False,
-                 retries: int | None = None, backoff: float | None = None,
+                 order: int = 0, retries: int | None = None, backoff: float | None = None,
                  timeout: float | None = None) -> None:
         """Fetch ``url`` into the file descriptor ``fd`` (parts written at their offsets),
         without waiting. ``on_size(size)`` runs once the first response tells the size
         (``None``: unknown), before any byte is written (an exception it raises fails the
         fetch); ``on_done(error)`` runs once every part is written (``error`` None) or the
         fetch failed, in a pool thread. ``urgent``: a reader waits for it (comes first).
+        ``order``: where its reader will need it (e.g. its place in a stream's reading
+        order): the parts of file fetches not urgent start lowest ``order`` first, a
+        fetch's parts in order, so the shard needed next is complete first.
         ``retries``, ``backoff``, ``timeout``: this fetch's, instead of the pool's."""
         with self._lock:
-            obj = _Object(self, url, sink=fd, on_size=on_size, on_done=on_done)
+            obj = _Object(self, url, pos=int(order), sink=fd, on_size=on_size, on_done=on_done)
             obj.retry = (self.retries if retries is None else int(retries),
                          self.backoff if backoff is None else float(backoff),
                          self.timeout if timeout is None else timeout)
@@ -329,6 +335,8 @@ class FetchPool:
             self._release(part)
         keep = [p for p in self._pending if p.obj is not obj]
         obj.left -= len(self._pending) - len(keep)  # never started: finished now
+        if obj.sink is not None:
+            self._files -= len(self._pending) - len(keep)
         self._pending = keep
 
     def _release(self, part):
@@ -383,8 +391,8 @@ class FetchPool:
         return best
 
     def _limit(self):
-        """Requests at once: K, and at least one per file fetch in progress (the shard
-        cache asked for that many downloads at once)."""
+        """Requests at once: K, and at least one per part of the file fetches in progress
+        (the shard cache asked for those downloads at once)."""
         return max(self.k, min(self.max_connections, self._files))
 
     def _dispatch(self):
@@ -488,12 +496,12 @@ class FetchPool:
             if obj.sink is not None:
                 # on_done runs once no part runs any more: the caller closes the file then
                 obj.left -= 1
+                self._files -= 1
                 if error is not None and obj.first_error is None:
                     obj.first_error = error
                     self._cancel(obj)
                 if obj.left == 0 and obj.on_done is not None:
                     done_cb, obj.on_done = obj.on_done, None
-                    self._files -= 1
                     error = obj.first_error
             self._adjust()
             self._dispatch()
@@ -523,6 +531,8 @@ class FetchPool:
                     obj.parts.append(p)
                     self._queue(p)
                 obj.left += len(starts)
+                if obj.sink is not None:
+                    self._files += len(starts)
                 self._dispatch()
             if obj.sink is None:
                 want = part.length if part.length is not None else max(n, _READ)

@@ -13,9 +13,12 @@ Downloads go through the process's fetch pool (:mod:`turboloader.io.fetch`): a s
 than a part is fetched by concurrent ranged requests written in place, and its size comes
 from the first response (no probe request). :meth:`ShardCache.prefetch` downloads the next
 shards of a reading process in reading order, ``prefetch`` shards at a time (the first
-mixing window of a pass all at once); a reader that needs a shard being downloaded waits for
-that download. A shard evicted by another process between its download and its opening is
-downloaded again (:func:`turboloader.io.shards.open_shard`).
+mixing window of a pass all at once, its parts started by their place in each stream's
+reading order, so the shard needed first completes first; the dataset's first window
+admits its shards one at a time, so a pass starts once its first shard is here); a reader
+that needs a shard being downloaded waits for that download. A shard evicted by another
+process between its download and its opening is downloaded again
+(:func:`turboloader.io.shards.open_shard`).
 """
 
 from __future__ import annotations
@@ -220,7 +223,7 @@ class ShardCache:
                 self._bump(hits=1)
         return True
 
-    def _start(self, url, *, blocking):
+    def _start(self, url, *, blocking, order=0):
         """Start this process's download of ``url`` (through the fetch pool: concurrent
         ranged requests written in place, the size taken from the first response), holding
         the shard's node-wide lock until it ends. Returns the job, or None when the shard is
@@ -247,6 +250,7 @@ class ShardCache:
             downloads.jobs[(self.root, url)] = job
         fetch_pool().fetch_to(url, fd, on_size=lambda size: self._reserve_for(job, size),
                               on_done=lambda error: self._finish(job, error), urgent=blocking,
+                              order=order,
                               retries=self.retries, backoff=self.backoff, timeout=self.timeout)
         return job
 
@@ -305,14 +309,18 @@ class ShardCache:
                 os.unlink(os.path.join(self.root, ".stats.json"))
 
     # prefetch
-    def prefetch(self, urls: Iterable[str], *, at_once: int = 0, stream: str = "") -> None:
+    def prefetch(self, urls: Iterable[str], *, at_once: int = 0, stream: str = "",
+                 start: int = 0) -> None:
         """Download ``urls`` (the shards a reading stream reads next, in reading order) in
         the background, without waiting: ``prefetch`` of them at a time (at least
         ``at_once``: a mixing window read all at once), each through the process's fetch
-        pool (:mod:`turboloader.io.fetch`: concurrent ranged requests). Replaces the list
-        of an earlier call for the same ``stream`` (each stream of a process has its own);
-        cached URLs are skipped, a shard another process downloads is left to it. Failures
-        are left for the reader to meet (and report) when it needs the shard."""
+        pool (:mod:`turboloader.io.fetch`: concurrent ranged requests). ``start``: the
+        place of ``urls[0]`` in the stream's reading order; the pool starts the parts of
+        every stream's downloads by that place (the shards needed first complete first,
+        across the process's streams). Replaces the list of an earlier call for the same
+        ``stream`` (each stream of a process has its own); cached URLs are skipped, a
+        shard another process downloads is left to it. Failures are left for the reader
+        to meet (and report) when it needs the shard."""
         if not self.prefetch_count:
             return
         downloads = _downloads()
@@ -320,7 +328,7 @@ class ShardCache:
             queue = downloads.queues.get((self.root, stream))
             if queue is None:
                 queue = downloads.queues[(self.root, stream)] = _Queue()
-            queue.urls = [u for u in urls if is_remote(u)]
+            queue.urls = [(int(start) + i, u) for i, u in enumerate(urls) if is_remote(u)]
             queue.width = max(self.prefetch_count, int(at_once))
         self._pump()
 
@@ -338,12 +346,12 @@ class ShardCache:
             with downloads.lock:
                 if len(queue.running) >= queue.width or not queue.urls:
                     return
-                url = queue.urls.pop(0)
+                order, url = queue.urls.pop(0)
                 if (self.root, url) in downloads.jobs or os.path.exists(self.path(url)):
                     continue
                 queue.running.add(url)
             try:
-                job = self._start(url, blocking=False)
+                job = self._start(url, blocking=False, order=order)
             except Exception:  # the reader meets it (and reports it with context)
                 job = None
             if job is None:
