@@ -67,8 +67,12 @@ BATCH_CHUNK = 256
 #: ...but a chunk holds about this many encoded bytes at most (at the mean size of the
 #: stream's last chunk), so a stream's gather buffer stays this size for large photographs;
 #: a stream's first chunk (no sizes seen yet), map-style datasets' chunks (their reads are
-#: not counted) and any chunk hold ``MIN_CHUNK`` samples at least.
-GATHER_BYTES = 8 << 20
+#: not counted) and any chunk hold ``MIN_CHUNK`` samples at least. 16 MiB holds a batch of 256
+#: ImageNet-sized JPEGs (~53 KB each) in one call: the GIL-held Python per image of
+#: ``bench_hotpath.py --pipeline val`` fell from 26-31 to 19-22 us against 8 MiB's two calls
+#: of ~150 and ~100 (issue 42, same run, loaded 2-core machine), for at most 8 MiB more of
+#: gather buffer per stream (a batch of 256 float32 224 x 224 images is 154 MB).
+GATHER_BYTES = 16 << 20
 MIN_CHUNK = 64
 
 _local = threading.local()
