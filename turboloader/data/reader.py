@@ -246,10 +246,17 @@ def compact(out, good_rows, row0):
     return dst
 
 
+_INT = {int}
+
+
 def collate_labels(labels):
     """Labels of a batch as ``default_collate`` makes them (an int64 tensor for ints)."""
-    if labels and all(type(v) is int for v in labels):
-        return torch.tensor(labels, dtype=torch.int64)
+    if labels and set(map(type, labels)) == _INT:
+        # through NumPy: a tenth of torch.tensor's time on a list of ints, the same tensor
+        try:
+            return torch.from_numpy(np.array(labels, dtype=np.int64))
+        except OverflowError:   # beyond int64: torch's own error, as before
+            return torch.tensor(labels, dtype=torch.int64)
     from torch.utils.data._utils.collate import default_collate
 
     return default_collate(labels)
