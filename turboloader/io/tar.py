@@ -207,8 +207,8 @@ class TarIndex:
                 ``out`` is too small (without ``head``).
         """
         i, start, size = self._extent(i)
-        view = out if (type(out) is memoryview and out.format == "B" and out.ndim == 1) \
-            else memoryview(out).cast("B")
+        view = out if (type(out) is memoryview and out.format == "B" and out.ndim == 1
+                       and out.c_contiguous) else memoryview(out).cast("B")
         if head:
             size = min(size, len(view))
         elif len(view) < size:
@@ -223,7 +223,7 @@ class TarIndex:
         index; IndexError / ValueError (closed) as :meth:`member`."""
         i = operator.index(i)
         ext = self._extents
-        if ext is None:   # Python ints once: a NumPy scalar per read costs more than the read's Python
+        if ext is None:   # Python ints, made once: a NumPy scalar index per read costs more
             ext = self._extents = (self._offsets.tolist(), self._sizes.tolist())
         n = len(ext[0])
         if i < 0:
