@@ -204,3 +204,53 @@ def test_shard_readers_follow_the_declared_protocols(tmp_path, make_shards):
     finally:
         tar.close()
         stream.close()
+
+
+def test_batch_reads_match_tarfile_and_follow_the_image_extensions(tmp_path):
+    """image_size / read_image_into (the gather's per-sample reads, from lists made once)
+    give tarfile's bytes for each sample's image member, -1 where a sample has none, and
+    follow use_image_extensions after the lists were made."""
+    import tarfile
+
+    members = [("000000.jpg", jpeg(0)), ("000000.png", b"png-0"), ("000000.cls", b"0"),
+               ("000001.cls", b"1"),                              # no image member
+               ("000002.png", b"png-2"), ("000002.jpg", jpeg(2))]
+    path = write_tar(tmp_path / "s.tar", members)
+    with tarfile.open(path) as tf:
+        oracle = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
+    shard = TarShard(path)
+
+    def read(j):
+        size = shard.image_size(j)
+        if size < 0:
+            return None
+        buf = bytearray(size + 5)
+        view = memoryview(buf)[2:2 + size]   # a slice of a larger buffer, as the gather's
+        assert shard.read_image_into(j, view) == size
+        return bytes(view)
+
+    assert [read(j) for j in range(3)] == [oracle["000000.jpg"], None, oracle["000002.jpg"]]
+    shard.use_image_extensions(["png", "jpg"])
+    assert [read(j) for j in range(3)] == [oracle["000000.png"], None, oracle["000002.png"]]
+    assert shard.image_size(-1) == len(b"png-2")
+    with pytest.raises(IndexError):
+        shard.image_size(3)
+    shard.close()
+
+
+def test_is_jpeg_agrees_with_the_first_three_bytes():
+    """is_jpeg's fast forms (bytes, a 1-D byte view) answer as the copy of the first three
+    bytes does, for short, empty and other inputs too."""
+    from turboloader.decode import is_jpeg
+
+    soi = b"\xff\xd8\xff"
+    for data in (soi + b"\xe0rest", soi, b"\xff\xd8", b"", b"\x89PNG\r\n", b"\xff\xd8\x00x",
+                 b"x" + soi):
+        want = bytes(data[:3]) == soi
+        assert is_jpeg(data) is want
+        assert is_jpeg(memoryview(bytearray(data))) == want
+        assert is_jpeg(memoryview(b"--" + data)[2:]) == want
+        assert is_jpeg(bytearray(data)) == want
+        assert bool(is_jpeg(np.frombuffer(data, np.uint8))) == want
+    wide = memoryview(bytearray(soi + b"\x00")).cast("H")   # not a byte view: the copy path
+    assert is_jpeg(wide) == (bytes(wide[:3]) == soi)

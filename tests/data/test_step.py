@@ -2,6 +2,7 @@
 declared ``SampleDecoder`` protocol and is supplied by its dataset, never built and then
 overwritten (video clips plug in their own)."""
 
+import pytest
 from helpers.shards import jpeg, write_tar
 
 from turboloader.data import TarDataset, VideoDataset
@@ -51,3 +52,23 @@ def test_the_protocol_declares_all_the_step_asks_of_a_decoder():
     assert used <= declared, sorted(used - declared)
     for name in declared:
         assert hasattr(_ClipDecoder, name) or name == "transform", name
+
+
+def test_collate_labels_is_default_collate():
+    """A batch's labels as torch's default_collate makes them: int64 tensors for ints (the
+    NumPy route, to the int64 limits), bools, floats and strings as it does, and an int
+    beyond int64 refused as torch refuses it."""
+    import torch
+    from torch.utils.data import default_collate
+
+    from turboloader.data.reader import collate_labels
+
+    for labels in ([3, 1, 2], [2**63 - 1, -2**63], [True, False], [1, True], [0.5, 2.0],
+                   [1, 2.5], ["a", "b"]):
+        got, want = collate_labels(labels), default_collate(labels)
+        if isinstance(want, torch.Tensor):
+            assert got.dtype == want.dtype and torch.equal(got, want), labels
+        else:
+            assert got == want, labels
+    with pytest.raises((ValueError, RuntimeError, OverflowError)):
+        collate_labels([2**64])

@@ -37,7 +37,15 @@ def is_jpeg(data: Any, /) -> bool:
         >>> is_jpeg(b"\\xff\\xd8\\xff\\xe0..."), is_jpeg(b"\\x89PNG")
         (True, False)
     """
-    return bytes(data[:3]) == b"\xff\xd8\xff"
+    if type(data) is bytes:
+        return data.startswith(_SOI)
+    if type(data) is memoryview and data.ndim == 1 and data.format == "B":
+        # (a batch's gathered bytes: three indexings cost less than a slice and a copy)
+        return len(data) > 2 and data[0] == 0xFF and data[1] == 0xD8 and data[2] == 0xFF
+    return bytes(data[:3]) == _SOI
+
+
+_SOI = b"\xff\xd8\xff"
 
 
 def decode_pil(data: Any, /, max_pixels: int | None = DEFAULT_MAX_PIXELS, *,

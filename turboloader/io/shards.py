@@ -423,6 +423,7 @@ class TarShard:
         self._image_ext = [None] * n
         self._label_ext = [None] * n
         self._members = [members for _, members, _ in groups]  # ext -> member position
+        self._image_sizes = None   # per sample: (image member, its size) lists, made on first use
         for i, (_, members, _) in enumerate(groups):
             self._first[i] = min(members.values())
             ext = _pick(members, IMAGE_EXTENSIONS)
@@ -474,6 +475,20 @@ class TarShard:
             ext = _pick(members, exts)
             self._image[i] = members[ext] if ext is not None else -1
             self._image_ext[i] = ext
+        self._image_sizes = None
+
+    def _image_table(self):
+        """``(member, size)`` lists per sample: the image member (-1: none) and its size (-1:
+        no usable image, as :meth:`image_size` says), as Python ints for the per-sample
+        lookups of a batch."""
+        table = self._image_sizes
+        if table is None:
+            image = self._image.tolist()
+            sizes = self._index.sizes
+            size = [int(sizes[im]) if im >= 0 and j not in self._problems else -1
+                    for j, im in enumerate(image)]
+            table = self._image_sizes = (image, size)
+        return table
 
     def members(self, j: int, exts, /) -> dict:
         """``{ext: bytes}`` of sample ``j``'s members among ``exts`` (those it has), each
@@ -501,11 +516,9 @@ class TarShard:
             UnreadableFileError: the image member is over the member-size limit
                 (:data:`turboloader.io.files.MAX_FILE_BYTES`).
         """
-        im = int(self._image[j])
-        if im < 0 or j in self._problems:
-            return -1
-        size = int(self._index.sizes[im])
+        size = self._image_table()[1][j]
         if size > files.MAX_FILE_BYTES:
+            im = self._image_table()[0][j]
             check_size(f"member {self._names[im]!r} of {self.url!r}", size)
         return size
 
@@ -517,7 +530,7 @@ class TarShard:
         Raises:
             TarFormatError: the file no longer holds the bytes (see :meth:`TarIndex.read_into`).
         """
-        return self._index.read_into(int(self._image[j]), out, head=head)
+        return self._index.read_into(self._image_table()[0][j], out, head=head)
 
     def where(self, j: int, /) -> tuple:
         """``(key, member, byte offset)`` of sample ``j`` (its image member, else its first),

@@ -113,6 +113,7 @@ class TarIndex:
             a.setflags(write=False)
         self._offsets = offsets
         self._sizes = sizes
+        self._extents = None   # (offsets, sizes) as lists: what a read per member indexes
         self._name_start = starts
         self._name_len = lens
         self._arena = arena
@@ -207,7 +208,8 @@ class TarIndex:
                 ``out`` is too small (without ``head``).
         """
         i, start, size = self._extent(i)
-        view = memoryview(out).cast("B")
+        view = out if (type(out) is memoryview and out.format == "B" and out.ndim == 1
+                       and out.c_contiguous) else memoryview(out).cast("B")
         if head:
             size = min(size, len(view))
         elif len(view) < size:
@@ -221,14 +223,17 @@ class TarIndex:
         """``(i, start, size)`` of member ``i`` (negative counts from the end) in an open
         index; IndexError / ValueError (closed) as :meth:`member`."""
         i = operator.index(i)
-        n = len(self._offsets)
+        ext = self._extents
+        if ext is None:   # Python ints, made once: a NumPy scalar index per read costs more
+            ext = self._extents = (self._offsets.tolist(), self._sizes.tolist())
+        n = len(ext[0])
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"member index {i} out of range for {n} members")
         if self._fd is None:
             raise ValueError(f"TarIndex of {self._path!r} is closed")
-        return i, int(self._offsets[i]), int(self._sizes[i])
+        return i, ext[0][i], ext[1][i]
 
     def _truncated(self, i, start, size) -> TarFormatError:
         now = os.fstat(self._fd).st_size
