@@ -278,6 +278,8 @@ class TarBuckets(GroupedView):
     a state of another grouping (the dataset's samples, other buckets, batch size or
     ``drop_last``) is refused by ``load_state_dict``."""
 
+    grouping: Bucketed
+
     def __init__(self, dataset, batch_size, buckets, *, transform=None, drop_last=False):
         grouping = Bucketed(batch_size, buckets, transform=transform, drop_last=drop_last)
         grouping.check(dataset)

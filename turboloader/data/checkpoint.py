@@ -229,16 +229,17 @@ class TarCheckpoints:
             >>> ds2 = TarDataset(urls, tf); ds2.load_state_dict(state)
             >>> for images, labels in DataLoader(ds2, batch_size=256, num_workers=8): ...
         """
-        from turboloader.data.grouping import SAMPLES, check_grouping, position_after
+        from turboloader.data.grouping import Samples, check_grouping, position_after
 
-        grouping = SAMPLES if grouping is None else grouping
+        grouping = Samples() if grouping is None else grouping
         key = grouping.key
         what = f"{type(self).__name__}.state_dict"
         if delivered is not None and (key is not None or batches is not None):
             raise ValueError(f"{what}: delivered= counts the samples of streams in the "
                              f"dataset's order, without batches=; a bucketed stream's "
                              f"position is counted in batches (batches=, num_workers=)")
-        counted = grouping.counted(batch_size, drop_last) if batches is not None else None
+        # the grouping whose batches were handed out (samples: in batches of batch_size)
+        counted = grouping.counted(batch_size, drop_last) if batches is not None else grouping
         epoch = self._automatic_state_epoch(batches, num_workers, delivered)
         rank, _ = topology(self.rank, self.world_size)
         base = {"format": "turboloader.TarDataset/1", "epoch": epoch, "rank": rank,

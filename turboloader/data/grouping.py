@@ -32,8 +32,8 @@ from turboloader.data import stream
 
 __all__ = ["Batched", "GroupedView", "Grouping", "Samples", "check_grouping", "position_after"]
 
-Marks = Callable[[int], dict]
-"""The resume entry of a stream after it handed out ``g`` batches (``g`` = 0 .. its count)."""
+# the resume entry of a stream after it handed out ``g`` batches (``g`` = 0 .. its count)
+_Marks = Callable[[int], dict]
 
 
 class Grouping(Protocol):
@@ -41,11 +41,16 @@ class Grouping(Protocol):
     counts a stream's batches. Implemented by :class:`Samples`, :class:`Batched` and
     :class:`~turboloader.data.buckets.Bucketed`."""
 
-    #: what a state of this grouping records: None for the dataset's item order (samples
-    #: and batches), else a JSON-able dict (positions are in the grouping's own order)
-    key: dict | None
-    #: the pass yields whole batches (a view of it is loaded with ``batch_size=None``)
-    batches: bool
+    @property
+    def key(self) -> dict | None:
+        """What a state of this grouping records: None for the dataset's item order
+        (samples and batches), else a JSON-able dict (positions are in its own order)."""
+        ...
+
+    @property
+    def batches(self) -> bool:
+        """The pass yields whole batches (a view of it is loaded with ``batch_size=None``)."""
+        ...
 
     def arrange(self, ds: Any, st: Any, slots: list, samples: list) -> tuple[list, list, Any]:
         """``(slots, samples, groups)``: the stream's items in delivery order and what
@@ -63,7 +68,7 @@ class Grouping(Protocol):
         ...
 
     def marks(self, ds: Any, epoch: int, worker: int, num_workers: int, share: int,
-              progress: dict | None) -> tuple[int, Marks]:
+              progress: dict | None) -> tuple[int, _Marks]:
         """``(count, after)``: the batches stream ``worker`` of ``num_workers`` yields in
         ``epoch`` (``share`` items), and its resume entry after ``g`` of them; ``progress``:
         what is known of its skips (None: none)."""
@@ -91,7 +96,7 @@ class Samples:
         return Batched(int(batch_size), drop_last=drop_last)
 
     def marks(self, ds: Any, epoch: int, worker: int, num_workers: int, share: int,
-              progress: dict | None) -> tuple[int, Marks]:
+              progress: dict | None) -> tuple[int, _Marks]:
         raise ValueError("a stream of samples has no batches of its own: count them with "
                          "batch_size=")
 
@@ -126,13 +131,10 @@ class Batched:
         return self
 
     def marks(self, ds: Any, epoch: int, worker: int, num_workers: int, share: int,
-              progress: dict | None) -> tuple[int, Marks]:
+              progress: dict | None) -> tuple[int, _Marks]:
         B = int(self.size)
         count = share // B if self.drop_last else -(-share // B)
         return count, lambda g: position_after(min(g * B, share), share, progress)
-
-
-SAMPLES = Samples()
 
 
 def position_after(delivered: int, size: int, progress: dict | None = None) -> dict:

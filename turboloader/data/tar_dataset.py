@@ -12,7 +12,7 @@ from turboloader.data.checkpoint import TarCheckpoints, delivered_counts, topolo
 from turboloader.data._buffers import shared_pool
 from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
 from turboloader.data import stream
-from turboloader.data.grouping import SAMPLES, Batched, GroupedView
+from turboloader.data.grouping import Batched, GroupedView, Samples
 from turboloader.data.stream import _Cursor
 from turboloader.data.reader import ReaderMixin, stream_name
 from turboloader.data.tar_reader import _TarGather, _TarReader
@@ -330,7 +330,7 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                              % AUTO_EPOCH)
 
     def __iter__(self):
-        return self._iter(SAMPLES)
+        return self._iter(Samples())
 
     def _iter(self, grouping):
         """The pass ``iter()`` starts, grouped by ``grouping``: in a DataLoader worker, the
@@ -410,7 +410,7 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
             ...     for images, labels in ds.worker_stream(1, 4, batch_size=256): ...
         """
         if grouping is None:
-            grouping = SAMPLES if batch_size is None else Batched(int(batch_size))
+            grouping = Samples() if batch_size is None else Batched(int(batch_size))
         epoch = self._epoch.value
         if epoch < 0:
             raise RuntimeError(f"{type(self).__name__}.worker_stream: the streams of one pass "
@@ -565,6 +565,8 @@ class TarBatches(GroupedView):
     """A :class:`TarDataset` that yields ``[images, labels]`` batches (see
     :meth:`TarDataset.batched`): the dataset with a :class:`~turboloader.data.grouping.Batched`
     grouping. Attributes not defined here are the dataset's."""
+
+    grouping: Batched
 
     def __init__(self, dataset, batch_size, *, drop_last=False, num_workers=None):
         super().__init__(dataset, Batched(int(batch_size), drop_last=bool(drop_last)))
