@@ -171,7 +171,8 @@ class TarCheckpoints:
         resume = self._resume
         if resume is None or resume["epoch"] != epoch:
             return None
-        check_grouping(type(self).__name__, resume.get("grouping"), grouping.key)
+        check_grouping(f"{type(self).__name__}: the loaded state is for another pass",
+                       resume.get("grouping"), grouping.key)
         if resume["num_workers"] != num_workers:
             raise ValueError(
                 f"TarDataset: the loaded state was taken with {resume['num_workers']} "
@@ -248,7 +249,7 @@ class TarCheckpoints:
             base["grouping"] = key
         progress = {w: p for w, p in self._progress.items() if p["epoch"] == epoch}
         for p in progress.values():
-            check_grouping(f"{what}: this epoch was read here under another grouping",
+            check_grouping(f"{what}: this epoch was read here as another grouping",
                            p.get("grouping"), key)
         info = torch.utils.data.get_worker_info()
         if info is not None and batches is None and delivered is None:

@@ -171,7 +171,7 @@ def check_grouping(what: str, taken: dict | None, mine: dict | None) -> None:
     """
     if taken != mine:
         raise ValueError(
-            f"{what}: the state was taken over {_described(taken)} but this pass reads "
+            f"{what}: a state of {_described(taken)} is not a state of "
             f"{_described(mine)}: positions differ between the two; take the state from "
             f"the object the loader iterates (ds.bucketed(...).state_dict, "
             f"ds.batched(...).state_dict or turboloader.DataLoader.state_dict)")
