@@ -135,3 +135,62 @@ def test_bucketed_resume_with_skipped_samples_and_replacements(tmp_path):
     got = [i for _, y in full for i in y.tolist()]
     assert len(got) == 30 and set(got) == {i for i in range(30) if i % 9 != 4}
     _resumes_after(make, full, range(1, len(full)))
+
+
+# -- one checkpoint rule for every grouping (issue 41) ---------------------------------------
+
+
+def test_a_view_refuses_a_state_of_another_grouping_at_load(shards):  # noqa: F811
+    """``batched()`` used to accept a bucket state and refuse it only when its pass started;
+    every view now checks the grouping at ``load_state_dict``, as ``bucketed()`` did."""
+    buckets = TarDataset(shards, TF, seed=5).bucketed(4, BUCKETS)
+    buckets.dataset.set_epoch(0)
+    it = iter(buckets)
+    next(it)
+    bstate = buckets.state_dict()
+    del it
+    with pytest.raises(ValueError, match="bucket"):
+        TarDataset(shards, TF, seed=5).batched(8).load_state_dict(bstate)
+    other = TarDataset(shards, TF, seed=5).bucketed(4, BUCKETS, drop_last=True)
+    with pytest.raises(ValueError, match="bucket"):
+        other.load_state_dict(bstate)
+    TarDataset(shards, TF, seed=5).bucketed(4, BUCKETS).load_state_dict(bstate)  # its own
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_every_grouping_states_the_same_rule(shards, k):  # noqa: F811
+    """A ``batched(B)`` view's state after ``k`` of its batches under torch's DataLoader is
+    the dataset's state after ``k`` batches of ``B`` samples (the positions are the same);
+    a bucket state has the same fields plus its grouping, and ``delivered`` counts the
+    samples its batches delivered (it was None)."""
+    B, W = 8, 2
+    ds = TarDataset(shards, TF, seed=5)
+    ds.set_epoch(0)
+    view = ds.batched(B, num_workers=W)
+    got = [y for _, (_, y) in zip(range(k), torch.utils.data.DataLoader(
+        view, batch_size=None, num_workers=W))]
+    state = view.state_dict(batches=k, num_workers=W)
+    plain = TarDataset(shards, TF, seed=5)
+    plain.set_epoch(0)
+    assert state == plain.state_dict(batches=k, batch_size=B, num_workers=W)
+    assert state["delivered"] == sum(len(y) for y in got)
+    # the rule counts one stream when the number of workers is not given (as len() does)
+    one = ds.batched(B).state_dict(batches=k)
+    assert one == plain.state_dict(batches=k, batch_size=B, num_workers=1)
+
+    bds = TarDataset(shards, None, seed=5)
+    bds.set_epoch(0)
+    buckets = bds.bucketed(4, BUCKETS)
+    bgot = [y for _, (_, y) in zip(range(k), torch.utils.data.DataLoader(
+        buckets, batch_size=None, num_workers=W))]
+    bstate = buckets.state_dict(batches=k, num_workers=W)
+    assert set(bstate) == set(state) | {"grouping"}
+    assert bstate["grouping"] == buckets.key()
+    assert bstate["delivered"] == sum(len(y) for y in bgot)
+    # the same position named in this process (num_workers=0) counts the same samples
+    again = TarDataset(shards, None, seed=5)
+    again.set_epoch(0)
+    view0 = again.bucketed(4, BUCKETS)
+    it = iter(view0)
+    n = sum(len(next(it)[1]) for _ in range(k))
+    assert view0.state_dict()["delivered"] == n

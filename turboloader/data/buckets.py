@@ -45,15 +45,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
-import torch.utils.data
 
-from turboloader.data._buffers import shared_pool
+from turboloader.data.grouping import GroupedView
+from turboloader.data.stream import grouped, grouped_marks
 from turboloader.errors import TurboLoaderError
 from turboloader.io.shards import TarShard
 from turboloader.transforms import RandomResizedCrop
 
-__all__ = ["TarBuckets", "nearest_bucket"]
+__all__ = ["Bucketed", "TarBuckets", "nearest_bucket"]
 
 _HEADER = 1 << 16  # bytes read for a header first (a JPEG's SOF follows its EXIF)
 
@@ -117,65 +116,103 @@ def _header_size(data):
     return (h, w) if w and h else None
 
 
-class TarBuckets(torch.utils.data.IterableDataset):
-    """A :class:`~turboloader.data.TarDataset` yielding ``[images, labels]`` batches of one
-    aspect-ratio bucket each (see :mod:`turboloader.data.buckets` and
-    :meth:`TarDataset.bucketed`). Attributes not defined here are the dataset's.
+class Bucketed:
+    """The aspect-ratio bucket grouping (a :class:`~turboloader.data.grouping.Grouping`):
+    each stream's items ordered into batches of one bucket each (:meth:`arrange`), each
+    bucket decoded by its own pipeline; the walk itself (failures, replacements, the cache,
+    fields, resume, batch assembly) is the dataset's one stream walker
+    (:mod:`turboloader.data.stream`).
 
-    The bucket policy only orders each stream's items into batches (:meth:`layout`); the
-    walk itself (failures, replacements, the cache, fields, resume, batch assembly) is the
-    dataset's one stream walker (:mod:`turboloader.data.stream`)."""
+    Args:
+        batch_size: samples per batch (a bucket's last batch of a stream may be short).
+        buckets: ``[(height, width), ...]`` bucket resolutions.
+        transform: ``transform((h, w))`` -> the pipeline of a bucket (default: cover the
+            bucket at a random position, ``ToTensor``).
+        drop_last: drop each bucket's partial batch at the end of a stream.
 
-    def __init__(self, dataset, batch_size, buckets, *, transform=None, drop_last=False):
+    Raises:
+        ValueError: ``batch_size < 1``, or no / malformed buckets.
+    """
+
+    batches = True
+
+    def __init__(self, batch_size: int, buckets, *, transform=None, drop_last: bool = False):
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         buckets = [tuple(int(v) for v in b) for b in buckets]
         if not buckets or any(len(b) != 2 or min(b) < 1 for b in buckets):
             raise ValueError(f"buckets must be a non-empty list of (height, width), got {buckets}")
-        self.dataset = dataset
         self.batch_size = int(batch_size)
         self.buckets = buckets
         self.transform = transform or _default_transform
         self.drop_last = bool(drop_last)
-        if dataset._fields is not None:
-            for b in buckets:
-                dataset._fields.check_transform(self.transform(b))
         self._headers = {}  # (url, j) -> (h, w) or None, read once per process
-
-    def __getattr__(self, name):
-        if name in ("dataset", "_headers"):
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_headers"] = {}  # each process reads the headers of the streams it runs
         return state
 
-    # the thread backend's protocol (turboloader.loader.protocol): whole batches per stream
-    yields_batches = True
-
+    @property
     def key(self) -> dict:
         """What a resume state of this grouping records (positions are in its order)."""
         return {"kind": "buckets", "batch_size": self.batch_size,
                 "buckets": [list(b) for b in self.buckets], "drop_last": self.drop_last}
 
-    def layout(self, st, samples):
+    def check(self, ds) -> None:
+        """Refuse, at construction, a dataset whose fields the buckets' pipelines cannot
+        transform."""
+        if ds._fields is not None:
+            for b in self.buckets:
+                ds._fields.check_transform(self.transform(b))
+
+    def arrange(self, ds, st, slots, samples):
         """The bucket policy over one stream's items (its dataset-order ``samples``):
-        ``(order, groups, decoders)``: the items in delivery order, ``[(bucket, n), ...]``
-        the batches they form, one Decoder per bucket."""
+        the items in delivery order, and ``([(bucket, n), ...], decoders)``: the batches
+        they form, one Decoder per bucket."""
         from turboloader.data.step import Decoder
 
-        groups = self._groups(st, samples)
-        decoders = [Decoder(self.transform(b), max_pixels=self.dataset.max_pixels)
+        order, groups = self._groups(ds, st, samples)
+        decoders = [Decoder(self.transform(b), max_pixels=ds.max_pixels)
                     for b in self.buckets]
-        return groups[0], groups[1], decoders
+        return [slots[i] for i in order], [samples[i] for i in order], (groups, decoders)
 
-    def _groups(self, st, samples):
+    def walk(self, cursor, groups, out, timing):
+        groups, decoders = groups
+        return grouped(cursor, groups, decoders, self.batch_size, out, timing)
+
+    def counted(self, batch_size, drop_last):
+        """These batches (a loader's ``batch_size`` and ``drop_last`` are ignored: it loads
+        them with ``batch_size=None``)."""
+        return self
+
+    def marks(self, ds, epoch, worker, num_workers, share, progress):
+        """The batches stream ``worker`` yields, and its resume entry after ``g`` of them:
+        the main process reads the headers of the stream's images once (one short read
+        each) to know them."""
+        from turboloader.data.checkpoint import topology
+
+        failed = list(progress["failed_pos"]) if progress else []
+        _, samples = ds._worker_items(epoch, worker, num_workers)
+        rank, _ = topology(ds.rank, ds.world_size)
+        st = ds._lease(f"rank{rank}-main")  # its shards, to read headers
+        try:
+            _, groups = self._groups(ds, st, samples)
+        finally:
+            ds._release(st)
+        marks = grouped_marks(groups, failed, self.batch_size)
+
+        def after(g):
+            pos, k = marks[g - 1] if g else (0, 0)
+            return _entry(pos, failed, k)
+
+        return len(marks), after
+
+    def _groups(self, ds, st, samples):
         B, nb = self.batch_size, len(self.buckets)
         queues = [[] for _ in range(nb)]
         order, groups = [], []
-        for i, hw in enumerate(self._sizes(st, samples)):
+        for i, hw in enumerate(self._sizes(ds, st, samples)):
             b = 0 if hw is None else nearest_bucket(hw[0], hw[1], self.buckets)
             q = queues[b]
             q.append(i)
@@ -189,145 +226,11 @@ class TarBuckets(torch.utils.data.IterableDataset):
                 groups.append((b, len(q)))
         return order, groups
 
-    def worker_sizes(self, num_workers):
-        """Samples each logical worker stream reads per epoch (the dataset's shares)."""
-        return self.dataset.worker_sizes(num_workers)
-
-    def worker_stream(self, worker, num_workers, *, batch_size=None, out=None, timing=None):
-        """The bucketed batches of logical worker ``worker`` of ``num_workers`` (what
-        ``__iter__`` yields in that DataLoader worker), written into ``out(shape, dtype)``
-        tensors when given. Call ``set_epoch`` first."""
-        from turboloader.data.checkpoint import topology
-        from turboloader.data.reader import stream_name
-
-        ds = self.dataset
-        epoch = ds._epoch.value
-        if epoch < 0:
-            raise RuntimeError("TarBuckets.worker_stream: call set_epoch first "
-                               "(turboloader.DataLoader does)")
-        rank, _ = topology(ds.rank, ds.world_size)
-        name = stream_name(default=f"rank{rank}-stream{worker}")
-        return ds._open(worker, num_workers, name, epoch, out=out, timing=timing,
-                        grouping=self)
-
-    def __iter__(self):
-        from turboloader.data.checkpoint import topology
-
-        ds = self.dataset
-        info = torch.utils.data.get_worker_info()
-        epoch = ds._pass_epoch()
-        ds._last_pass = epoch
-        rank, _ = topology(ds.rank, ds.world_size)
-        if info is None:
-            return ds._open(0, 1, f"rank{rank}-main", epoch, grouping=self)
-        return self._sent(ds._open(ds._rotated(info, epoch), info.num_workers,
-                                   f"rank{rank}-worker{info.id}", epoch,
-                                   out=shared_pool().get, grouping=self))
-
-    def _sent(self, batches):
-        from turboloader.data.stream import send
-
-        pool = shared_pool()  # the batch crosses to the main process by handle
-        for batch in batches:
-            yield send(self.dataset, batch, pool)
-
-    # -- resume ---------------------------------------------------------------------------
-
-    def state_dict(self, *, batches=None, batch_size=None, num_workers=None, drop_last=False,
-                   delivered=None) -> dict:
-        """The position in the current epoch, as :meth:`TarDataset.state_dict
-        <turboloader.data.TarDataset.state_dict>` names it, in this grouping's order.
-
-        No arguments: the streams this process ran (a DataLoader worker, or
-        ``num_workers=0``). ``batches=k, num_workers=W``: the main process of a loader that
-        handed out ``k`` batches (torch's round-robin over ``W`` worker streams); the
-        main process then reads the headers of this rank's images once (one short read
-        each) to know every stream's batches. ``batch_size`` and ``drop_last`` are this
-        object's (a loader's are ignored: it loads with ``batch_size=None``).
-
-        Raises:
-            ValueError: ``delivered=`` (bucketed streams deliver batches, not samples), or
-                a main-process state of an automatic epoch (see TarDataset.state_dict).
-        """
-        from turboloader.data.checkpoint import batches_per_worker, topology
-
-        ds = self.dataset
-        if delivered is not None:
-            raise ValueError("TarBuckets.state_dict: a bucketed stream's position is counted "
-                             "in batches (batches=, num_workers=), not delivered samples")
-        epoch = ds._automatic_state_epoch(batches, num_workers, None)
-        rank, _ = topology(ds.rank, ds.world_size)
-        key = self.key()
-        base = {"format": "turboloader.TarDataset/1", "epoch": epoch, "rank": rank,
-                **ds._fingerprint(), "grouping": key}
-        info = torch.utils.data.get_worker_info()
-        progress = {w: p for w, p in ds._progress.items()
-                    if p["epoch"] == epoch and p.get("grouping") == key}
-        if batches is None:
-            W = info.num_workers if info is not None else max(
-                (p["num_workers"] for p in progress.values()), default=1)
-            workers = {str(w): _entry(p["pos"], p["failed_pos"], p["replaced"])
-                       for w, p in progress.items() if p["num_workers"] == W}
-            if info is None:
-                for w in range(W):
-                    workers.setdefault(str(w), _entry(0, [], 0))
-            return {**base, "scope": "worker" if info is not None else "rank",
-                    "num_workers": W, "next_worker": 0, "workers": workers,
-                    "delivered": None}
-        W = max(1, int(num_workers or 0))
-        reported = None
-        marks = []
-        for w in range(W):
-            p = progress.get(w)
-            if p is not None and p["num_workers"] == W:
-                failed = p["failed_pos"]
-            else:
-                if reported is None:
-                    reported = ds._telemetry.stream_failures(epoch, W)
-                failed = list(reported.get(w, []))
-            marks.append((self._marks(epoch, w, W, failed), failed))
-        got, next_worker = batches_per_worker([len(m) for m, _ in marks], int(batches))
-        workers = {}
-        for w, ((m, failed), g) in enumerate(zip(marks, got)):
-            pos, k = m[g - 1] if g else (0, 0)
-            workers[str(w)] = _entry(pos, failed, k)
-        return {**base, "scope": "rank", "num_workers": W, "next_worker": next_worker,
-                "workers": workers, "delivered": None}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from :meth:`state_dict` (the dataset's ``load_state_dict``, checked to
-        be a state of this grouping).
-
-        Raises:
-            ValueError: a state of another grouping (the dataset's samples, other buckets,
-                batch size or ``drop_last``), or any reason the dataset refuses it."""
-        if isinstance(state, dict) and state.get("grouping") != self.key():
-            raise ValueError(f"TarBuckets.load_state_dict: the state was taken over "
-                             f"{state.get('grouping') or 'the dataset samples'}, not over "
-                             f"these buckets ({self.key()})")
-        self.dataset.load_state_dict(state)
-
-    def _marks(self, epoch, worker, num_workers, failed):
-        """``(pos, replaced)`` after each batch stream ``worker`` yields in ``epoch``."""
-        from turboloader.data.checkpoint import topology
-        from turboloader.data.stream import grouped_marks
-
-        ds = self.dataset
-        _, samples = ds._worker_items(epoch, worker, num_workers)
-        rank, _ = topology(ds.rank, ds.world_size)
-        st = ds._lease(f"rank{rank}-main")  # its shards, to read headers
-        try:
-            _, groups = self._groups(st, samples)
-        finally:
-            ds._release(st)
-        return grouped_marks(groups, failed, self.batch_size)
-
     # -- header sizes ---------------------------------------------------------------------
 
-    def _sizes(self, st, samples):
+    def _sizes(self, ds, st, samples):
         """``(h, w)`` of each sample's image from its header (None where unreadable: that
         sample fails later, when it is decoded), read once per process."""
-        ds = self.dataset
         cache = self._headers
         offsets = ds._offsets
         shard_of = (np.searchsorted(offsets, samples, side="right") - 1).tolist()
@@ -338,25 +241,74 @@ class TarBuckets(torch.utils.data.IterableDataset):
             j = g - int(offsets[s])
             hw = cache.get((url, j), cache)
             if hw is cache:
-                hw = cache[(url, j)] = self._read_header(st, url, j, buf)
+                hw = cache[(url, j)] = _read_header(st, url, j, buf)
             out.append(hw)
         return out
 
-    def _read_header(self, st, url, j, buf):
-        try:
-            shard = st.shard(url)
-            if isinstance(shard, TarShard):  # the first bytes only: one short pread
-                size = shard.image_size(j)
-                if size < 0:
-                    return None
-                got = _header_size(buf[:shard.read_image_into(j, buf, head=True)])
-                if got is not None or size <= len(buf):
-                    return got
-                # a header past the first 64 KiB (a large EXIF block): the whole image
-            rec = shard.sample(j)
-            return None if rec.image is None else _header_size(bytes(rec.image))
-        except TurboLoaderError:
-            return None
+    def __repr__(self):
+        return (f"Bucketed({self.batch_size}, {self.buckets}, drop_last={self.drop_last})")
+
+
+def _read_header(st, url, j, buf):
+    try:
+        shard = st.shard(url)
+        if isinstance(shard, TarShard):  # the first bytes only: one short pread
+            size = shard.image_size(j)
+            if size < 0:
+                return None
+            got = _header_size(buf[:shard.read_image_into(j, buf, head=True)])
+            if got is not None or size <= len(buf):
+                return got
+            # a header past the first 64 KiB (a large EXIF block): the whole image
+        rec = shard.sample(j)
+        return None if rec.image is None else _header_size(bytes(rec.image))
+    except TurboLoaderError:
+        return None
+
+
+class TarBuckets(GroupedView):
+    """A :class:`~turboloader.data.TarDataset` yielding ``[images, labels]`` batches of one
+    aspect-ratio bucket each (see :mod:`turboloader.data.buckets` and
+    :meth:`TarDataset.bucketed`): the dataset with a :class:`Bucketed` grouping, so its
+    pass, worker streams and resume states are the dataset's with this grouping.
+    Attributes not defined here are the dataset's.
+
+    ``state_dict(batches=k, num_workers=W)`` counts the buckets' batches (the main process
+    then reads the headers of this rank's images once to know every stream's batches);
+    ``delivered=`` is refused (bucketed streams deliver batches, not samples in order), and
+    a state of another grouping (the dataset's samples, other buckets, batch size or
+    ``drop_last``) is refused by ``load_state_dict``."""
+
+    grouping: Bucketed
+
+    def __init__(self, dataset, batch_size, buckets, *, transform=None, drop_last=False):
+        grouping = Bucketed(batch_size, buckets, transform=transform, drop_last=drop_last)
+        grouping.check(dataset)
+        super().__init__(dataset, grouping)
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch."""
+        return self.grouping.batch_size
+
+    @property
+    def buckets(self) -> list:
+        """The bucket resolutions, ``[(height, width), ...]``."""
+        return self.grouping.buckets
+
+    @property
+    def transform(self):
+        """``transform((h, w))`` -> the pipeline of a bucket."""
+        return self.grouping.transform
+
+    @property
+    def drop_last(self) -> bool:
+        """Each bucket's partial batch at the end of a stream is dropped."""
+        return self.grouping.drop_last
+
+    def key(self) -> dict:
+        """What a resume state of this grouping records (positions are in its order)."""
+        return self.grouping.key
 
     def __repr__(self):
         return (f"TarBuckets({self.dataset!r}, batch_size={self.batch_size}, "

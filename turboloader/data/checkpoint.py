@@ -161,11 +161,20 @@ class TarCheckpoints:
                 # the first window's ramp (a ShardCache over remote shards), when on
                 **({"mix_ramp": self._mix_ramp} if self._mix_ramp else {})}
 
-    def _take_resume(self, epoch, worker, num_workers):
-        """The resume point of logical worker ``worker`` for this pass, used once."""
+    def _take_resume(self, epoch, worker, num_workers, grouping):
+        """The resume point of logical worker ``worker`` for this pass of ``grouping``,
+        used once.
+
+        Raises:
+            ValueError: the loaded state was taken over another grouping, or with another
+                number of workers."""
+        from turboloader.data.grouping import check_grouping
+
         resume = self._resume
         if resume is None or resume["epoch"] != epoch:
             return None
+        check_grouping(f"{type(self).__name__}: the loaded state is for another pass",
+                       resume.get("grouping"), grouping.key)
         if resume["num_workers"] != num_workers:
             raise ValueError(
                 f"TarDataset: the loaded state was taken with {resume['num_workers']} "
@@ -176,27 +185,8 @@ class TarCheckpoints:
             self._resume = None
         return entry
 
-    @staticmethod
-    def _entry(delivered, size, progress=None):
-        """A worker's resume entry after it delivered ``delivered`` samples. Failures are
-        known only when this process ran the stream (``progress``); otherwise none are
-        assumed (see state_dict)."""
-        if progress is None:
-            return {"pos": min(delivered, size), "failed_pos": [], "replaced": 0, "failures": 0}
-        # every failure before the point took an item without delivering a sample
-        fails = progress["failed_pos"]
-        pos = delivered
-        for fp in fails:
-            if fp < pos:
-                pos += 1
-        pos = min(pos, size)
-        before = [fp for fp in fails if fp < pos]
-        replaced = max(0, delivered - (size - len(before))) if pos >= size else 0
-        return {"pos": pos, "failed_pos": before, "replaced": replaced,
-                "failures": len(before) if pos < progress["pos"] else progress["failures"]}
-
     def state_dict(self, *, batches=None, batch_size=None, num_workers=None, drop_last=False,
-                   delivered=None) -> dict:
+                   delivered=None, grouping=None) -> dict:
         """The position in the current epoch, to continue from with :meth:`load_state_dict`.
 
         Which samples were *delivered* decides the state; three ways to say it:
@@ -213,6 +203,13 @@ class TarCheckpoints:
         * ``delivered=[n_0, ..., n_{W-1}]``: samples delivered from each logical worker
           stream (a loader that tracks them, e.g. the thread backend).
 
+        The rule is one for every grouping (``grouping``: what the pass yields, default the
+        dataset's samples; ``batched()`` / ``bucketed()`` pass theirs): positions come from
+        the streams this process ran, or from each stream's batches counted by the grouping
+        (:meth:`~turboloader.data.grouping.Grouping.marks`; samples are counted in batches of
+        ``batch_size``). A grouping that orders the items itself (buckets) is counted in
+        batches only, and its state records it (``grouping``).
+
         Returns:
             a JSON-able dict: ``format`` (``"turboloader.TarDataset/1"``), ``scope``
             (``"rank"``, or ``"worker"`` from inside a DataLoader worker), ``epoch``,
@@ -223,75 +220,89 @@ class TarCheckpoints:
             fingerprint it must match: ``num_samples``, ``shards`` (the shard names in
             order, relative to their common directory), ``shard_sizes`` (samples per
             shard), ``seed``, ``shuffle``, ``pad``, ``world_size``, ``mix_shards``,
-            ``fixed``, and ``mix_ramp`` where the first window ramps (a
-            :class:`~turboloader.io.shard_cache.ShardCache` over remote shards).
+            ``fixed``, ``mix_ramp`` where the first window ramps (a
+            :class:`~turboloader.io.shard_cache.ShardCache` over remote shards); and
+            ``grouping``, the grouping's ``key``, when it orders the items itself.
 
         Raises:
-            ValueError: inconsistent arguments.
+            ValueError: inconsistent arguments, or this epoch was read in this process
+                under another grouping.
 
         Example:
             >>> state = ds.state_dict(batches=step, batch_size=256, num_workers=8)  # doctest: +SKIP
             >>> ds2 = TarDataset(urls, tf); ds2.load_state_dict(state)
             >>> for images, labels in DataLoader(ds2, batch_size=256, num_workers=8): ...
         """
+        from turboloader.data.grouping import Samples, check_grouping, position_after
+
+        grouping = Samples() if grouping is None else grouping
+        key = grouping.key
+        what = f"{type(self).__name__}.state_dict"
+        if delivered is not None and (key is not None or batches is not None):
+            raise ValueError(f"{what}: delivered= counts the samples of streams in the "
+                             f"dataset's order, without batches=; a bucketed stream's "
+                             f"position is counted in batches (batches=, num_workers=)")
+        # the grouping whose batches were handed out (samples: in batches of batch_size)
+        counted = grouping.counted(batch_size, drop_last) if batches is not None else grouping
         epoch = self._automatic_state_epoch(batches, num_workers, delivered)
         rank, _ = topology(self.rank, self.world_size)
         base = {"format": "turboloader.TarDataset/1", "epoch": epoch, "rank": rank,
                 **self._fingerprint()}
-        info = torch.utils.data.get_worker_info()
+        if key is not None:
+            base["grouping"] = key
         progress = {w: p for w, p in self._progress.items() if p["epoch"] == epoch}
-        if any(p.get("grouping") is not None for p in progress.values()):
-            raise ValueError("TarDataset.state_dict: this epoch was read as bucketed batches, "
-                             "whose positions are in the buckets' order: take the state from "
-                             "the bucketed view (ds.bucketed(...).state_dict) or the loader")
+        for p in progress.values():
+            check_grouping(f"{what}: this epoch was read here as another grouping",
+                           p.get("grouping"), key)
+        info = torch.utils.data.get_worker_info()
         if info is not None and batches is None and delivered is None:
             # inside a DataLoader worker: this worker's own stream
-            entries = {w: {"pos": p["pos"], "failed_pos": list(p["failed_pos"]),
-                           "replaced": p["replaced"], "failures": p["failures"]}
-                       for w, p in progress.items() if p["num_workers"] == info.num_workers}
+            entries = {w: _own(p) for w, p in progress.items()
+                       if p["num_workers"] == info.num_workers}
             if not entries:  # not started in this epoch yet
                 resume = self._resume
                 if resume is not None and resume["epoch"] == epoch:
                     entries = {w: dict(e) for w, e in resume["workers"].items()}
             return {**base, "scope": "worker", "num_workers": info.num_workers,
                     "next_worker": 0, "workers": {str(w): e for w, e in entries.items()},
-                    "delivered": sum(e["pos"] for e in entries.values())}
-        if batches is not None:
-            if batch_size is None or num_workers is None or delivered is not None:
-                raise ValueError("batches= needs batch_size= and num_workers= (and no delivered=)")
-            W = max(int(num_workers), 1)
-            delivered, next_worker = delivered_counts(
-                self.worker_sizes(W), int(batches), int(batch_size), drop_last=drop_last)
-        elif delivered is not None:
-            delivered = [int(d) for d in delivered]
-            W, next_worker = len(delivered), 0
-        else:  # the streams run in this process (num_workers=0)
+                    "delivered": _delivered(entries.values())}
+        if batches is None and delivered is None:  # the streams run in this process
             W = max((p["num_workers"] for p in progress.values()), default=1)
-            delivered = [progress[w]["pos"] - len(progress[w]["failed_pos"])
-                         + progress[w]["replaced"] if w in progress else 0 for w in range(W)]
-            sizes0 = self.worker_sizes(W)
-            delivered = [min(d, n) for d, n in zip(delivered, sizes0)]
-            next_worker = 0
+            entries = {w: (_own(progress[w]) if w in progress
+                           and progress[w]["num_workers"] == W else position_after(0, 0))
+                       for w in range(W)}
+            return {**base, "scope": "rank", "num_workers": W, "next_worker": 0,
+                    "workers": {str(w): e for w, e in entries.items()},
+                    "delivered": _delivered(entries.values())}
+        W = max(1, int(num_workers or 0)) if delivered is None else len(delivered)
         sizes = self.worker_sizes(W)
-        if any(d < 0 or d > n for d, n in zip(delivered, sizes)):
-            raise ValueError(f"delivered counts {delivered} do not fit the worker shares {sizes}")
         reported = None
-        workers = {}
+        known = []  # per stream: what is known of its skips
         for w in range(W):
             p = progress.get(w)
-            if p is not None and p["num_workers"] != W:
-                p = None
-            if p is None:
+            if p is None or p["num_workers"] != W:
                 # a stream another process ran (torch's workers): the items it skipped, as
                 # it reported them before handing out the batches that skip them
                 if reported is None:
                     reported = self._telemetry.stream_failures(epoch, W)
                 fails = reported.get(w)
-                if fails:
-                    p = {"failed_pos": fails, "pos": sizes[w], "failures": len(fails)}
-            workers[str(w)] = self._entry(delivered[w], sizes[w], p)
+                p = ({"failed_pos": list(fails), "pos": sizes[w], "failures": len(fails)}
+                     if fails else None)
+            known.append(p)
+        if delivered is not None:
+            delivered = [int(d) for d in delivered]
+            if any(d < 0 or d > n for d, n in zip(delivered, sizes)):
+                raise ValueError(f"delivered counts {delivered} do not fit the worker shares "
+                                 f"{sizes}")
+            entries = {w: position_after(delivered[w], sizes[w], known[w]) for w in range(W)}
+            next_worker = 0
+        else:
+            marks = [counted.marks(self, epoch, w, W, sizes[w], known[w]) for w in range(W)]
+            got, next_worker = batches_per_worker([n for n, _ in marks], int(batches))
+            entries = {w: after(g) for w, ((_, after), g) in enumerate(zip(marks, got))}
         return {**base, "scope": "rank", "num_workers": W, "next_worker": next_worker,
-                "workers": workers, "delivered": int(sum(delivered))}
+                "workers": {str(w): e for w, e in entries.items()},
+                "delivered": _delivered(entries.values())}
 
     def _automatic_state_epoch(self, batches, num_workers, delivered):
         """The epoch word a state of the current pass names (see ``_pass_epoch``)."""
@@ -397,3 +408,15 @@ class TarCheckpoints:
         if torch.utils.data.get_worker_info() is None and int(state["epoch"]) >= 0:
             # an automatic pass is pinned for the next pass only (see _pass_epoch)
             self._epoch.value = int(state["epoch"])
+
+
+def _own(p):
+    """The resume entry of a stream this process ran, from its progress."""
+    return {"pos": p["pos"], "failed_pos": list(p["failed_pos"]), "replaced": p["replaced"],
+            "failures": p["failures"]}
+
+
+def _delivered(entries):
+    """Samples delivered by streams at these entries: items consumed less those skipped,
+    plus the replacements."""
+    return int(sum(e["pos"] - len(e["failed_pos"]) + e["replaced"] for e in entries))

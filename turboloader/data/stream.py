@@ -14,7 +14,7 @@ from turboloader.data.reader import SAMPLE_CHUNK, collate_labels, compact
 from turboloader.data.step import fill_row
 from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
 
-__all__ = ["batches", "grouped", "grouped_marks", "samples", "send"]
+__all__ = ["batches", "grouped", "grouped_marks", "samples", "send", "sent"]
 
 
 class _Cursor:
@@ -258,15 +258,16 @@ def samples(cur, timing=None):
         st.recorder.flush()
 
 
-def batches(cur, B, out=None, timing=None):
-    """``[images, labels]`` batches of ``B`` (the last one shorter), each decoded into
-    one tensor from ``out(shape, dtype)`` (default ``torch.empty``)."""
+def batches(cur, B, out=None, timing=None, *, drop_last=False):
+    """``[images, labels]`` batches of ``B`` (the last one shorter, or dropped with
+    ``drop_last``), each decoded into one tensor from ``out(shape, dtype)`` (default
+    ``torch.empty``)."""
     st = cur.st
     alloc = out or _empty
     try:
         while True:
             batch, n = _group(cur, B, alloc, st.out_shape, timing)
-            if batch is None:
+            if batch is None or (drop_last and n < B):
                 return
             yield batch
             if n < B:
@@ -349,6 +350,13 @@ def grouped_marks(groups, failed_pos, batch_size):
         k += m
         marks.append((at, k))
     return marks
+
+
+def sent(ds, batches, pool):
+    """``batches`` as :func:`send` hands them to the main process (a DataLoader worker's
+    batches of a grouping)."""
+    for batch in batches:
+        yield send(ds, batch, pool)
 
 
 def send(ds, batch, pool):

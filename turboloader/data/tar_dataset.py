@@ -12,6 +12,7 @@ from turboloader.data.checkpoint import TarCheckpoints, delivered_counts, topolo
 from turboloader.data._buffers import shared_pool
 from turboloader.data.epochs import AUTO_EPOCH, mix64, torch_epoch_word
 from turboloader.data import stream
+from turboloader.data.grouping import Batched, GroupedView, Samples
 from turboloader.data.stream import _Cursor
 from turboloader.data.reader import ReaderMixin, stream_name
 from turboloader.data.tar_reader import _TarGather, _TarReader
@@ -342,14 +343,23 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                              % AUTO_EPOCH)
 
     def __iter__(self):
+        return self._iter(Samples())
+
+    def _iter(self, grouping):
+        """The pass ``iter()`` starts, grouped by ``grouping``: in a DataLoader worker, the
+        logical stream it runs (its epoch agreed without talking to the others, see
+        ``_pass_epoch``; batches cross to the main process by handle), else the rank's only
+        stream."""
         info = torch.utils.data.get_worker_info()
         epoch = self._pass_epoch()
         self._last_pass = epoch
-        rank, _ = _topology(self.rank, self.world_size)
         if info is None:
-            return self._open(0, 1, f"rank{rank}-main", epoch)
-        return self._open(self._rotated(info, epoch), info.num_workers,
-                          f"rank{rank}-worker{info.id}", epoch)
+            return self._pass(0, 1, epoch, grouping, process="main")
+        pool = shared_pool() if grouping.batches else None
+        batches = self._pass(self._rotated(info, epoch), info.num_workers, epoch, grouping,
+                             process=f"worker{info.id}",
+                             out=None if pool is None else pool.get)
+        return batches if pool is None else stream.sent(self, batches, pool)
 
     def _rotated(self, info, epoch) -> int:
         """The logical stream DataLoader worker ``info.id`` runs: after a resume, torch hands
@@ -380,7 +390,7 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         return 0
 
     def worker_stream(self, worker: int, num_workers: int, *, batch_size=None, out=None,
-                      timing=None):
+                      timing=None, grouping=None):
         """The samples (or batches) of logical worker ``worker`` of ``num_workers`` in the
         current epoch: exactly what ``__iter__`` yields in DataLoader worker ``worker``
         (same items, order, transform parameters, failure policy and replacements).
@@ -400,6 +410,9 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                 ``torch.empty``.
             timing: optional ``timing(stage, seconds)``, called with the seconds spent
                 gathering (``"read"``) and decoding (``"decode"``) each chunk.
+            grouping: what the stream yields, a :mod:`turboloader.data.grouping` value
+                (``batched()`` / ``bucketed()`` pass theirs); default: samples, or
+                ``Batched(batch_size)``.
 
         Raises:
             RuntimeError: epochs are automatic (no ``set_epoch`` call).
@@ -409,35 +422,30 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
             >>> with reading_as("rank0-thread1"):
             ...     for images, labels in ds.worker_stream(1, 4, batch_size=256): ...
         """
+        if grouping is None:
+            grouping = Samples() if batch_size is None else Batched(int(batch_size))
         epoch = self._epoch.value
         if epoch < 0:
-            raise RuntimeError("TarDataset.worker_stream: the streams of one pass must share "
-                               "an epoch; call set_epoch first (turboloader.DataLoader does)")
+            raise RuntimeError(f"{type(self).__name__}.worker_stream: the streams of one pass "
+                               f"must share an epoch; call set_epoch first "
+                               f"(turboloader.DataLoader does)")
+        return self._pass(worker, num_workers, epoch, grouping, out=out, timing=timing)
+
+    def _pass(self, worker, num_workers, epoch, grouping, *, process=None, out=None,
+              timing=None):
+        """One pass of logical worker stream ``worker`` of ``num_workers`` over ``epoch``,
+        whatever it yields, read top-down: the topology (this rank; the stream's name, the
+        thread's (``reading_as``) for the thread backend, ``rank{r}-{process}`` for torch's
+        processes), the stream's items (:mod:`turboloader.data.sharding`), its resume point
+        (used once; refused if taken over another grouping), then, when the returned
+        generator starts, a reader, the cursor and the grouping (:meth:`_stream`)."""
         rank, _ = _topology(self.rank, self.world_size)
-        name = stream_name(default=f"rank{rank}-stream{worker}")
-        return self._open(worker, num_workers, name, epoch, batch_size=batch_size, out=out,
-                          timing=timing)
-
-    def _open(self, worker, num_workers, name, epoch, *, batch_size=None, out=None,
-              timing=None, grouping=None):
-        if batch_size is not None and int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        name = (stream_name(default=f"rank{rank}-stream{worker}") if process is None
+                else f"rank{rank}-{process}")
         slots, samples = self._worker_items(epoch, worker, num_workers)
-        key = None if grouping is None else grouping.key()
-        resume = self._resume
-        if resume is not None and resume["epoch"] == epoch and resume.get("grouping") != key:
-            def what(k):
-                return "the dataset's samples (or batches)" if k is None else f"buckets {k}"
-
-            raise ValueError(
-                f"TarDataset: the loaded state was taken over {what(resume.get('grouping'))} "
-                f"but this pass reads {what(key)}: positions differ between the two; take "
-                f"the state from the object the loader iterates (ds.bucketed(...).state_dict "
-                f"or turboloader.DataLoader.state_dict)")
-        resume = self._take_resume(epoch, worker, num_workers)
-        return self._stream(name, slots, samples, epoch, resume,
-                            worker=worker, num_workers=num_workers, batch_size=batch_size,
-                            out=out, timing=timing, grouping=grouping)
+        resume = self._take_resume(epoch, worker, num_workers, grouping)
+        return self._stream(name, slots, samples, epoch, resume, worker=worker,
+                            num_workers=num_workers, grouping=grouping, out=out, timing=timing)
 
     def _worker_items(self, epoch, worker, num_workers):
         """``(slots, samples)`` lists of logical worker ``worker``'s pass over ``epoch``."""
@@ -460,12 +468,13 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         of what the cache holds now, so every pass, rank and resume orders alike."""
         return MIX_RAMP if (self.shard_cache is not None and self._remote) else 0.0
 
-    def _stream(self, name, slots, samples, epoch, resume, *, worker, num_workers, batch_size,
-                out, timing, grouping=None):
-        """One pass of one logical worker stream, with a reader of its own for as long as
-        it runs (see :meth:`~turboloader.data.reader.ReaderMixin._lease`): the walk
-        (:mod:`turboloader.data.stream`) grouped as samples, batches of ``batch_size``, or
-        by ``grouping`` (which orders the items into its groups first: buckets)."""
+    def _stream(self, name, slots, samples, epoch, resume, *, worker, num_workers, grouping,
+                out, timing):
+        """The walk of one pass of one logical worker stream, with a reader of its own for
+        as long as it runs (see :meth:`~turboloader.data.reader.ReaderMixin._lease`): the
+        read-ahead of remote shards, the items in the grouping's order (buckets order them
+        into their groups), the cursor (:mod:`turboloader.data.stream`), and what the
+        grouping yields from it."""
         st = self._lease(name)
         planned = False
         lineage = (id(self), worker, num_workers)
@@ -473,7 +482,7 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
             if self._remote:
                 # a resumed pass reads on from its position: the shards before it are not
                 # downloaded again (for a bucketed pass, positions are the buckets' order)
-                skip = int(resume["pos"]) if resume is not None and grouping is None else 0
+                skip = int(resume["pos"]) if resume is not None and grouping.key is None else 0
                 st.upcoming = self._shard_order(samples[skip:])
                 # network I/O ahead of the decode threads, in reading order: the node cache
                 # downloads the first window's shards at once, then ``prefetch`` at a time;
@@ -489,20 +498,11 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                     fetch_pool().plan(st, [u for u in st.upcoming + after if is_remote(u)],
                                       lineage=lineage)
                     planned = True
-            if grouping is not None:
-                order, groups, decoders = grouping.layout(st, samples)
-                slots = [slots[i] for i in order]
-                samples = [samples[i] for i in order]
+            slots, samples, groups = grouping.arrange(self, st, slots, samples)
             cursor = _Cursor(self, st, slots, samples, epoch, worker=worker,
                              num_workers=num_workers, resume=resume)
-            if grouping is not None:
-                cursor.progress["grouping"] = grouping.key()
-                yield from stream.grouped(cursor, groups, decoders, grouping.batch_size, out,
-                                          timing)
-            elif batch_size is None:
-                yield from stream.samples(cursor, timing)
-            else:
-                yield from stream.batches(cursor, int(batch_size), out, timing)
+            cursor.progress["grouping"] = grouping.key
+            yield from grouping.walk(cursor, groups, out, timing)
         finally:
             if planned:
                 fetch_pool().forget(st, keep_for=lineage)
@@ -596,91 +596,32 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                 f"cache={self.cache_bytes or None}, on_error={self.policy.on_error!r})")
 
 
-class TarBatches(torch.utils.data.IterableDataset):
+class TarBatches(GroupedView):
     """A :class:`TarDataset` that yields ``[images, labels]`` batches (see
-    :meth:`TarDataset.batched`). Attributes not defined here are the dataset's."""
+    :meth:`TarDataset.batched`): the dataset with a :class:`~turboloader.data.grouping.Batched`
+    grouping. Attributes not defined here are the dataset's."""
+
+    grouping: Batched
 
     def __init__(self, dataset, batch_size, *, drop_last=False, num_workers=None):
-        if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.dataset = dataset
-        self.batch_size = int(batch_size)
-        self.drop_last = bool(drop_last)
+        super().__init__(dataset, Batched(int(batch_size), drop_last=bool(drop_last)))
         self.num_workers = num_workers
 
-    def __getattr__(self, name):
-        if name == "dataset":
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch."""
+        return self.grouping.size
 
-    # the thread backend's protocol (turboloader.loader.protocol): whole batches per stream
-    yields_batches = True
-
-    def worker_sizes(self, num_workers):
-        """Samples each logical worker stream yields per epoch (the dataset's shares)."""
-        return self.dataset.worker_sizes(num_workers)
-
-    def worker_stream(self, worker, num_workers, *, batch_size=None, out=None, timing=None):
-        """The batches of logical worker ``worker`` (see :meth:`TarDataset.worker_stream`
-        with this object's ``batch_size``), its short last one dropped with ``drop_last``."""
-        B = self.batch_size
-        for batch in self.dataset.worker_stream(worker, num_workers, batch_size=B, out=out,
-                                                timing=timing):
-            if self.drop_last and len(batch[1]) < B:
-                return
-            yield batch
-
-    def state_dict(self, *, batches=None, batch_size=None, num_workers=None, drop_last=False,
-                   delivered=None) -> dict:
-        """The dataset's :meth:`TarDataset.state_dict` (batches of a stream are its samples in
-        order, so the state is the same), with ``batches=k`` counted in this object's
-        batches: ``batch_size`` and ``drop_last`` are this object's (a loader over it has
-        ``batch_size=None``); ``batch_size=``, when given, must agree.
-
-        Raises:
-            ValueError: a ``batch_size`` other than this object's, or what the dataset's
-                ``state_dict`` raises."""
-        if batches is not None:
-            if batch_size is not None and int(batch_size) != self.batch_size:
-                raise ValueError(f"TarBatches.state_dict: batch_size={batch_size} but these "
-                                 f"batches hold {self.batch_size}")
-            batch_size, drop_last = self.batch_size, self.drop_last
-        return self.dataset.state_dict(batches=batches, batch_size=batch_size,
-                                       num_workers=num_workers, drop_last=drop_last,
-                                       delivered=delivered)
-
-    def load_state_dict(self, state: dict) -> None:
-        """The dataset's :meth:`TarDataset.load_state_dict` (a state of its samples or of
-        these batches: the positions are the same)."""
-        self.dataset.load_state_dict(state)
+    @property
+    def drop_last(self) -> bool:
+        """Each worker stream's last partial batch is dropped."""
+        return self.grouping.drop_last
 
     def __len__(self) -> int:
         """Batches per rank per epoch, for ``num_workers`` streams (one when not given)."""
         B = self.batch_size
         sizes = self.dataset.worker_sizes(max(1, int(self.num_workers or 0)))
         return sum(n // B if self.drop_last else -(-n // B) for n in sizes)
-
-    def __iter__(self):
-        ds = self.dataset
-        info = torch.utils.data.get_worker_info()
-        epoch = ds._pass_epoch()
-        ds._last_pass = epoch
-        rank, _ = _topology(ds.rank, ds.world_size)
-        if info is None:
-            worker, W, name = 0, 1, f"rank{rank}-main"
-            pool = None
-        else:
-            worker, W = ds._rotated(info, epoch), info.num_workers
-            name = f"rank{rank}-worker{info.id}"
-            pool = shared_pool()  # the batch crosses to the main process by handle
-        B = self.batch_size
-        for batch in ds._open(worker, W, name, epoch, batch_size=B,
-                              out=pool and pool.get):
-            if self.drop_last and len(batch[1]) < B:
-                return
-            if pool is not None:
-                stream.send(ds, batch, pool)
-            yield batch
 
     def __repr__(self):
         return f"TarBatches({self.dataset!r}, batch_size={self.batch_size})"
