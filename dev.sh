@@ -63,6 +63,11 @@ fi
 
 case "$job" in
   demo)  exec "$venv/bin/turboloader" demo "$@" ;;
-  test)  exec "$venv/bin/python" -m pytest "$@" ;;   # pytest exits 5 when no test ran
+  # two pytest processes (pytest-xdist): most tests wait on subprocesses, servers and worker
+  # processes, so two share the cores well; --dist loadgroup keeps each xdist_group on one
+  # process (tests sharing a costly fixture, or writing the checkout's build files).
+  # TURBOLOADER_TEST_PROCESSES=0 runs it in this process (pytest's own -n also overrides)
+  test)  exec "$venv/bin/python" -m pytest -n "${TURBOLOADER_TEST_PROCESSES:-2}" --dist loadgroup \
+           "$@" ;;   # pytest exits 5 when no test ran
   shell) exec env VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" "${SHELL:-bash}" ;;
 esac

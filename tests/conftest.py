@@ -11,13 +11,18 @@ import os
 os.environ.setdefault("MKL_CBWR", "AVX2")
 
 # turboloader's node-local caches (the remote shards' sample counts) go to a folder of this
-# run, not the user's ~/.cache: a count cached by one test must not answer another's
-if "TURBOLOADER_CACHE" not in os.environ:
+# run, not the user's ~/.cache: a count cached by one test must not answer another's. Each
+# pytest-xdist worker makes its own (a worker inherits the controller's environment, so the
+# controller's folder is replaced, never shared by two processes running tests at once)
+if "TURBOLOADER_CACHE" not in os.environ or (
+        os.environ.get("PYTEST_XDIST_WORKER")
+        and os.environ.get("_TURBOLOADER_TEST_CACHE_OF") != os.environ["PYTEST_XDIST_WORKER"]):
     import atexit
     import shutil
     import tempfile
 
     os.environ["TURBOLOADER_CACHE"] = tempfile.mkdtemp(prefix="turboloader-test-cache-")
+    os.environ["_TURBOLOADER_TEST_CACHE_OF"] = os.environ.get("PYTEST_XDIST_WORKER", "")
     atexit.register(shutil.rmtree, os.environ["TURBOLOADER_CACHE"], True)
 
 

