@@ -443,9 +443,15 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         name = (stream_name(default=f"rank{rank}-stream{worker}") if process is None
                 else f"rank{rank}-{process}")
         slots, samples = self._worker_items(epoch, worker, num_workers)
+        # streamed remote shards: the next epoch's first ones are read ahead (see _stream);
+        # known only when epochs are numbered (set_epoch), not for automatic epoch words
+        after = []
+        if self._remote and self.shard_cache is None and 0 <= epoch < AUTO_EPOCH - 1:
+            after = self._shard_order(self._worker_items(epoch + 1, worker, num_workers)[1])
         resume = self._take_resume(epoch, worker, num_workers, grouping)
         return self._stream(name, slots, samples, epoch, resume, worker=worker,
-                            num_workers=num_workers, grouping=grouping, out=out, timing=timing)
+                            num_workers=num_workers, grouping=grouping, out=out, timing=timing,
+                            after=after[:_NEXT_EPOCH_AHEAD])
 
     def _worker_items(self, epoch, worker, num_workers):
         """``(slots, samples)`` lists of logical worker ``worker``'s pass over ``epoch``."""
@@ -469,7 +475,7 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         return MIX_RAMP if (self.shard_cache is not None and self._remote) else 0.0
 
     def _stream(self, name, slots, samples, epoch, resume, *, worker, num_workers, grouping,
-                out, timing):
+                out, timing, after=()):
         """The walk of one pass of one logical worker stream, with a reader of its own for
         as long as it runs (see :meth:`~turboloader.data.reader.ReaderMixin._lease`): the
         read-ahead of remote shards, the items in the grouping's order (buckets order them
@@ -493,9 +499,7 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                 if self.shard_cache is not None:
                     self.shard_cache.prefetch(st.upcoming, at_once=self.mix_shards, stream=name)
                 else:
-                    _, after = self._worker_items(epoch + 1, worker, num_workers)
-                    after = self._shard_order(after)[:_NEXT_EPOCH_AHEAD]
-                    fetch_pool().plan(st, [u for u in st.upcoming + after if is_remote(u)],
+                    fetch_pool().plan(st, [u for u in st.upcoming + list(after) if is_remote(u)],
                                       lineage=lineage)
                     planned = True
             slots, samples, groups = grouping.arrange(self, st, slots, samples)
