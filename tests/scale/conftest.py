@@ -68,7 +68,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _wait_port(port, proc=None, timeout=60):
+def _wait_port(port, proc=None, timeout=180):
     import socket
     import time
 
