@@ -73,10 +73,8 @@ def test_the_count_of_unannotated_public_signatures_only_goes_down():
     assert len(missing) <= RATCHET, "\n".join(missing)
 
 
-# public callables with a parameter still unannotated (124 when this test came): the
-# constructors of TarDataset, TarBatches, TarBuckets and delivered_counts, which another change
-# of issue 41 (one pass) rewrites
-RATCHET = 4
+# public callables with a parameter still unannotated (124 when this test came; none now)
+RATCHET = 0
 
 
 def test_the_protocols_are_declared_and_annotated():

@@ -42,6 +42,7 @@ backend runs the same worker streams in threads).
 
 from __future__ import annotations
 
+from typing import Any
 import math
 
 import numpy as np
@@ -281,7 +282,8 @@ class TarBuckets(GroupedView):
 
     grouping: Bucketed
 
-    def __init__(self, dataset, batch_size, buckets, *, transform=None, drop_last=False):
+    def __init__(self, dataset: Any, batch_size: int, buckets: Any, *, transform: Any = None,
+                 drop_last: bool = False) -> None:
         grouping = Bucketed(batch_size, buckets, transform=transform, drop_last=drop_last)
         grouping.check(dataset)
         super().__init__(dataset, grouping)

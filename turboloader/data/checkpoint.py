@@ -13,6 +13,7 @@ skipped, reported before the batch that skips them was handed out.
 
 from __future__ import annotations
 
+from typing import Any
 import os
 
 import torch.utils.data
@@ -96,7 +97,8 @@ def _shard_diff(names, sizes, my_names, my_sizes):
     return out
 
 
-def delivered_counts(sizes, batches, batch_size, *, drop_last=False):
+def delivered_counts(sizes: Any, batches: int, batch_size: int, *,
+                     drop_last: bool = False) -> tuple[list[int], int]:
     """Samples each worker stream has delivered after ``batches`` batches of a torch
     DataLoader over an iterable dataset, and the stream the next batch comes from.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import warnings
 
 import numpy as np
@@ -167,12 +168,15 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
 
     _image_exts: tuple[str, ...] | None = None  # the member extensions of a sample's "image" (None: image files)
 
-    def __init__(self, urls, transform=None, target_transform=None, *, shuffle=True, seed=0,
-                 label_key="label", missing_label=None, rank=None, world_size=None, pad=True,
-                 cache=None,
-                 cache_short_side=None, on_error="raise", max_failures=0.01,
-                 max_pixels=DEFAULT_MAX_PIXELS, stats_interval=256, mix_shards=16,
-                 shard_cache=None, shard_sizes=None, strict_tar=False, fields=None):
+    def __init__(self, urls: Any, transform: Any = None, target_transform: Any = None, *,
+                 shuffle: bool = True, seed: int = 0, label_key: Any = "label",
+                 missing_label: Any = None, rank: int | None = None,
+                 world_size: int | None = None, pad: bool = True, cache: Any = None,
+                 cache_short_side: int | None = None, on_error: Any = "raise",
+                 max_failures: Any = 0.01, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                 stats_interval: int = 256, mix_shards: int = 16, shard_cache: Any = None,
+                 shard_sizes: Any = None, strict_tar: bool = False,
+                 fields: Any = None) -> None:
         super().__init__()
         from turboloader.data.fields import Fields
 
@@ -185,7 +189,7 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                              "with fields=, transform the fields you get instead")
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank and world_size, or neither")
-        if world_size is not None and not 0 <= rank < world_size:
+        if world_size is not None and rank is not None and not 0 <= rank < world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         self._init_reader(transform, target_transform, seed=seed, cache=cache,
                           cache_short_side=cache_short_side, on_error=on_error,
@@ -231,7 +235,7 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                 else:
                     n = self._io.count(url)
             except (TarFormatError, RemoteShardError) as exc:
-                exc.add_note(f"while counting the samples of shard {url!r}")
+                exc.add_note(f"while counting the samples of shard {url!r}")  # type: ignore[union-attr]  # 3.11+
                 if self.policy.on_error == "raise":
                     raise
                 warnings.warn(f"TarDataset: leaving out malformed shard {url!r}: {exc}",
@@ -607,7 +611,8 @@ class TarBatches(GroupedView):
 
     grouping: Batched
 
-    def __init__(self, dataset, batch_size, *, drop_last=False, num_workers=None):
+    def __init__(self, dataset: Any, batch_size: int, *, drop_last: bool = False,
+                 num_workers: int | None = None) -> None:
         super().__init__(dataset, Batched(int(batch_size), drop_last=bool(drop_last)))
         self.num_workers = num_workers
 
