@@ -90,17 +90,18 @@ def test_image_folder_seeded_sampler(folder):
 
 
 def test_samples_are_decoded_into_the_batch(shards, monkeypatch):
-    """One batch call writes the rows of the batch tensor itself (no copy after)."""
-    from turboloader.transforms._plan import Plan
+    """One batch call writes the rows of the batch tensor itself (no copy after): the
+    sample step hands the batch tensor to the executor's ``run_batch``."""
+    from turboloader.decode import executor
 
     rows = {}
-    real = Plan.run_batch
+    real = executor.run_batch
 
-    def spy(self, sources, params, out, /, **kw):
+    def spy(sources, params, out, /, **kw):
         rows.setdefault(out.data_ptr(), set()).update(int(r) for r in kw["rows"])
-        return real(self, sources, params, out, **kw)
+        return real(sources, params, out, **kw)
 
-    monkeypatch.setattr(Plan, "run_batch", spy)
+    monkeypatch.setattr(executor, "run_batch", spy)
     ds = TarDataset(shards, FLOAT)
     got = batches(ds, "threads", batch_size=4, num_workers=2)
     for images, _ in got:
