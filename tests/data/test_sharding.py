@@ -237,9 +237,16 @@ def test_mix_shards_bounds_the_shards_a_worker_interleaves(fixed):
 
 # -- the first window's ramp (a ShardCache's cold pass) ------------------------------------
 
-@pytest.mark.parametrize("sizes,world,workers", CASES + [([7, 5, 9, 6, 8, 4, 7], 2, 2)])
-@pytest.mark.parametrize("fixed", [False, True])
-@pytest.mark.parametrize("mix", [2, 16])
+# with fixed=True the windows are read in a permuted order, so where a worker's piece has more
+# than one window the first one read is not the piece's first (the oracle below): those
+# combinations are not generated
+_RAMP_CASES = [(sizes, world, workers, fixed, mix)
+               for sizes, world, workers in CASES + [([7, 5, 9, 6, 8, 4, 7], 2, 2)]
+               for fixed in (False, True) for mix in (2, 16)
+               if not (fixed and mix < len(sizes))]
+
+
+@pytest.mark.parametrize("sizes,world,workers,fixed,mix", _RAMP_CASES)
 def test_ramp_keeps_each_readers_samples_and_ramps_its_first_window(sizes, world, workers,
                                                                      fixed, mix):
     """The ramp only reorders within a reader: every (rank, worker) reads the very samples
@@ -247,8 +254,6 @@ def test_ramp_keeps_each_readers_samples_and_ramps_its_first_window(sizes, world
     unramped ones; in the first window read, shard ``k`` in order of first use appears no
     earlier than ``floor(ramp * samples of the shards before it)``; with ``fixed=False`` the
     windows after the first are unchanged; ``ramp=1`` reads the window shard by shard."""
-    if fixed and mix < len(sizes):
-        pytest.skip("fixed windows are read in a permuted order: the piece order is not the oracle's")
     offsets = np.cumsum([0] + sizes)
     for r, w, pad in itertools.product(range(world), range(workers), (True, False)):
         kw = dict(seed=3, epoch=2, rank=r, world_size=world, worker=w, num_workers=workers,
