@@ -6,13 +6,11 @@ from libc.stdint cimport uint8_t
 
 
 # dst[c, y, x] = src[y, x', c] * scale[c] + bias[c], x' = w-1-x when flip; 3-channel src.
-# dst is 3 planes `plane` (>= h*w) floats apart, each h contiguous rows of w: a whole image
-# (plane = h*w) or a band of rows of a larger one (dst at the band's first row, plane the
-# image's h*w).
+# dst is 3 contiguous planes of h*w floats.
 cdef int normalize_chw_f32(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_stride,
-                           float* dst, Py_ssize_t plane, const float* scale, const float* bias,
+                           float* dst, const float* scale, const float* bias,
                            bint flip) noexcept nogil
 
-# dst[c, y, x] = src[y, x', c]; 3-channel src; dst planes as above, of bytes.
+# dst[c, y, x] = src[y, x', c]; 3-channel src; dst is 3 contiguous planes of h*w bytes.
 cdef int chw_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_stride,
-                uint8_t* dst, Py_ssize_t plane, bint flip) noexcept nogil
+                uint8_t* dst, bint flip) noexcept nogil

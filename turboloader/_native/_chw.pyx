@@ -17,32 +17,32 @@ from turboloader._native._cpu cimport isa_level
 
 cdef extern from "chw_kernels.h" nogil:
     void tl_normalize_chw_f32(const uint8_t* src, Py_ssize_t h, Py_ssize_t w,
-                              Py_ssize_t src_stride, float* dst, Py_ssize_t plane,
-                              const float* scale, const float* bias, int flip, int isa)
+                              Py_ssize_t src_stride, float* dst, const float* scale,
+                              const float* bias, int flip, int isa)
     void tl_chw_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_stride,
-                   uint8_t* dst, Py_ssize_t plane, int flip, int isa)
+                   uint8_t* dst, int flip, int isa)
 
 
 cdef int normalize_chw_f32(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_stride,
-                           float* dst, Py_ssize_t plane, const float* scale, const float* bias,
+                           float* dst, const float* scale, const float* bias,
                            bint flip) noexcept nogil:
     """3-channel HWC uint8 -> CHW float32 planes, in * scale[c] + bias[c] (no GIL)."""
     if src == NULL or dst == NULL or scale == NULL or bias == NULL or h <= 0 or w <= 0:
         return IMGPROC_EBADSIZE
-    if src_stride < 3 * w or plane < h * w:
+    if src_stride < 3 * w:
         return IMGPROC_ESTRIDE
-    tl_normalize_chw_f32(src, h, w, src_stride, dst, plane, scale, bias, flip, isa_level())
+    tl_normalize_chw_f32(src, h, w, src_stride, dst, scale, bias, flip, isa_level())
     return IMGPROC_OK
 
 
 cdef int chw_u8(const uint8_t* src, Py_ssize_t h, Py_ssize_t w, Py_ssize_t src_stride,
-                uint8_t* dst, Py_ssize_t plane, bint flip) noexcept nogil:
+                uint8_t* dst, bint flip) noexcept nogil:
     """3-channel HWC uint8 -> CHW uint8 planes (no GIL)."""
     if src == NULL or dst == NULL or h <= 0 or w <= 0:
         return IMGPROC_EBADSIZE
-    if src_stride < 3 * w or plane < h * w:
+    if src_stride < 3 * w:
         return IMGPROC_ESTRIDE
-    tl_chw_u8(src, h, w, src_stride, dst, plane, flip, isa_level())
+    tl_chw_u8(src, h, w, src_stride, dst, flip, isa_level())
     return IMGPROC_OK
 
 
@@ -111,8 +111,7 @@ def normalize_chw_into(const uint8_t[:, :, :] src not None, float[:, :, ::1] dst
         scale[c] = <float>(1.0 / (255.0 * sd[c]))
         bias[c] = <float>(-m[c] / sd[c])
     with nogil:
-        st = normalize_chw_f32(&src[0, 0, 0], H, W, stride, &dst[0, 0, 0], H * W, scale, bias,
-                               flip)
+        st = normalize_chw_f32(&src[0, 0, 0], H, W, stride, &dst[0, 0, 0], scale, bias, flip)
     if st != IMGPROC_OK:
         raise_status(st, "normalize")
 
@@ -129,6 +128,6 @@ def chw_into(const uint8_t[:, :, :] src not None, uint8_t[:, :, ::1] dst not Non
     cdef Py_ssize_t stride = _row_stride(src, dst.shape[0], dst.shape[1], dst.shape[2],
                                          "to_chw")
     with nogil:
-        st = chw_u8(&src[0, 0, 0], H, W, stride, &dst[0, 0, 0], H * W, flip)
+        st = chw_u8(&src[0, 0, 0], H, W, stride, &dst[0, 0, 0], flip)
     if st != IMGPROC_OK:
         raise_status(st, "to_chw")

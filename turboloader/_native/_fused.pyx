@@ -34,7 +34,7 @@ from turboloader._native._common cimport (
     IMGPROC_EARG, IMGPROC_EBADSIZE, IMGPROC_EBOUNDS, IMGPROC_EPLAN, IMGPROC_ESTRIDE, IMGPROC_OK,
 )
 from turboloader._native._resample cimport (
-    ResamplePlan, resample_plan_init_in, resample_plan_size, resample_run, resample_run_bands,
+    ResamplePlan, resample_plan_init_in, resample_plan_size, resample_run,
 )
 from turboloader._native.jpeg_shim cimport (
     TL_ERR_ARG, TL_MSG_LEN, TL_OK, TL_RST_SCRATCH, TL_WIDE_MARGIN, tl_jpeg_decode_wide_rst,
@@ -56,7 +56,6 @@ HUE = 3
 cdef enum:
     MAX_OPS = 8
     ALIGN = 64
-    BAND = 8        # output rows per band of resample_run_bands (8 x 224 x 3 bytes: in L1)
 
 # A thread's scratch buffer larger than this is freed after its batch: one huge image must
 # not hold its memory for the runner's lifetime (ordinary photos stay far below it).
@@ -178,7 +177,6 @@ cdef void _sample(_Sample* s, const _Common* c, _Scratch* sc) noexcept nogil:
     # s.kstatus, s.n_warnings and the messages. No GIL; no allocation outside libjpeg's own.
     # Re-checks every invariant its memory accesses depend on (the callers checked them too).
     cdef ResamplePlan plan
-    cdef _Band band
     cdef const uint8_t* wpix
     cdef const uint8_t* pixels
     cdef Py_ssize_t wstride, stride, y
@@ -228,14 +226,6 @@ cdef void _sample(_Sample* s, const _Common* c, _Scratch* sc) noexcept nogil:
     else:
         wpix, wstride = s.arr + s.wy * s.arr_stride + <Py_ssize_t>s.wx * 3, s.arr_stride
     pixels, stride = wpix, wstride
-    if not identity and s.n_ops == 0:
-        # the CHW write runs band by band behind the resampler's vertical pass, on rows
-        # still in the cache (same pixels as resampling whole, then writing)
-        band.s = s
-        band.c = c
-        s.kstatus = resample_run_bands(&plan, wpix, wstride, sc.resized, c.ow * 3, BAND,
-                                       _chw_band, &band)
-        return
     if not identity:
         s.kstatus = resample_run(&plan, wpix, wstride, sc.resized, c.ow * 3)
         pixels, stride = sc.resized, c.ow * 3
@@ -249,28 +239,11 @@ cdef void _sample(_Sample* s, const _Common* c, _Scratch* sc) noexcept nogil:
         s.kstatus = _colour(s.ops[i], <uint8_t*>pixels, c.oh, c.ow, stride, s.factors[i])
         i += 1
     if s.kstatus == IMGPROC_OK:
-        s.kstatus = _chw_rows(s, c, pixels, stride, 0, c.oh)
-
-
-cdef struct _Band:
-    # what _chw_band writes to: the sample's slot, the call's normalization
-    const _Sample* s
-    const _Common* c
-
-
-cdef int _chw_rows(const _Sample* s, const _Common* c, const uint8_t* rows, Py_ssize_t stride,
-                   Py_ssize_t y0, Py_ssize_t n) noexcept nogil:
-    # output rows y0 .. y0 + n - 1 (HWC, `rows`) into the sample's CHW slot
-    if s.fout != NULL:
-        return normalize_chw_f32(rows, n, c.ow, stride, s.fout + y0 * c.ow, c.oh * c.ow,
-                                 c.scale, c.bias, s.flip)
-    return chw_u8(rows, n, c.ow, stride, s.uout + y0 * c.ow, c.oh * c.ow, s.flip)
-
-
-cdef int _chw_band(void* ctx, const uint8_t* rows, Py_ssize_t stride, Py_ssize_t y0,
-                   Py_ssize_t n) noexcept nogil:
-    cdef _Band* b = <_Band*>ctx
-    return _chw_rows(b.s, b.c, rows, stride, y0, n)
+        if s.fout != NULL:
+            s.kstatus = normalize_chw_f32(pixels, c.oh, c.ow, stride, s.fout, c.scale, c.bias,
+                                          s.flip)
+        else:
+            s.kstatus = chw_u8(pixels, c.oh, c.ow, stride, s.uout, s.flip)
 
 
 cdef str _kernel_text(int kstatus):

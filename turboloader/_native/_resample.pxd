@@ -60,22 +60,6 @@ cdef void resample_plan_free(ResamplePlan* p) noexcept nogil
 cdef int resample_run(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_stride,
                       uint8_t* dst, Py_ssize_t dst_stride) noexcept nogil
 
-# What resample_run_bands hands each band of output rows to: `rows` holds n rows (y0 ..
-# y0 + n - 1 of the output), `stride` bytes apart. Returns IMGPROC_OK or a negative status,
-# which stops the run and is returned by it.
-ctypedef int (*resample_sink)(void* ctx, const uint8_t* rows, Py_ssize_t stride, Py_ssize_t y0,
-                              Py_ssize_t n) noexcept nogil
-
-# resample_run, the output handed to `sink` band by band instead of kept whole: with a
-# vertical pass, bands of `band` rows, each written to the first rows of dst (which the sink
-# reads while they are still in the L1 cache, e.g. normalize to CHW floats), so that the
-# last step runs interleaved with the resampling; without one, the whole output in dst and
-# one sink call. dst has room for out_h rows (dst_stride apart) either way. Same pixels as
-# resample_run. No GIL needed.
-cdef int resample_run_bands(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_stride,
-                            uint8_t* dst, Py_ssize_t dst_stride, Py_ssize_t band,
-                            resample_sink sink, void* ctx) noexcept nogil
-
 # Copy the window (top, left, out_h, out_w) of src (src_h x src_w) into dst.
 cdef int crop_u8(const uint8_t* src, Py_ssize_t src_h, Py_ssize_t src_w, Py_ssize_t src_stride,
                  Py_ssize_t top, Py_ssize_t left, Py_ssize_t out_h, Py_ssize_t out_w,

@@ -378,10 +378,11 @@ cdef void _nearest(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_str
                     drow[C * xx + c] = srow[o + c]
 
 
-cdef int _run_check(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_stride,
-                    uint8_t* dst, Py_ssize_t dst_stride) noexcept nogil:
-    # the invariants resample_run and resample_run_bands rely on
-    cdef Py_ssize_t rowlen
+cdef int resample_run(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_stride,
+                      uint8_t* dst, Py_ssize_t dst_stride) noexcept nogil:
+    """Run a plan on src into dst (no GIL); returns IMGPROC_OK or a negative status."""
+    cdef Py_ssize_t y, rowlen
+    cdef int isa = isa_level()
     if p == NULL or src == NULL or dst == NULL:
         return IMGPROC_EPLAN
     if p.in_h <= 0 or p.in_w <= 0 or p.out_h <= 0 or p.out_w <= 0:
@@ -394,6 +395,7 @@ cdef int _run_check(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_st
     if p.filter == FILTER_NEAREST:
         if p.xin == NULL or p.yin == NULL:
             return IMGPROC_EPLAN
+        _nearest(p, src, src_stride, dst, dst_stride)
         return IMGPROC_OK
     if p.ky == NULL or p.by == NULL:
         return IMGPROC_EPLAN
@@ -404,21 +406,6 @@ cdef int _run_check(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_st
     if p.need_h and p.need_v:
         if p.y_first < 0 or p.y_first + p.y_rows > p.in_h:
             return IMGPROC_EPLAN
-    return IMGPROC_OK
-
-
-cdef int resample_run(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_stride,
-                      uint8_t* dst, Py_ssize_t dst_stride) noexcept nogil:
-    """Run a plan on src into dst (no GIL); returns IMGPROC_OK or a negative status."""
-    cdef Py_ssize_t y, rowlen
-    cdef int isa = isa_level()
-    cdef int st = _run_check(p, src, src_stride, dst, dst_stride)
-    if st != IMGPROC_OK:
-        return st
-    rowlen = p.out_w * p.channels
-    if p.filter == FILTER_NEAREST:
-        _nearest(p, src, src_stride, dst, dst_stride)
-    elif p.need_h and p.need_v:
         tl_resample_hpass(src + p.y_first * src_stride, src_stride, p.y_rows, p.tmp, rowlen,
                           p.out_w, p.in_w, p.channels, p.kx, p.bx, p.ksize_x, isa)
         tl_resample_vpass(p.tmp, rowlen, dst, dst_stride, p.out_h, rowlen, p.ky, p.by,
@@ -432,44 +419,6 @@ cdef int resample_run(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_
     else:
         for y in range(p.out_h):
             memcpy(dst + y * dst_stride, src + y * src_stride, rowlen)
-    return IMGPROC_OK
-
-
-cdef int resample_run_bands(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_stride,
-                            uint8_t* dst, Py_ssize_t dst_stride, Py_ssize_t band,
-                            resample_sink sink, void* ctx) noexcept nogil:
-    """resample_run with the output handed to sink band by band (no GIL); see _resample.pxd."""
-    cdef Py_ssize_t y0, n, rowlen
-    cdef int isa = isa_level()
-    cdef const uint8_t* vsrc
-    cdef Py_ssize_t vstride
-    cdef int st
-    if sink == NULL or band <= 0:
-        return IMGPROC_EARG
-    if p == NULL or p.filter == FILTER_NEAREST or not p.need_v:
-        st = resample_run(p, src, src_stride, dst, dst_stride)
-        if st != IMGPROC_OK:
-            return st
-        return sink(ctx, dst, dst_stride, 0, p.out_h)
-    st = _run_check(p, src, src_stride, dst, dst_stride)
-    if st != IMGPROC_OK:
-        return st
-    rowlen = p.out_w * p.channels
-    vsrc, vstride = src, src_stride
-    if p.need_h:
-        tl_resample_hpass(src + p.y_first * src_stride, src_stride, p.y_rows, p.tmp, rowlen,
-                          p.out_w, p.in_w, p.channels, p.kx, p.bx, p.ksize_x, isa)
-        vsrc, vstride = p.tmp, rowlen
-    y0 = 0
-    while y0 < p.out_h:
-        n = band if band < p.out_h - y0 else p.out_h - y0
-        # output rows y0 .. y0 + n - 1: their coefficient rows and bounds
-        tl_resample_vpass(vsrc, vstride, dst, dst_stride, n, rowlen, p.ky + y0 * p.ksize_y,
-                          p.by + 2 * y0, p.ksize_y, p.acc, isa)
-        st = sink(ctx, dst, dst_stride, y0, n)
-        if st != IMGPROC_OK:
-            return st
-        y0 += n
     return IMGPROC_OK
 
 

@@ -69,8 +69,9 @@ TL_INLINE void chw_span(const uint8_t *TL_RESTRICT row, ptrdiff_t x0, ptrdiff_t 
 }
 
 static void normalize_baseline(const uint8_t *src, ptrdiff_t h, ptrdiff_t w, ptrdiff_t stride,
-                               ptrdiff_t plane, float *dst, const float *scale, const float *bias, int flip)
+                               float *dst, const float *scale, const float *bias, int flip)
 {
+    const ptrdiff_t plane = h * w;
     for (ptrdiff_t y = 0; y < h; y++) {
         float *d0 = dst + y * w;
         normalize_span(src + y * stride, 0, w, w, d0, d0 + plane, d0 + 2 * plane, scale, bias,
@@ -79,8 +80,9 @@ static void normalize_baseline(const uint8_t *src, ptrdiff_t h, ptrdiff_t w, ptr
 }
 
 static void chw_baseline(const uint8_t *src, ptrdiff_t h, ptrdiff_t w, ptrdiff_t stride,
-                         ptrdiff_t plane, uint8_t *dst, int flip)
+                         uint8_t *dst, int flip)
 {
+    const ptrdiff_t plane = h * w;
     for (ptrdiff_t y = 0; y < h; y++) {
         uint8_t *d0 = dst + y * w;
         chw_span(src + y * stride, 0, w, w, d0, d0 + plane, d0 + 2 * plane, flip);
@@ -121,9 +123,10 @@ static void widen_masks(uint8_t masks[3][2][16], int flip)
 /* ---- SSSE3 + SSE4.1 ------------------------------------------------------------------------ */
 
 TL_TARGET_SSE41 static void normalize_sse41(const uint8_t *src, ptrdiff_t h, ptrdiff_t w,
-                                            ptrdiff_t stride, ptrdiff_t plane, float *dst,
-                                            const float *scale, const float *bias, int flip)
+                                            ptrdiff_t stride, float *dst, const float *scale,
+                                            const float *bias, int flip)
 {
+    const ptrdiff_t plane = h * w;
     uint8_t mb[3][2][16];
     widen_masks(mb, flip);
     const __m128i m00 = _mm_loadu_si128((const __m128i *)mb[0][0]);
@@ -168,8 +171,9 @@ TL_TARGET_SSE41 static void normalize_sse41(const uint8_t *src, ptrdiff_t h, ptr
 }
 
 TL_TARGET_SSE41 static void chw_sse41(const uint8_t *src, ptrdiff_t h, ptrdiff_t w,
-                                      ptrdiff_t stride, ptrdiff_t plane, uint8_t *dst, int flip)
+                                      ptrdiff_t stride, uint8_t *dst, int flip)
 {
+    const ptrdiff_t plane = h * w;
     uint8_t mb[3][3][16];
     byte_masks(mb, flip);
     __m128i m[3][3];
@@ -212,11 +216,12 @@ TL_TARGET_AVX2 TL_INLINE __m256i load_lanes(const uint8_t *lo, const uint8_t *hi
 }
 
 TL_TARGET_AVX2 static void normalize_avx2(const uint8_t *src, ptrdiff_t h, ptrdiff_t w,
-                                          ptrdiff_t stride, ptrdiff_t plane, float *dst,
-                                          const float *scale, const float *bias, int flip)
+                                          ptrdiff_t stride, float *dst, const float *scale,
+                                          const float *bias, int flip)
 {
     /* one 8-pixel block per step, its two loads in the two 128-bit lanes (swapped when
      * flipped): one vpshufb per channel gives the channel's 8 int32 in output order */
+    const ptrdiff_t plane = h * w;
     uint8_t mb[3][2][16];
     widen_masks(mb, flip);
     const __m256i m0 = _mm256_loadu_si256((const __m256i *)mb[0]);
@@ -255,9 +260,10 @@ TL_TARGET_AVX2 static void normalize_avx2(const uint8_t *src, ptrdiff_t h, ptrdi
 }
 
 TL_TARGET_AVX2 static void chw_avx2(const uint8_t *src, ptrdiff_t h, ptrdiff_t w,
-                                    ptrdiff_t stride, ptrdiff_t plane, uint8_t *dst, int flip)
+                                    ptrdiff_t stride, uint8_t *dst, int flip)
 {
     /* 32 pixels per step: two 16-pixel blocks, one per 128-bit lane */
+    const ptrdiff_t plane = h * w;
     uint8_t mb[3][3][16];
     byte_masks(mb, flip);
     __m256i m[3][3];
@@ -295,36 +301,35 @@ TL_TARGET_AVX2 static void chw_avx2(const uint8_t *src, ptrdiff_t h, ptrdiff_t w
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 void tl_normalize_chw_f32(const uint8_t *src, ptrdiff_t h, ptrdiff_t w, ptrdiff_t src_stride,
-                          float *dst, ptrdiff_t plane, const float *scale, const float *bias,
-                          int flip, int isa)
+                          float *dst, const float *scale, const float *bias, int flip, int isa)
 {
 #if TL_X86
     if (isa >= TL_ISA_AVX2) {
-        normalize_avx2(src, h, w, src_stride, plane, dst, scale, bias, flip);
+        normalize_avx2(src, h, w, src_stride, dst, scale, bias, flip);
         return;
     }
     if (isa >= TL_ISA_SSE41) {
-        normalize_sse41(src, h, w, src_stride, plane, dst, scale, bias, flip);
+        normalize_sse41(src, h, w, src_stride, dst, scale, bias, flip);
         return;
     }
 #endif
     (void)isa;
-    normalize_baseline(src, h, w, src_stride, plane, dst, scale, bias, flip);
+    normalize_baseline(src, h, w, src_stride, dst, scale, bias, flip);
 }
 
 void tl_chw_u8(const uint8_t *src, ptrdiff_t h, ptrdiff_t w, ptrdiff_t src_stride,
-               uint8_t *dst, ptrdiff_t plane, int flip, int isa)
+               uint8_t *dst, int flip, int isa)
 {
 #if TL_X86
     if (isa >= TL_ISA_AVX2 && w >= 32) {   /* narrower rows: 16-pixel blocks */
-        chw_avx2(src, h, w, src_stride, plane, dst, flip);
+        chw_avx2(src, h, w, src_stride, dst, flip);
         return;
     }
     if (isa >= TL_ISA_SSE41) {
-        chw_sse41(src, h, w, src_stride, plane, dst, flip);
+        chw_sse41(src, h, w, src_stride, dst, flip);
         return;
     }
 #endif
     (void)isa;
-    chw_baseline(src, h, w, src_stride, plane, dst, flip);
+    chw_baseline(src, h, w, src_stride, dst, flip);
 }
