@@ -1,9 +1,10 @@
-"""The fused path's last step runs band by band behind the resampler's vertical pass
-(_resample.resample_run_bands: 8 output rows at a time, each band written to CHW while in
-the cache). Oracle: the standalone kernels run whole (resample_into, then NumPy's float32
-multiply and add, or a transpose), which the fused output must equal bit for bit, at output
-heights that end on a partial band and for every pass combination (both passes, vertical
-only, horizontal only, nearest, identity), flipped or not, float32 and uint8."""
+"""The fused array path (_fused.resample_array_into: window, resample, flip, CHW write in one
+call) against the standalone kernels run one after the other (resample_into, then NumPy's
+float32 multiply and add, or a transpose): equal bit for bit for every pass combination the
+resampler plans (both passes, vertical only, horizontal only, nearest, identity), output
+heights that are not a multiple of 8 (a row-blocked write would end on a partial block),
+flipped or not, float32 and uint8. Guards any reorganisation of the fused call's last steps
+(e.g. a CHW write fused into the vertical pass)."""
 
 import numpy as np
 import pytest
@@ -58,7 +59,7 @@ CASES = [
                          ids=["nearest", "bilinear", "bicubic"])
 @pytest.mark.parametrize("flip", [False, True], ids=["noflip", "flip"])
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8], ids=["f32", "u8"])
-def test_banded_fused_output_equals_the_whole_kernels(case, filt, flip, dtype):
+def test_fused_output_equals_the_kernels_in_turn(case, filt, flip, dtype):
     (sh, sw), window, box, out_hw = case
     src = _image(sh, sw, seed=sh * 7 + out_hw[0])
     out = np.full((3, *out_hw), 77, dtype)
@@ -73,14 +74,14 @@ def test_banded_fused_output_equals_the_whole_kernels(case, filt, flip, dtype):
         np.testing.assert_array_equal(out, expected)
 
 
-def test_banded_and_colour_paths_agree():
-    # a colour op keeps the whole-image path (the op needs the resized image first); with a
-    # brightness factor of 1 it is the identity, so both paths give the same bytes
+def test_fused_with_and_without_a_colour_op_agree():
+    # a colour op runs on the resized image before the CHW write; with a brightness factor
+    # of 1 it is the identity, so both calls give the same bytes
     src = _image(120, 150, seed=3)
     kw = dict(win_x=5, win_y=7, win_w=131, win_h=101, box=(0.5, 1.25, 130.0, 99.5),
               filter=_resample.BILINEAR, flip=True, mean_scale=SCALE, bias=BIAS)
-    banded = np.empty((3, 37, 53), np.float32)
-    whole = np.empty((3, 37, 53), np.float32)
-    _fused.resample_array_into(src, banded, **kw)
-    _fused.resample_array_into(src, whole, ops=[(_fused.BRIGHTNESS, 1.0)], **kw)
-    np.testing.assert_array_equal(banded.view(np.uint32), whole.view(np.uint32))
+    plain = np.empty((3, 37, 53), np.float32)
+    with_op = np.empty((3, 37, 53), np.float32)
+    _fused.resample_array_into(src, plain, **kw)
+    _fused.resample_array_into(src, with_op, ops=[(_fused.BRIGHTNESS, 1.0)], **kw)
+    np.testing.assert_array_equal(plain.view(np.uint32), with_op.view(np.uint32))
