@@ -283,9 +283,18 @@ construct = time.perf_counter() - t0
 """ + _PEER_EPOCHS
 
 
+# --store-cpus: the CPUs the rows may use (the others are the store's); None: all
+_ROW_CPUS = None
+
+
+def _pin_row():
+    if _ROW_CPUS is not None:
+        os.sched_setaffinity(0, _ROW_CPUS)
+
+
 def _child(argv, env=None, python=None, timeout=1800):
     r = subprocess.run([python or sys.executable, *argv], capture_output=True, text=True,
-                       env=env, timeout=timeout)
+                       env=env, timeout=timeout, preexec_fn=_pin_row)
     for line in r.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -397,6 +406,10 @@ def main(argv=None):
     p.add_argument("--node-mbs", type=float, default=0.0, help="node bandwidth cap (0: none)")
     p.add_argument("--systems", default="local,remote,cache,cache-sized,webdataset,streaming")
     p.add_argument("--workdir", default=str(HERE / "data"))
+    p.add_argument("--store-cpus", type=int, default=0,
+                   help="run the S3 server and the proxy on the last N CPUs and every row on "
+                        "the others (the store on other machines, as in a cloud; default 0: "
+                        "all share every CPU)")
     p.add_argument("--json", help="also write the results here")
     # internal: the server process and the row processes
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -432,11 +445,20 @@ def main(argv=None):
         mds_made = convert_mds(shards, mds, len(names))
     serve_argv = [sys.executable, str(Path(__file__)), "--serve", "--data", str(shards),
                   "--settings", args.settings, "--node-mbs", str(args.node_mbs)]
+    store_cpus = None
+    if args.store_cpus:
+        cpus = sorted(os.sched_getaffinity(0))
+        if args.store_cpus >= len(cpus):
+            p.error(f"--store-cpus {args.store_cpus}: only {len(cpus)} CPUs here")
+        global _ROW_CPUS
+        _ROW_CPUS, store_cpus = set(cpus[:-args.store_cpus]), set(cpus[-args.store_cpus:])
     if (mds / "index.json").exists():
         serve_argv += ["--mds", str(mds)]
     srv = subprocess.Popen(serve_argv,
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True)
+                           stderr=subprocess.DEVNULL, text=True,
+                           preexec_fn=(None if store_cpus is None else
+                                       lambda: os.sched_setaffinity(0, store_cpus)))
     try:
         ready, _, _ = select.select([srv.stdout], [], [], 300)
         if not ready:
@@ -449,8 +471,13 @@ def main(argv=None):
         print(f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, "
               f"Python {platform.python_version()}, {platform.platform()}; load average "
               f"{os.getloadavg()[0]:.1f} at the start")
-        print("- the S3 server and the proxy share the machine: their CPU (last column) is "
-              "taken from the loader's")
+        if store_cpus is None:
+            print("- the S3 server and the proxy share the machine: their CPU (last column) is "
+                  "taken from the loader's")
+        else:
+            print(f"- the S3 server and the proxy run on CPU {sorted(store_cpus)}, every row "
+                  f"(local ones too) on CPU {sorted(_ROW_CPUS)}: the store's CPU is not the "
+                  f"loader's, as when it is another machine")
         print(f"- command: `python benchmarks/bench_remote.py "
               f"{' '.join(argv if argv is not None else sys.argv[1:])}`")
         results = {}
