@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from turboloader.data._buffers import as_row, shared_pool
-from turboloader.data.reader import Chunk, ReaderMixin, StreamReader, collate_labels
-from turboloader.data.step import _is_slot, fill_row
+from turboloader.data.reader import ReaderMixin, StreamReader, collate_labels
+from turboloader.data.step import Chunk, _is_slot, fill_row
 from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
 
 __all__ = ["MapDataset"]

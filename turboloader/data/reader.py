@@ -9,7 +9,7 @@ process that reads (never pickled).
 
 The batch path, per chunk of samples (typically a batch):
 
-1. the dataset *gathers* each sample into a :class:`Chunk`: its encoded bytes (a ``pread``
+1. the dataset *gathers* each sample into a :class:`~turboloader.data.step.Chunk`: its encoded bytes (a ``pread``
    into a reused buffer, an mmap slice, a file's bytes), or a decoded array from the cache,
    its label (a TAR shard's labels are parsed once per shard), its random-parameter index,
    and where it came from (for error messages); a sample that cannot be read is a row with
@@ -47,7 +47,7 @@ from turboloader.data.failures import FailureLog, FailurePolicy
 from turboloader.data.step import fill_row
 from turboloader.data.telemetry import Telemetry
 
-__all__ = ["BATCH_CHUNK", "Chunk", "GATHER_BYTES", "MIN_CHUNK", "ReaderMixin",
+__all__ = ["BATCH_CHUNK", "GATHER_BYTES", "MIN_CHUNK", "ReaderMixin",
            "SAMPLE_CHUNK", "StreamReader", "collate_labels", "compact", "fill_row", "reading_as",
            "stream_name"]
 
@@ -122,43 +122,6 @@ def _warn_unfused(transform, owner, stacklevel=3):
         warnings.warn(f"{owner}: the transform is not fused into the decoder, so every sample "
                       f"is decoded to a PIL image and transformed step by step (correct, but "
                       f"slower): {reason}", UnfusedWarning, stacklevel=stacklevel)
-
-
-class Chunk:
-    """Samples gathered for one batch call, as parallel per-row lists.
-
-    Per row: ``sources`` (encoded bytes, a decoded HWC uint8 array, a zero-argument callable
-    returning an image for a custom loader, or None when the decoded image is in the cache
-    under ``cache_keys``), ``sizes`` (original ``(h, w)`` of an array source, else None),
-    ``labels``, ``errors`` (the exception that made the row unreadable, else None),
-    ``where`` (what the dataset needs to name the sample in an error), ``slots`` (the
-    random-parameter index) and ``cache_keys`` (None: not cached).
-    """
-
-    __slots__ = ("sources", "sizes", "labels", "errors", "where", "slots", "cache_keys",
-                 "epochs", "nbytes")
-
-    def __init__(self):
-        self.sources, self.sizes, self.labels, self.errors = [], [], [], []
-        self.where, self.slots, self.cache_keys, self.epochs = [], [], [], []
-        self.nbytes = 0
-
-    def __len__(self):
-        return len(self.sources)
-
-    def add(self, source, label, where, slot, epoch, *, size=None, cache_key=None):
-        self.sources.append(source)
-        self.sizes.append(size)
-        self.labels.append(label)
-        self.errors.append(None)
-        self.where.append(where)
-        self.slots.append(slot)
-        self.cache_keys.append(cache_key)
-        self.epochs.append(epoch)
-
-    def fail(self, exc, where, slot, epoch):
-        self.add(None, None, where, slot, epoch)
-        self.errors[-1] = exc
 
 
 class StreamReader:

@@ -32,7 +32,44 @@ from turboloader.decode.executor import GENERIC, OK
 from turboloader.errors import DecodeWarning, TurboLoaderError
 from turboloader.transforms import sample_key, sample_keys, sample_rng, using_rng
 
-__all__ = ["Decoder", "SampleDecoder", "Timer", "fill_row", "get_plan", "run"]
+__all__ = ["Chunk", "Decoder", "SampleDecoder", "Timer", "fill_row", "get_plan", "run"]
+
+
+class Chunk:
+    """Samples gathered for one batch call, as parallel per-row lists.
+
+    Per row: ``sources`` (encoded bytes, a decoded HWC uint8 array, a zero-argument callable
+    returning an image for a custom loader, or None when the decoded image is in the cache
+    under ``cache_keys``), ``sizes`` (original ``(h, w)`` of an array source, else None),
+    ``labels``, ``errors`` (the exception that made the row unreadable, else None),
+    ``where`` (what the dataset needs to name the sample in an error), ``slots`` (the
+    random-parameter index) and ``cache_keys`` (None: not cached).
+    """
+
+    __slots__ = ("sources", "sizes", "labels", "errors", "where", "slots", "cache_keys",
+                 "epochs", "nbytes")
+
+    def __init__(self):
+        self.sources, self.sizes, self.labels, self.errors = [], [], [], []
+        self.where, self.slots, self.cache_keys, self.epochs = [], [], [], []
+        self.nbytes = 0
+
+    def __len__(self):
+        return len(self.sources)
+
+    def add(self, source, label, where, slot, epoch, *, size=None, cache_key=None):
+        self.sources.append(source)
+        self.sizes.append(size)
+        self.labels.append(label)
+        self.errors.append(None)
+        self.where.append(where)
+        self.slots.append(slot)
+        self.cache_keys.append(cache_key)
+        self.epochs.append(epoch)
+
+    def fail(self, exc, where, slot, epoch):
+        self.add(None, None, where, slot, epoch)
+        self.errors[-1] = exc
 
 
 @runtime_checkable
