@@ -138,10 +138,7 @@ class StreamReader:
         # what runs the batch calls (set by each lease, see reading_as): None, the CPU's
         # executor; a DeviceDecode with DataLoader(decode="gpu")
         self.executor = None
-        plan = self.decoder.plan
-        # the batch path needs one output shape for all rows; otherwise every row runs the
-        # per-sample path (which still fuses JPEG decoding and the transform)
-        self.plan = plan if plan is not None and plan.output_shape is not None else None
+        self.plan = step.batch_plan(self.decoder)
         # map-style streams report failures at once: their worker never sees a pass end
         self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval,
                                                     flush_failures=flush_failures)
