@@ -14,14 +14,17 @@ The batch path, per chunk of samples (typically a batch):
    its label (a TAR shard's labels are parsed once per shard), its random-parameter index,
    and where it came from (for error messages); a sample that cannot be read is a row with
    an error instead;
-2. :meth:`StreamReader.decode` decodes and transforms every row at once: keys from
-   ``(seed, epoch, index)``, ``plan.prepare_batch`` and ``plan.run_batch`` (one call, the
-   GIL released) write the rows of the batch tensor; a row the fused plan cannot do (a PNG,
-   a crop larger than its image) runs the per-sample generic path; a row that fails is an
-   error for that row, never an abort of the chunk;
+2. :meth:`StreamReader.decode` (the sample step, :func:`turboloader.data.step.run`)
+   decodes and transforms every row at once: keys from ``(seed, epoch, index)``, the
+   executor's ``read_sizes``, ``plan.draw``, the executor's ``plan_slots`` and ``run_batch``
+   (one call, the GIL released) write the rows of the batch tensor; a row the fused plan
+   cannot do (a PNG, a crop larger than its image) runs the generic fallback; a row that
+   fails is an error for that row, never an abort of the chunk;
 3. the dataset walks the rows in order and applies the failure policy to the failed ones
-   (raise with notes naming the shard, key and offset; or skip, keeping the per-sample
-   order: later rows move up and the stream tops the batch up).
+   (:meth:`~turboloader.data.failures.FailureLog.record_sample`: raise with notes naming the
+   shard, key and offset; or skip, keeping the per-sample order: later rows move up and the
+   stream tops the batch up), and hands out each row as :func:`sample_of` or
+   :func:`batch_of` makes it.
 
 The map-style datasets (``ImageFolder``, ``TBLDataset``) share their
 ``__getitem__``/``__getitems__`` in :mod:`~turboloader.data.map_dataset`: a failed index is
@@ -48,8 +51,8 @@ from turboloader.data.step import fill_row
 from turboloader.data.telemetry import Telemetry
 
 __all__ = ["BATCH_CHUNK", "GATHER_BYTES", "MIN_CHUNK", "ReaderMixin",
-           "SAMPLE_CHUNK", "StreamReader", "collate_labels", "compact", "fill_row", "reading_as",
-           "stream_name"]
+           "SAMPLE_CHUNK", "StreamReader", "batch_of", "collate_labels", "compact", "fill_row",
+           "reading_as", "sample_of", "stream_name"]
 
 #: Samples per batch call when a dataset yields single samples (``__iter__`` under a
 #: DataLoader that batches them): large enough to amortise the per-call work (16 -> 64 took
@@ -239,6 +242,29 @@ def collate_labels(labels):
     from torch.utils.data._utils.collate import default_collate
 
     return default_collate(labels)
+
+
+def sample_of(ds, image, label):
+    """The sample ``ds`` hands out for a decoded row (every walk: map-style, stream): the
+    fields tuple of ``fields=``, else ``(image, target_transform(label))``."""
+    fields = ds._fields
+    if fields is not None:
+        return fields.sample(image, label)
+    tt = ds.target_transform
+    return image, (label if tt is None else tt(label))
+
+
+def batch_of(ds, images, labels) -> list:
+    """The batch ``ds`` hands out for decoded rows (every walk and grouping): ``images``
+    (one tensor, or what ``default_collate`` made) with the labels after
+    ``target_transform`` collated (:func:`collate_labels`), or the fields' batch."""
+    fields = ds._fields
+    if fields is not None:
+        return fields.batch(images, labels)
+    tt = ds.target_transform
+    if tt is not None:
+        labels = [tt(v) for v in labels]
+    return [images, collate_labels(labels)]
 
 
 # -- the datasets' shared scaffolding --------------------------------------------------------
