@@ -544,7 +544,7 @@ def one(decoder: SampleDecoder, data: Any, *, key: Any = None, seed: int = 0,
     cached = key is not None and decoder.cache is not None
     chunk.add(data, extra, None, slot, epoch, cache_key=key if cached else None)
     st = _Lone(decoder, seed)
-    rows = None
+    rows: Any = None   # the batch of one: out as a row, or a new one on the batch path
     if out is not None:
         rows = out[None]
     elif st.plan is not None:
