@@ -792,6 +792,31 @@ def test_high_performance_dataset_cache_and_preload(data):
         turboloader.HighPerformanceDataset(["/nonexistent.jpg"], [0], T.ToTensor())[0]
 
 
+def test_high_performance_dataset_draws_from_torchs_rng_on_the_sample_step(data):
+    """Each access draws its sample's seed from torch's RNG (reproducible under
+    ``torch.manual_seed``, new draws every access) and reads the image with the datasets'
+    sample step on a chunk of one: exactly the pixels of ``Decoder(tf)`` for that seed, the
+    batch path's row, cached or not."""
+    from turboloader import transforms as T
+    from turboloader.data.step import Decoder
+
+    tf = T.Compose([T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ToTensor()])
+    for cache_size in (0, 4):
+        ds = turboloader.HighPerformanceDataset(data["paths"], data["labels"], tf,
+                                                cache_size=cache_size)
+        torch.manual_seed(7)
+        first = [ds[i][0] for i in (0, 1, 0)]
+        torch.manual_seed(7)
+        seeds = [int(torch.randint(0, 1 << 62, ())) for _ in range(3)]
+        torch.manual_seed(7)
+        assert all(torch.equal(a, ds[i][0]) for a, i in zip(first, (0, 1, 0)))
+        assert not torch.equal(first[0], first[2])   # a new draw on every access
+        oracle = Decoder(tf, cache="8MB" if cache_size else None)   # decoded whole once
+        for got, i, seed in zip(first, (0, 1, 0), seeds):
+            with open(data["paths"][i], "rb") as f:
+                assert torch.equal(got, oracle(f.read(), key=i, seed=seed, slot=i))
+
+
 # ---------------------------------------------------------------------------------------
 # seed 003 and the top-level names
 # ---------------------------------------------------------------------------------------

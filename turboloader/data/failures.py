@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
 
 from turboloader.errors import FailureBudgetExceeded, SharedMemoryError, TurboLoaderError
 
@@ -72,6 +73,20 @@ class FailureLog:
         self.count = 0
         self.bad = {}  # map-style: sample index -> its exception, for the rest of the pass
         self.jump = {}  # map-style: a bad index -> the readable one that replaced it
+
+    def record_sample(self, exc: BaseException, where: tuple[str, Any, Any, Any], *,
+                      stream: Any = None) -> None:
+        """:meth:`record` for the sample ``where`` names (a dataset's ``_where``: ``(note,
+        shard, key, offset)``), the note added to a turboloader error once: what every walk
+        (map-style and stream, every grouping) does with a failed row.
+
+        Must be called from the ``except`` block that caught ``exc``, or where raising it
+        is what the caller wants.
+        """
+        note, shard, key, offset = where
+        if isinstance(exc, TurboLoaderError) and note not in getattr(exc, "__notes__", ()):
+            exc.add_note(note)  # type: ignore[attr-defined]  # 3.11+
+        self.record(exc, shard=shard, key=key, offset=offset, stream=stream)
 
     def record(self, exc: BaseException, *, shard, key, offset=None, stream=None) -> None:
         """Raise ``exc`` under ``"raise"``; under ``"skip"`` count and list it, raising

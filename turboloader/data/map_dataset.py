@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from turboloader.data._buffers import as_row, shared_pool
-from turboloader.data.reader import Chunk, ReaderMixin, StreamReader, collate_labels
-from turboloader.data.step import _is_slot, fill_row
-from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
+from turboloader.data.reader import ReaderMixin, StreamReader, batch_of, sample_of
+from turboloader.data.step import Chunk, _is_slot, fill_row
+from turboloader.errors import FailureBudgetExceeded
 
 __all__ = ["MapDataset"]
 
@@ -60,12 +60,9 @@ class MapDataset(ReaderMixin):
             worker = torch.utils.data.get_worker_info() is not None
             if st.plan is not None and n:
                 out = st.rows(n, shared=worker)
-            samples = self._read(st, indices, out, None)
+            images, labels = self._read(st, indices, out, None)
         finally:
             self._release(st)
-        fields = self._fields
-        images = [s[fields.image] for s in samples] if fields is not None else \
-            [img for img, _ in samples]
         if out is not None:
             for r, img in enumerate(images):
                 if not _is_slot(img, out[r]):
@@ -76,9 +73,7 @@ class MapDataset(ReaderMixin):
             out = default_collate(images) if images else torch.empty(0)
         if worker:
             out = shared_pool().send(out)
-        if fields is not None:
-            return fields.batch(out, samples)
-        return [out, collate_labels([label for _, label in samples])]
+        return batch_of(self, out, labels)
 
     def __getitems__(self, indices, *, out=None, timing=None) -> list:
         """``[(image, target), ...]`` for ``indices``, decoded and transformed as one batch
@@ -100,12 +95,15 @@ class MapDataset(ReaderMixin):
         """
         st = self._lease()
         try:
-            return self._read(st, indices, out, timing)
+            images, labels = self._read(st, indices, out, timing)
         finally:
             self._release(st)
+        return [sample_of(self, img, label) for img, label in zip(images, labels)]
 
-    def _read(self, st, indices, out, timing) -> list:
-        """``__getitems__`` with the reader ``st`` this call leased."""
+    def _read(self, st, indices, out, timing) -> tuple[list, list]:
+        """The rows of ``indices`` read with the reader ``st`` this call leased: their
+        images and labels (before ``target_transform``), in order, failed ones replaced
+        under the policy."""
         n = len(self)
         idx = []
         for index in indices:
@@ -123,7 +121,7 @@ class MapDataset(ReaderMixin):
             worker = torch.utils.data.get_worker_info() is not None
             out = st.rows(len(idx), shared=worker)
             row = as_row if worker else None
-        samples = []
+        images, labels = [], []
         a = 0
         while a < len(idx):
             part = idx[a:a + st.chunk_size(len(idx) - a)]
@@ -141,28 +139,22 @@ class MapDataset(ReaderMixin):
                 if errors[r] is not None:
                     img, label = self._replace(st, log, chunk, r, part[r], errors[r], out, a,
                                                counters)
-                    if row is not None and out is not None and _is_slot(img, out[a + r]):
-                        img = row(img)
                 else:
-                    img = objs[r]
-                    if img is None:
-                        img = out[a + r] if row is None else row(out[a + r])
-                    label = chunk.labels[r]
-                if self._fields is not None:
-                    samples.append(self._fields.sample(img, label))
-                    continue
-                if self.target_transform is not None:
-                    label = self.target_transform(label)
-                samples.append((img, label))
+                    img, label = objs[r], chunk.labels[r]
+                if img is None:   # written into its row of out
+                    img = out[a + r] if row is None else row(out[a + r])
+                images.append(img)
+                labels.append(label)
             a += len(part)
-        counters["samples"] += len(samples)
-        st.recorder.sample_done(len(samples))
-        return samples
+        counters["samples"] += len(images)
+        st.recorder.sample_done(len(images))
+        return images, labels
 
     def _replace(self, st, log, chunk, r, index, exc, out, row0, counters):
         """Row ``r`` (of ``out``'s row ``row0 + r``), sample ``index``, failed with ``exc``:
         apply the policy (raise) or read the next indices in turn, with row ``r``'s random
-        parameters, until one reads (skip). Each sample that fails is counted once per pass
+        parameters, until one reads (skip): its ``(image, label)``, the image None when it is
+        in ``out``'s row. Each sample that fails is counted once per pass
         and never decoded again in it; a run of bad samples is jumped over once it is known
         (linear time however long the run)."""
         n = len(self)
@@ -183,8 +175,7 @@ class MapDataset(ReaderMixin):
             if errors[0] is None:
                 for b in run:
                     log.jump[b] = cand
-                img = objs[0] if objs[0] is not None else out[row0 + r]
-                return img, one.labels[0]
+                return objs[0], one.labels[0]
             self._failed(st, log, cand, errors[0], one.where[0])
             run.append(cand)
         raise FailureBudgetExceeded(f"no sample of {self!r} could be read", log.failures)
@@ -194,8 +185,5 @@ class MapDataset(ReaderMixin):
         per pass and remember it)."""
         if index in log.bad:
             return
-        note, shard, key, offset = self._where(st, where)
-        if isinstance(exc, TurboLoaderError) and note not in getattr(exc, "__notes__", ()):
-            exc.add_note(note)
-        log.record(exc, shard=shard, key=key, offset=offset)
+        log.record_sample(exc, self._where(st, where))
         log.bad[index] = exc

@@ -9,19 +9,22 @@ process that reads (never pickled).
 
 The batch path, per chunk of samples (typically a batch):
 
-1. the dataset *gathers* each sample into a :class:`Chunk`: its encoded bytes (a ``pread``
+1. the dataset *gathers* each sample into a :class:`~turboloader.data.step.Chunk`: its encoded bytes (a ``pread``
    into a reused buffer, an mmap slice, a file's bytes), or a decoded array from the cache,
    its label (a TAR shard's labels are parsed once per shard), its random-parameter index,
    and where it came from (for error messages); a sample that cannot be read is a row with
    an error instead;
-2. :meth:`StreamReader.decode` decodes and transforms every row at once: keys from
-   ``(seed, epoch, index)``, ``plan.prepare_batch`` and ``plan.run_batch`` (one call, the
-   GIL released) write the rows of the batch tensor; a row the fused plan cannot do (a PNG,
-   a crop larger than its image) runs the per-sample generic path; a row that fails is an
-   error for that row, never an abort of the chunk;
+2. :meth:`StreamReader.decode` (the sample step, :func:`turboloader.data.step.run`)
+   decodes and transforms every row at once: keys from ``(seed, epoch, index)``, the
+   executor's ``read_sizes``, ``plan.draw``, the executor's ``plan_slots`` and ``run_batch``
+   (one call, the GIL released) write the rows of the batch tensor; a row the fused plan
+   cannot do (a PNG, a crop larger than its image) runs the generic fallback; a row that
+   fails is an error for that row, never an abort of the chunk;
 3. the dataset walks the rows in order and applies the failure policy to the failed ones
-   (raise with notes naming the shard, key and offset; or skip, keeping the per-sample
-   order: later rows move up and the stream tops the batch up).
+   (:meth:`~turboloader.data.failures.FailureLog.record_sample`: raise with notes naming the
+   shard, key and offset; or skip, keeping the per-sample order: later rows move up and the
+   stream tops the batch up), and hands out each row as :func:`sample_of` or
+   :func:`batch_of` makes it.
 
 The map-style datasets (``ImageFolder``, ``TBLDataset``) share their
 ``__getitem__``/``__getitems__`` in :mod:`~turboloader.data.map_dataset`: a failed index is
@@ -47,9 +50,9 @@ from turboloader.data.failures import FailureLog, FailurePolicy
 from turboloader.data.step import fill_row
 from turboloader.data.telemetry import Telemetry
 
-__all__ = ["BATCH_CHUNK", "Chunk", "GATHER_BYTES", "MIN_CHUNK", "ReaderMixin",
-           "SAMPLE_CHUNK", "StreamReader", "collate_labels", "compact", "fill_row", "reading_as",
-           "stream_name"]
+__all__ = ["BATCH_CHUNK", "GATHER_BYTES", "MIN_CHUNK", "ReaderMixin",
+           "SAMPLE_CHUNK", "StreamReader", "batch_of", "collate_labels", "compact", "fill_row",
+           "reading_as", "sample_of", "stream_name"]
 
 #: Samples per batch call when a dataset yields single samples (``__iter__`` under a
 #: DataLoader that batches them): large enough to amortise the per-call work (16 -> 64 took
@@ -124,43 +127,6 @@ def _warn_unfused(transform, owner, stacklevel=3):
                       f"slower): {reason}", UnfusedWarning, stacklevel=stacklevel)
 
 
-class Chunk:
-    """Samples gathered for one batch call, as parallel per-row lists.
-
-    Per row: ``sources`` (encoded bytes, a decoded HWC uint8 array, a zero-argument callable
-    returning an image for a custom loader, or None when the decoded image is in the cache
-    under ``cache_keys``), ``sizes`` (original ``(h, w)`` of an array source, else None),
-    ``labels``, ``errors`` (the exception that made the row unreadable, else None),
-    ``where`` (what the dataset needs to name the sample in an error), ``slots`` (the
-    random-parameter index) and ``cache_keys`` (None: not cached).
-    """
-
-    __slots__ = ("sources", "sizes", "labels", "errors", "where", "slots", "cache_keys",
-                 "epochs", "nbytes")
-
-    def __init__(self):
-        self.sources, self.sizes, self.labels, self.errors = [], [], [], []
-        self.where, self.slots, self.cache_keys, self.epochs = [], [], [], []
-        self.nbytes = 0
-
-    def __len__(self):
-        return len(self.sources)
-
-    def add(self, source, label, where, slot, epoch, *, size=None, cache_key=None):
-        self.sources.append(source)
-        self.sizes.append(size)
-        self.labels.append(label)
-        self.errors.append(None)
-        self.where.append(where)
-        self.slots.append(slot)
-        self.cache_keys.append(cache_key)
-        self.epochs.append(epoch)
-
-    def fail(self, exc, where, slot, epoch):
-        self.add(None, None, where, slot, epoch)
-        self.errors[-1] = exc
-
-
 class StreamReader:
     """What one stream keeps while reading: its decoder (and cache), statistics recorder,
     per-epoch failure logs, recycled chunk buffers and gather buffer. Never pickled."""
@@ -175,10 +141,7 @@ class StreamReader:
         # what runs the batch calls (set by each lease, see reading_as): None, the CPU's
         # executor; a DeviceDecode with DataLoader(decode="gpu")
         self.executor = None
-        plan = self.decoder.plan
-        # the batch path needs one output shape for all rows; otherwise every row runs the
-        # per-sample path (which still fuses JPEG decoding and the transform)
-        self.plan = plan if plan is not None and plan.output_shape is not None else None
+        self.plan = step.batch_plan(self.decoder)
         # map-style streams report failures at once: their worker never sees a pass end
         self.recorder = dataset._telemetry.recorder(name, interval=dataset.stats_interval,
                                                     flush_failures=flush_failures)
@@ -279,6 +242,29 @@ def collate_labels(labels):
     from torch.utils.data._utils.collate import default_collate
 
     return default_collate(labels)
+
+
+def sample_of(ds, image, label):
+    """The sample ``ds`` hands out for a decoded row (every walk: map-style, stream): the
+    fields tuple of ``fields=``, else ``(image, target_transform(label))``."""
+    fields = ds._fields
+    if fields is not None:
+        return fields.sample(image, label)
+    tt = ds.target_transform
+    return image, (label if tt is None else tt(label))
+
+
+def batch_of(ds, images, labels) -> list:
+    """The batch ``ds`` hands out for decoded rows (every walk and grouping): ``images``
+    (one tensor, or what ``default_collate`` made) with the labels after
+    ``target_transform`` collated (:func:`collate_labels`), or the fields' batch."""
+    fields = ds._fields
+    if fields is not None:
+        return fields.batch(images, labels)
+    tt = ds.target_transform
+    if tt is not None:
+        labels = [tt(v) for v in labels]
+    return [images, collate_labels(labels)]
 
 
 # -- the datasets' shared scaffolding --------------------------------------------------------

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -32,18 +32,88 @@ from turboloader.decode.executor import GENERIC, OK
 from turboloader.errors import DecodeWarning, TurboLoaderError
 from turboloader.transforms import sample_key, sample_keys, sample_rng, using_rng
 
-__all__ = ["Decoder", "SampleDecoder", "Timer", "fill_row", "get_plan", "run"]
+if TYPE_CHECKING:
+    from turboloader.transforms import Plan
+
+__all__ = ["Chunk", "DecodedCache", "Decoder", "SampleDecoder", "Timer", "batch_plan", "fill_row", "get_plan",
+           "one", "run"]
+
+
+class Chunk:
+    """Samples gathered for one batch call, as parallel per-row lists.
+
+    Per row: ``sources`` (encoded bytes, a decoded HWC uint8 array, a zero-argument callable
+    returning an image for a custom loader, or None when the decoded image is in the cache
+    under ``cache_keys``), ``sizes`` (original ``(h, w)`` of an array source, else None),
+    ``labels``, ``errors`` (the exception that made the row unreadable, else None),
+    ``where`` (what the dataset needs to name the sample in an error), ``slots`` (the
+    random-parameter index) and ``cache_keys`` (None: not cached).
+    """
+
+    __slots__ = ("sources", "sizes", "labels", "errors", "where", "slots", "cache_keys",
+                 "epochs", "nbytes")
+
+    def __init__(self):
+        self.sources, self.sizes, self.labels, self.errors = [], [], [], []
+        self.where, self.slots, self.cache_keys, self.epochs = [], [], [], []
+        self.nbytes = 0
+
+    def __len__(self):
+        return len(self.sources)
+
+    def add(self, source, label, where, slot, epoch, *, size=None, cache_key=None):
+        self.sources.append(source)
+        self.sizes.append(size)
+        self.labels.append(label)
+        self.errors.append(None)
+        self.where.append(where)
+        self.slots.append(slot)
+        self.cache_keys.append(cache_key)
+        self.epochs.append(epoch)
+
+    def fail(self, exc, where, slot, epoch):
+        self.add(None, None, where, slot, epoch)
+        self.errors[-1] = exc
+
+
+@runtime_checkable
+class DecodedCache(Protocol):
+    """What the step and the readers ask of a decoder's cache of decoded images
+    (:class:`~turboloader.data.cache.SampleCache`, :class:`~turboloader.data.cache.ByteLRU`,
+    or a compat dataset's own): membership (a gathered row that is cached reads no bytes)
+    and, through :meth:`SampleDecoder.cached_array`, ``get`` / ``peek`` / ``reserve`` /
+    ``put``."""
+
+    def __contains__(self, key: Any) -> bool:
+        ...
+
+    def get(self, key: Any) -> Any:
+        ...
+
+    def peek(self, key: Any, default: Any = None) -> Any:
+        ...
+
+    def reserve(self, nbytes: int) -> Any:
+        ...
+
+    def put(self, key: Any, value: Any, nbytes: int) -> int:
+        ...
 
 
 @runtime_checkable
 class SampleDecoder(Protocol):
-    """What the sample step asks of a stream's decoder
-    (:class:`Decoder` for images, the clip decoder of
+    """What the sample step (:func:`run`, :func:`one`) and the datasets' gathers ask of a
+    stream's decoder (:class:`Decoder` for images, the clip decoder of
     :mod:`turboloader.data.video`): a dataset supplies its own through ``_decoder()``.
+    Nothing else of a decoder is read (``tests/data/test_step.py`` runs the step on an
+    object that has only this).
 
     * ``transform``: the user's transform (annotations go through it too).
-    * ``plan``: the fused plan that the batch call runs, or None (every row generic).
+    * ``plan``: the fused plan of ``transform`` (the batch call runs it when it has one
+      output shape, :func:`batch_plan`), or None (every row generic).
     * ``cache``: the stream's decoded-sample cache, or None.
+    * ``max_pixels``: the decompression-bomb limit of the generic path (and of
+      :func:`one`'s batch call; a stream's batch call takes its dataset's).
     * ``transform_source(source, *, rng, source_size=None, counters=None, out=None)``: one
       row the batch call did not do (encoded bytes, or a cached array of original size
       ``source_size``), transformed with the sample's generator; written into ``out`` when
@@ -57,8 +127,9 @@ class SampleDecoder(Protocol):
     """
 
     transform: Any
-    plan: Any   # a turboloader.transforms.Plan, or None
-    cache: Any  # a turboloader.data.cache.SampleCache, or None
+    plan: Plan | None
+    cache: DecodedCache | None
+    max_pixels: int | None
 
     def transform_source(self, source: Any, *, rng: Any,
                          source_size: tuple[int, int] | None = None,
@@ -294,6 +365,14 @@ def get_plan(transform):
     return plan(transform)
 
 
+def batch_plan(decoder: SampleDecoder) -> Any:
+    """The plan a stream's batch call runs for ``decoder``: its plan when every row has one
+    output shape, else None (every row then takes the generic path, which still fuses a
+    JPEG's decode and transform)."""
+    plan = decoder.plan
+    return plan if plan is not None and plan.output_shape is not None else None
+
+
 class Timer:
     """Per-epoch time counters of a Recorder (a no-op without one)."""
 
@@ -416,19 +495,63 @@ class Decoder:
         timer.lap("transform_s")
         return out
 
-    def __call__(self, data, *, key, rng, counters=None, extra=None, out=None):
-        """The transformed image for encoded ``data``; ``key`` names it in the cache, where
-        ``extra`` is kept with it (``data`` may be None when ``key`` is cached).
+    def __call__(self, data: Any, *, key: Any = None, seed: int = 0, epoch: int = 0,
+                 slot: int = 0, counters: dict[str, float] | None = None, extra: Any = None,
+                 out: Any = None) -> Any:
+        """One sample: :func:`one` with this decoder (the step on a chunk of one)."""
+        return one(self, data, key=key, seed=seed, epoch=epoch, slot=slot,
+                   counters=counters, extra=extra, out=out)
 
-        ``out``: an optional C-contiguous CPU slot (e.g. ``batch[i]`` of a preallocated
-        batch) that the fused plan paths write into and return. The generic path (no plan,
-        or a non-JPEG without the cache) ignores it: callers check ``result is out`` and
-        copy otherwise."""
-        size = None
-        if self.cache is not None:
-            timer = Timer(counters)
-            arr, size = self.cached_array(key, data, counters=counters, extra=extra)
-            if arr is not None:
-                data = arr
-            timer.lap("decode_s")
-        return self.transform_source(data, rng=rng, source_size=size, counters=counters, out=out)
+
+class _Lone:
+    """What :func:`run` reads of a stream, for :func:`one`'s chunk of one: the decoder's
+    own plan and ``max_pixels``, the CPU's executor, no fields."""
+
+    __slots__ = ("decoder", "plan", "seed", "max_pixels", "executor", "joint")
+
+    def __init__(self, decoder, seed):
+        self.decoder = decoder
+        self.plan = batch_plan(decoder)
+        self.seed = seed
+        self.max_pixels = decoder.max_pixels
+        self.executor = None
+        self.joint = None
+
+
+def one(decoder: SampleDecoder, data: Any, *, key: Any = None, seed: int = 0,
+        epoch: int = 0, slot: int = 0, counters: dict[str, float] | None = None,
+        extra: Any = None, out: Any = None) -> Any:
+    """The transformed image of one sample: :func:`run` on a chunk of one, so it is the
+    batch path's (the same cache, sizes, draws, executor, generic fallback and failures):
+    exactly the pixels a dataset's batch row of ``seed``, ``epoch`` and ``slot`` gets
+    (random parameters those of ``sample_rng(seed, epoch, slot)``).
+
+    Args:
+        decoder: a :class:`SampleDecoder` (:class:`Decoder` for images).
+        data: encoded bytes, a decoded ``(H, W, 3)`` uint8 array, a zero-argument callable
+            returning an image (a user's loader), or None when ``key`` is cached.
+        key: the sample's name in the decoder's cache (None: not cached), where ``extra``
+            is kept with it.
+        out: an optional C-contiguous ``(3, H, W)`` CPU tensor of the plan's output
+            written and returned when the batch path runs (e.g. ``batch[i]``); the generic
+            path may return another image: callers check ``result is out``.
+
+    Raises:
+        The sample's exception: a turboloader error (``DecodeError``, over
+        ``max_pixels``, ...) or whatever the transform or loader raised.
+    """
+    chunk = Chunk()
+    cached = key is not None and decoder.cache is not None
+    chunk.add(data, extra, None, slot, epoch, cache_key=key if cached else None)
+    st = _Lone(decoder, seed)
+    rows: Any = None   # the batch of one: out as a row, or a new one on the batch path
+    if out is not None:
+        rows = out[None]
+    elif st.plan is not None:
+        rows = torch.empty((1, *st.plan.output_shape), dtype=st.plan.output_dtype)
+    errors, objs = run(st, chunk, rows, counters=counters)
+    if errors[0] is not None:
+        raise errors[0]
+    if objs[0] is not None:
+        return objs[0]
+    return out if out is not None else rows[0]

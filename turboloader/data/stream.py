@@ -10,9 +10,9 @@ import torch.utils.data
 from turboloader.data._buffers import as_row, collated_batch_size
 from turboloader.data.epochs import AUTO_EPOCH
 from turboloader.data.failures import FailureLog
-from turboloader.data.reader import SAMPLE_CHUNK, collate_labels, compact
+from turboloader.data.reader import SAMPLE_CHUNK, batch_of, compact, sample_of
 from turboloader.data.step import fill_row
-from turboloader.errors import FailureBudgetExceeded, TurboLoaderError
+from turboloader.errors import FailureBudgetExceeded
 
 __all__ = ["batches", "grouped", "grouped_marks", "samples", "send", "sent"]
 
@@ -74,11 +74,8 @@ class _Cursor:
         """Apply the policy to gathered row ``i`` (item ``pos`` of the stream's list, -1 for
         a replacement): raises (raise, over budget, or not a turboloader error), else
         returns after counting and listing the skip."""
-        note, shard, key, offset = self.ds._where(self.st, chunk.where[i])
-        if isinstance(exc, TurboLoaderError):
-            exc.add_note(note)
-        self.log.record(exc, shard=shard, key=key, offset=offset,
-                        stream=(self.epoch, self.num_workers, self.worker, pos))
+        self.log.record_sample(exc, self.ds._where(self.st, chunk.where[i]),
+                               stream=(self.epoch, self.num_workers, self.worker, pos))
 
     def fill(self, out, r0, r1, timing=None, *, defer=False, decoder=None, end=None,
              replace=None):
@@ -95,7 +92,7 @@ class _Cursor:
         A grouping that decides which items make a row group (buckets) bounds the walk:
         ``end``, the item position it stops at (None: the list's end, then replacements);
         ``replace``, how many replacements it may have made when it stops (None: all);
-        ``decoder``, the group's :class:`~turboloader.data.cache.Decoder` (None: the
+        ``decoder``, the group's :class:`~turboloader.data.step.Decoder` (None: the
         stream's).
         """
         ds, st, counters = self.ds, self.st, self.counters
@@ -205,12 +202,10 @@ def samples(cur, timing=None):
     recycled shared one of ``B`` rows starting at a batch boundary of the stream: the
     next batch is then exactly its rows, which collate hands on without a copy."""
     ds, st, counters = cur.ds, cur.st, cur.counters
-    tt = ds.target_transform
     worker = torch.utils.data.get_worker_info() is not None
     # in a DataLoader worker, torch's collate stacks rows into recycled shared memory
     row = as_row if worker else None
     chunk = SAMPLE_CHUNK
-    fields = ds._fields
     pos = 0  # samples yielded
     try:
         while True:
@@ -242,10 +237,7 @@ def samples(cur, timing=None):
                     img = out[r] if row is None else row(out[r])
                 label = labels[r]
                 images[r] = None
-                if fields is not None:
-                    yield fields.sample(img, label)
-                else:
-                    yield img, (label if tt is None else tt(label))
+                yield sample_of(ds, img, label)
             pos += r0
             if exc is not None:
                 raise exc
@@ -400,12 +392,7 @@ def _group(cur, B, alloc, shape, timing, **bounds):
                 fill_row(images_out, r, img)
         if n < B:
             images_out = images_out[:n]
-    if ds._fields is not None:
-        return ds._fields.batch(images_out, labels), n
-    tt = ds.target_transform
-    if tt is not None:
-        labels = [tt(v) for v in labels]
-    return [images_out, collate_labels(labels)], n
+    return batch_of(ds, images_out, labels), n
 
 
 def _stack(images, alloc):

@@ -14,7 +14,8 @@ from collections import OrderedDict
 import numpy as np
 
 from turboloader.data.cache import own_copy
-from turboloader.data.reader import Chunk, StreamReader
+from turboloader.data.reader import StreamReader
+from turboloader.data.step import Chunk
 from turboloader.errors import SampleError, TurboLoaderError
 from turboloader.io.shards import FIELDS_HINT, check_record as _check_record, parse_label
 
@@ -123,7 +124,7 @@ class _TarGather:
     (``self`` is the dataset: its ``urls``, ``_offsets``, ``_fields``, labels)."""
 
     def _gather_chunk(self, st, items, epoch, counters, timing=None):
-        """A :class:`~turboloader.data.reader.Chunk` of the ``(global index, slot)`` items:
+        """A :class:`~turboloader.data.step.Chunk` of the ``(global index, slot)`` items:
         cached images by key, a ``.tar`` shard's images read into the stream's gather buffer
         (one ``pread`` each) with their labels from the shard's parsed label table, a
         ``.tar.gz`` shard's records as they come. The chunk pins every shard it reads

@@ -39,6 +39,7 @@ from turboloader.data.reader import StreamReader
 from turboloader.data.tar_dataset import TarDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.decode.video import VIDEO_EXTENSIONS, clip_indices, decode_clips
+from turboloader.decode import executor
 from turboloader.decode.executor import GENERIC, OK
 from turboloader.transforms import SampleRandom, using_rng
 
@@ -126,7 +127,12 @@ class _ClipDecoder:
             key = _frame_key(rng)
             keys = np.full(len(frames), key, np.uint64)
             out = torch.empty((len(frames), *plan.output_shape), dtype=plan.output_dtype)
-            result = plan.run_batch(frames, plan.prepare_batch(frames, keys), out)
+            # the executor's steps, as the sample step runs them (the transforms only draw)
+            found = executor.read_sizes(frames)
+            spec = plan.draw(found.hw, keys, found.status == OK)
+            params = executor.plan_slots(found, spec, filter=plan.filter,
+                                         dct_scaling=plan.dct_scaling)
+            result = executor.run_batch(frames, params, out, **plan.slot_format())
             for t, status in enumerate(result.status.tolist()):
                 if status == GENERIC:  # a frame the batch path cannot do (as datasets do)
                     plan.from_array(frames[t], rng=SampleRandom(key), out=out[t])

@@ -455,18 +455,16 @@ def _pick_samples(path, fmt, n, seed):
     return picked, source.classes
 
 
-def _apply(decoder, s, rng):
+def _apply(decoder, s, *, seed, epoch, slot):
+    """Sample ``s`` through ``decoder`` (the datasets' sample step on a chunk of one), with
+    the random parameters of ``sample_rng(seed, epoch, slot)``."""
     from turboloader.decode import decode_image
     from turboloader.io.codec import Codec
 
-    if s.codec == Codec.RAW:
-        arr = decode_image(s.data, codec=Codec.RAW, size=(s.height, s.width), max_pixels=None)
-        if decoder.plan is not None:
-            return decoder.plan.from_array(arr, rng=rng)
-        from PIL import Image
-
-        return decoder.transform_image(Image.fromarray(arr.copy()), rng)
-    return decoder(s.data, key=s.key, rng=rng)
+    data = s.data
+    if s.codec == Codec.RAW:  # decoded pixels: the transform only, as TBLDataset's rows
+        data = decode_image(data, codec=Codec.RAW, size=(s.height, s.width), max_pixels=None)
+    return decoder(data, seed=seed, epoch=epoch, slot=slot)
 
 
 def _cmd_index(args, out):
@@ -499,7 +497,6 @@ def _cmd_preview(args, out):
 
     from turboloader.data.step import Decoder
     from turboloader.errors import TurboLoaderError
-    from turboloader.transforms import sample_rng
     from turboloader.transforms.presets import IMAGENET_MEAN, IMAGENET_STD
 
     if args.num < 1:
@@ -510,7 +507,7 @@ def _cmd_preview(args, out):
     tiles = []
     for i, s in enumerate(samples):
         try:
-            x = _apply(decoder, s, sample_rng(args.seed, args.epoch, i))
+            x = _apply(decoder, s, seed=args.seed, epoch=args.epoch, slot=i)
         except TurboLoaderError as exc:
             out(f"skipped {s.source}: {s.key}: {type(exc).__name__}: {exc}")
             continue
@@ -608,7 +605,6 @@ def _cmd_bench(args, out):
     from turboloader.decode import decode_image
     from turboloader.io.codec import Codec
     from turboloader.tools.demo import cpu_model
-    from turboloader.transforms import sample_rng
 
     if args.num < 1:
         raise ValueError("--num must be >= 1")
@@ -647,7 +643,7 @@ def _cmd_bench(args, out):
     rows.append(("decode (full size)", n / _best(decode, args.repeat)))
 
     def pipeline_one(i):
-        return decoder(samples[i].data, key=i, rng=sample_rng(0, 0, i))
+        return decoder(samples[i].data, slot=i)
 
     fused = "fused plan" if decoder.plan is not None else "decode + transforms"
     base = n / _best(lambda: [pipeline_one(i) for i in range(n)], args.repeat)

@@ -71,8 +71,10 @@ class HighPerformanceDataset(torch.utils.data.Dataset):
     uncached JPEG is decoded and transformed in one native call, a cached one transformed
     from its decoded array; any other callable (e.g. a torchvision ``Compose``) gets a PIL
     RGB image, as with a torchvision dataset. ``transform=None`` returns the decoded
-    ``PIL.Image``. Random parameters come from torch's RNG, so DataLoader workers differ
-    and every epoch draws new augmentations.
+    ``PIL.Image``. Random parameters come from torch's RNG (each access draws its sample's
+    seed from it, one number), so DataLoader workers differ and every epoch draws new
+    augmentations; an image is read by the datasets' sample step on a chunk of one
+    (:func:`turboloader.data.step.one`), so it gets exactly a batch row's pixels.
 
     ``cache_size`` counts images (decoded, before the transform: augmentations stay random)
     per reading process: each worker process of a DataLoader starts with an empty cache of
@@ -135,8 +137,10 @@ class HighPerformanceDataset(torch.utils.data.Dataset):
         if cache is None or i not in cache:
             with open(path, "rb") as f:
                 data = f.read()
+        # torch's RNG draws the sample's seed: workers differ, every access draws anew
+        seed = int(torch.randint(0, 1 << 62, ()))
         try:
-            return self._decoder(data, key=i, rng=None)
+            return self._decoder(data, key=i, seed=seed, slot=i)
         except TurboLoaderError as exc:
             exc.add_note(f"HighPerformanceDataset: file {path!r} (index {i})")
             raise
