@@ -338,6 +338,8 @@ class DataLoader:
                                 pin=self._pin)
         if self._device is not None:   # decode="gpu": batch tensors on the device
             self._pool = DevicePool(self._device, self._pool.capacity)
+        # the decode threads' shared native runner (thread backend, made by the first pass)
+        self._shared_runner = None
         self._pass_generator_state = None
         self._pass_sampler_state = None
         # a user sampler's generator, restored next pass

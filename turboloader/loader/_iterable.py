@@ -6,7 +6,9 @@ the workers' batches round-robin, skipping workers that are exhausted. This layo
 same ``W`` streams (the dataset's ``worker_stream``, see :mod:`turboloader.loader.protocol`),
 one per decode thread, and re-orders their batches the same way, so items, order, transform
 parameters and the failure policy are identical by construction. A stream that yields whole
-batches (``batch_size=``) writes them straight into recycled batch tensors.
+batches (``batch_size=``) writes them straight into recycled batch tensors. With up to
+:data:`SHARED_RUNNER_MAX` decode threads, their native batch calls share one runner
+(:class:`SharedRunner`), so no core idles while another stream still has images to decode.
 """
 
 from __future__ import annotations
@@ -15,9 +17,58 @@ import collections
 import queue
 import time
 
+from turboloader.data.reader import reading_as
+from turboloader.decode import executor
 from turboloader.loader._pipeline import (_POLL_S, DONE, BatchBuffer, Failure, Pipeline, Stopped,
                                           put, tensor_pairs)
 from turboloader.loader.protocol import has_worker_streams
+
+#: The most decode threads whose batch calls share one runner (:class:`SharedRunner`). With
+#: more, one call at a time would leave a thread per call idle at its end and serialize the
+#: calls' set-up (under the GIL); each thread then keeps its own 1-thread runner.
+SHARED_RUNNER_MAX = 4
+
+
+class SharedRunner:
+    """The native batch calls of a loader's decode threads, on one
+    :class:`~turboloader.decode.executor.BatchRunner` with a thread per decode thread (the
+    calling one included): each call runs on all of them, its images handed out one at a
+    time, and calls run one after another. So whenever any stream has a gathered chunk,
+    every core decodes it: a stream that reaches the end of its share of the pass (or waits
+    for room in its queue) does not leave its core idle while another stream still decodes,
+    and one stream's gather and draws (Python) overlap the other's call. Each image is
+    decoded alone from its own draws into its own row, so the rows are exactly the
+    1-thread call's.
+
+    The stream's executor (:func:`turboloader.data.reader.reading_as`), as a
+    :class:`~turboloader.decode.device_executor.DeviceDecode` is for ``decode="gpu"``.
+    """
+
+    def __init__(self, threads: int):
+        self.threads = int(threads)
+        self.runner = executor.BatchRunner(threads=self.threads)
+
+    def run_batch(self, sources, params, out, /, **kw) -> executor.BatchResult:
+        """:func:`turboloader.decode.executor.run_batch` on the shared runner; its
+        ``nogil_seconds`` include the wait for the runner (no GIL is held then either), so
+        the loader's statistics count that wait as decoding, not as Python."""
+        t = time.perf_counter()
+        result = executor.run_batch(sources, params, out, runner=self.runner, **kw)
+        result.nogil_seconds = max(result.nogil_seconds, time.perf_counter() - t)
+        return result
+
+
+def shared_runner(loader, threads: int) -> SharedRunner | None:
+    """``loader``'s :class:`SharedRunner` for ``threads`` decode threads (made on first
+    use, kept across passes with its threads' scratch memory), or None: one thread, more
+    than :data:`SHARED_RUNNER_MAX`, or ``decode="gpu"`` (the device executor runs the
+    calls)."""
+    if not 2 <= threads <= SHARED_RUNNER_MAX or loader._device is not None:
+        return None
+    runner = loader._shared_runner
+    if runner is None or runner.threads != threads:
+        runner = loader._shared_runner = SharedRunner(threads)
+    return runner
 
 
 def batch_len(batch) -> int:
@@ -54,10 +105,18 @@ class IterablePipeline(Pipeline):
         self.awaited = -1  # the stream the consumer is blocked on
         self.taken = 0  # batches the consumer has taken
         self.reused0, self.allocated0 = self.pool.reused, self.pool.allocated
+        self.runner = shared_runner(loader, self.W)
         for w in range(self.W):
             self._spawn(self._worker, w, name=f"turboloader-decode-{w}")
         # the consumer (or the transfer thread) takes the streams' batches round-robin
         # itself: no collate thread, no queue after it, one batch less in flight
+
+    def reading(self, w):
+        """Decode thread ``w``'s stream context: its batch calls on the shared runner when
+        there is one (see :class:`SharedRunner`)."""
+        if self.runner is None:
+            return super().reading(w)
+        return reading_as(self.stream_name(w), executor=self.runner)
 
     def _worker(self, w):
         self.init_worker(w)
