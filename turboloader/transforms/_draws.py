@@ -34,8 +34,7 @@ _S11, _S32, _M32 = np.uint64(11), np.uint64(32), np.uint64(0xFFFFFFFF)
 _TWO53 = 1.0 / 9007199254740992.0
 
 
-def _plain(*values):
-    return all(type(v) in (int, float) for v in values)
+_PLAIN = (int, float)   # uniform's bounds computed as Python floats are
 
 
 def _categorical(rng, p):
@@ -79,14 +78,15 @@ class KeyDraws:
 
     def uniform(self, a, b, mask=None):
         u = self.random(mask)
-        if _plain(a, b):
+        if type(a) in _PLAIN and type(b) in _PLAIN:
             return a + (b - a) * u   # random.Random.uniform, float64 as Python floats are
         # other number types (a NumPy float32): random.Random.uniform's own arithmetic
         return np.array([a + (b - a) * v for v in u.tolist()], np.float64)
 
     def below(self, m, mask=None):
         # SampleRandom._randbelow(m) = (x * m) >> 64, exactly, for 1 <= m < 2**32
-        m = np.broadcast_to(np.asarray(m, np.int64), (self.n,))
+        if not (type(m) is np.ndarray and m.shape == (self.n,) and m.dtype == np.int64):
+            m = np.broadcast_to(np.asarray(m, np.int64), (self.n,))
         x = self.next(mask)
         use = m if mask is None else np.where(mask, m, 1)
         if use.size and (use.min() < 1 or use.max() >= 1 << 32):
