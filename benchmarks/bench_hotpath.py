@@ -6,17 +6,17 @@
 One logical worker stream of ``TarDataset.worker_stream(batch_size=B)`` runs in this thread
 (what each decode thread of the thread backend runs), after a warm-up pass. Each part of the
 work is timed with the thread's CPU clock (``time.thread_time``), which other processes on a
-busy machine do not inflate: gathering (``TarDataset._gather_chunk``: shard lookup, the
-pread of each image into the gather buffer, labels), drawing the parameters
-(``plan.prepare_batch``, vectorized), the native batch call (``plan.run_batch``: decode,
-resample, flip, normalize into the batch rows, without the GIL) and everything else
-(the policy walk, progress, batching, labels); the statistics snapshot written at the end of
-each pass (a per-pass cost, shown apart). Batches are written into recycled tensors,
-as the thread backend does. "Python per image" is the CPU time spent
-holding the GIL outside the native call and the read syscalls: gather without its
-``pread`` calls, prepare_batch without its native header pass (no GIL), the rest; it is the
-figure issue 14 bounds at 20 us and issue 42 at 15 us. Each part is net of this benchmark's
-own timers (see :class:`Clock`).
+busy machine do not inflate. What runs without the GIL is timed at the call that releases it:
+the native batch call (``_fused.run_batch``: decode, resample, flip, normalize into the batch
+rows), the native header pass (``_fused.read_headers``) and the ``pread`` system calls
+(``_tar.pread_many``, a chunk's images of one shard in one call; ``os.preadv`` where one image
+is read alone). "Python per image" is the rest of the thread's CPU time, all of it: the
+gather's Python (``TarDataset._gather_chunk`` less its reads), the sample step's
+(``data.step.run``: keys, sizes, draws, slots, statuses, less its native calls), the walk
+(policy, progress, batching, labels) and the statistics snapshot written at the end of each
+pass (shown apart too); it is the figure issue 14 bounds at 20 us and issue 42 at 15 us.
+Batches are written into recycled tensors, as the thread backend does. Each part is net of
+this benchmark's own timers (see :class:`Clock`).
 """
 from __future__ import annotations
 
