@@ -238,6 +238,101 @@ def test_batch_reads_match_tarfile_and_follow_the_image_extensions(tmp_path):
     shard.close()
 
 
+def test_many_images_read_at_once_match_tarfile(tmp_path):
+    """image_sizes / read_images_into (a chunk's reads: one native call per shard) give
+    tarfile's bytes back to back in the order asked, repeats included, follow
+    use_image_extensions, and say -1 for a sample without an image."""
+    import tarfile
+
+    members = [("000000.jpg", jpeg(0)), ("000000.png", b"png-0"), ("000000.cls", b"0"),
+               ("000001.cls", b"1"),                              # no image member
+               ("000002.png", b"png-2"), ("000002.jpg", jpeg(2)), ("000003.jpg", b"")]
+    path = write_tar(tmp_path / "s.tar", members)
+    with tarfile.open(path) as tf:
+        oracle = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
+    shard = TarShard(path)
+    assert shard.image_sizes(np.array([0, 1, 2, 3])).tolist() == [
+        len(oracle["000000.jpg"]), -1, len(oracle["000002.jpg"]), 0]
+    for exts, want in ((None, ["000002.jpg", "000000.jpg", "000003.jpg", "000002.jpg"]),
+                       (["png", "jpg"], ["000002.png", "000000.png", "000003.jpg",
+                                         "000002.png"])):
+        if exts is not None:
+            shard.use_image_extensions(exts)
+        js = np.array([2, 0, 3, 2])
+        sizes = shard.image_sizes(js)
+        buf = bytearray(int(sizes.sum()) + 7)
+        view = memoryview(buf)[3:3 + int(sizes.sum())]   # a slice of a larger buffer
+        assert shard.read_images_into(js, view) == 4
+        assert bytes(view) == b"".join(oracle[m] for m in want)
+        with pytest.raises(ValueError, match="out holds"):
+            shard.read_images_into(js, bytearray(int(sizes.sum()) - 1))
+    shard.close()
+
+
+def test_many_members_read_at_once_stop_where_the_file_ends(tmp_path):
+    """TarIndex.read_many_into counts the members read whole, in order, up to the first
+    one a truncated file no longer holds (the per-member read then says why); a member out
+    of range is an IndexError, a closed index a ValueError."""
+    from turboloader import TarIndex
+
+    members = [(f"{i:06d}.bin", bytes([i]) * (1000 + i)) for i in range(4)]
+    path = write_tar(tmp_path / "m.tar", members)
+    index = TarIndex(path)
+    buf = bytearray(8000)
+    assert index.read_many_into([3, 0], buf) == 2
+    assert bytes(buf[:1003 + 1000]) == bytes([3]) * 1003 + bytes([0]) * 1000
+    os.truncate(path, int(index.offsets[2]) + 10)   # member 2 cut, member 3 gone
+    assert index.read_many_into([0, 1, 2, 3], buf) == 2
+    assert index.read_many_into([3, 0], buf) == 0
+    with pytest.raises(IndexError):
+        index.read_many_into([4], buf)
+    index.close()
+    with pytest.raises(ValueError, match="closed"):
+        index.read_many_into([0], buf)
+
+
+@pytest.mark.parametrize("labels", ["cls", "json"])
+def test_a_chunk_gathered_at_once_is_the_chunk_gathered_row_by_row(tmp_path, labels):
+    """The gather of a chunk of local .tar images at once (TarDataset._gather_images) makes
+    exactly the chunk the per-row gather makes: bytes, labels, where, slots, epochs, sizes
+    of the reads; a chunk it cannot take (a sample without an image, a JSON label that
+    would need copying) is gathered row by row."""
+    from turboloader.data.tar_reader import _TarGather
+
+    paths = []
+    for s in range(3):
+        members = []
+        for i in range(5):
+            k = s * 5 + i
+            members.append((f"{k:06d}.jpg", jpeg(k)))
+            if labels == "cls":
+                members.append((f"{k:06d}.cls", str(k % 4).encode()))
+            else:
+                members.append((f"{k:06d}.json", json.dumps({"label": k % 4}).encode()))
+        paths.append(write_tar(tmp_path / f"s{s}.tar", members))
+    ds = TarDataset(paths, seed=0)
+    st = ds._lease("t")
+    items = [(g, 100 + r) for r, g in enumerate([7, 0, 14, 3, 3, 9, 12])]
+    counters = {"read_s": 0.0, "bytes_read": 0}
+    fast = ds._gather_images(st, items, 5, set())
+    assert fast is not None
+    fast_bytes = [bytes(v) for v in fast.sources]
+    slow, read = _TarGather._gather_rows(ds, st, items, 5, set())
+    assert read and fast_bytes == [bytes(v) for v in slow.sources]
+    for name in ("labels", "where", "slots", "epochs", "sizes", "errors", "cache_keys",
+                 "nbytes"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    assert fast.labels == [g % 4 for g, _ in items]
+    assert ds._gather_chunk(st, items, 5, counters).labels == fast.labels
+    assert counters["bytes_read"] == fast.nbytes
+    # a JSON dict label is handed out as a copy: row by row
+    ds2 = TarDataset(paths, seed=0, label_key=None)
+    st2 = ds2._lease("t2")
+    assert (ds2._gather_images(st2, items, 5, set()) is None) == (labels == "json")
+    ds._release(st)
+    ds2._release(st2)
+
+
 def test_is_jpeg_agrees_with_the_first_three_bytes():
     """is_jpeg's fast forms (bytes, a 1-D byte view) answer as the copy of the first three
     bytes does, for short, empty and other inputs too."""

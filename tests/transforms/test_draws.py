@@ -212,3 +212,23 @@ def test_every_draw_has_the_one_signature():
                 seen[cls.__name__] = list(inspect.signature(vars(cls)["_draw_batch"]).parameters)
     assert len(seen) >= 9, seen   # 4 crops/buckets, flip, jitter, three containers
     assert {tuple(p) for p in seen.values()} == {("self", "sizes", "d", "mask")}, seen
+
+
+def test_key_draws_looked_up_ahead_are_each_rows_own_sequence():
+    """KeyDraws mixes a block of draws per row at once and looks them up: every row's next
+    word is still its generator's draw at the row's own counter (``draws``, the module's
+    definition), whatever the masks, past the end of a block, from counters not at 0."""
+    from turboloader.transforms._random import draws
+
+    rng = np.random.default_rng(5)
+    keys = sample_keys(7, 2, np.arange(37))
+    ctr = rng.integers(0, 30, len(keys))
+    d = KeyDraws(keys, ctr)
+    for step in range(60):
+        mask = None if step % 3 == 0 else rng.random(len(keys)) < 0.7
+        got = d.next(mask)
+        want = draws(keys, ctr)
+        live = np.ones(len(keys), bool) if mask is None else mask
+        assert (got[live] == want[live]).all(), step
+        ctr = ctr + live
+    assert d.counter.tolist() == ctr.tolist()

@@ -167,16 +167,13 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
     if cached:
         _through_cache(st, chunk, counters)
     plan = (st.plan if decoder is None else decoder.plan) if out is not None else None
-    fused, generic = [], []
-    for i in range(n):
-        if errors[i] is not None:
-            continue
-        src = sources[i]
-        if plan is not None and (isinstance(src, np.ndarray) or
-                                 (not callable(src) and is_jpeg(src))):
-            fused.append(i)
-        else:
-            generic.append(i)
+    # the rows the batch call takes (decoded arrays, JPEG bytes) and the generic rest, by
+    # comprehension: no per-row Python beyond the JPEG test
+    live = range(n) if errors.count(None) == n else [i for i in range(n) if errors[i] is None]
+    fused = [] if plan is None else [
+        i for i in live if isinstance(src := sources[i], np.ndarray)
+        or (not callable(src) and is_jpeg(src))]
+    generic = [] if len(fused) == len(live) else sorted(set(live).difference(fused))
     native = 0.0
     batch_rows = ()   # rows the fused call wrote: their masks / boxes follow its params
     if fused:
@@ -200,13 +197,12 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
         if st.joint is not None:
             ok = np.flatnonzero(status == OK)
             batch_rows = ([fused[j] for j in ok.tolist()], params, ok)
-        if status.any():
-            status = status.tolist()
-            for j, i in enumerate(fused):
+        if status.any():   # only the rows that did not run (OK is 0)
+            for j in np.flatnonzero(status).tolist():
                 if status[j] == GENERIC:
-                    generic.append(i)
-                elif status[j] != OK:
-                    errors[i] = result.errors[j]
+                    generic.append(fused[j])
+                else:
+                    errors[fused[j]] = result.errors[j]
         if any(result.warnings):
             for j, i in enumerate(fused):
                 if result.warnings[j] and errors[i] is None:

@@ -387,9 +387,10 @@ def _group(cur, B, alloc, shape, timing, **bounds):
     if images_out is None:
         images_out = _stack(images, alloc)
     else:
-        for r, img in enumerate(images):
-            if img is not None:
-                fill_row(images_out, r, img)
+        if any(img is not None for img in images):   # rows of the generic path: copied in
+            for r, img in enumerate(images):
+                if img is not None:
+                    fill_row(images_out, r, img)
         if n < B:
             images_out = images_out[:n]
     return batch_of(ds, images_out, labels), n

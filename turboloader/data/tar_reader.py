@@ -17,11 +17,13 @@ from turboloader.data.cache import own_copy
 from turboloader.data.reader import StreamReader
 from turboloader.data.step import Chunk
 from turboloader.errors import SampleError, TurboLoaderError
+from turboloader.io import files
 from turboloader.io.shards import FIELDS_HINT, check_record as _check_record, parse_label
 
 __all__ = []
 
 _MISSING = object()
+_PLAIN = frozenset({int, float, str, bool})   # labels handed out as they are (own_copy's)
 
 
 class _TarReader(StreamReader):
@@ -45,6 +47,7 @@ class _TarReader(StreamReader):
         self.open_shard = dataset._io.open
         self.upcoming = []  # the shards of the current pass, in order of first use (prefetch)
         self.labels = {}  # url -> (values, {j: (exception type, args)})
+        self.plain = {}  # url -> the values when plain_labels says so, else None
         self.label_key = dataset.label_key
         self.fields = dataset._fields
         self.image_exts = (dataset._fields.image_exts if dataset._fields is not None
@@ -111,6 +114,17 @@ class _TarReader(StreamReader):
             table = self.labels[url] = (values, {j: (type(e), e.args) for j, e in errors.items()})
         return table
 
+    def plain_labels(self, url, shard):
+        """Every sample's label of the shard (:meth:`label_table`'s values) when each is
+        there, parsed, and needs no copy to be handed out (ints, floats, strings); else
+        None. Checked once per shard."""
+        plain = self.plain.get(url, _MISSING)
+        if plain is _MISSING:
+            values, errors = self.label_table(url, shard)
+            ok = not errors and all(type(v) in _PLAIN for v in values)
+            plain = self.plain[url] = values if ok else None
+        return plain
+
     def close(self):
         for reader in self.shards.values():
             reader.close()
@@ -137,6 +151,84 @@ class _TarGather:
 
     def _gather_pinned(self, st, items, epoch, counters, timing, pin):
         t0 = time.perf_counter()
+        chunk = None
+        if st.decoder.cache is None and self._fields is None and items:
+            chunk = self._gather_images(st, items, epoch, pin)
+        if chunk is None:
+            chunk, read = self._gather_rows(st, items, epoch, pin)
+        else:
+            read = True
+        if read:
+            dt = time.perf_counter() - t0
+            counters["read_s"] += dt
+            counters["bytes_read"] += chunk.nbytes
+            if timing is not None:
+                timing("read", dt)
+        return chunk
+
+    def _gather_images(self, st, items, epoch, pin):
+        """The chunk of ``items`` at once, when every one is an image of a random-access
+        shard with a label that needs no copy (ints, strings: the usual case), read with
+        one call per shard: the per-row gather (:meth:`_gather_rows`) without its per-row
+        Python. None when any item is not, or a shard cannot be opened or read (the per-row
+        gather then says which and why)."""
+        gs, slots = zip(*items)
+        offsets = self._offsets
+        g = np.array(gs, np.int64)
+        shard_of = np.searchsorted(offsets, g, side="right") - 1
+        js = g - offsets[shard_of]
+        first = np.unique(shard_of, return_index=True)[1]
+        sizes = np.empty(len(g), np.int64)
+        starts = np.empty(len(g), np.int64)
+        urls, shards, tables, groups = {}, {}, {}, []
+        for s in shard_of[np.sort(first)].tolist():   # the shards in first-use order
+            url = self.urls[s]
+            try:
+                shard = st.shard(url, pin)
+                if not getattr(shard, "random_access", False) or \
+                        not hasattr(shard, "read_images_into"):
+                    return None
+                values = st.plain_labels(url, shard)
+            except TurboLoaderError:
+                return None
+            if values is None:
+                return None
+            rows = np.flatnonzero(shard_of == s)
+            jj = js[rows]
+            if int(jj.max()) >= len(shard):
+                return None
+            size = shard.image_sizes(jj)
+            if int(size.min()) < 0 or int(size.max()) > files.MAX_FILE_BYTES:
+                return None
+            sizes[rows] = size
+            urls[s], shards[s], tables[s] = url, shard, values
+            groups.append((shard, rows, jj, size))
+        buf = st.gather_buffer(int(sizes.sum())).data
+        at = 0
+        for shard, rows, jj, size in groups:
+            ends = np.cumsum(size) + at
+            try:
+                if shard.read_images_into(jj, buf[at:int(ends[-1])]) != len(jj):
+                    return None
+            except TurboLoaderError:
+                return None
+            starts[rows] = ends - size
+            at = int(ends[-1])
+        sl, jl = shard_of.tolist(), js.tolist()
+        chunk = Chunk()
+        n = len(sl)
+        chunk.sources = [buf[a:b] for a, b in zip(starts.tolist(), (starts + sizes).tolist())]
+        chunk.labels = [tables[s][j] for s, j in zip(sl, jl)]
+        chunk.where = [("tar", urls[s], j, shards[s]) for s, j in zip(sl, jl)]
+        chunk.slots = list(slots)
+        chunk.sizes, chunk.errors, chunk.cache_keys = [None] * n, [None] * n, [None] * n
+        chunk.epochs = [epoch] * n
+        chunk.nbytes = at
+        return chunk
+
+    def _gather_rows(self, st, items, epoch, pin):
+        """``(chunk, read)``: the chunk of ``items`` gathered row by row (any shard, the
+        cache, fields, failures); ``read``: a shard was read."""
         chunk = Chunk()
         cache = st.decoder.cache
         offsets = self._offsets
@@ -218,13 +310,7 @@ class _TarGather:
                 chunk.sources[r] = view
                 chunk.nbytes += size
                 at += size
-        if read:
-            dt = time.perf_counter() - t0
-            counters["read_s"] += dt
-            counters["bytes_read"] += chunk.nbytes
-            if timing is not None:
-                timing("read", dt)
-        return chunk
+        return chunk, read
 
     def _where(self, st, where):
         """``(note, shard, key, offset)`` naming a gathered sample in errors and stats."""

@@ -209,9 +209,10 @@ class Recorder:
                 "epochs": {str(e): dict(c) for e, c in list(self.epochs.items())},
                 "cache": self.cache.stats() if self.cache is not None else None}
         tmp = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        text = json.dumps(snap)   # the C encoder (json.dump's is the Python one), one write
         try:
             with open(tmp, "w") as fh:
-                json.dump(snap, fh)
+                fh.write(text)
             os.replace(tmp, self.path)
         except OSError:
             return  # the owning dataset is gone (its directory removed): nothing to report to

@@ -424,6 +424,7 @@ class TarShard:
         self._label_ext = [None] * n
         self._members = [members for _, members, _ in groups]  # ext -> member position
         self._image_sizes = None   # per sample: (image member, its size) lists, made on first use
+        self._image_size_array = None   # the sizes as int64, made on first use (image_sizes)
         for i, (_, members, _) in enumerate(groups):
             self._first[i] = min(members.values())
             ext = _pick(members, IMAGE_EXTENSIONS)
@@ -475,7 +476,7 @@ class TarShard:
             ext = _pick(members, exts)
             self._image[i] = members[ext] if ext is not None else -1
             self._image_ext[i] = ext
-        self._image_sizes = None
+        self._image_sizes = self._image_size_array = None
 
     def _image_table(self):
         """``(member, size)`` lists per sample: the image member (-1: none) and its size (-1:
@@ -531,6 +532,23 @@ class TarShard:
             TarFormatError: the file no longer holds the bytes (see :meth:`TarIndex.read_into`).
         """
         return self._index.read_into(self._image_table()[0][j], out, head=head)
+
+    def image_sizes(self, js, /) -> np.ndarray:
+        """:meth:`image_size` of many samples at once, without its member-size check:
+        ``int64`` bytes of each image member of the samples ``js`` (in range), -1 where
+        there is no usable image. A batch reader checks the sizes itself (or asks
+        :meth:`image_size` for the rows it cannot take)."""
+        sizes = self._image_size_array
+        if sizes is None:
+            sizes = self._image_size_array = np.array(self._image_table()[1], np.int64)
+        return sizes[js]
+
+    def read_images_into(self, js, out, /) -> int:
+        """:meth:`read_image_into` for the samples ``js`` (each with an image, as
+        :meth:`image_sizes` says), back to back into the start of ``out``: one ``pread``
+        each, one call. Returns how many were read whole, in order (fewer when the file no
+        longer holds one: :meth:`read_image_into` then raises the error for it)."""
+        return self._index.read_many_into(self._image[js], out)
 
     def where(self, j: int, /) -> tuple:
         """``(key, member, byte offset)`` of sample ``j`` (its image member, else its first),

@@ -31,11 +31,12 @@ from turboloader.transforms._random import TorchRandom, _mix_np, _UGAMMA
 __all__ = []
 
 _S11, _S32, _M32 = np.uint64(11), np.uint64(32), np.uint64(0xFFFFFFFF)
+_AHEAD = 16   # draws per row mixed at once (KeyDraws.next)
+_STEPS = np.arange(_AHEAD, dtype=np.uint64)
 _TWO53 = 1.0 / 9007199254740992.0
 
 
-def _plain(*values):
-    return all(type(v) in (int, float) for v in values)
+_PLAIN = (int, float)   # uniform's bounds computed as Python floats are
 
 
 def _categorical(rng, p):
@@ -63,14 +64,31 @@ class KeyDraws:
         self.n = len(self.keys)
         self.ctr = (np.zeros(self.n, np.uint64) if counter is None
                     else np.asarray(counter).astype(np.uint64))
+        # the words of draws base .. base + _AHEAD - 1 of every row, made in one pass: a
+        # batch's draws (a few per row and transform) are then looked up, not each mixed
+        self._ahead = self._base = None
+        self._at = None
 
     def next(self, mask=None):
         """The next 64-bit draw of every row (rows outside ``mask`` do not advance)."""
-        x = _mix_np(self.keys + self.ctr * _UGAMMA)
+        ahead = self._ahead
+        if ahead is not None:
+            off = self.ctr - self._base
+            if off.size and int(off.max()) >= _AHEAD:
+                ahead = None
+        if ahead is None:
+            self._base = self.ctr.copy()
+            self._ahead = ahead = _mix_np(
+                self.keys[:, None] + (self._base[:, None] + _STEPS) * _UGAMMA).ravel()
+            self._at = np.arange(self.n, dtype=np.uint64) * np.uint64(_AHEAD)
+            off = self._at
+        else:
+            off += self._at
+        x = ahead[off]
         if mask is None:
             self.ctr += np.uint64(1)
         else:
-            self.ctr += np.asarray(mask).astype(np.uint64)
+            np.add(self.ctr, mask, out=self.ctr, casting="unsafe")
         return x
 
     def random(self, mask=None):
@@ -79,14 +97,15 @@ class KeyDraws:
 
     def uniform(self, a, b, mask=None):
         u = self.random(mask)
-        if _plain(a, b):
+        if type(a) in _PLAIN and type(b) in _PLAIN:
             return a + (b - a) * u   # random.Random.uniform, float64 as Python floats are
         # other number types (a NumPy float32): random.Random.uniform's own arithmetic
         return np.array([a + (b - a) * v for v in u.tolist()], np.float64)
 
     def below(self, m, mask=None):
         # SampleRandom._randbelow(m) = (x * m) >> 64, exactly, for 1 <= m < 2**32
-        m = np.broadcast_to(np.asarray(m, np.int64), (self.n,))
+        if not (type(m) is np.ndarray and m.shape == (self.n,) and m.dtype == np.int64):
+            m = np.broadcast_to(np.asarray(m, np.int64), (self.n,))
         x = self.next(mask)
         use = m if mask is None else np.where(mask, m, 1)
         if use.size and (use.min() < 1 or use.max() >= 1 << 32):

@@ -413,12 +413,16 @@ class RandomResizedCrop(Transform):
         top, left = np.zeros(n, np.int64), np.zeros(n, np.int64)
         hh, ww = H.copy(), W.copy()
         pending = np.ones(n, bool) if mask is None else np.array(mask, bool)
-        for _ in range(10):
+        for attempt in range(10):
             if not pending.any():
                 break
             target = area * d.uniform(self.scale[0], self.scale[1], pending)
             logr = d.uniform(self._log_ratio[0], self._log_ratio[1], pending)
-            ratio = np.fromiter(map(math.exp, logr.tolist()), np.float64, n)
+            if attempt == 0:   # every row: math.exp as torchvision's (NumPy's may differ)
+                ratio = np.fromiter(map(math.exp, logr.tolist()), np.float64, n)
+            else:   # the rows still pending, the others' unused (1.0)
+                ratio = np.ones(n)
+                ratio[pending] = list(map(math.exp, logr[pending].tolist()))
             w = np.rint(np.sqrt(target * ratio))
             h = np.rint(np.sqrt(target / ratio))
             ok = pending & (w > 0) & (w <= W) & (h > 0) & (h <= H)
