@@ -15,7 +15,7 @@ from helpers.rangeserver import range_server
 from helpers.shards import size_of, write_shards
 from turboloader.data import TarDataset
 from turboloader.errors import RemoteShardError, RemoteShardNotFoundError
-from turboloader.io import fetch
+from turboloader.io import fetch, remote
 from turboloader.io.fetch import FetchPool
 from turboloader.io.shard_cache import ShardCache
 from turboloader.io.shards import open_shard
@@ -411,3 +411,110 @@ def test_s3_through_the_pool(s3, tmp_path, monkeypatch):
     ds = TarDataset("s3://bucket/t/t-{0000..0003}.tar", size_of, seed=1)
     loader = torch.utils.data.DataLoader(ds, batch_size=3, num_workers=2, timeout=60)
     assert sorted(int(v) for _, lab in loader for v in lab) == list(range(sum(sizes)))
+
+
+# -- the first request: sizes known ahead, finer first parts, the client made ahead -----------
+
+def _ranges(n, stride):
+    return sorted(f"bytes={s}-{min(s + stride, n) - 1}" for s in range(0, n, stride))
+
+
+def test_known_size_objects_are_asked_for_at_once_in_ranged_parts(slow):
+    """An object whose size this process has seen (a ``stat``, the count's read): every
+    part is asked for at once with a bounded Range, part 0 included (no open-ended request
+    waiting for its answer before the others start); the object its stream reads first
+    comes in parts of ``part_bytes / 4`` (several connections at once), the next in
+    ``part_bytes``; byte-exact."""
+    n = 8 * PART + 5
+    blobs = {"k0.bin": blob(n, 61), "k1.bin": blob(n, 62)}
+    urls = publish(slow, blobs)
+    for url in urls.values():
+        assert remote.stat(url).size == n
+    slow.ranges.clear()
+    slow.requests.clear()
+    slow.delay = 0.2
+    pool = FetchPool(part_bytes=4 * PART, buffer_bytes=64 * PART, max_connections=16)
+    pool.plan("s", [urls["k0.bin"], urls["k1.bin"]])
+    for name in blobs:
+        with pool.open(urls[name]) as f:
+            assert f.read() == blobs[name], name
+    assert sorted(r for name, r in slow.ranges if name == "k0.bin") == _ranges(n, PART)
+    assert sorted(r for name, r in slow.ranges if name == "k1.bin") == _ranges(n, 4 * PART)
+    assert slow.peak >= 4  # K connections from the start, none waiting for a size
+
+
+def test_known_size_that_changed_is_a_typed_error(slow):
+    """The size seen before is not the object's any more (replaced since): refused with the
+    URL named, never a silently short or long read."""
+    urls = publish(slow, {"s.bin": blob(3 * PART, 5)})
+    remote.stat(urls["s.bin"])
+    with open(os.path.join(slow.root, "s.bin"), "ab") as fh:
+        fh.write(b"x" * 10)
+    pool = FetchPool(part_bytes=PART)
+    with pytest.raises(RemoteShardError, match="s.bin.*changed while being read"):
+        with pool.open(urls["s.bin"]) as f:
+            f.read()
+
+
+def test_cache_download_of_known_size_starts_every_part_at_once(slow, tmp_path, monkeypatch):
+    """A shard cache download whose size the count's ``stat`` gave: its ranged parts start
+    together (the reservation made once, before any part writes), the file byte-exact."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(part_bytes=PART, max_connections=8))
+    data = blob(6 * PART + 7, 4)
+    urls = publish(slow, {"k.tar": data})
+    remote.stat(urls["k.tar"])
+    slow.ranges.clear()
+    slow.requests.clear()
+    slow.delay = 0.2
+    cache = ShardCache(tmp_path / "cache", prefetch=1)
+    with open(cache.fetch(urls["k.tar"]), "rb") as fh:
+        assert fh.read() == data
+    assert sorted(r for _, r in slow.ranges) == _ranges(len(data), PART)
+    assert slow.peak == 7
+    assert cache.stats()["misses"] == 1
+
+
+def test_lock_held_at_fork_leaves_the_child_usable_locks():
+    """A fork while another thread makes a store client (``warm``): the child's client
+    locks are new ones, not a copy held forever."""
+    import multiprocessing as mp
+
+    lock = remote._LOCKS["s3"]
+    lock.acquire()
+    try:
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        p = ctx.Process(target=lambda: q.put(remote._LOCKS["s3"].acquire(timeout=10)))
+        p.start()
+        assert q.get(timeout=60) is True
+        p.join(timeout=60)
+    finally:
+        lock.release()
+
+
+@pytest.mark.slow
+def test_warm_makes_the_client_ahead_and_a_forked_child_makes_its_own(s3, tmp_path):
+    """``TarDataset`` over s3:// makes the process's client while it is constructed (in the
+    background, before any request); a forked child never uses it: it makes its own."""
+    import multiprocessing as mp
+
+    assert remote.warm("/local/path") is None and remote.warm("http://127.0.0.1/x") is None
+    sizes = [3, 2]
+    for p in write_shards(str(tmp_path / "src"), sizes, name="w"):
+        s3.upload_file(p, "bucket", f"w/{os.path.basename(p)}")
+    remote._s3_client.clear()
+    TarDataset("s3://bucket/w/w-{0000..0001}.tar", size_of, shard_sizes=sizes)
+    wait_for(lambda: any(k[0] == os.getpid() for k in list(remote._s3_client)))
+    parent = remote._s3(remote.default_timeout())
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+
+    def child():
+        with remote.open_remote("s3://bucket/w/w-0000.tar") as f:
+            ok = len(f.read()) == os.path.getsize(tmp_path / "src" / "w-0000.tar")
+        q.put((ok, remote._s3(remote.default_timeout()) is not parent))
+
+    p = ctx.Process(target=child)
+    p.start()
+    assert q.get(timeout=120) == (True, True)
+    p.join(timeout=60)
