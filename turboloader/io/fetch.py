@@ -5,7 +5,12 @@ a forked child: never shared over ``fork``), with up to ``max_connections`` thre
 holding one connection at a time. An object is fetched in *parts* of ``part_bytes``: the
 first request (from byte 0) learns the object's size from its own response and the rest is
 asked for with ranged requests, fetched concurrently, so one large shard arrives at several
-connections' speed and nothing is requested twice (no size probe). Each part is read with
+connections' speed and nothing is requested twice (no size probe). Where this process saw
+the size before (:func:`~turboloader.io.remote.seen_stat`: the count's reads and ``stat``
+requests record it) every part is a bounded ranged request, queued at once. An object its
+stream reads first (plan position or file-fetch order 0) or that a reader waits for is cut
+into parts of ``part_bytes / 4``: the first batch of a pass does not wait for one
+connection's rate. Each part is read with
 :func:`turboloader.io.remote.open_remote`'s retrying reader at the part's offset: retries,
 resumption and the check that a resumed answer starts where asked are its; a part whose
 answer reports another total size than the first part's is a
