@@ -518,3 +518,19 @@ def test_warm_makes_the_client_ahead_and_a_forked_child_makes_its_own(s3, tmp_pa
     p.start()
     assert q.get(timeout=120) == (True, True)
     p.join(timeout=60)
+
+
+def test_unknown_size_part_zero_keeps_a_quarter_part(slow):
+    """Size not known: part 0 is open-ended (its answer gives the size) and keeps
+    ``part_bytes / 4`` of it, so its connection is soon free; the rest follows in ranged
+    parts of ``part_bytes``; byte-exact."""
+    n = 8 * PART + 5
+    blobs = {"u0.bin": blob(1000, 70), "u1.bin": blob(n, 71)}
+    urls = publish(slow, blobs)
+    pool = FetchPool(part_bytes=4 * PART, buffer_bytes=64 * PART)
+    pool.plan("s", [urls["u0.bin"], urls["u1.bin"]])
+    for name in blobs:
+        with pool.open(urls[name]) as f:
+            assert f.read() == blobs[name], name
+    assert sorted((r for name, r in slow.ranges if name == "u1.bin"), key=str) == sorted(
+        [None, f"bytes={PART}-{5 * PART - 1}", f"bytes={5 * PART}-{n - 1}"], key=str)

@@ -559,8 +559,8 @@ class FetchPool:
                 on_size(obj.size)
 
     def _first(self, part, reader):
-        """Part 0 of an object of unknown size: from byte 0; its response gives the size,
-        then the other parts queue."""
+        """Part 0 of an object of unknown size: from byte 0, open-ended; its response gives
+        the size, then the other parts queue. It keeps ``part_bytes / 4`` of the answer."""
         obj = part.obj
         first = bytearray(_READ)
         n = reader.readinto(memoryview(first))
@@ -571,12 +571,14 @@ class FetchPool:
             obj.on_size(size)
         with self._lock:
             obj.size = size
-            stride = self._stride(obj)
-            if size is None or size <= stride:
+            # part 0 stops after a quarter part: its connection is soon free for the parts
+            # needed first (this object's or another's), then the rest in strides
+            stride, head = self._stride(obj), max(_READ, self.part_bytes // _FIRST_SPLIT)
+            if size is None or size <= head:
                 part.length = size
             else:
-                part.length = stride
-                starts = range(stride, size, stride)
+                part.length = head
+                starts = range(head, size, stride)
                 for i, s in enumerate(starts, 1):
                     p = _Part(obj, i, s, min(stride, size - s))
                     obj.parts.append(p)
