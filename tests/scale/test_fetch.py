@@ -419,41 +419,18 @@ def _ranges(n, stride):
     return sorted(f"bytes={s}-{min(s + stride, n) - 1}" for s in range(0, n, stride))
 
 
-def test_known_size_objects_are_asked_for_at_once_in_ranged_parts(slow):
-    """An object whose size this process has seen (a ``stat``, the count's read): every
-    part is asked for at once with a bounded Range, part 0 included (no open-ended request
-    waiting for its answer before the others start); the object its stream reads first
-    comes in parts of ``part_bytes / 4`` (several connections at once), the next in
-    ``part_bytes``; byte-exact."""
-    n = 8 * PART + 5
-    blobs = {"k0.bin": blob(n, 61), "k1.bin": blob(n, 62)}
-    urls = publish(slow, blobs)
-    for url in urls.values():
-        assert remote.stat(url).size == n
-    slow.ranges.clear()
-    slow.requests.clear()
-    slow.delay = 0.2
-    pool = FetchPool(part_bytes=4 * PART, buffer_bytes=64 * PART, max_connections=16)
-    pool.plan("s", [urls["k0.bin"], urls["k1.bin"]])
-    for name in blobs:
-        with pool.open(urls[name]) as f:
-            assert f.read() == blobs[name], name
-    assert sorted(r for name, r in slow.ranges if name == "k0.bin") == _ranges(n, PART)
-    assert sorted(r for name, r in slow.ranges if name == "k1.bin") == _ranges(n, 4 * PART)
-    assert slow.peak >= 4  # K connections from the start, none waiting for a size
-
-
-def test_known_size_that_changed_is_a_typed_error(slow):
-    """The size seen before is not the object's any more (replaced since): refused with the
-    URL named, never a silently short or long read."""
-    urls = publish(slow, {"s.bin": blob(3 * PART, 5)})
-    remote.stat(urls["s.bin"])
-    with open(os.path.join(slow.root, "s.bin"), "ab") as fh:
+def test_known_size_that_changed_is_a_typed_error(slow, tmp_path, monkeypatch):
+    """The size seen before is not the object's any more (replaced since): the cache's
+    download is refused with the URL named, never a silently short or long shard."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(part_bytes=PART))
+    urls = publish(slow, {"s.tar": blob(3 * PART, 5)})
+    remote.stat(urls["s.tar"])
+    with open(os.path.join(slow.root, "s.tar"), "ab") as fh:
         fh.write(b"x" * 10)
-    pool = FetchPool(part_bytes=PART)
-    with pytest.raises(RemoteShardError, match="s.bin.*changed while being read"):
-        with pool.open(urls["s.bin"]) as f:
-            f.read()
+    cache = ShardCache(tmp_path / "cache", prefetch=1)
+    with pytest.raises(RemoteShardError, match="s.tar.*changed while being read"):
+        cache.fetch(urls["s.tar"])
+    assert not os.path.exists(cache.path(urls["s.tar"]))
 
 
 def test_cache_download_of_known_size_starts_every_part_at_once(slow, tmp_path, monkeypatch):
@@ -520,17 +497,19 @@ def test_warm_makes_the_client_ahead_and_a_forked_child_makes_its_own(s3, tmp_pa
     p.join(timeout=60)
 
 
-def test_unknown_size_part_zero_keeps_a_quarter_part(slow):
-    """Size not known: part 0 is open-ended (its answer gives the size) and keeps
-    ``part_bytes / 4`` of it, so its connection is soon free; the rest follows in ranged
-    parts of ``part_bytes``; byte-exact."""
+def test_unknown_size_part_zero_keeps_a_quarter_part(slow, tmp_path, monkeypatch):
+    """A cache download of unknown size: part 0 is open-ended (its answer gives the size)
+    and keeps ``part_bytes / 4`` of it, so its connection is soon free; the rest follows in
+    ranged parts of ``part_bytes`` (a shard read later than first); byte-exact."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(part_bytes=4 * PART))
     n = 8 * PART + 5
-    blobs = {"u0.bin": blob(1000, 70), "u1.bin": blob(n, 71)}
-    urls = publish(slow, blobs)
-    pool = FetchPool(part_bytes=4 * PART, buffer_bytes=64 * PART)
-    pool.plan("s", [urls["u0.bin"], urls["u1.bin"]])
-    for name in blobs:
-        with pool.open(urls[name]) as f:
-            assert f.read() == blobs[name], name
-    assert sorted((r for name, r in slow.ranges if name == "u1.bin"), key=str) == sorted(
-        [None, f"bytes={PART}-{5 * PART - 1}", f"bytes={5 * PART}-{n - 1}"], key=str)
+    data = blob(n, 71)
+    urls = publish(slow, {"u1.tar": data})
+    cache = ShardCache(tmp_path / "cache", prefetch=1)
+    cache.prefetch([urls["u1.tar"]], start=1)
+    wait_for(lambda: cache.stats()["files"] == 1)
+    with open(cache.fetch(urls["u1.tar"]), "rb") as fh:
+        assert fh.read() == data
+    assert sorted(slow.ranges, key=str) == sorted(
+        [("u1.tar", None), ("u1.tar", f"bytes={PART}-{5 * PART - 1}"),
+         ("u1.tar", f"bytes={5 * PART}-{n - 1}")], key=str)

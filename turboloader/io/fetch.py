@@ -5,12 +5,12 @@ a forked child: never shared over ``fork``), with up to ``max_connections`` thre
 holding one connection at a time. An object is fetched in *parts* of ``part_bytes``: the
 first request (from byte 0) learns the object's size from its own response and the rest is
 asked for with ranged requests, fetched concurrently, so one large shard arrives at several
-connections' speed and nothing is requested twice (no size probe). Where this process saw
-the size before (:func:`~turboloader.io.remote.seen_stat`: the count's reads and ``stat``
-requests record it) every part is a bounded ranged request, queued at once. An object its
-stream reads first (plan position or file-fetch order 0) or that a reader waits for is cut
-into parts of ``part_bytes / 4``: the first batch of a pass does not wait for one
-connection's rate. Each part is read with
+connections' speed and nothing is requested twice (no size probe). A file fetch (the shard
+cache's) whose size this process saw before (:func:`~turboloader.io.remote.seen_stat`: the
+count's reads and ``stat`` requests record it) asks for every part at once, each a bounded
+ranged request; one its stream reads first (order 0) or that a reader waits for is cut into
+parts of ``part_bytes / 4`` (the whole shard is needed before its first sample), and the
+part 0 of a file fetch of unknown size keeps ``part_bytes / 4``. Each part is read with
 :func:`turboloader.io.remote.open_remote`'s retrying reader at the part's offset: retries,
 resumption and the check that a resumed answer starts where asked are its; a part whose
 answer reports another total size than the first part's is a
@@ -206,7 +206,6 @@ class FetchPool:
                 del self._objects[url]
             if obj is None:
                 obj = _Object(self, url)
-                obj.first = True  # its reader waits for it now
                 self._start(obj)
             else:
                 plan = self._plans.get(obj.key)
@@ -312,7 +311,6 @@ class FetchPool:
                 obj.key, obj.pos = key, pos
                 continue
             obj = _Object(self, url, key=key, pos=pos)
-            obj.first = pos == 0
             self._objects.setdefault(obj.url, []).append(obj)
             self._start(obj)
 
@@ -338,13 +336,17 @@ class FetchPool:
                 self._drop_lineage(lineage)
 
     def _start(self, obj):
-        """Queue ``obj``'s requests. Its size known from a response this process read
-        before (:func:`~turboloader.io.remote.seen_stat`: the count, a ``stat``, an earlier
+        """Queue ``obj``'s requests. A file fetch whose size is known from a response this
+        process read before (:func:`~turboloader.io.remote.seen_stat`: the count, a ``stat``, an earlier
         pass): every part at once, each a bounded range (no request waits for another's
         answer; a part whose answer gives another total size is an error, as below).
         Else part 0, from byte 0 and open-ended: its answer gives the size, then
         :meth:`_first` queues the rest."""
-        st = seen_stat(obj.url)
+        # file fetches only: through bench_remote's proxy on a loaded 2-core VM, streamed
+        # (buffered) objects asked for whole at once, or in finer parts, reached a stream's
+        # first 3.5 MB later than with part 0 open-ended (more requests at once slowed the
+        # ones read first; /tmp/s3-cold/firstbytes.py, s3-cold branch report)
+        st = seen_stat(obj.url) if obj.sink is not None else None
         if st is not None and st.size:
             obj.size, obj.known = st.size, True
             stride = self._stride(obj)
@@ -358,9 +360,10 @@ class FetchPool:
 
     def _stride(self, obj):
         """Bytes per part of ``obj``: ``part_bytes``, or ``part_bytes / 4`` (at least one
-        socket read) for an object read first (a stream's first, or one a reader waits
-        for): its bytes come over several connections at once, so a pass's first batch
-        does not wait for one connection's rate."""
+        socket read) for a file fetch read first (a stream's first shard, or one a reader
+        waits for): the whole shard must be here before it is read, and it comes over
+        several connections at once, so a pass's first batch does not wait for one
+        connection's rate."""
         return max(_READ, self.part_bytes // _FIRST_SPLIT) if obj.first else self.part_bytes
 
     def _queue(self, part):
@@ -560,7 +563,8 @@ class FetchPool:
 
     def _first(self, part, reader):
         """Part 0 of an object of unknown size: from byte 0, open-ended; its response gives
-        the size, then the other parts queue. It keeps ``part_bytes / 4`` of the answer."""
+        the size, then the other parts queue. A file fetch's part 0 keeps ``part_bytes / 4``
+        of the answer (its connection is soon free for the parts needed first)."""
         obj = part.obj
         first = bytearray(_READ)
         n = reader.readinto(memoryview(first))
@@ -571,9 +575,10 @@ class FetchPool:
             obj.on_size(size)
         with self._lock:
             obj.size = size
-            # part 0 stops after a quarter part: its connection is soon free for the parts
-            # needed first (this object's or another's), then the rest in strides
-            stride, head = self._stride(obj), max(_READ, self.part_bytes // _FIRST_SPLIT)
+            # a file fetch's part 0 stops after a quarter part: its connection is soon free
+            # for the parts needed first (this shard's or another's), then the rest in strides
+            stride = self._stride(obj)
+            head = max(_READ, self.part_bytes // _FIRST_SPLIT) if obj.sink is not None else stride
             if size is None or size <= head:
                 part.length = size
             else:
