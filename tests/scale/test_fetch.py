@@ -15,7 +15,7 @@ from helpers.rangeserver import range_server
 from helpers.shards import size_of, write_shards
 from turboloader.data import TarDataset
 from turboloader.errors import RemoteShardError, RemoteShardNotFoundError
-from turboloader.io import fetch
+from turboloader.io import fetch, remote
 from turboloader.io.fetch import FetchPool
 from turboloader.io.shard_cache import ShardCache
 from turboloader.io.shards import open_shard
@@ -411,3 +411,105 @@ def test_s3_through_the_pool(s3, tmp_path, monkeypatch):
     ds = TarDataset("s3://bucket/t/t-{0000..0003}.tar", size_of, seed=1)
     loader = torch.utils.data.DataLoader(ds, batch_size=3, num_workers=2, timeout=60)
     assert sorted(int(v) for _, lab in loader for v in lab) == list(range(sum(sizes)))
+
+
+# -- the first request: sizes known ahead, finer first parts, the client made ahead -----------
+
+def _ranges(n, stride):
+    return sorted(f"bytes={s}-{min(s + stride, n) - 1}" for s in range(0, n, stride))
+
+
+def test_known_size_that_changed_is_a_typed_error(slow, tmp_path, monkeypatch):
+    """The size seen before is not the object's any more (replaced since): the cache's
+    download is refused with the URL named, never a silently short or long shard."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(part_bytes=PART))
+    urls = publish(slow, {"s.tar": blob(3 * PART, 5)})
+    remote.stat(urls["s.tar"])
+    with open(os.path.join(slow.root, "s.tar"), "ab") as fh:
+        fh.write(b"x" * 10)
+    cache = ShardCache(tmp_path / "cache", prefetch=1)
+    with pytest.raises(RemoteShardError, match="s.tar.*changed while being read"):
+        cache.fetch(urls["s.tar"])
+    assert not os.path.exists(cache.path(urls["s.tar"]))
+
+
+def test_cache_download_of_known_size_starts_every_part_at_once(slow, tmp_path, monkeypatch):
+    """A shard cache download whose size the count's ``stat`` gave: its ranged parts start
+    together (the reservation made once, before any part writes), the file byte-exact."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(part_bytes=PART, max_connections=8))
+    data = blob(6 * PART + 7, 4)
+    urls = publish(slow, {"k.tar": data})
+    remote.stat(urls["k.tar"])
+    slow.ranges.clear()
+    slow.requests.clear()
+    slow.delay = 0.2
+    cache = ShardCache(tmp_path / "cache", prefetch=1)
+    with open(cache.fetch(urls["k.tar"]), "rb") as fh:
+        assert fh.read() == data
+    assert sorted(r for _, r in slow.ranges) == _ranges(len(data), PART)
+    assert slow.peak == 7
+    assert cache.stats()["misses"] == 1
+
+
+def test_lock_held_at_fork_leaves_the_child_usable_locks():
+    """A fork while another thread makes a store client (``warm``): the child's client
+    locks are new ones, not a copy held forever."""
+    import multiprocessing as mp
+
+    lock = remote._LOCKS["s3"]
+    lock.acquire()
+    try:
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        p = ctx.Process(target=lambda: q.put(remote._LOCKS["s3"].acquire(timeout=10)))
+        p.start()
+        assert q.get(timeout=60) is True
+        p.join(timeout=60)
+    finally:
+        lock.release()
+
+
+@pytest.mark.slow
+def test_warm_makes_the_client_ahead_and_a_forked_child_makes_its_own(s3, tmp_path):
+    """``TarDataset`` over s3:// makes the process's client while it is constructed (in the
+    background, before any request); a forked child never uses it: it makes its own."""
+    import multiprocessing as mp
+
+    assert remote.warm("/local/path") is None and remote.warm("http://127.0.0.1/x") is None
+    sizes = [3, 2]
+    for p in write_shards(str(tmp_path / "src"), sizes, name="w"):
+        s3.upload_file(p, "bucket", f"w/{os.path.basename(p)}")
+    remote._s3_client.clear()
+    TarDataset("s3://bucket/w/w-{0000..0001}.tar", size_of, shard_sizes=sizes)
+    wait_for(lambda: any(k[0] == os.getpid() for k in list(remote._s3_client)))
+    parent = remote._s3(remote.default_timeout())
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+
+    def child():
+        with remote.open_remote("s3://bucket/w/w-0000.tar") as f:
+            ok = len(f.read()) == os.path.getsize(tmp_path / "src" / "w-0000.tar")
+        q.put((ok, remote._s3(remote.default_timeout()) is not parent))
+
+    p = ctx.Process(target=child)
+    p.start()
+    assert q.get(timeout=120) == (True, True)
+    p.join(timeout=60)
+
+
+def test_unknown_size_part_zero_keeps_a_quarter_part(slow, tmp_path, monkeypatch):
+    """A cache download of unknown size: part 0 is open-ended (its answer gives the size)
+    and keeps ``part_bytes / 4`` of it, so its connection is soon free; the rest follows in
+    ranged parts of ``part_bytes`` (a shard read later than first); byte-exact."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(part_bytes=4 * PART))
+    n = 8 * PART + 5
+    data = blob(n, 71)
+    urls = publish(slow, {"u1.tar": data})
+    cache = ShardCache(tmp_path / "cache", prefetch=1)
+    cache.prefetch([urls["u1.tar"]], start=1)
+    wait_for(lambda: cache.stats()["files"] == 1)
+    with open(cache.fetch(urls["u1.tar"]), "rb") as fh:
+        assert fh.read() == data
+    assert sorted(slow.ranges, key=str) == sorted(
+        [("u1.tar", None), ("u1.tar", f"bytes={PART}-{5 * PART - 1}"),
+         ("u1.tar", f"bytes={5 * PART}-{n - 1}")], key=str)

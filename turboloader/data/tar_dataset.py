@@ -21,7 +21,7 @@ from turboloader.io.shards import TarShards
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import TarFormatError
 from turboloader.io.fetch import fetch_pool
-from turboloader.io.remote import RemoteShardError, is_remote
+from turboloader.io.remote import RemoteShardError, is_remote, warm
 from turboloader.io.shard_cache import ShardCache
 
 __all__ = ["MIX_RAMP", "TarBatches", "TarDataset", "delivered_counts"]
@@ -213,6 +213,11 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         counts = []
         self._io = self._shard_io(urls, strict=bool(strict_tar))
         expanded = self._io.names
+        # remote shards: the store's client (boto3's takes a good part of a second) is made
+        # now in the background, not by the first request of the first pass
+        first_remote = next((u for u in expanded if is_remote(u)), None)
+        if first_remote is not None:
+            warm(first_remote)
         if shard_sizes is not None:
             shard_sizes = ([shard_sizes[u] for u in expanded] if isinstance(shard_sizes, dict)
                            else [int(c) for c in shard_sizes])

@@ -5,7 +5,12 @@ a forked child: never shared over ``fork``), with up to ``max_connections`` thre
 holding one connection at a time. An object is fetched in *parts* of ``part_bytes``: the
 first request (from byte 0) learns the object's size from its own response and the rest is
 asked for with ranged requests, fetched concurrently, so one large shard arrives at several
-connections' speed and nothing is requested twice (no size probe). Each part is read with
+connections' speed and nothing is requested twice (no size probe). A file fetch (the shard
+cache's) whose size this process saw before (:func:`~turboloader.io.remote.seen_stat`: the
+count's reads and ``stat`` requests record it) asks for every part at once, each a bounded
+ranged request; one its stream reads first (order 0) or that a reader waits for is cut into
+parts of ``part_bytes / 4`` (the whole shard is needed before its first sample), and the
+part 0 of a file fetch of unknown size keeps ``part_bytes / 4``. Each part is read with
 :func:`turboloader.io.remote.open_remote`'s retrying reader at the part's offset: retries,
 resumption and the check that a resumed answer starts where asked are its; a part whose
 answer reports another total size than the first part's is a
@@ -51,12 +56,13 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from turboloader.errors import RemoteShardError
-from turboloader.io.remote import _CHUNK, _RetryingReader, redact
+from turboloader.io.remote import _CHUNK, _RetryingReader, redact, seen_stat
 from turboloader.io.sizes import parse_size
 
 __all__ = ["FetchPool", "fetch_pool"]
 
 _READ = 256 << 10  # bytes per socket read into a part
+_FIRST_SPLIT = 4  # an object read first is fetched in parts this much smaller (see _stride)
 
 
 class _Object:
@@ -78,6 +84,9 @@ class _Object:
         self.left = 1  # parts not finished (sink: on_done runs when it reaches 0)
         self.wait_part = -1  # the part its reader waits for (it may pass the budget)
         self.kept_until = 0.0  # kept from an ended plan (see FetchPool.forget): until then
+        self.known = False  # its size was known before its first request (every part ranged)
+        self.sizing = threading.Lock()  # a known-size file fetch: on_size runs once, first
+        self.first = False  # read first by its stream, or waited for: finer parts (_stride)
 
 
 class _Part:
@@ -197,7 +206,7 @@ class FetchPool:
                 del self._objects[url]
             if obj is None:
                 obj = _Object(self, url)
-                self._queue(obj.parts[0])
+                self._start(obj)
             else:
                 plan = self._plans.get(obj.key)
                 if plan is not None:
@@ -230,8 +239,8 @@ class FetchPool:
                          self.backoff if backoff is None else float(backoff),
                          self.timeout if timeout is None else timeout)
             obj.opened = bool(urgent)
-            self._files += 1
-            self._queue(obj.parts[0])
+            obj.first = obj.opened or obj.pos == 0
+            self._start(obj)
             self._dispatch()
 
     def hurry(self, fd: int, /) -> None:
@@ -303,7 +312,7 @@ class FetchPool:
                 continue
             obj = _Object(self, url, key=key, pos=pos)
             self._objects.setdefault(obj.url, []).append(obj)
-            self._queue(obj.parts[0])
+            self._start(obj)
 
     def _drop_object(self, obj):
         if obj.opened:  # a reader has it: its parts go as it reads or closes
@@ -325,6 +334,37 @@ class FetchPool:
         for lineage, objs in list(self._orphans.items()):
             if objs and objs[0].kept_until < now:
                 self._drop_lineage(lineage)
+
+    def _start(self, obj):
+        """Queue ``obj``'s requests. A file fetch whose size is known from a response this
+        process read before (:func:`~turboloader.io.remote.seen_stat`: the count, a ``stat``, an earlier
+        pass): every part at once, each a bounded range (no request waits for another's
+        answer; a part whose answer gives another total size is an error, as below).
+        Else part 0, from byte 0 and open-ended: its answer gives the size, then
+        :meth:`_first` queues the rest."""
+        # file fetches only: through bench_remote's proxy on a loaded 2-core VM, streamed
+        # (buffered) objects asked for whole at once, or in finer parts, reached a stream's
+        # first 3.5 MB later than with part 0 open-ended (more requests at once slowed the
+        # ones read first; /tmp/s3-cold/firstbytes.py, s3-cold branch report)
+        st = seen_stat(obj.url) if obj.sink is not None else None
+        if st is not None and st.size:
+            obj.size, obj.known = st.size, True
+            stride = self._stride(obj)
+            obj.parts = [_Part(obj, i, s, min(stride, st.size - s))
+                         for i, s in enumerate(range(0, st.size, stride))]
+            obj.left = len(obj.parts)
+        if obj.sink is not None:
+            self._files += len(obj.parts)
+        for part in obj.parts:
+            self._queue(part)
+
+    def _stride(self, obj):
+        """Bytes per part of ``obj``: ``part_bytes``, or ``part_bytes / 4`` (at least one
+        socket read) for a file fetch read first (a stream's first shard, or one a reader
+        waits for): the whole shard must be here before it is read, and it comes over
+        several connections at once, so a pass's first batch does not wait for one
+        connection's rate."""
+        return max(_READ, self.part_bytes // _FIRST_SPLIT) if obj.first else self.part_bytes
 
     def _queue(self, part):
         self._pending.append(part)
@@ -460,16 +500,20 @@ class FetchPool:
     def _fetch(self, part):
         obj = part.obj
         retries, backoff, timeout = obj.retry
-        # part 0 is open-ended (its answer gives the size); the others ask for their bytes
-        # only (a bounded Range: the server sends nothing past the part)
-        end = part.start + part.length if part.index and part.length is not None else None
+        # part 0 of an object of unknown size is open-ended (its answer gives the size);
+        # the others ask for their bytes only (a bounded Range: the server sends nothing
+        # past the part, and the connection is kept for the next request)
+        ranged = (part.index or obj.known) and part.length is not None
+        end = part.start + part.length if ranged else None
         reader = _RetryingReader(obj.url, retries=retries, backoff=backoff, timeout=timeout,
                                  start=part.start, end=end)
         t0, cpu0 = time.monotonic(), time.thread_time()
         got = 0
         error = None
         try:
-            if part.index == 0:
+            if obj.known and obj.sink is not None and obj.on_size is not None:
+                self._sized(obj)
+            if part.index == 0 and not obj.known:
                 got = self._first(part, reader)
             else:
                 got = self._rest(part, reader)
@@ -509,8 +553,18 @@ class FetchPool:
         if done_cb is not None:
             done_cb(error)
 
+    def _sized(self, obj):
+        """A file fetch of known size: ``on_size`` runs once, before any part writes (the
+        other parts wait for it)."""
+        with obj.sizing:
+            if obj.on_size is not None:
+                on_size, obj.on_size = obj.on_size, None
+                on_size(obj.size)
+
     def _first(self, part, reader):
-        """Part 0: from byte 0; its response gives the size, then the other parts queue."""
+        """Part 0 of an object of unknown size: from byte 0, open-ended; its response gives
+        the size, then the other parts queue. A file fetch's part 0 keeps ``part_bytes / 4``
+        of the answer (its connection is soon free for the parts needed first)."""
         obj = part.obj
         first = bytearray(_READ)
         n = reader.readinto(memoryview(first))
@@ -521,13 +575,17 @@ class FetchPool:
             obj.on_size(size)
         with self._lock:
             obj.size = size
-            if size is None or size <= self.part_bytes:
+            # a file fetch's part 0 stops after a quarter part: its connection is soon free
+            # for the parts needed first (this shard's or another's), then the rest in strides
+            stride = self._stride(obj)
+            head = max(_READ, self.part_bytes // _FIRST_SPLIT) if obj.sink is not None else stride
+            if size is None or size <= head:
                 part.length = size
             else:
-                part.length = self.part_bytes
-                starts = range(self.part_bytes, size, self.part_bytes)
+                part.length = head
+                starts = range(head, size, stride)
                 for i, s in enumerate(starts, 1):
-                    p = _Part(obj, i, s, min(self.part_bytes, size - s))
+                    p = _Part(obj, i, s, min(stride, size - s))
                     obj.parts.append(p)
                     self._queue(p)
                 obj.left += len(starts)
@@ -581,7 +639,7 @@ class FetchPool:
                 n = reader.readinto(memoryview(chunk)[:want])
                 if n:
                     os.pwrite(obj.sink, memoryview(chunk)[:n], part.start + got)
-            if part.index and reader.size is not None and obj.size is not None \
+            if (part.index or obj.known) and reader.size is not None and obj.size is not None \
                     and reader.size != obj.size:
                 raise RemoteShardError(
                     f"{redact(obj.url)} is {reader.size} bytes now, {obj.size} when reading "

@@ -77,6 +77,7 @@ __all__ = [
     "glob_objects",
     "stat",
     "url_path",
+    "warm",
     "write_object",
 ]
 
@@ -84,6 +85,7 @@ __all__ = [
 #: is read through it besides these).
 REMOTE_SCHEMES = ("s3", "gs", "az", "http", "https")
 _CHUNK = 1 << 20
+_POOL_CONNECTIONS = 64  # connections an SDK client keeps open (above the fetch pool's max)
 _SDK_CHUNK = 8 << 20  # one ranged request of the SDKs read in pieces (Azure, fsspec)
 _LOCAL_FSSPEC = {"file", "local", "os"}
 
@@ -182,8 +184,9 @@ def seen_stat(url: str, /, *, forget: bool = False) -> ObjectStat | None:
     """The size and version tag (as :func:`stat` gives them) that the latest response
     read for ``url`` in this process carried, or None (nothing read yet, or the
     response carried no size). Every read through :func:`open_remote`,
-    :func:`read_range` and the fetch pool records it: what was read can be described
-    without asking the store again. ``forget``: also drop it (call before a read to know
+    :func:`read_range` and the fetch pool, and every :func:`stat`, records it: what was
+    read can be described without asking the store again (and the fetch pool asks for
+    all of an object's parts at once). ``forget``: also drop it (call before a read to know
     afterwards that what is returned came from that read).
     The tag is None where a response gives none (e.g. a GCS emulator without
     ``x-goog-generation``)."""
@@ -269,6 +272,10 @@ class _Store:
         """Exceptions a body's ``read`` raises that are worth a resumed request."""
         return ()
 
+    def client(self, timeout) -> None:
+        """Make this process's client (the SDK's session, credentials chain): see
+        :func:`warm`."""
+
 
 class _Chunked(io.RawIOBase):
     """A body made of ranged requests of up to ``_SDK_CHUNK`` bytes, fetched one after
@@ -303,10 +310,12 @@ class _Chunked(io.RawIOBase):
 
 def _per_process(cache, lock, key, make):
     """The client in ``cache`` under ``key`` (``(pid, ...)``), made by ``make()`` on first
-    use; clients inherited from another process (over fork) are dropped, never shared."""
+    use (``lock``: the name of its module lock, replaced in a forked child, see
+    :func:`_after_fork`); clients inherited from another process (over fork) are dropped,
+    never shared."""
     client = cache.get(key)
     if client is None:
-        with lock:
+        with _LOCKS[lock]:
             client = cache.get(key)
             if client is None:
                 client = make()
@@ -331,9 +340,47 @@ def _split_bucket(url, needs):
     return p.netloc, p.path.lstrip("/")
 
 
+# one lock per store's client cache; a fork while another thread makes a client (warm)
+# would leave the child a lock held forever: the child gets new ones
+_LOCKS = {"s3": threading.Lock(), "gcs": threading.Lock(), "az": threading.Lock()}
+
+
+def _after_fork():
+    for name in _LOCKS:
+        _LOCKS[name] = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def warm(url: str, /, *, timeout: float | None = None) -> threading.Thread | None:
+    """Make this process's client for ``url``'s store in a background thread (S3: the
+    boto3 session, client and credentials chain, which take a good part of a second),
+    so that the first request of a pass does not wait for it. Returns the thread (None
+    where the store keeps no client, or the URL is not remote). Fork-safe: a client is
+    used only in the process that made it (a forked child makes its own), and a fork
+    while the thread runs leaves the child usable locks. Failures are left to the first
+    request (which reports them)."""
+    try:
+        store = _store(url)
+    except ValueError:
+        return None
+    if type(store).client is _Store.client:
+        return None
+    timeout = default_timeout() if timeout is None else timeout
+
+    def run():
+        with contextlib.suppress(Exception):
+            store.client(timeout)
+
+    thread = threading.Thread(target=run, name="turboloader-warm", daemon=True)
+    thread.start()
+    return thread
+
+
 # S3 ----------------------------------------------------------------------------------------
 
-_s3_lock = threading.Lock()
 _s3_client = {}
 
 _S3_MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
@@ -351,11 +398,15 @@ def _s3(timeout=None):
                          package="boto3").Config
         kw = {} if timeout is None else {"read_timeout": timeout,
                                          "connect_timeout": min(timeout, 60)}
-        # boto3's standard chain: env (AWS_ENDPOINT_URL ...), config files, roles
+        # boto3's standard chain: env (AWS_ENDPOINT_URL ...), config files, roles; one
+        # client per process, shared by its threads (boto3 clients are thread-safe), with
+        # as many kept connections as the fetch pool opens (boto3 keeps 10: the others
+        # would be closed after each request and opened again)
         return boto3.session.Session().client(
-            "s3", config=Config(retries={"mode": "standard"}, **kw))
+            "s3", config=Config(retries={"mode": "standard"},
+                                max_pool_connections=_POOL_CONNECTIONS, **kw))
 
-    return _per_process(_s3_client, _s3_lock, (os.getpid(), timeout), make)
+    return _per_process(_s3_client, "s3", (os.getpid(), timeout), make)
 
 
 def _s3_split(url):
@@ -385,6 +436,9 @@ def _s3_error(url, exc, bx):
 
 
 class _S3(_Store):
+    def client(self, timeout):
+        _s3(timeout)
+
     def open(self, url, start, end, timeout):
         bx = _botocore()
         bucket, key = _s3_split(url)
@@ -503,7 +557,6 @@ class _HTTP(_Store):
 
 # GCS ---------------------------------------------------------------------------------------
 
-_gcs_lock = threading.Lock()
 _gcs_session = {}
 
 
@@ -526,7 +579,7 @@ def _gcs():
         creds, _ = gauth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_write"])
         return treq.AuthorizedSession(creds), "https://storage.googleapis.com"
 
-    return _per_process(_gcs_session, _gcs_lock, (os.getpid(),), make)
+    return _per_process(_gcs_session, "gcs", (os.getpid(),), make)
 
 
 def _gcs_split(url):
@@ -535,6 +588,9 @@ def _gcs_split(url):
 
 
 class _GCS(_Store):
+    def client(self, timeout):
+        _gcs()
+
     def _call(self, url, method, path, timeout, **kw):
         session, endpoint = _gcs()  # first: a missing package is a MissingDependencyError
         import requests
@@ -616,7 +672,6 @@ class _GCS(_Store):
 
 # Azure -------------------------------------------------------------------------------------
 
-_az_lock = threading.Lock()
 _az_client = {}
 
 
@@ -650,7 +705,7 @@ def _azure(timeout):
                 cred = DefaultAzureCredential()
         return blob.BlobServiceClient(account_url, credential=cred, **kw)
 
-    return _per_process(_az_client, _az_lock, (os.getpid(), timeout), make)
+    return _per_process(_az_client, "az", (os.getpid(), timeout), make)
 
 
 def _az_split(url):
@@ -676,6 +731,9 @@ def _az_error(url, exc):
 
 
 class _Azure(_Store):
+    def client(self, timeout):
+        _azure(timeout)
+
     def _blob(self, url, timeout):
         container, name = _az_split(url)
         return _azure(timeout).get_blob_client(container, name)
@@ -1122,8 +1180,10 @@ def stat(url: str, /, *, retries: int = 5, backoff: float = 0.25,
     """
     timeout = default_timeout() if timeout is None else timeout
     store = _store(url)
-    return _with_retries(url, lambda: store.stat(url, timeout), retries=retries,
-                         backoff=backoff)
+    st = _with_retries(url, lambda: store.stat(url, timeout), retries=retries,
+                       backoff=backoff)
+    _seen(url, st)  # the fetch pool then asks for the object's parts at once
+    return st
 
 
 def write_object(url: str, data: bytes, /, *, retries: int = 5, backoff: float = 0.25,
