@@ -112,8 +112,11 @@ def test_wheel_runs_in_a_fresh_venv_without_build_tools(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
+    # without PYTHONPATH: a checkout on it (PYTHONPATH=<checkout> pytest) with an egg-info
+    # there (test_packaging's sdist writes one) made pip find the package installed and skip it
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                   check=True, timeout=300)
+                   check=True, timeout=300, env=clean)
     # torch, numpy, Pillow, ... from the test environment, after the venv's own packages
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           capture_output=True, text=True, check=True).stdout.strip()
