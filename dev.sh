@@ -63,11 +63,11 @@ fi
 
 case "$job" in
   demo)  exec "$venv/bin/turboloader" demo "$@" ;;
-  # one pytest process by default: with two (TURBOLOADER_TEST_PROCESSES=2, pytest-xdist,
-  # --dist loadgroup) the suite took 16-18 min instead of 24 here, but two CI runs each had
-  # the wheel module's fixture built on both processes at once (the checkout's build/
-  # removed under the other build), so it stays opt-in until the wheel builds elsewhere
-  test)  exec "$venv/bin/python" -m pytest -n "${TURBOLOADER_TEST_PROCESSES:-0}" --dist loadgroup \
+  # two pytest processes (pytest-xdist): most tests wait on subprocesses, servers and worker
+  # processes, so two share two cores well. --dist loadgroup keeps each xdist_group on one
+  # process (the wheel's build, the benchmark smoke runs: their module fixtures run once).
+  # TURBOLOADER_TEST_PROCESSES picks another count (0: one process, no xdist)
+  test)  exec "$venv/bin/python" -m pytest -n "${TURBOLOADER_TEST_PROCESSES:-2}" --dist loadgroup \
            "$@" ;;   # pytest exits 5 when no test ran
   shell) exec env VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" "${SHELL:-bash}" ;;
 esac

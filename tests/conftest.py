@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 # The warp tests compare with torchvision's tensor path exactly. torchvision builds its sampling
 # grid with a batched matmul that runs in MKL, and MKL picks its kernel by CPU: on AVX-512 Intel
 # parts its rounding differs in the last float32 bit from the AVX2 kernel (AMD, older Intel), which
@@ -26,13 +28,59 @@ if "TURBOLOADER_CACHE" not in os.environ or (
     atexit.register(shutil.rmtree, os.environ["TURBOLOADER_CACHE"], True)
 
 
+# The suite's longest tests (pytest --durations, two processes, a loaded 2-core machine:
+# 10-100 s each), longest first. They run first, so that the two xdist processes do not end
+# with one of them alone in a long test while the other is done: the short tests fill in
+# behind them. (xdist's loadgroup schedules its groups first, largest first: the wheel build
+# and the benchmark smoke runs.) A name that matches nothing costs nothing.
+SLOW_FIRST = (
+    "tests/test_bench_remote_smoke.py::test_bench_remote_runs",
+    "tests/scale/test_remote_many_shards.py::test_thousand_remote_shards_every_loader_exactly_once",
+    "tests/loader/test_kept_batches.py::test_start_methods_keep_batches_intact",
+    "tests/test_docs.py::test_sphinx_build_has_no_warnings",
+    "tests/scale/test_multinode.py::test_two_nodes_two_procs_two_workers",
+    "tests/loader/test_moved_batches.py::test_a_view_of_a_moved_batch_stays_intact",
+    "tests/test_gpu_check_smoke.py::test_dry_run_prints_the_table",
+    "tests/lightning/test_lightning_module.py::test_ddp_two_ranks_see_disjoint_data",
+    "tests/loader/test_shared_memory.py::test_shared_memory_is_returned_when_workers_exit",
+    "tests/loader/test_fork_after_error.py::test_no_inherited_iterator_finalized_in_workers",
+    "tests/loader/test_shared_memory.py::test_a_killed_workers_blocks_are_freed_under_file_system",
+    "tests/realshape/test_tar_shapes.py::test_k40_turboloader",
+    "tests/native/test_batch_runner.py::test_fuzzed_corrupt_batches_match_the_per_sample_path",
+    "tests/loader/test_quiet_exit.py::test_nothing_is_printed_at_exit",
+    "tests/seeds/test_seed_examples.py::test_seed001_distributed",
+    "tests/test_bench_seekable_smoke.py::test_bench_seekable_runs",
+    "tests/test_gpu_check_smoke.py::test_without_jpeg_headers_or_a_carry_it_stops_at_once",
+    "tests/scale/test_resume.py::test_plain_dataloader_resume_same_order",
+    "tests/cli/test_hostile_inputs.py::test_symlink_to_dev_zero_fails_at_once_like_torchvision",
+    "tests/realshape/test_tar_shapes.py::test_k40_torch_dataloader",
+    "tests/scale/test_fetch.py::test_a_streamed_epoch_starts_from_bytes_read_ahead",
+)
+
+
+@pytest.hookimpl(trylast=True)   # after xdist's own (the grouping check below)
 def pytest_collection_modifyitems(config, items):
+    _check_loadgroup(config, items)
+    _skip_cuda(items)
+    _slow_first(items)
+
+
+def _slow_first(items):
+    """``SLOW_FIRST``'s tests first, in its order; the rest in collection order (a stable sort:
+    every xdist worker collects the same order, as xdist requires)."""
+    def rank(item):
+        name = item.nodeid.partition("[")[0].partition("@")[0]
+        return next((k for k, slow in enumerate(SLOW_FIRST) if name.startswith(slow)),
+                    len(SLOW_FIRST))
+    items.sort(key=rank)
+
+
+def _skip_cuda(items):
     """``@pytest.mark.cuda`` tests are skipped, saying why, where torch sees no CUDA device
     (CI's machines); ``benchmarks/gpu_check.sh`` runs them on a GPU machine."""
     marked = [item for item in items if item.get_closest_marker("cuda") is not None]
     if not marked:
         return
-    import pytest
     import torch
 
     if torch.cuda.is_available():
@@ -41,3 +89,30 @@ def pytest_collection_modifyitems(config, items):
                                    "here (run on a GPU machine: benchmarks/gpu_check.sh)")
     for item in marked:
         item.add_marker(skip)
+
+
+def _check_loadgroup(config, items):
+    """Under ``--dist loadgroup`` (``./dev.sh test``) the tests of one ``xdist_group`` run on
+    one process: xdist marks them by a suffix on their id, on each worker after collection.
+    Where that suffix is missing the grouping is silently off (pytest 9.2 keeps ids where
+    xdist 3.8 no longer writes: pytest-dev/pytest-xdist#1386), and grouped module fixtures
+    (the wheel's build, the benchmark smoke runs) run on both processes: each such test then
+    fails at its setup, before its fixtures, saying so (an error raised here, on a worker, is
+    lost in xdist's internal error)."""
+    if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
+        return
+    for item in items:
+        if (item.get_closest_marker("xdist_group") is not None
+                and "@" not in item.nodeid.rpartition("]")[2].rpartition("::")[2]):
+            item.stash[_UNGROUPED] = True
+
+
+_UNGROUPED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.stash.get(_UNGROUPED, False):
+        pytest.fail(f"--dist loadgroup did not group this xdist_group test: pytest "
+                    f"{pytest.__version__} and this pytest-xdist do not work together "
+                    "(requirements/constraints.txt pins a pair that does)", pytrace=False)

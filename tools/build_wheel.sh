@@ -19,9 +19,13 @@
 # venv kept in the cache below, pinned by requirements/constraints.txt. PYTHON picks the interpreter.
 # The built libjpeg-turbo (and that venv) is cached in ${TURBOLOADER_WHEEL_CACHE:-~/.cache/turboloader-wheel},
 # keyed by its source, the toolchain and the flags: a second build only rebuilds the extensions.
+# The wheel is built from a private copy of the tree in a temporary folder: nothing in the
+# checkout is written (no build/, egg-info or Cython output there), so two builds at once, or a
+# build beside tests and in-place builds of the same checkout, share no files but the cache.
 set -euo pipefail
 SECONDS=0
 cd "$(dirname "$0")/.."
+root=$(pwd)
 out="${1:-dist}"
 python="${PYTHON:-python3}"
 die() { echo "build_wheel.sh: $*" >&2; exit 1; }
@@ -89,6 +93,8 @@ fi
 jpeg_cflags="-O3 -fPIC -DNDEBUG"
 key=$(printf '%s\n' "$src_key" "$zig_version" "$target" "$jpeg_cflags" "$(nasm -v)" v1 | sha256sum | cut -c1-16)
 prefix="$cache/libjpeg-turbo-$key"
+exec 8>"$prefix.lock"
+flock 8 2>/dev/null || true   # two builds at once: the second waits, then finds it built
 if [ ! -f "$prefix/lib/libjpeg.a" ]; then
   echo "build_wheel.sh: building libjpeg-turbo (static, $target) into $prefix" >&2
   build="$work/jpeg-build"
@@ -107,12 +113,27 @@ if [ ! -f "$prefix/lib/libjpeg.a" ]; then
   cp "$srcdir/LICENSE.md" "$srcdir/README.ijg" "$prefix.tmp/"
   rm -rf "$prefix" && mv "$prefix.tmp" "$prefix"
 fi
+flock -u 8 2>/dev/null || true
 
 # --- the extensions and the wheel ---
-# a release build: -O3, no debug info (setup.py), never -march=native. setuptools stages the
-# wheel's files in build/lib.*, which keeps modules of earlier builds (e.g. an extension since
-# renamed) and objects built by another compiler: start from an empty staging area
-rm -rf build/lib.* build/bdist.* build/temp.*
+# from a private copy of the tree: the files git tracks or would track (no build/, dist/,
+# venv, in-place extension or benchmark data; the whole folder where it is not a git checkout,
+# e.g. an unpacked sdist), plus Cython's generated C where an in-place build left it (the
+# copy keeps its time stamps, so cythonize redoes only what it would redo in the checkout).
+# setuptools stages the wheel's files in the copy's own empty build/, so no module of an
+# earlier build (an extension since renamed) nor an object built by another compiler gets in
+tree="$work/tree"
+mkdir -p "$tree"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  { git ls-files -z --cached --others --exclude-standard; printf '%s\0' turboloader/_native/_*.c; } \
+    | while IFS= read -r -d '' f; do if [ -f "$f" ]; then printf '%s\0' "$f"; fi; done \
+    | tar --null -T - -cf - | tar -xf - -C "$tree"
+else
+  tar --exclude=./build --exclude=./dist --exclude=./.venv --exclude='*.so' --exclude=__pycache__ \
+    --exclude='*.egg-info' -cf - . | tar -xf - -C "$tree"
+fi
+cd "$tree"
+# a release build: -O3, no debug info (setup.py), never -march=native
 # an extension exports its module's init function and nothing else: libjpeg's symbols stay
 # inside it (never interposed by, nor interposing on, another libjpeg such as Pillow's)
 printf '{ global: PyInit_*; local: *; };\n' > "$work/exports.map"
@@ -123,7 +144,7 @@ env -u TURBOLOADER_DEBUG -u TURBOLOADER_MARCH -u TURBOLOADER_ONLY -u TURBOLOADER
   "${pip[@]}" wheel . --no-deps --no-build-isolation -w "$work/raw"
 # the statically linked libjpeg-turbo's licence goes into the wheel beside ours
 "$vpy" tools/wheel_licenses.py "$work"/raw/*.whl libjpeg-turbo "$prefix/LICENSE.md" "$prefix/README.ijg"
-rm -rf build/lib.* build/bdist.* build/temp.*  # zig-built objects: never reused by ./dev.sh
+cd "$root"   # the checkout again: OUT_DIR is relative to it
 mkdir -p "$out"
 PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" show "$work"/raw/*.whl
 PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair --plat "$plat" --only-plat \

@@ -177,7 +177,10 @@ def test_start_methods_keep_batches_intact(want, kind, context, collate, tmp_pat
         # does; the spawn cases start every worker as a fresh interpreter)
         mp.set_forkserver_preload(["torch", "turboloader", "helpers.kept"])
     ds = dataset(kind, tmp_path)
-    dl = loader(ds, "torch2", collate, context=context)
+    # spawn: persistent workers, started once for both epochs (a fresh interpreter imports torch:
+    # seconds of CPU each), so epoch 0's kept batches must survive epoch 1 run by the same
+    # workers; forkserver: new workers each epoch, so they must survive their workers' exit
+    dl = loader(ds, "persistent" if context == "spawn" else "torch2", collate, context=context)
     check(want, epochs(ds, dl), collate)
 
 

@@ -21,21 +21,34 @@ pytestmark = [
     # building libjpeg-turbo and the wheel (its subprocess may take 900 s), then a fresh venv
     pytest.mark.timeout(1800),
     pytest.mark.skipif(platform.machine() != "x86_64", reason="the script builds x86_64 wheels"),
-    # one pytest process builds the wheel once (the module's fixture) and nothing else writes
-    # the checkout's build files meanwhile (build/, the egg-info, Cython's C files)
+    # one pytest process builds the wheel once (the module's fixture, a minute of CPU), beside
+    # the other tests that run setup.py; the build itself writes nothing in the checkout
     pytest.mark.xdist_group("build"),
 ]
 # what a manylinux2014 extension may link against (PEP 599's allowlist, the part we could use)
 ALLOWED_LIBS = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1"}
 
 
+def _build_files():
+    """What a build in the checkout would write: build/, the egg-info, Cython's C, the
+    in-place extensions (each path with its size and time stamp)."""
+    paths = [*(ROOT / "build").rglob("*"), *ROOT.glob("*.egg-info/*"),
+             *(ROOT / "turboloader" / "_native").glob("_*.c"),
+             *(ROOT / "turboloader" / "_native").glob("*.so")]
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in paths if p.is_file()}
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
+    before = _build_files()
     proc = subprocess.run(["bash", str(ROOT / "tools" / "build_wheel.sh"), str(out)],
                           capture_output=True, text=True, timeout=900,
                           env=dict(os.environ, PYTHON=sys.executable))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    # built from a private copy of the tree: the checkout's build files are as they were (two
+    # builds at once, or a build beside ./dev.sh's in-place one, share nothing there)
+    assert _build_files() == before
     # auditwheel show, before the repair: nothing newer than glibc 2.17, no outside library
     assert 'consistent\nwith the following platform tag: "manylinux_2_17_x86_64"' in proc.stdout, \
         proc.stdout[-3000:]
@@ -99,8 +112,11 @@ def test_wheel_runs_in_a_fresh_venv_without_build_tools(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
+    # without PYTHONPATH: a checkout on it (PYTHONPATH=<checkout> pytest) with an egg-info
+    # there (test_packaging's sdist writes one) made pip find the package installed and skip it
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                   check=True, timeout=300)
+                   check=True, timeout=300, env=clean)
     # torch, numpy, Pillow, ... from the test environment, after the venv's own packages
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           capture_output=True, text=True, check=True).stdout.strip()
