@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -29,11 +30,18 @@ print(turboloader.ImageFolder.__name__, turboloader.TarDataset.__name__)
 
 
 def _editable_checkout():
-    """The folder this environment's turboloader is installed from in editable mode, or None."""
-    try:
-        dist = importlib.metadata.distribution("torch-turboloader")
-    except importlib.metadata.PackageNotFoundError:
+    """The folder this environment's turboloader is installed from in editable mode, or None.
+
+    Looked up in the environment's site-packages only: the sdist test
+    (tests/packaging/test_packaging.py) leaves an egg-info in the checkout, which comes first
+    on ``sys.path`` when pytest runs from it and carries no ``direct_url.json`` (the test was
+    then skipped in CI)."""
+    site = sysconfig.get_paths()
+    dists = list(importlib.metadata.distributions(
+        name="torch-turboloader", path=list(dict.fromkeys([site["purelib"], site["platlib"]]))))
+    if not dists:
         return None
+    dist = dists[0]
     info = json.loads(dist.read_text("direct_url.json") or "{}")
     if not info.get("dir_info", {}).get("editable") or not info.get("url", "").startswith("file:"):
         return None
