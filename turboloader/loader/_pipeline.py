@@ -17,6 +17,7 @@ import warnings
 
 import torch
 
+from turboloader._exit import stop_at_exit
 from turboloader.data.reader import reading_as
 from turboloader.loader.stats import RunStats
 
@@ -202,6 +203,7 @@ class Pipeline:
         shape = tuple(plan.output_shape) if plan is not None and plan.output_shape else None
         dtype = plan.output_dtype if plan is not None else None
         self.shape_dtype = (shape, dtype)
+        stop_at_exit(self, Pipeline.shutdown)
         self._start(self.transfer_q if transfer else self.out)
         if transfer:
             self._spawn(self._transfer, name="turboloader-transfer")

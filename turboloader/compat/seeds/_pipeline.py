@@ -8,6 +8,7 @@ import os
 import queue
 import threading
 
+from turboloader._exit import stop_at_exit
 from turboloader.compat.seeds._loader import (SampleBatchLoader, _T, _as_list, _core_loader,
                                               _tar_dataset)
 from turboloader.transforms.presets import IMAGENET_MEAN, IMAGENET_STD
@@ -223,6 +224,7 @@ class Pipeline:
                     continue
 
         self._thread = threading.Thread(target=fill, name="turboloader-pipeline", daemon=True)
+        stop_at_exit(self, type(self).stop)
         self._thread.start()
 
     def next_batch(self, batch_size):
