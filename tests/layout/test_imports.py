@@ -2,7 +2,7 @@
 
 shard -> bytes -> decode -> transform -> batch -> device:
 
-    base (errors, _native, _version, _lazy) < io < decode < transforms < data < loader < prefetch
+    base (errors, _native, _version, _lazy, _exit) < io < decode < transforms < data < loader < prefetch
     < compat, lightning (adapters over the chain) < tools < the package's front door
 
 Every import counts, including deferred ones inside functions and the module names of the
@@ -19,6 +19,7 @@ LAYERS = [
     ("turboloader.errors", 0),
     ("turboloader._version", 0),
     ("turboloader._lazy", 0),
+    ("turboloader._exit", 0),
     ("turboloader._native", 0),
     ("turboloader.io", 1),
     ("turboloader.decode", 2),
