@@ -400,10 +400,20 @@ int tl_huff_install(tl_ctx *c)
 
 /* One AC symbol of a block, as the loop of tl_decode_one_mcu: k the position (past 63 once
  * the block has ended); STORE: write the coefficient into blk (a JCOEF *). */
+#ifdef TL_PAIR_BRANCHLESS
+#define TL_REFILL_PAIR(acc, cnt, p)                                  \
+    do {                                                             \
+        (acc) |= tl_be64(p) >> (cnt);                                \
+        (p) += (63 - (cnt)) >> 3;                                    \
+        (cnt) |= 56;                                                 \
+    } while (0)
+#else
+#define TL_REFILL_PAIR TL_REFILL_S
+#endif
 #define TL_AC_STEP(t, k, blk, STORE, acc, cnt, p)                                       \
     do {                                                                                \
         int32_t f_;                                                                     \
-        TL_REFILL_S(acc, cnt, p);                                                       \
+        TL_REFILL_PAIR(acc, cnt, p);                                                    \
         f_ = (t)->fast_ac[(acc) >> (64 - TL_LOOKUP_BITS)];                              \
         if (f_) {                                                                       \
             (acc) <<= (f_ & 0xFF);                                                      \
