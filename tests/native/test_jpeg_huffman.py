@@ -281,10 +281,12 @@ def test_threads(which, request):
         assert all(ex.map(one, crops * 3))
 
 
-# -- restart intervals decoded two at a time: the pairs at the scan's ends -----------------
-# jpeg_huffman.c decodes interval B alongside interval A (two bit streams in one loop) and
-# hands B's MCUs to libjpeg afterwards; the last interval may be alone (an odd count) or
-# shorter than the others (DRI not dividing the MCU count), and a pair's B may be corrupt.
+# -- the scan's last restart intervals, and damage in the second interval of a pair ---------
+# Decoding intervals two at a time (interval 2i + 1 alongside 2i, its blocks buffered) was
+# tried and not kept (benchmarks/results/huffman-tuning.md); these cases are where such a
+# decoder, or the per-interval one, can go wrong: the last interval alone (an odd count) or
+# shorter than the others (DRI not dividing the MCU count), and damage in interval 2i + 1
+# or in the marker before it.
 
 
 def _intervals(data):
@@ -334,8 +336,8 @@ def test_the_interval_counts_of_the_pair_cases():
 
 
 def pair_cases(conv):
-    """Damage in interval B of a pair (intervals 2i, 2i + 1; _rsts(conv)[j] ends interval j),
-    and in the marker between A and B."""
+    """Damage in interval B = 2i + 1 of a pair (A = 2i; _rsts(conv)[j] ends interval j), and
+    in the marker between A and B."""
     rsts = _rsts(conv)
     assert len(rsts) > 30
     b = bytearray(conv)

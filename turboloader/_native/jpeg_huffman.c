@@ -64,11 +64,6 @@ struct jpeg_entropy_decoder {
 /* Zero bytes after a segment's data: a block reads at most 64 codes of 16 bits plus 64
  * values of 16 bits (256 bytes) before the bit count is checked, and a load reads 8. */
 #define TL_SEG_PAD 320
-/* Restart intervals of up to this many blocks are decoded two at a time (tl_pair); B's
- * coefficients wait in a buffer of that size (128 bytes a block). 0: never. */
-#ifndef TL_PAIR_MAX_BLOCKS
-#define TL_PAIR_MAX_BLOCKS 2048
-#endif
 
 /* jdhuff.c's natural order, with its 16 guard entries (corrupt run lengths land on 63). */
 static const int tl_natural_order[DCTSIZE2 + 16] = {
@@ -100,28 +95,14 @@ typedef struct {
     long long mcus_left;                  /* MCUs of the scan not yet decoded */
     /* the input: [src, src_end) of the caller's bytes; the segment being decoded, unstuffed */
     const unsigned char *src, *src_end;
-    unsigned char *seg_base;              /* capacity: the scan's bytes + 2 * TL_SEG_PAD */
-    unsigned char *seg;                   /* the segment: seg_base, or seg_b's place */
+    unsigned char *seg;                   /* capacity: the scan's bytes + TL_SEG_PAD */
     size_t seg_len;                       /* data bytes in seg */
     size_t bitpos;                        /* bits of seg consumed */
     int marker;                           /* the marker after the segment */
     const unsigned char *marker_at;       /* its 0xFF (fill bytes before it skipped) */
     int started;
-    /* Two restart intervals at once (see tl_pair): while interval A's MCUs are handed to
-     * libjpeg one per call, interval B's are decoded in the same loop into bbuf (two
-     * independent bit streams, so their latency chains overlap); then B's are copied out. */
-    JBLOCK *bbuf;                         /* restart_interval * blocks_in_MCU zeroed blocks */
-    unsigned pair_b;                      /* A phase: MCUs of B (0: no pair) */
-    unsigned pair_j;                      /* A phase: MCUs of the pair decoded so far */
-    unsigned b_left, b_next;              /* B phase: MCUs of bbuf still to hand out, next */
-    unsigned char *seg_b;                 /* B's segment, after A's in seg_base */
-    size_t seg_b_len, bitpos_b;
-    int marker_b;
-    const unsigned char *marker_at_b;
-    int last_dc_b[MAX_COMPS_IN_SCAN];
     /* last: only the tables the scan uses are built (and cleared) */
     tl_htab tabs[2 * NUM_HUFF_TBLS];      /* DC tables 0-3 / AC tables 0-3 at 4-7 */
-    JBLOCK dummy[D_MAX_BLOCKS_IN_MCU];    /* A's blocks when libjpeg passes none (skipping) */
 } tl_huff;
 
 static void tl_retry(j_decompress_ptr cinfo)
@@ -209,16 +190,14 @@ static inline uint64_t tl_be64(const unsigned char *p)
 #endif
 }
 
-/* Copies the entropy-coded bytes from *src up to the next marker into out without the
- * stuffed zeros, TL_SEG_PAD zeros after them; records the marker, where its 0xFF is, and
- * moves *src past it. 0 (nothing recorded) when no marker ends the data. */
-static int tl_unstuff(const unsigned char **src, const unsigned char *end, unsigned char *out,
-                      size_t *len, int *marker, const unsigned char **marker_at)
+/* Copies the entropy-coded bytes from h->src up to the next marker into h->seg without the
+ * stuffed zeros; records the marker and where its 0xFF is. 0 when no marker ends the data. */
+static int tl_load_segment(tl_huff *h)
 {
-    const unsigned char *p = *src;
-    unsigned char *o = out;
+    const unsigned char *p = h->src, *end = h->src_end;
+    unsigned char *o = h->seg;
     for (;;) {
-        const unsigned char *q = memchr(p, 0xFF, (size_t)(end - p)), *at;
+        const unsigned char *q = memchr(p, 0xFF, (size_t)(end - p));
         size_t n;
         if (q == NULL || q + 1 >= end)
             return 0;
@@ -230,27 +209,19 @@ static int tl_unstuff(const unsigned char **src, const unsigned char *end, unsig
             p = q + 2;
             continue;
         }
-        at = q;
+        h->marker_at = q;
         while (q + 1 < end && q[1] == 0xFF)   /* fill bytes before a marker */
             q++;
         if (q + 1 >= end)
             return 0;
-        *marker_at = at;
-        *marker = q[1];
-        *src = q + 2;                         /* where the next segment starts */
+        h->marker = q[1];
+        h->src = q + 2;                       /* where the next segment starts */
         break;
     }
-    *len = (size_t)(o - out);
+    h->seg_len = (size_t)(o - h->seg);
     memset(o, 0, TL_SEG_PAD);
-    return 1;
-}
-
-/* The next segment into seg_base, as the one being decoded. */
-static int tl_load_segment(tl_huff *h)
-{
-    h->seg = h->seg_base;
     h->bitpos = 0;
-    return tl_unstuff(&h->src, h->src_end, h->seg, &h->seg_len, &h->marker, &h->marker_at);
+    return 1;
 }
 
 /* The segment just decoded must have ended exactly: every byte used (only the padding bits
@@ -318,14 +289,8 @@ int tl_huff_install(tl_ctx *c)
     h->mcus_left = (long long)cinfo->MCUs_per_row * (long long)cinfo->MCU_rows_in_scan;
     h->src = cinfo->src->next_input_byte;
     h->src_end = h->src + cinfo->src->bytes_in_buffer;
-    h->seg_base = h->seg = (unsigned char *)(*cinfo->mem->alloc_large)(
-        (j_common_ptr)cinfo, JPOOL_IMAGE, cinfo->src->bytes_in_buffer + 2 * TL_SEG_PAD);
-    if (cinfo->restart_interval > 0 && (long long)cinfo->restart_interval * cinfo->blocks_in_MCU <= TL_PAIR_MAX_BLOCKS) {
-        size_t nb = (size_t)cinfo->restart_interval * (size_t)cinfo->blocks_in_MCU;
-        h->bbuf = (JBLOCK *)(*cinfo->mem->alloc_large)((j_common_ptr)cinfo, JPOOL_IMAGE,
-                                                        nb * sizeof(JBLOCK));
-        memset(h->bbuf, 0, nb * sizeof(JBLOCK));
-    }
+    h->seg = (unsigned char *)(*cinfo->mem->alloc_large)(
+        (j_common_ptr)cinfo, JPOOL_IMAGE, cinfo->src->bytes_in_buffer + TL_SEG_PAD);
     c->huff = h;
     cinfo->entropy->decode_mcu = tl_decode_mcu;
     return 1;
@@ -335,128 +300,79 @@ int tl_huff_install(tl_ctx *c)
  * p the next byte of seg not yet in acc. After TL_REFILL, cnt >= 32: enough for a code
  * (<= 16 bits) and its value (<= 15 bits). Bits consumed so far: 8 * (p - seg) - cnt. Past
  * the segment's data seg holds zeros (TL_SEG_PAD), which libjpeg's reader also feeds in at a
- * marker; using them is caught by the per-block check against the segment's length.
- * The _S forms name the reader's variables (tl_decode_pair_mcu runs two readers). */
-#define TL_REFILL_S(acc, cnt, p)                                     \
+ * marker; using them is caught by the per-block check against the segment's length. */
+#define TL_REFILL()                                                  \
     do {                                                             \
-        if ((cnt) < 32) {                                            \
-            (acc) |= tl_be64(p) >> (cnt);                            \
-            (p) += (63 - (cnt)) >> 3;                                \
-            (cnt) |= 56;                                             \
+        if (cnt < 32) {                                              \
+            acc |= tl_be64(p) >> cnt;                                \
+            p += (63 - cnt) >> 3;                                    \
+            cnt |= 56;                                               \
         }                                                            \
     } while (0)
 
 /* Decodes one symbol of table t into sym; -1: no code matches (bits consumed: undefined). */
-#define TL_SYMBOL_S(t, sym, acc, cnt)                                                   \
+#define TL_SYMBOL(t, sym)                                                               \
     do {                                                                                \
-        unsigned e_ = (t)->look[(acc) >> (64 - TL_LOOKUP_BITS)];                        \
+        unsigned e_ = (t)->look[acc >> (64 - TL_LOOKUP_BITS)];                          \
         if (e_) {                                                                       \
-            (acc) <<= (e_ >> 8);                                                        \
-            (cnt) -= (int)(e_ >> 8);                                                    \
+            acc <<= (e_ >> 8);                                                          \
+            cnt -= (int)(e_ >> 8);                                                      \
             sym = (int)(e_ & 0xFF);                                                     \
         } else {                                                                        \
             int l_ = TL_LOOKUP_BITS + 1;                                                \
-            int32_t code_ = (int32_t)((acc) >> (64 - l_));                              \
+            int32_t code_ = (int32_t)(acc >> (64 - l_));                                \
             while (code_ > (t)->maxcode[l_]) {                                          \
                 l_++;                                                                   \
-                code_ = (int32_t)((acc) >> (64 - l_));                                  \
+                code_ = (int32_t)(acc >> (64 - l_));                                    \
             }                                                                           \
             if (l_ > 16) {                                                              \
                 sym = -1;                                                               \
             } else {                                                                    \
-                (acc) <<= l_;                                                           \
-                (cnt) -= l_;                                                            \
+                acc <<= l_;                                                             \
+                cnt -= l_;                                                              \
                 sym = (t)->huffval[(code_ + (t)->valoff[l_]) & 0xFF];                   \
             }                                                                           \
         }                                                                               \
     } while (0)
 
 /* The next s bits (1 <= s <= 15), made signed as jdhuff.c's HUFF_EXTEND does. */
-#define TL_VALUE_S(s, v, acc, cnt)                                                      \
+#define TL_VALUE(s, v)                                                                  \
     do {                                                                                \
-        int r_ = (int)((acc) >> (64 - (s)));                                            \
-        (acc) <<= (s);                                                                  \
-        (cnt) -= (s);                                                                   \
+        int r_ = (int)(acc >> (64 - (s)));                                              \
+        acc <<= (s);                                                                    \
+        cnt -= (s);                                                                     \
         v = r_ - (int)((((unsigned)r_ >> ((s) - 1)) - 1u) & ((1u << (s)) - 1u));        \
     } while (0)
 
-#define TL_REFILL() TL_REFILL_S(acc, cnt, p)
-#define TL_SYMBOL(t, sym) TL_SYMBOL_S(t, sym, acc, cnt)
-#define TL_VALUE(s, v) TL_VALUE_S(s, v, acc, cnt)
-
-/* The pair's refill, without the test: with two streams in flight the loop is bound by
- * mispredicted branches more than by either chain, and whether a refill is due is data
- * (measured: branchless 1.05x / 1.07x the tested refill at 1/8 / full scale). Any cnt in
- * 0..63 gives cnt >= 56 after it. */
-#define TL_REFILL_PAIR(acc, cnt, p)                                  \
-    do {                                                             \
-        (acc) |= tl_be64(p) >> (cnt);                                \
-        (p) += (63 - (cnt)) >> 3;                                    \
-        (cnt) |= 56;                                                 \
-    } while (0)
-
-/* A block's DC difference into d (a symbol of table t, then its value). */
-#define TL_DC_S(t, d, acc, cnt, p)                                                      \
-    do {                                                                                \
-        TL_REFILL_PAIR(acc, cnt, p);                                                    \
-        TL_SYMBOL_S(t, d, acc, cnt);                                                    \
-        if (d < 0 || d > 15)                                                            \
-            tl_retry(cinfo);                                                            \
-        if (d) {                                                                        \
-            int dv_;                                                                    \
-            TL_VALUE_S(d, dv_, acc, cnt);                                               \
-            d = dv_;                                                                    \
-        }                                                                               \
-    } while (0)
-
-/* One AC symbol of a block, as the loop of tl_decode_one_mcu: k the position (past 63 once
- * the block has ended); STORE: write the coefficient into blk (a JCOEF *). */
-#define TL_AC_STEP(t, k, blk, STORE, acc, cnt, p)                                       \
-    do {                                                                                \
-        int32_t f_;                                                                     \
-        TL_REFILL_PAIR(acc, cnt, p);                                                    \
-        f_ = (t)->fast_ac[(acc) >> (64 - TL_LOOKUP_BITS)];                              \
-        if (f_) {                                                                       \
-            (acc) <<= (f_ & 0xFF);                                                      \
-            (cnt) -= (f_ & 0xFF);                                                       \
-            if (f_ & TL_FAST_EOB) {                                                     \
-                k = DCTSIZE2;                                                           \
-            } else {                                                                    \
-                k += (f_ >> 8) & 15;                                                    \
-                if (STORE)                                                              \
-                    (blk)[tl_natural_order[k]] = (JCOEF)(f_ >> 16);                     \
-                k++;                                                                    \
-            }                                                                           \
-        } else {                                                                        \
-            int s_, rr_;                                                                \
-            TL_SYMBOL_S(t, s_, acc, cnt);                                               \
-            if (s_ < 0)                                                                 \
-                tl_retry(cinfo);                                                        \
-            rr_ = s_ >> 4;                                                              \
-            s_ &= 15;                                                                   \
-            if (s_) {                                                                   \
-                int v_;                                                                 \
-                k += rr_;                                                               \
-                TL_VALUE_S(s_, v_, acc, cnt);                                           \
-                if (STORE)                                                              \
-                    (blk)[tl_natural_order[k]] = (JCOEF)v_;                             \
-                k++;                                                                    \
-            } else if (rr_ != 15) {                                                     \
-                k = DCTSIZE2;                                                           \
-            } else {                                                                    \
-                k += 16;                                                                \
-            }                                                                           \
-        }                                                                               \
-    } while (0)
-
-/* One MCU of the segment being decoded (MCU_data NULL: libjpeg skips it). */
-static void tl_decode_one_mcu(j_decompress_ptr cinfo, tl_huff *h, JBLOCKROW *MCU_data)
+static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 {
+    tl_ctx *c = (tl_ctx *)((char *)cinfo->progress - offsetof(tl_ctx, progress));
+    tl_huff *h = c->huff;
     const unsigned char *seg, *p;
     uint64_t acc;
     int cnt;
     size_t limit;
     int blkn;
+
+    if (h->mcus_left <= 0)
+        tl_retry(cinfo);                      /* more MCUs than the scan has */
+    if (!h->started) {
+        if (!tl_load_segment(h))
+            tl_retry(cinfo);
+        h->started = 1;
+    }
+    if (cinfo->restart_interval) {
+        if (h->restarts_to_go == 0) {
+            /* the segment must have ended exactly at RST(next_restart) */
+            if (!tl_segment_exact(h) || h->marker != 0xD0 + (int)h->next_restart ||
+                !tl_load_segment(h))
+                tl_retry(cinfo);
+            h->next_restart = (h->next_restart + 1) & 7;
+            memset(h->last_dc, 0, sizeof(h->last_dc));
+            h->restarts_to_go = cinfo->restart_interval;
+        }
+        h->restarts_to_go--;
+    }
 
     seg = h->seg;
     p = seg + h->bitpos / 8;
@@ -552,160 +468,6 @@ static void tl_decode_one_mcu(j_decompress_ptr cinfo, tl_huff *h, JBLOCKROW *MCU
             tl_retry(cinfo);                  /* ran out of data: libjpeg would warn */
     }
     h->bitpos = (size_t)(p - seg) * 8 - (size_t)cnt;
-}
-
-/* MCU pair_j of restart interval A into a (libjpeg's blocks; h->dummy when it passes none)
- * and MCU pair_j of interval B into b (in bbuf): two independent bit streams advanced in
- * the same loop, so that the two chains of dependent loads and shifts overlap. Each stream
- * is decoded exactly as tl_decode_one_mcu decodes it (same DC prediction, same checks). */
-static void tl_decode_pair_mcu(j_decompress_ptr cinfo, tl_huff *h, JBLOCKROW *a, JBLOCK *b)
-{
-    const unsigned char *sa = h->seg, *sb = h->seg_b, *pa, *pb;
-    uint64_t acca = 0, accb = 0;
-    int cnta = 0, cntb = 0, blkn;
-    size_t limita = 8 * h->seg_len, limitb = 8 * h->seg_b_len;
-
-    pa = sa + h->bitpos / 8;
-    pb = sb + h->bitpos_b / 8;
-    TL_REFILL_S(acca, cnta, pa);
-    TL_REFILL_S(accb, cntb, pb);
-    acca <<= h->bitpos & 7;
-    cnta -= (int)(h->bitpos & 7);
-    accb <<= h->bitpos_b & 7;
-    cntb -= (int)(h->bitpos_b & 7);
-    for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
-        JCOEF *ba = a ? a[blkn][0] : h->dummy[blkn];
-        JCOEF *bb = b[blkn];
-        const tl_htab *dc = h->dc[blkn], *ac = h->ac[blkn];
-        int da, db, ka = 1, kb = 1;
-
-        TL_DC_S(dc, da, acca, cnta, pa);
-        TL_DC_S(dc, db, accb, cntb, pb);
-        if (h->dc_needed[blkn]) {
-            int ci = h->ci[blkn];
-            da = (int)((unsigned)da + (unsigned)h->last_dc[ci]);
-            h->last_dc[ci] = da;
-            ba[0] = (JCOEF)da;
-            db = (int)((unsigned)db + (unsigned)h->last_dc_b[ci]);
-            h->last_dc_b[ci] = db;
-            bb[0] = (JCOEF)db;
-        }
-        if (h->ac_needed[blkn]) {
-            while (ka < DCTSIZE2 && kb < DCTSIZE2) {
-                TL_AC_STEP(ac, ka, ba, 1, acca, cnta, pa);
-                TL_AC_STEP(ac, kb, bb, 1, accb, cntb, pb);
-            }
-            while (ka < DCTSIZE2)
-                TL_AC_STEP(ac, ka, ba, 1, acca, cnta, pa);
-            while (kb < DCTSIZE2)
-                TL_AC_STEP(ac, kb, bb, 1, accb, cntb, pb);
-        } else {
-            while (ka < DCTSIZE2 && kb < DCTSIZE2) {
-                TL_AC_STEP(ac, ka, ba, 0, acca, cnta, pa);
-                TL_AC_STEP(ac, kb, bb, 0, accb, cntb, pb);
-            }
-            while (ka < DCTSIZE2)
-                TL_AC_STEP(ac, ka, ba, 0, acca, cnta, pa);
-            while (kb < DCTSIZE2)
-                TL_AC_STEP(ac, kb, bb, 0, accb, cntb, pb);
-        }
-        if ((size_t)(pa - sa) * 8 - (size_t)cnta > limita ||
-            (size_t)(pb - sb) * 8 - (size_t)cntb > limitb)
-            tl_retry(cinfo);                  /* ran out of data: libjpeg would warn */
-    }
-    h->bitpos = (size_t)(pa - sa) * 8 - (size_t)cnta;
-    h->bitpos_b = (size_t)(pb - sb) * 8 - (size_t)cntb;
-}
-
-/* At the start of restart interval A (its segment just loaded into seg_base, next_restart
- * the number of the RST marker that must end it): when another interval B follows, and
- * A's marker is that RST, load B's segment after A's and decode the two together. */
-static void tl_pair(j_decompress_ptr cinfo, tl_huff *h)
-{
-    long long r = (long long)cinfo->restart_interval;
-    const unsigned char *src = h->src;
-    unsigned char *out = h->seg + h->seg_len + TL_SEG_PAD;
-    h->pair_b = 0;
-    if (h->bbuf == NULL || h->mcus_left <= r || h->marker != 0xD0 + (int)h->next_restart ||
-        !tl_unstuff(&src, h->src_end, out, &h->seg_b_len, &h->marker_b, &h->marker_at_b))
-        return;   /* A alone; whatever is wrong after it is found where it always was */
-    h->src = src;
-    h->seg_b = out;
-    h->bitpos_b = 0;
-    memset(h->last_dc_b, 0, sizeof(h->last_dc_b));
-    h->pair_b = (unsigned)(h->mcus_left - r < r ? h->mcus_left - r : r);
-    h->pair_j = 0;
-}
-
-static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
-{
-    tl_ctx *c = (tl_ctx *)((char *)cinfo->progress - offsetof(tl_ctx, progress));
-    tl_huff *h = c->huff;
-
-    if (h->mcus_left <= 0)
-        tl_retry(cinfo);                      /* more MCUs than the scan has */
-    if (!h->started) {
-        if (!tl_load_segment(h))
-            tl_retry(cinfo);
-        h->started = 1;
-        if (cinfo->restart_interval)
-            tl_pair(cinfo, h);
-    }
-    if (cinfo->restart_interval) {
-        if (h->restarts_to_go == 0) {
-            if (h->pair_b) {
-                /* A has ended (tl_pair checked its marker): B, decoded alongside it,
-                 * becomes the segment, its MCUs handed out of bbuf */
-                if (!tl_segment_exact(h))
-                    tl_retry(cinfo);
-                h->seg = h->seg_b;
-                h->seg_len = h->seg_b_len;
-                h->bitpos = h->bitpos_b;
-                h->marker = h->marker_b;
-                h->marker_at = h->marker_at_b;
-                h->b_left = h->pair_b;
-                h->b_next = 0;
-                h->pair_b = 0;
-            } else {
-                /* the segment must have ended exactly at RST(next_restart) */
-                if (!tl_segment_exact(h) || h->marker != 0xD0 + (int)h->next_restart ||
-                    !tl_load_segment(h))
-                    tl_retry(cinfo);
-                memset(h->last_dc, 0, sizeof(h->last_dc));
-                h->b_left = 0;
-            }
-            h->next_restart = (h->next_restart + 1) & 7;
-            h->restarts_to_go = cinfo->restart_interval;
-            if (!h->b_left)
-                tl_pair(cinfo, h);
-        }
-        h->restarts_to_go--;
-    }
-
-    if (h->b_left) {
-        /* B's MCU: decoded already; bbuf is left zeroed for the next pair */
-        JBLOCK *src = h->bbuf + (size_t)h->b_next * (size_t)cinfo->blocks_in_MCU;
-        int blkn;
-        for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
-            if (h->ac_needed[blkn]) {
-                if (MCU_data)
-                    memcpy(MCU_data[blkn], src[blkn], sizeof(JBLOCK));
-                memset(src[blkn], 0, sizeof(JBLOCK));
-            } else {                          /* only the DC was written */
-                if (MCU_data)
-                    MCU_data[blkn][0][0] = src[blkn][0];
-                src[blkn][0] = 0;
-            }
-        }
-        h->b_next++;
-        h->b_left--;
-    } else if (h->pair_j < h->pair_b) {
-        tl_decode_pair_mcu(cinfo, h, MCU_data,
-                           h->bbuf + (size_t)h->pair_j * (size_t)cinfo->blocks_in_MCU);
-        h->pair_j++;
-    } else {
-        tl_decode_one_mcu(cinfo, h, MCU_data);   /* no pair, or A's MCUs past B's end */
-    }
 
     if (--h->mcus_left == 0) {
         /* The scan's last MCU: its segment must end exactly too, and libjpeg's marker
