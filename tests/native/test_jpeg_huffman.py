@@ -281,6 +281,102 @@ def test_threads(which, request):
         assert all(ex.map(one, crops * 3))
 
 
+# -- the scan's last restart intervals, and damage in the second interval of a pair ---------
+# Decoding intervals two at a time (interval 2i + 1 alongside 2i, its blocks buffered) was
+# tried and not kept (benchmarks/results/huffman-tuning.md); these cases are where such a
+# decoder, or the per-interval one, can go wrong: the last interval alone (an odd count) or
+# shorter than the others (DRI not dividing the MCU count), and damage in interval 2i + 1
+# or in the marker before it.
+
+
+def _intervals(data):
+    return len(_rsts(data)) + 1
+
+
+# (height, width, subsampling/kind, DRI): 4:2:0 320 x 208 is 20 x 13 = 260 MCUs
+PAIR_ENDS = [
+    ((208, 320), "420", 20, "13 whole-row intervals: the last one alone"),
+    ((208, 320), "420", 4, "65 intervals: the last one alone"),
+    ((208, 320), "420", 7, "38 intervals, the last (B of a pair) 1 MCU"),
+    ((208, 320), "420", 6, "44 intervals, the last (B of a pair) 2 MCUs"),
+    ((208, 320), "420", 9, "29 intervals: the last one alone and 8 MCUs"),
+    ((203, 317), "444", 11, "odd size, 4:4:4"),
+    ((203, 317), "422", 5, "odd size, 4:2:2, intervals wrapping rows"),
+    ((97, 161), "gray", 13, "greyscale, one block an MCU"),
+    ((97, 161), "cmyk", 3, "CMYK, four blocks an MCU"),
+]
+
+
+@pytest.fixture(scope="module", params=PAIR_ENDS, ids=lambda p: f"{p[1]}-rst{p[2]}")
+def pair_ends(request):
+    (h, w), kind, rst, _ = request.param
+    kw, mode = KINDS[kind]
+    data = _jpeg.transcode_restart(encode(synth(h, w, seed=rst), mode, **kw),
+                                   restart_mcus=rst)[0]
+    assert _jpeg.read_header(np.frombuffer(data, np.uint8))[:2] == (w, h)
+    return data, h, w
+
+
+def test_interval_pairs_at_the_scans_end_decode_as_libjpeg(pair_ends):
+    data, h, w = pair_ends
+    assert _intervals(data) > 2
+    assert _jpeg.huffman_decoder(data) == "turboloader"
+    for k in (8, 4, 1):
+        for crop in windows(h, w, k):
+            for restart in (False, True):
+                assert_same(data, k, crop, restart)
+
+
+def test_the_interval_counts_of_the_pair_cases():
+    # the cases above really have an odd count, and a shorter last interval
+    orig = encode(synth(208, 320), subsampling=2)
+    counts = {rst: _intervals(_jpeg.transcode_restart(orig, restart_mcus=rst)[0])
+              for rst in (20, 4, 7, 6, 9)}
+    assert counts == {20: 13, 4: 65, 7: 38, 6: 44, 9: 29}
+
+
+def pair_cases(conv):
+    """Damage in interval B = 2i + 1 of a pair (A = 2i; _rsts(conv)[j] ends interval j), and
+    in the marker between A and B."""
+    rsts = _rsts(conv)
+    assert len(rsts) > 30
+    b = bytearray(conv)
+    b[rsts[9] + 1] = 0xD0 + (b[rsts[9] + 1] - 0xD0 + 1) % 8
+    yield "B's RST misnumbered", bytes(b)
+    b = bytearray(conv)
+    b[rsts[8] + 1] = 0xD0 + (b[rsts[8] + 1] - 0xD0 + 5) % 8
+    yield "the RST between A and B misnumbered", bytes(b)
+    yield "B's RST missing", conv[:rsts[11]] + conv[rsts[11] + 2:]
+    yield "the RST between A and B missing", conv[:rsts[10]] + conv[rsts[10] + 2:]
+    mid = (rsts[12] + rsts[13]) // 2
+    yield "a DHT marker inside B", conv[:mid] + b"\xff\xc4" + conv[mid:]
+    yield "EOI inside B", conv[:mid] + b"\xff\xd9" + conv[mid:]
+    yield "RST inside B", conv[:mid] + bytes([0xFF, 0xD0 + 6]) + conv[mid:]
+    yield "B a byte short", conv[:rsts[15] - 1] + conv[rsts[15]:]
+    yield "B a byte long", conv[:rsts[15]] + b"\x5a" + conv[rsts[15]:]
+    yield "truncated inside B", conv[:mid]
+    yield "truncated inside B, EOI appended", conv[:mid] + b"\xff\xd9"
+    yield "the last B empty", conv[:rsts[-1] + 2] + b"\xff\xd9"
+    b = bytearray(conv)
+    for i in range(rsts[12] + 3, rsts[13] - 2, 3):
+        b[i] ^= 0x5A                             # B's data garbled (codes that match nothing)
+    yield "B garbled", bytes(b)
+
+
+@pytest.mark.parametrize("flags", [0, _jpeg.STRICT], ids=["lenient", "strict"])
+def test_damage_in_the_second_interval_of_a_pair_decodes_as_libjpeg(seekable, flags):
+    crops = [None, (200, 120, 60, 50), (0, 0, 64, 64), (100, 20, 90, 30)]
+    outcomes = set()
+    for name, bad in pair_cases(seekable):
+        for crop in crops:
+            for restart in (False, True):
+                r = assert_same(bad, 8, crop, restart, flags)
+                outcomes.add("pixels" if isinstance(r[0], np.ndarray) else r[0].__name__)
+        for k in (4, 1):
+            assert_same(bad, k, None, False, flags)
+    assert "pixels" in outcomes and "DecodeError" in outcomes
+
+
 # -- the switch -----------------------------------------------------------------------------
 
 

@@ -1,0 +1,135 @@
+"""A/B of builds of the JPEG extension in ONE process, interleaved per image (the method of
+benchmarks/results/huffman-tuning.md): several copies of ``_jpeg`` (or ``_fused``) loaded side
+by side, each image decoded through every build in a rotating order, ``--passes`` times, thread
+CPU time, the best pass of each build and image summed. Finer than alternating processes
+(bench_seekable.py, bench_builds.py) on a loaded machine: give the baseline twice (the second
+copy is the noise floor).
+
+A build is ``LABEL=DIR``, DIR holding ``_jpeg.cpython-*.so`` and/or ``_fused.cpython-*.so``
+(e.g. copied aside after ``TURBOLOADER_ONLY=_jpeg,_fused python setup.py build_ext
+--inplace``); the first is the baseline of the ratios. The images are the ``--data`` folder's
+JPEGs rewritten with restart markers (``convert --seekable``'s transcode) unless
+``--original``. Kinds: ``full`` (``decode_into``, whole image), ``full8`` (at 1/8 scale, almost
+all Huffman), ``train`` / ``val`` (the fused decode+crop+resize step of bench_seekable.py with
+RandomResizedCrop(224) / Resize(256)+CenterCrop(224) boxes; needs ``_fused`` builds). A last
+column ``stock`` is the baseline with libjpeg-turbo's Huffman decoder.
+
+    python benchmarks/bench_huffman_ab.py --data benchmarks/data/bench-n1024-s0/folder \\
+        --kind full --build base=/tmp/old --build pair=/tmp/new --build base2=/tmp/old2
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+
+def _load(label: str, folder: str, mod: str):
+    (path,) = glob.glob(os.path.join(folder, f"{mod}.cpython-*.so"))
+    spec = importlib.util.spec_from_file_location(f"ab_{label}.{mod}", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", required=True, help="a folder of JPEGs (searched recursively)")
+    p.add_argument("--n", type=int, default=150, help="images (default 150)")
+    p.add_argument("--passes", type=int, default=5)
+    p.add_argument("--kind", choices=["full", "full8", "train", "val"], default="full")
+    p.add_argument("--original", action="store_true", help="the files as they are")
+    p.add_argument("--build", action="append", required=True, metavar="LABEL=DIR")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+
+    from turboloader._native import _jpeg
+    from turboloader.decode import executor
+    import turboloader.decode.jpeg as tl_jpeg
+    from turboloader.decode.jpeg import _open
+
+    mod = "_fused" if a.kind in ("train", "val") else "_jpeg"
+    builds = [b.split("=", 1) for b in a.build]
+    mods = [(label, _load(label, d, mod)) for label, d in builds]
+    files = sorted(f for f in glob.glob(os.path.join(a.data, "**", "*"), recursive=True)
+                   if f.lower().endswith((".jpg", ".jpeg")))[:a.n]
+    blobs = [np.frombuffer(Path(f).read_bytes(), np.uint8) for f in files]
+    if not a.original:
+        blobs = [np.frombuffer(_jpeg.transcode_restart(b)[0], np.uint8) for b in blobs]
+    rng = np.random.default_rng(a.seed)
+
+    def rrc_box(W, H):  # torchvision's RandomResizedCrop.get_params, as bench_seekable.py
+        for _ in range(10):
+            area = W * H * rng.uniform(0.08, 1.0)
+            ar = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+            w, h = int(round(math.sqrt(area * ar))), int(round(math.sqrt(area / ar)))
+            if 0 < w <= W and 0 < h <= H:
+                x, y = int(rng.integers(0, W - w + 1)), int(rng.integers(0, H - h + 1))
+                return (x, y, x + w, y + h), True
+        return (0, 0, W, H), True
+
+    def val_box(W, H):  # Resize(256) then CenterCrop(224), as one source box
+        s = 256 / min(W, H)
+        c = 224 / s
+        return ((W - c) / 2, (H - c) / 2, (W + c) / 2, (H + c) / 2), False
+
+    calls = []
+    for b in blobs:
+        W, H = _jpeg.read_header(b)[:2]
+        if a.kind in ("full", "full8"):
+            k = 8 if a.kind == "full" else 1
+            out = np.empty(((H * k + 7) // 8, (W * k + 7) // 8, 3), np.uint8)
+            fs = [(lambda m=m, b=b, out=out, k=k: m.decode_into(b, out, scale_num=k))
+                  for _, m in mods]
+            m0 = mods[0][1]
+            fs.append(lambda m=m0, b=b, out=out, k=k:
+                      m.decode_into(b, out, scale_num=k, flags=m.STOCK_HUFFMAN))
+        else:
+            o = _open(b, None)[:2]
+            box, clip = (rrc_box if a.kind == "train" else val_box)(W, H)
+            slot = np.empty((3, 224, 224), np.uint8)
+
+            def step(m, stock=False, o=o, box=box, clip=clip, slot=slot):
+                def go():
+                    executor._fused = m   # the build this call runs
+                    tl_jpeg._STOCK_HUFFMAN = stock
+                    try:
+                        executor.resample_into_slot(o, slot, box=box, clip=clip, filt=1)
+                    finally:
+                        tl_jpeg._STOCK_HUFFMAN = False
+                return go
+            fs = [step(m) for _, m in mods] + [step(mods[0][1], True)]
+        calls.append(fs)
+
+    names = [label for label, _ in mods] + ["stock"]
+    V = len(names)
+    total = np.zeros(V)
+    clock = time.thread_time_ns
+    for i, fs in enumerate(calls):
+        best = [1 << 62] * V
+        for ps in range(a.passes):
+            for j in ((j + i + ps) % V for j in range(V)):
+                t0 = clock()
+                fs[j]()
+                dt = clock() - t0
+                best[j] = min(best[j], dt)
+        total += best
+    print(f"{a.kind}, {len(calls)} {'original' if a.original else 'seekable'} images, "
+          f"best of {a.passes}, thread CPU time; images/s ratio to {names[0]}: "
+          + "  ".join(f"{nm} {total[0] / t:.3f}" for nm, t in zip(names, total))
+          + f"  ({names[0]}: {len(calls) / (total[0] * 1e-9):.0f} images/s)")
+
+
+if __name__ == "__main__":
+    main()
