@@ -264,3 +264,49 @@ def test_sdk_error_text_is_quoted_without_credentials():
     for secret in ("S3CRET", "KEYKEY", "user:pw", "hunter2", "sv=2023"):
         assert secret not in out, (secret, out)
     assert "acct.blob.core.windows.net" in out and "/c/b.tar" in out
+
+
+def test_s3_parts_are_read_into_the_buffer_without_the_sdk_copies(s3, monkeypatch):
+    """An S3 answer's bytes go straight from the socket into the reader's buffer (the
+    http.client response under botocore's body), not through ``StreamingBody.read`` (two
+    copies of each byte), unless the SDK checks a checksum as it reads; each answer's
+    connection serves the next request, and the bytes are exact, for parts that start and
+    end anywhere."""
+    import botocore.response
+
+    from turboloader.io import remote
+
+    data = os.urandom(3 * 65536 + 1234)
+    s3.put_object(Bucket="bucket", Key="blob.bin", Body=data)
+
+    plain = botocore.response.StreamingBody
+    sdk_read = plain.read
+    checked = []
+
+    def no_plain_read(self, *a, **kw):
+        # a body that checks the object's checksum as it is read (botocore's
+        # StreamingChecksumBody: a whole-object answer moto sends one for) is left to the
+        # SDK; a plain one is never read through it
+        assert type(self) is not plain, "a plain StreamingBody was read through the SDK"
+        checked.append(type(self).__name__)
+        return sdk_read(self, *a, **kw)
+
+    monkeypatch.setattr(plain, "read", no_plain_read)
+    url = "s3://bucket/blob.bin"
+    cuts = [(0, None), (0, 65536), (65536, 2 * 65536 + 7), (2 * 65536 + 7, len(data)),
+            (len(data) - 5, None)]
+    for start, end in cuts:
+        reader = remote._RetryingReader(url, start=start, end=end)
+        out = bytearray(len(data))
+        got = 0
+        while True:
+            n = reader.readinto(memoryview(out)[got:got + 40000])
+            if not n:
+                break
+            got += n
+        reader.close()
+        assert bytes(out[:got]) == data[start:end], (start, end)
+        assert reader.attempts == 1
+    assert set(checked) <= {"StreamingChecksumBody"}
+    pools = remote._s3(remote.default_timeout())._endpoint.http_session._manager.pools
+    assert [p.num_connections for p in pools._container.values()] == [1]

@@ -933,6 +933,29 @@ def _describe(exc):
     return cause
 
 
+def _plain_response(body):
+    """The ``http.client`` response under an S3 body (botocore's ``StreamingBody`` over
+    urllib3's response), when its bytes can be read straight into the caller's buffer: a
+    body of known length, neither chunked nor content-encoded, not read yet. Else None (the
+    body is read through its SDK). Reading it directly skips the SDK's two copies of every
+    byte (``bytes`` per read, then into the part buffer): a fifth of a fetch thread's CPU
+    per shard, requests included (measured against moto, s4-stream branch report). A
+    body that checks a checksum as it is read is left to its SDK."""
+    kind = type(body)
+    if (kind.__module__, kind.__name__) != ("botocore.response", "StreamingBody"):
+        return None  # e.g. botocore's StreamingChecksumBody: its reads check a checksum
+    stream = getattr(body, "_raw_stream", None)
+    resp = getattr(stream, "_fp", None)
+    if type(resp) is not http.client.HTTPResponse or resp.chunked or resp.length is None:
+        return None
+    if getattr(stream, "_fp_bytes_read", None) != 0 or \
+            stream.headers.get("content-encoding", "identity").lower() not in ("identity", ""):
+        return None
+    if not callable(getattr(stream, "release_conn", None)):
+        return None
+    return resp
+
+
 class _RetryingReader(io.RawIOBase):
     """A sequential raw stream over the bytes ``[start, end)`` of a remote object that
     re-opens at the current byte on transient errors and stalls, with exponential backoff;
@@ -948,6 +971,7 @@ class _RetryingReader(io.RawIOBase):
         self.size = None
         self.attempts = 0  # connections opened (for tests and stats)
         self._body = None
+        self._raw = None  # the body's http.client response, read directly (or None)
         self._stalled = False  # the last read ran out of time before its bytes came
         self._slow = 0  # stalled requests in a row
         self._store = _store(url)
@@ -997,6 +1021,7 @@ class _RetryingReader(io.RawIOBase):
                 self.size = total
                 _seen(self.url, ObjectStat(total, opened[2] if len(opened) > 2 else None))
             self._body = body
+            self._raw = _plain_response(body)
             return
 
     def readinto(self, buf):
@@ -1015,8 +1040,17 @@ class _RetryingReader(io.RawIOBase):
                     n = min(n, stop - self.pos)
                     if n <= 0:
                         return 0
+            raw = self._raw
             try:
-                data = self._read(n)
+                if raw is not None:  # straight into the caller's buffer (see _plain_response)
+                    with memoryview(buf) as view:
+                        k = raw.readinto(view[:n])
+                    data = None
+                    if raw.length == 0:  # the whole answer: its connection serves the next
+                        self._release()
+                else:
+                    data = self._read(n)
+                    k = len(data)
             except RemoteShardError as exc:
                 self._drop()
                 raise self._fail(exc) from None
@@ -1026,19 +1060,19 @@ class _RetryingReader(io.RawIOBase):
                 self._retry.wait(failures, _describe(exc), self._fail)
                 continue
             stop = self._stop()
-            if not data and stop is not None and self.pos < stop:
+            if not k and stop is not None and self.pos < stop:
                 # the connection ended early (killed): resume from here
                 self._drop()
                 failures += 1
                 self._retry.wait(failures, ConnectionError(
                     f"connection closed at byte {self.pos} of {self.size}"), self._fail)
                 continue
-            k = len(data)
             if k > n:  # a body longer than asked for: never delivered
                 self._drop()
                 raise self._fail(RemoteShardError(
                     f"{redact(self.url)}: the server sent more bytes than the range asked for"))
-            buf[:k] = data
+            if data is not None:
+                buf[:k] = data
             self.pos += k
             if self._stalled:  # keep what came; the rest is asked for again, or it is over
                 self._stalled = False
@@ -1075,7 +1109,17 @@ class _RetryingReader(io.RawIOBase):
                 break
         return b"".join(parts)
 
+    def _release(self):
+        """The answer was read whole: its connection goes back to the SDK's pool (as
+        when the SDK reads the end itself), and the body is done."""
+        release = getattr(getattr(self._body, "_raw_stream", None), "release_conn", None)
+        if release is not None:
+            release()
+        self._raw = None
+        self._drop()
+
     def _drop(self):
+        self._raw = None
         body, self._body = self._body, None
         if body is not None:
             with contextlib.suppress(Exception):
