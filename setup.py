@@ -128,6 +128,7 @@ def extensions():
         ext("_chw", "_chw.pyx", "chw_kernels.c"),
         ext("_warp", "_warp.pyx", "warp_kernels.c"),
         ext("_mask", "_mask.pyx", "mask_kernels.c"),
+        ext("_draws", "_draws.pyx"),
         ext("_fused", "_fused.pyx", "jpeg_shim.c", "jpeg_transcode.c", "jpeg_huffman.c",
             "batch_pool.c", jpeg=True, threads=True),
     ]
@@ -163,6 +164,6 @@ class build_ext(_build_ext):
 # platform wheel) without resolving anything at import.
 PLACEHOLDERS = [Extension(f"turboloader._native.{n}", [str(NATIVE / f"{n}.pyx")])
                 for n in ("_cpu", "_tar", "_jpeg", "_resample", "_colour", "_chw", "_warp",
-                          "_mask", "_fused")]
+                          "_mask", "_draws", "_fused")]
 
 setup(ext_modules=PLACEHOLDERS, cmdclass={"build_ext": build_ext})

@@ -96,3 +96,50 @@ def test_cached_downscale_keeps_parameters(make_shards, short_side):
         assert full[g].shape == cached[g].shape == (3, 40, 40)
         diff = (full[g] - cached[g]).abs().mean().item()
         assert diff < (1 / 255 if short_side is None else 0.15), diff
+
+
+def test_a_batch_with_a_png_among_jpegs_takes_each_rows_own_path(tmp_path):
+    """The .tar gather tests every row's JPEG marker at once (issue 42: no per-row test in
+    the step): a chunk of JPEGs only is marked so; one PNG among them leaves the chunk to the
+    step's per-row test, and the PNG row takes the generic path while the JPEG rows stay
+    fused, each with its own sample's draws."""
+    import io
+
+    from PIL import Image
+
+    from turboloader.data import tar_dataset
+    from turboloader.transforms._random import using_rng
+
+    members = []
+    for g in range(6):
+        members += [(f"{g:02d}.{'png' if g == 4 else 'jpg'}",
+                     jpeg(g, fmt="PNG" if g == 4 else "JPEG")), (f"{g:02d}.cls", str(g).encode())]
+    path = write_tar(tmp_path / "mixed.tar", members)
+    only_jpegs = write_tar(tmp_path / "jpegs.tar", [m for m in members if "04." not in m[0]])
+    pipe = _pipeline()
+    plan = T.plan(pipe)
+    flags = []
+    gather = tar_dataset.TarDataset._gather_chunk
+
+    def spy(self, *a, **kw):
+        chunk = gather(self, *a, **kw)
+        flags.append(chunk.all_jpeg)
+        return chunk
+
+    tar_dataset.TarDataset._gather_chunk = spy
+    try:
+        for p, want in ((only_jpegs, [True]), (path, [False])):
+            flags.clear()
+            ds = TarDataset(p, pipe, shuffle=False, seed=4)
+            ds.set_epoch(1)
+            (images, labels), = list(ds.worker_stream(0, 1, batch_size=8))
+            assert flags == want
+            for i, (x, y) in enumerate(zip(images, labels.tolist())):   # sample i: row i
+                if y == 4:
+                    with using_rng(sample_rng(4, 1, i)):
+                        ref = pipe(Image.open(io.BytesIO(jpeg(4, fmt="PNG"))).convert("RGB"))
+                else:
+                    ref = plan.from_jpeg(jpeg(y), rng=sample_rng(4, 1, i))
+                assert torch.equal(x, ref), y
+    finally:
+        tar_dataset.TarDataset._gather_chunk = gather

@@ -101,7 +101,7 @@ def test_wheel_has_exactly_the_extensions_and_is_stripped(wheel):
     modules = {n.rsplit("/", 1)[1].split(".", 1)[0] for n in sos}
     # setup.py's extension list, nothing else (no stale module of an earlier build)
     assert modules == {"_cpu", "_tar", "_jpeg", "_resample", "_colour", "_chw", "_warp",
-                       "_mask", "_fused"}, sorted(modules)
+                       "_mask", "_draws", "_fused"}, sorted(modules)
     assert len(sos) == len(modules) and max(sizes[n] for n in sos) < 3_000_000  # no debug info
     assert any(n.endswith("LICENSE") for n in names)
     # PEP 561: typed, with the extensions' stubs

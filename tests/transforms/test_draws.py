@@ -232,3 +232,32 @@ def test_key_draws_looked_up_ahead_are_each_rows_own_sequence():
         assert (got[live] == want[live]).all(), step
         ctr = ctr + live
     assert d.counter.tolist() == ctr.tolist()
+
+
+class _NumPyDraws(KeyDraws):
+    """KeyDraws that RandomResizedCrop does not hand to its native loop (only KeyDraws
+    itself goes there): the NumPy form of the definition, the oracle of the native one."""
+
+
+@pytest.mark.parametrize("scale, ratio", [((0.08, 1.0), (3 / 4, 4 / 3)), ((1, 1), (1, 2)),
+                                          ((1.5, 2.0), (0.5, 0.6)), ((0.3, 0.31), (0.2, 5))])
+def test_resized_crops_native_loop_draws_the_numpy_forms_numbers(scale, ratio):
+    """RandomResizedCrop's batch draw runs in C for a KeyDraws batch (issue 42: the GIL-held
+    Python per image): every row and counter equals the NumPy form's, bit for bit, on
+    photo-sized, tiny, extreme and fallback sizes, under a mask, from counters not at 0."""
+    rng = np.random.default_rng(11)
+    n = 4000
+    sizes = np.concatenate([rng.integers(1, 5000, (n // 2, 2)),
+                            rng.integers(300, 700, (n // 2, 2))])
+    sizes[:6] = [[1, 1], [1, 4000], [4000, 1], [2, 3], [65535, 2], [9, 9]]
+    keys = sample_keys(3, 9, np.arange(n))
+    ctr = rng.integers(0, 50, n)
+    t = T.RandomResizedCrop(224, scale=scale, ratio=ratio)
+    for mask in (None, rng.random(n) < 0.8):
+        fast, slow = KeyDraws(keys, ctr), _NumPyDraws(keys, ctr)
+        got = t._draw_batch(sizes, fast, mask)
+        want = t._draw_batch(sizes, slow, mask)
+        for k in ("top", "left", "height", "width"):
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+        np.testing.assert_array_equal(fast.counter, slow.counter)
+        assert t._draw_native(sizes, KeyDraws(keys, ctr), mask) is not None   # it ran in C

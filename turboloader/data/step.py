@@ -47,16 +47,19 @@ class Chunk:
     under ``cache_keys``), ``sizes`` (original ``(h, w)`` of an array source, else None),
     ``labels``, ``errors`` (the exception that made the row unreadable, else None),
     ``where`` (what the dataset needs to name the sample in an error), ``slots`` (the
-    random-parameter index) and ``cache_keys`` (None: not cached).
+    random-parameter index) and ``cache_keys`` (None: not cached). ``all_jpeg``: the
+    gather checked that every source is JPEG bytes (the step then skips its per-row
+    test); False: not known.
     """
 
     __slots__ = ("sources", "sizes", "labels", "errors", "where", "slots", "cache_keys",
-                 "epochs", "nbytes")
+                 "epochs", "nbytes", "all_jpeg")
 
     def __init__(self):
         self.sources, self.sizes, self.labels, self.errors = [], [], [], []
         self.where, self.slots, self.cache_keys, self.epochs = [], [], [], []
         self.nbytes = 0
+        self.all_jpeg = False
 
     def __len__(self):
         return len(self.sources)
@@ -170,9 +173,13 @@ def run(st, chunk, out, row0=0, *, counters, timing=None, decoder=None):
     # the rows the batch call takes (decoded arrays, JPEG bytes) and the generic rest, by
     # comprehension: no per-row Python beyond the JPEG test
     live = range(n) if errors.count(None) == n else [i for i in range(n) if errors[i] is None]
-    fused = [] if plan is None else [
-        i for i in live if isinstance(src := sources[i], np.ndarray)
-        or (not callable(src) and is_jpeg(src))]
+    if plan is None:
+        fused = []
+    elif chunk.all_jpeg:   # the gather tested every row (cached rows became arrays)
+        fused = list(live)
+    else:
+        fused = [i for i in live if isinstance(src := sources[i], np.ndarray)
+                 or (not callable(src) and is_jpeg(src))]
     generic = [] if len(fused) == len(live) else sorted(set(live).difference(fused))
     native = 0.0
     batch_rows = ()   # rows the fused call wrote: their masks / boxes follow its params

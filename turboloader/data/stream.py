@@ -4,6 +4,9 @@ groupings (samples, batches, buckets) are policies over it."""
 
 from __future__ import annotations
 
+import itertools
+import operator
+
 import torch
 import torch.utils.data
 
@@ -387,7 +390,9 @@ def _group(cur, B, alloc, shape, timing, **bounds):
     if images_out is None:
         images_out = _stack(images, alloc)
     else:
-        if any(img is not None for img in images):   # rows of the generic path: copied in
+        # rows of the generic path (an identity test in C per row: == on an array row
+        # would compare elementwise): copied in
+        if any(map(operator.is_not, images, itertools.repeat(None))):
             for r, img in enumerate(images):
                 if img is not None:
                     fill_row(images_out, r, img)

@@ -25,7 +25,8 @@ import torch
 
 from turboloader.decode.sizes import resized_sizes
 from turboloader.transforms import functional as F
-from turboloader.transforms._draws import RngDraws, bernoulli, coin, one_row
+from turboloader._native import _draws
+from turboloader.transforms._draws import KeyDraws, RngDraws, bernoulli, coin, one_row
 from turboloader.transforms._transform import (
     Transform,
     _check_interpolation,
@@ -408,6 +409,10 @@ class RandomResizedCrop(Transform):
         ``sqrt``, round-half-even.
         """
         n = len(sizes)
+        if type(d) is KeyDraws:   # a batch: the same arithmetic row by row in C
+            fast = self._draw_native(sizes, d, mask)
+            if fast is not None:
+                return fast
         H, W = sizes[:, 0], sizes[:, 1]
         area = H * W
         top, left = np.zeros(n, np.int64), np.zeros(n, np.int64)
@@ -447,6 +452,28 @@ class RandomResizedCrop(Transform):
             top[rows], left[rows] = (Hm - fh) // 2, (Wm - fw) // 2
             hh[rows], ww[rows] = fh, fw
         return {"top": top, "left": left, "height": hh, "width": ww}
+
+    def _draw_native(self, sizes, d, mask):
+        """:meth:`_draw_batch` for a :class:`KeyDraws` batch by its native loop
+        (``_native._draws.resized_crop``, the same arithmetic bit for bit:
+        ``tests/transforms/test_draws.py``), or None where that loop does not take the
+        arguments: bounds that are not Python numbers (``uniform``'s arithmetic then
+        differs), sizes outside ``[1, 2**32 - 1)``."""
+        bounds = (*self.scale, *self._log_ratio, *self.ratio)
+        if not all(type(v) in (int, float) for v in bounds):
+            return None
+        n = len(sizes)
+        live = np.ones(n, np.uint8) if mask is None else np.asarray(mask, bool).view(np.uint8)
+        sz = sizes[live.view(bool)]
+        if sz.size and (int(sz.min()) < 1 or int(sz.max()) >= 0xFFFFFFFF):
+            return None
+        (s0, s1), (r0, r1) = self.scale, self._log_ratio
+        out = np.empty((n, 4), np.int64)
+        _draws.resized_crop(np.ascontiguousarray(d.keys), d.ctr, np.asarray(sizes, np.int64),
+                            np.ascontiguousarray(live), out,
+                            float(s0), float(s1 - s0), float(r0), float(r1 - r0),
+                            float(min(self.ratio)), float(max(self.ratio)))
+        return {"top": out[:, 0], "left": out[:, 1], "height": out[:, 2], "width": out[:, 3]}
 
     def transform(self, img, params):
         return F.resized_crop(img, params["top"], params["left"], params["height"],
