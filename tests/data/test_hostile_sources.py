@@ -2,27 +2,23 @@
 boxes files a manifest names, Hugging Face ``{bytes: null, path}`` rows, ``.tar.gz`` members.
 A FIFO or a device is a typed error at once (never a hang, never a read until memory runs
 out); a file or member over the member-size limit is a typed error or a counted skip that
-names it, and is never read whole. Anything that could hang runs in a subprocess with a
-timeout."""
+names it, and is never read whole. Anything that could hang runs in a child interpreter
+(one for the module: :class:`helpers.isolated.Interpreter`) with a timeout."""
 
 import io
 import json
 import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers.isolated import Interpreter
 from helpers.shards import jpeg, size_of, write_tar
 from PIL import Image
 
 from turboloader import TarDataset
 from turboloader.errors import SampleError, UnreadableFileError
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120  # generous on a loaded 2-core machine; a hang is "forever"
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this OS")
 
@@ -56,17 +52,18 @@ def _manifest(root, mask_names, boxes_names=None):
     return path
 
 
-def _run(code):
-    """Run ``code`` in a fresh interpreter with this tree on the path; a hang fails the
-    test by the timeout."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+@pytest.fixture(scope="module")
+def isolated():
+    """One child interpreter for the module's cases that could hang: a case past ``TIMEOUT``
+    fails, its child is killed, and the next case gets a new one (a fresh interpreter per
+    case imported torch each time: seconds of CPU)."""
+    with Interpreter() as it:
+        yield it
 
 
 @needs_fifo
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
-def test_manifest_mask_naming_a_fifo_or_device_is_a_typed_error(tmp_path, kind):
+def test_manifest_mask_naming_a_fifo_or_device_is_a_typed_error(isolated, tmp_path, kind):
     """finding 8: a ``MaskField`` column naming a FIFO hung forever, ``/dev/zero`` read until
     MemoryError; both are UnreadableFileError naming the row's key and the path, and
     ``on_error="skip"`` counts them and delivers the rest."""
@@ -77,7 +74,7 @@ def test_manifest_mask_naming_a_fifo_or_device_is_a_typed_error(tmp_path, kind):
     else:
         os.symlink("/dev/zero", bad)
     path = _manifest(tmp_path, ["0.png", "bad.png", "0.png"])
-    proc = _run(f"""
+    out = isolated.run(f"""
         from turboloader import transforms as T
         from turboloader.data import ManifestDataset, MaskField
         from turboloader.errors import UnreadableFileError
@@ -92,11 +89,10 @@ def test_manifest_mask_naming_a_fifo_or_device_is_a_typed_error(tmp_path, kind):
                              on_error="skip", max_failures=1)
         got = [ds[i] for i in range(3)]
         print("SKIPPED", ds.stats()["failures"], len(got))
-    """)
-    assert proc.returncode == 0, proc.stderr
-    assert "TYPED" in proc.stdout and "'1.jpg'" in proc.stdout and str(bad) in proc.stdout
-    assert "not a regular file" in proc.stdout
-    assert "SKIPPED 1 3" in proc.stdout
+    """, timeout=TIMEOUT)
+    assert "TYPED" in out and "'1.jpg'" in out and str(bad) in out
+    assert "not a regular file" in out
+    assert "SKIPPED 1 3" in out
 
 
 def test_manifest_boxes_file_over_the_limit(tmp_path, limit):
@@ -161,14 +157,14 @@ def test_hf_path_rows_are_read_through_the_guarded_reader(tmp_path, limit):
 
 
 @needs_fifo
-def test_hf_path_row_naming_a_fifo(tmp_path):
+def test_hf_path_row_naming_a_fifo(isolated, tmp_path):
     """finding 9: a row whose path is a FIFO is refused at once (UnreadableFileError),
     never opened blocking."""
     pytest.importorskip("pyarrow")
     fifo = tmp_path / "fifo.png"
     os.mkfifo(fifo)
     path = _hf_parquet(tmp_path / "hf.parquet", [(jpeg(0), None), (None, str(fifo))])
-    proc = _run(f"""
+    out = isolated.run(f"""
         from turboloader import ParquetDataset
         from turboloader.errors import UnreadableFileError
         it = iter(ParquetDataset({path!r}, shuffle=False))
@@ -177,10 +173,9 @@ def test_hf_path_row_naming_a_fifo(tmp_path):
             next(it)
         except UnreadableFileError as exc:
             print("TYPED", exc)
-    """)
-    assert proc.returncode == 0, proc.stderr
-    assert "TYPED" in proc.stdout and "fifo.png" in proc.stdout
-    assert "not a regular file" in proc.stdout
+    """, timeout=TIMEOUT)
+    assert "TYPED" in out and "fifo.png" in out
+    assert "not a regular file" in out
 
 
 # -- .tar.gz members ---------------------------------------------------------------------------

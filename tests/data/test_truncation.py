@@ -1,21 +1,24 @@
 """Files that shrink while open (a re-sync, a partial copy, a full disk) give typed errors or
-counted skips naming the shard, never a SIGBUS crash: every check runs in a subprocess whose
-exit status is asserted."""
+counted skips naming the shard, never a SIGBUS crash: every check runs in a child interpreter
+whose crash (a signal) or hang fails the check (:class:`helpers.isolated.Interpreter`: one
+child for the module's checks, each in a fresh namespace in its own folder; a crashed child
+is replaced for the next check, so each check still fails alone)."""
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from helpers import subprocess_env
+from helpers import TESTS
+from helpers.isolated import Interpreter
 
-# every check runs in a subprocess (up to 110 s each on the shared machine under load)
+# every check runs in the child (up to 110 s each on the shared machine under load)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 PRELUDE = f"""
-import os, sys, torch
+import os, sys
+sys.path.insert(0, {str(TESTS)!r})
+import torch
 from helpers.shards import labelled_members, write_tar
 import turboloader
 from turboloader import transforms as T
@@ -23,16 +26,33 @@ from turboloader.errors import FormatError, TarFormatError, TurboLoaderError
 """
 
 
-def run(body, tmp_path, timeout=120):
-    script = PRELUDE + textwrap.dedent(body)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=timeout,
-                          env=subprocess_env())
-    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
-    return proc.stdout
+@pytest.fixture(scope="module")
+def interpreter():
+    # one child for the module (a fresh interpreter importing torch is seconds of CPU)
+    with Interpreter(PRELUDE) as it:
+        yield it
 
 
-def test_tar_index_member_after_truncation(tmp_path):
+@pytest.fixture
+def run(interpreter):
+    """``run(body, tmp_path)``: ``body`` in the child, in ``tmp_path``; what it printed."""
+    def run(body, tmp_path, timeout=120):
+        return interpreter.run(f"os.chdir({str(tmp_path)!r})\n" + textwrap.dedent(body),
+                               timeout=timeout)
+    return run
+
+
+def test_a_crash_in_a_check_fails_it_and_the_next_check_runs(run, interpreter, tmp_path):
+    """The harness the module relies on: a check killed by SIGBUS (what the old mapping of a
+    truncated shard did) fails saying so, and the next check runs in a new child."""
+    starts = interpreter.starts
+    with pytest.raises(AssertionError, match=r"exited with -7 .*killed by a signal"):
+        run("import signal; os.kill(os.getpid(), signal.SIGBUS)", tmp_path)
+    assert run("print(os.getcwd())", tmp_path).strip() == str(tmp_path)
+    assert interpreter.starts == max(starts, 1) + 1
+
+
+def test_tar_index_member_after_truncation(run, tmp_path):
     out = run("""
         path = write_tar("a.tar", labelled_members(range(20)))
         index = turboloader.TarIndex(path)
@@ -49,7 +69,7 @@ def test_tar_index_member_after_truncation(tmp_path):
 
 @pytest.mark.parametrize("backend,workers", [("threads", 2), ("processes", 0),
                                              ("processes", 2)])
-def test_dataset_truncated_after_init_raises_typed(tmp_path, backend, workers):
+def test_dataset_truncated_after_init_raises_typed(run, tmp_path, backend, workers):
     out = run(f"""
         paths = [write_tar(f"s{{k}}.tar", labelled_members(range(k * 10, k * 10 + 10)))
                  for k in range(2)]
@@ -67,7 +87,7 @@ def test_dataset_truncated_after_init_raises_typed(tmp_path, backend, workers):
 
 
 @pytest.mark.parametrize("backend,workers", [("threads", 2), ("processes", 2)])
-def test_dataset_truncated_after_init_skips_and_counts(tmp_path, backend, workers):
+def test_dataset_truncated_after_init_skips_and_counts(run, tmp_path, backend, workers):
     out = run(f"""
         paths = [write_tar(f"s{{k}}.tar", labelled_members(range(k * 10, k * 10 + 10)))
                  for k in range(2)]
@@ -86,7 +106,7 @@ def test_dataset_truncated_after_init_skips_and_counts(tmp_path, backend, worker
     assert n_skipped >= 1 and "['s1.tar']" in out
 
 
-def test_torch_dataloader_workers_see_the_typed_error(tmp_path):
+def test_torch_dataloader_workers_see_the_typed_error(run, tmp_path):
     out = run("""
         paths = [write_tar("s.tar", labelled_members(range(12)))]
         ds = turboloader.TarDataset(paths, T.Compose([T.Resize(8), T.ToTensor()]))
@@ -99,7 +119,7 @@ def test_torch_dataloader_workers_see_the_typed_error(tmp_path):
     assert "TYPED TarFormatError" in out and "s.tar" in out
 
 
-def test_shard_rewritten_smaller_between_init_and_reading(tmp_path):
+def test_shard_rewritten_smaller_between_init_and_reading(run, tmp_path):
     out = run("""
         path = write_tar("s.tar", labelled_members(range(10)))
         ds = turboloader.TarDataset([path], T.Compose([T.Resize(8), T.ToTensor()]),
@@ -113,7 +133,7 @@ def test_shard_rewritten_smaller_between_init_and_reading(tmp_path):
     assert "TYPED" in out and "4 samples now" in out and "s.tar" in out
 
 
-def test_tbl_truncated_while_open(tmp_path):
+def test_tbl_truncated_while_open(run, tmp_path):
     out = run("""
         from turboloader.io.tbl import TBLFile, write_tbl
         from helpers.shards import jpeg
@@ -137,7 +157,7 @@ def test_tbl_truncated_while_open(tmp_path):
 
 @pytest.mark.parametrize("backend,workers", [("threads", 1), ("processes", 0),
                                              ("processes", 1)])
-def test_shard_truncated_mid_epoch_while_open(tmp_path, backend, workers):
+def test_shard_truncated_mid_epoch_while_open(run, tmp_path, backend, workers):
     """The shard is open (its first batch read) when it shrinks: the old mapping crashed the
     process with SIGBUS here. 400 samples: more than a stream reads ahead (a batch call of
     SAMPLE_CHUNK samples, a batch prefetched), so reading goes on after the truncation."""

@@ -46,13 +46,13 @@ def dataset(kind, tmp_path):
     return kept.make_dataset(kind, tmp_path)
 
 
-def loader(ds, how, collate=None, *, batch_size=B, context=None):
-    """A loader of ``ds``: torch's with 0 or 2 workers (``torch0``, ``torch2``,
+def loader(ds, how, collate=None, *, batch_size=B, context=None, workers=2):
+    """A loader of ``ds``: torch's with 0 or ``workers`` (2) workers (``torch0``, ``torch2``,
     ``persistent``), or turboloader's with 2 threads or 2 processes."""
     fn = kept.COLLATES[collate] if isinstance(collate, str) else collate
     shuffle = None if isinstance(ds, torch.utils.data.IterableDataset) else True
     if how in ("torch0", "torch2", "persistent"):
-        workers = 0 if how == "torch0" else 2
+        workers = 0 if how == "torch0" else workers
         return torch.utils.data.DataLoader(
             ds, batch_size=batch_size, shuffle=shuffle, num_workers=workers, collate_fn=fn,
             persistent_workers=how == "persistent", multiprocessing_context=context)
@@ -177,10 +177,14 @@ def test_start_methods_keep_batches_intact(want, kind, context, collate, tmp_pat
         # does; the spawn cases start every worker as a fresh interpreter)
         mp.set_forkserver_preload(["torch", "turboloader", "helpers.kept"])
     ds = dataset(kind, tmp_path)
-    # spawn: persistent workers, started once for both epochs (a fresh interpreter imports torch:
-    # seconds of CPU each), so epoch 0's kept batches must survive epoch 1 run by the same
-    # workers; forkserver: new workers each epoch, so they must survive their workers' exit
-    dl = loader(ds, "persistent" if context == "spawn" else "torch2", collate, context=context)
+    # spawn: one persistent worker, started once for both epochs (a fresh interpreter imports
+    # torch: seconds of CPU each), so epoch 0's kept batches must survive epoch 1 run by the
+    # same worker (two workers' interleaving is the forkserver cases' and the fork cases');
+    # forkserver: two new workers each epoch, so the batches must survive their workers' exit
+    if context == "spawn":
+        dl = loader(ds, "persistent", collate, context=context, workers=1)
+    else:
+        dl = loader(ds, "torch2", collate, context=context)
     check(want, epochs(ds, dl), collate)
 
 
