@@ -251,6 +251,37 @@ def test_kept_objects_are_taken_over_by_the_next_plan_of_their_lineage(slow):
     assert pool.stats()["buffered"] == 0
 
 
+def test_an_opener_gets_its_pass_not_a_next_pass_read_ahead(slow):
+    """Two streams plan the same URL: one for its pass, the other as the first shard of its
+    next pass (``next_pass``). When the reader opens it, it gets the object planned for its
+    pass, even when both are next in their plans' order and the other was planned first:
+    the read-ahead stays for the next pass, which takes it over (the URL is asked for twice,
+    once per pass). (Before, the opener took the read-ahead made first, its own object
+    stayed unopened and the next pass asked for the URL a third time.)"""
+    blobs = {f"n{i}.bin": blob(2000 + i, 70 + i) for i in range(4)}
+    urls = publish(slow, blobs)
+    pool = FetchPool(part_bytes=PART, buffer_bytes=64 * PART)
+    u = [urls[f"n{i}.bin"] for i in range(4)]
+    pool.plan("b", [u[1], u[2]], next_pass=[u[3]], lineage="wb")  # planned first
+    pool.plan("a", [u[0], u[3]], lineage="wa")
+    for i in (1, 2):  # stream b's pass is read: its next object is the read-ahead of u3
+        with pool.open(u[i]) as f:
+            assert f.read() == blobs[f"n{i}.bin"]
+    for i in (0, 3):  # stream a reads its pass: u3 too
+        with pool.open(u[i]) as f:
+            assert f.read() == blobs[f"n{i}.bin"]
+    wait_for(lambda: pool.stats()["in_flight"] == 0)
+    pool.forget("a", keep_for="wa")
+    pool.forget("b", keep_for="wb")
+    assert pool.stats()["buffered"] == len(blobs["n3.bin"])  # b's read-ahead, kept
+    pool.plan("b2", [u[3]], lineage="wb")  # b's next pass takes its read-ahead over
+    with pool.open(u[3]) as f:
+        assert f.read() == blobs["n3.bin"]
+    pool.forget("b2")
+    assert slow.requests == {"n0.bin": 1, "n1.bin": 1, "n2.bin": 1, "n3.bin": 2}
+    assert pool.stats()["buffered"] == 0
+
+
 def test_a_streamed_epoch_starts_from_bytes_read_ahead(slow, monkeypatch):
     """A remote pass reads the next epoch's first shards ahead and the next pass takes them
     over: two epochs ask for no shard body more often than without the read-ahead, beyond
