@@ -275,12 +275,15 @@ class FetchPool:
         reader asked for them), ``waits`` / ``wait_s`` (reads that waited for bytes, and
         for how long), ``peak_connections``, ``peak_buffered`` (bytes), ``cpu_s`` (CPU
         time of the connection threads' requests); and now:
-        ``connections`` (K), ``in_flight`` (requests being made), ``connection_rate``
-        (bytes/s per request, measured),
+        ``connections`` (K), ``in_flight`` (requests being made), ``pending`` (requests
+        queued, not started: waiting for a connection or for room in the buffer; each is
+        pending, then in flight, then done, so nothing is left to fetch when both are 0,
+        while ``in_flight`` alone is 0 between two requests of a connection),
+        ``connection_rate`` (bytes/s per request, measured),
         ``demand`` (bytes/s the readers consume, measured), ``buffered``."""
         with self._lock:
             out: dict[str, Any] = dict(self.counters)
-            out.update(connections=self.k, in_flight=self._in_flight,
+            out.update(connections=self.k, in_flight=self._in_flight, pending=len(self._pending),
                        connection_rate=self._conn_rate,
                        demand=self._demand, buffered=self._reserved,
                        max_connections=self.max_connections, buffer_bytes=self.buffer_bytes,
