@@ -29,8 +29,16 @@ def assert_same(a, b):
         assert torch.equal(x[1], y[1])
 
 
+# threads of the process, not of a loader: the fetch pool's connections (they serve every
+# remote stream of the process and end after 30 s idle, see turboloader.io.fetch) and a remote
+# client's warm-up; a remote test run before in the same pytest process leaves them running
+PROCESS_THREADS = ("turboloader-fetch", "turboloader-warm")
+
+
 def live_threads():
-    return [t.name for t in threading.enumerate() if t.name.startswith("turboloader-")]
+    """The loaders' threads still alive (decode, read, collate, transfer)."""
+    return [t.name for t in threading.enumerate()
+            if t.name.startswith("turboloader-") and t.name not in PROCESS_THREADS]
 
 
 @pytest.mark.parametrize("workers,batch,drop_last", [(0, 4, False), (2, 4, False), (2, 4, True),

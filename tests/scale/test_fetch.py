@@ -251,6 +251,61 @@ def test_kept_objects_are_taken_over_by_the_next_plan_of_their_lineage(slow):
     assert pool.stats()["buffered"] == 0
 
 
+def test_pending_requests_are_counted_apart_from_those_in_flight(slow):
+    """``stats()``: with one connection, a plan of two objects has one request in flight and
+    one pending; both are 0 only once every byte planned is fetched (``in_flight`` alone
+    is 0 between two requests of a connection, with the next one still pending)."""
+    blobs = {"q0.bin": blob(1500, 90), "q1.bin": blob(1600, 91)}
+    urls = publish(slow, blobs)
+    slow.held.add("q0.bin")
+    pool = FetchPool(part_bytes=PART, buffer_bytes=64 * PART, max_connections=1)
+    pool.plan("s", [urls["q0.bin"], urls["q1.bin"]])
+    wait_for(lambda: slow.waiting == 1)
+    st = pool.stats()
+    assert (st["in_flight"], st["pending"]) == (1, 1)
+    slow.release.set()
+    wait_for(lambda: (lambda s: s["in_flight"] == 0 and s["pending"] == 0)(pool.stats()))
+    assert pool.stats()["bytes_fetched"] == sum(map(len, blobs.values()))
+    pool.forget("s")
+
+
+def settled(pool):
+    """Nothing queued or being fetched by ``pool`` (see :meth:`FetchPool.stats`)."""
+    st = pool.stats()
+    return st["in_flight"] == 0 and st["pending"] == 0
+
+
+def test_an_opener_gets_its_pass_not_a_next_pass_read_ahead(slow):
+    """Two streams plan the same URL: one for its pass, the other as the first shard of its
+    next pass (``next_pass``). When the reader opens it, it gets the object planned for its
+    pass, even when both are next in their plans' order and the other was planned first:
+    the read-ahead stays for the next pass, which takes it over (the URL is asked for twice,
+    once per pass). (Before, the opener took the read-ahead made first, its own object
+    stayed unopened and the next pass asked for the URL a third time.)"""
+    blobs = {f"n{i}.bin": blob(2000 + i, 70 + i) for i in range(4)}
+    urls = publish(slow, blobs)
+    pool = FetchPool(part_bytes=PART, buffer_bytes=64 * PART)
+    u = [urls[f"n{i}.bin"] for i in range(4)]
+    pool.plan("b", [u[1], u[2]], next_pass=[u[3]], lineage="wb")  # planned first
+    pool.plan("a", [u[0], u[3]], lineage="wa")
+    for i in (1, 2):  # stream b's pass is read: its next object is the read-ahead of u3
+        with pool.open(u[i]) as f:
+            assert f.read() == blobs[f"n{i}.bin"]
+    for i in (0, 3):  # stream a reads its pass: u3 too
+        with pool.open(u[i]) as f:
+            assert f.read() == blobs[f"n{i}.bin"]
+    wait_for(lambda: pool.stats()["in_flight"] == 0)
+    pool.forget("a", keep_for="wa")
+    pool.forget("b", keep_for="wb")
+    assert pool.stats()["buffered"] == len(blobs["n3.bin"])  # b's read-ahead, kept
+    pool.plan("b2", [u[3]], lineage="wb")  # b's next pass takes its read-ahead over
+    with pool.open(u[3]) as f:
+        assert f.read() == blobs["n3.bin"]
+    pool.forget("b2")
+    assert slow.requests == {"n0.bin": 1, "n1.bin": 1, "n2.bin": 1, "n3.bin": 2}
+    assert pool.stats()["buffered"] == 0
+
+
 def test_a_streamed_epoch_starts_from_bytes_read_ahead(slow, monkeypatch):
     """A remote pass reads the next epoch's first shards ahead and the next pass takes them
     over: two epochs ask for no shard body more often than without the read-ahead, beyond
@@ -273,7 +328,7 @@ def test_a_streamed_epoch_starts_from_bytes_read_ahead(slow, monkeypatch):
             loader = turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend="threads")
             got = [int(v) for _, lab in loader for v in lab]
             assert sorted(got) == list(range(sum(sizes))), epoch
-            wait_for(lambda: pool.stats()["in_flight"] == 0)
+            wait_for(lambda: settled(pool))  # the next epoch's read-ahead is here
             if epoch == 0:
                 waits = pool.stats()["waits"]
         return dict(slow.requests), pool.stats()["waits"] - waits

@@ -508,7 +508,8 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                 if self.shard_cache is not None:
                     self.shard_cache.prefetch(st.upcoming, at_once=self.mix_shards, stream=name)
                 else:
-                    fetch_pool().plan(st, [u for u in st.upcoming + list(after) if is_remote(u)],
+                    fetch_pool().plan(st, [u for u in st.upcoming if is_remote(u)],
+                                      next_pass=[u for u in after if is_remote(u)],
                                       lineage=lineage)
                     planned = True
             slots, samples, groups = grouping.arrange(self, st, slots, samples)

@@ -132,7 +132,7 @@ class FetchPool:
         self._bytes = threading.Condition(self._lock)
         self._pending = []  # parts waiting for a connection
         self._objects = {}  # url -> [buffered _Object] planned, not yet opened
-        self._plans = {}  # key -> {"urls": [...], "next": i, "taken": i}
+        self._plans = {}  # key -> {"urls": [...], "end": i (next_pass from), "next": i, "taken": i}
         self._orphans = {}  # lineage -> [buffered _Object] kept from an ended plan, in order
         self._heirs = {}  # key -> orphans its plan (being made) may take over
         self.keep_s = 30.0
@@ -157,11 +157,17 @@ class FetchPool:
 
     # -- public ---------------------------------------------------------------------------
 
-    def plan(self, key: Hashable, urls: Iterable[str], *, lineage: Hashable = None) -> None:
+    def plan(self, key: Hashable, urls: Iterable[str], *, next_pass: Iterable[str] = (),
+             lineage: Hashable = None) -> None:
         """Read-ahead for a stream: the remote ``urls`` it will open (with :meth:`open`), in
         order. Replaces ``key``'s previous plan; its objects fetched ahead and not opened are
         dropped. The pool fetches a plan's objects while the bytes ahead of all readers fit
         in ``buffer_bytes``, earlier plan positions first across plans.
+
+        ``next_pass``: URLs read ahead after ``urls`` for the stream's next pass (its next
+        epoch's first shards), which this pass does not open: they are kept for the next
+        plan of ``lineage`` (see :meth:`forget`), and an :meth:`open` of their URL gets an
+        object planned for a pass being read first (another stream's, or this one's).
 
         ``lineage``: the plan continues the plans of that lineage that ended with
         ``forget(key, keep_for=lineage)`` (the same worker stream's previous epoch, whose
@@ -169,7 +175,9 @@ class FetchPool:
         are taken over, in order, where this plan names the same URL; the rest are dropped."""
         with self._lock:
             self._drop_plan(key)
-            self._plans[key] = {"urls": list(urls), "next": 0, "taken": 0}
+            urls = list(urls)
+            self._plans[key] = {"urls": urls + list(next_pass), "end": len(urls), "next": 0,
+                                "taken": 0}
             self._heirs[key] = self._orphans.pop(lineage, []) if lineage is not None else []
             self._advance(key)
             for obj in self._heirs.pop(key):  # not named by the new plan
@@ -210,8 +218,9 @@ class FetchPool:
             else:
                 plan = self._plans.get(obj.key)
                 if plan is not None:
-                    plan["taken"] = max(plan["taken"], obj.pos + 1)
-                    self._advance(obj.key)
+                    if obj.pos < plan["end"]:  # (a next pass's read-ahead: not this pass's)
+                        plan["taken"] = max(plan["taken"], obj.pos + 1)
+                        self._advance(obj.key)
                 else:  # kept from an ended plan: a reader has it now, no plan takes it over
                     kept = self._orphans.get(obj.key[1]) if isinstance(obj.key, tuple) else None
                     if kept is not None and obj in kept:
@@ -266,12 +275,15 @@ class FetchPool:
         reader asked for them), ``waits`` / ``wait_s`` (reads that waited for bytes, and
         for how long), ``peak_connections``, ``peak_buffered`` (bytes), ``cpu_s`` (CPU
         time of the connection threads' requests); and now:
-        ``connections`` (K), ``in_flight`` (requests being made), ``connection_rate``
-        (bytes/s per request, measured),
+        ``connections`` (K), ``in_flight`` (requests being made), ``pending`` (requests
+        queued, not started: waiting for a connection or for room in the buffer; each is
+        pending, then in flight, then done, so nothing is left to fetch when both are 0,
+        while ``in_flight`` alone is 0 between two requests of a connection),
+        ``connection_rate`` (bytes/s per request, measured),
         ``demand`` (bytes/s the readers consume, measured), ``buffered``."""
         with self._lock:
             out: dict[str, Any] = dict(self.counters)
-            out.update(connections=self.k, in_flight=self._in_flight,
+            out.update(connections=self.k, in_flight=self._in_flight, pending=len(self._pending),
                        connection_rate=self._conn_rate,
                        demand=self._demand, buffered=self._reserved,
                        max_connections=self.max_connections, buffer_bytes=self.buffer_bytes,
@@ -388,9 +400,13 @@ class FetchPool:
     def _due(self, obj):
         """Which of the objects planned for one URL an opener takes: the one its plan will
         open soonest (streams open their plan's objects in order; two streams may plan the
-        same shard, e.g. one for this epoch and another for the next), kept ones last."""
+        same shard, e.g. one for this epoch and another for the next), those read ahead for
+        a next pass (``next_pass``) and kept ones last: a stream whose pass is read has its
+        next pass's first shard next in its plan, as the stream opening it for its pass
+        has, and taking it would leave the opener's own object unopened and the next pass
+        without its read-ahead."""
         plan = self._plans.get(obj.key)
-        if plan is None:
+        if plan is None or obj.pos >= plan["end"]:
             return (2, obj.pos, obj.seq)
         ahead = obj.pos - plan["taken"]
         return (0 if ahead >= 0 else 1, abs(ahead), obj.seq)
