@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import glob
 import importlib.util
-import math
 import os
 import sys
 import time
@@ -32,7 +31,10 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+
+from bench_seekable import train_box, val_box  # noqa: E402  (the boxes both benchmarks draw)
 
 
 def _load(label: str, folder: str, mod: str):
@@ -69,21 +71,6 @@ def main() -> None:
         blobs = [np.frombuffer(_jpeg.transcode_restart(b)[0], np.uint8) for b in blobs]
     rng = np.random.default_rng(a.seed)
 
-    def rrc_box(W, H):  # torchvision's RandomResizedCrop.get_params, as bench_seekable.py
-        for _ in range(10):
-            area = W * H * rng.uniform(0.08, 1.0)
-            ar = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
-            w, h = int(round(math.sqrt(area * ar))), int(round(math.sqrt(area / ar)))
-            if 0 < w <= W and 0 < h <= H:
-                x, y = int(rng.integers(0, W - w + 1)), int(rng.integers(0, H - h + 1))
-                return (x, y, x + w, y + h), True
-        return (0, 0, W, H), True
-
-    def val_box(W, H):  # Resize(256) then CenterCrop(224), as one source box
-        s = 256 / min(W, H)
-        c = 224 / s
-        return ((W - c) / 2, (H - c) / 2, (W + c) / 2, (H + c) / 2), False
-
     calls = []
     for b in blobs:
         W, H = _jpeg.read_header(b)[:2]
@@ -97,7 +84,7 @@ def main() -> None:
                       m.decode_into(b, out, scale_num=k, flags=m.STOCK_HUFFMAN))
         else:
             o = _open(b, None)[:2]
-            box, clip = (rrc_box if a.kind == "train" else val_box)(W, H)
+            box, clip = train_box(rng, W, H) if a.kind == "train" else val_box(W, H)
             slot = np.empty((3, 224, 224), np.uint8)
 
             def step(m, stock=False, o=o, box=box, clip=clip, slot=slot):

@@ -32,6 +32,7 @@ hits all of them alike. Only ratios within one run mean anything on a shared mac
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import sys
@@ -44,6 +45,25 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def train_box(rng, W, H):
+    """torchvision's ``RandomResizedCrop.get_params`` (default scale / ratio) drawn from the
+    NumPy generator ``rng``, as a source box: ``((x0, y0, x1, y1), True)``."""
+    for _ in range(10):
+        area = W * H * rng.uniform(0.08, 1.0)
+        ar = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+        w, h = int(round(math.sqrt(area * ar))), int(round(math.sqrt(area / ar)))
+        if 0 < w <= W and 0 < h <= H:
+            x, y = int(rng.integers(0, W - w + 1)), int(rng.integers(0, H - h + 1))
+            return (x, y, x + w, y + h), True
+    return (0, 0, W, H), True
+
+
+def val_box(W, H):
+    """Resize(256) then CenterCrop(224) as one source box: ``((x0, y0, x1, y1), False)``."""
+    c = 224 / (256 / min(W, H))
+    return ((W - c) / 2, (H - c) / 2, (W + c) / 2, (H + c) / 2), False
 
 
 def _transform(pipeline):
@@ -114,8 +134,6 @@ def main(argv=None):
     seek_shards = sorted((work / "seek").glob("*.tar"))
 
     # -- kernel rows (one thread, CPU time) ------------------------------------------------
-    import math
-
     from turboloader._native import _jpeg
     from turboloader.decode.executor import resample_into_slot
     from turboloader.decode.jpeg import _open
@@ -132,20 +150,8 @@ def main(argv=None):
               for a, b, c in zip(blobs, seek, finest)]
     rng = np.random.default_rng(args.seed)
 
-    def rrc_box(W, H):  # torchvision's RandomResizedCrop.get_params, default scale / ratio
-        for _ in range(10):
-            area = W * H * rng.uniform(0.08, 1.0)
-            ar = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
-            w, h = int(round(math.sqrt(area * ar))), int(round(math.sqrt(area / ar)))
-            if 0 < w <= W and 0 < h <= H:
-                x, y = int(rng.integers(0, W - w + 1)), int(rng.integers(0, H - h + 1))
-                return (x, y, x + w, y + h), True
-        return (0, 0, W, H), True
-
-    def val_box(W, H):  # Resize(256) then CenterCrop(224), as one source box
-        s = 256 / min(W, H)
-        cw, ch = 224 / s, 224 / s
-        return ((W - cw) / 2, (H - ch) / 2, (W + cw) / 2, (H + ch) / 2), False
+    def rrc_box(W, H):
+        return train_box(rng, W, H)
 
     boxes = {p: [f(o[0][1].width, o[0][1].height) for o in opened]
              for p, f in (("train", rrc_box), ("val", val_box))}
