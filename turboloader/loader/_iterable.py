@@ -28,6 +28,14 @@ from turboloader.loader.protocol import has_worker_streams
 #: calls' set-up (under the GIL); each thread then keeps its own 1-thread runner.
 SHARED_RUNNER_MAX = 4
 
+#: Samples in each stream's first batch call of a pass on a shared runner: until one call
+#: starts no core decodes (the pass's threads start, gather and draw their first chunk, under
+#: the GIL), so the first gather is short and the other streams gather theirs while it
+#: decodes. A full first chunk of 256 ImageNet-sized samples kept both cores waiting ~20 ms
+#: per pass (two gathers of ~10 ms CPU interleaved on the GIL); 32 costs one more call per
+#: stream and pass (~1 ms of Python).
+FIRST_CHUNK = 32
+
 
 class SharedRunner:
     """The native batch calls of a loader's decode threads, on one
@@ -43,6 +51,9 @@ class SharedRunner:
     The stream's executor (:func:`turboloader.data.reader.reading_as`), as a
     :class:`~turboloader.decode.device_executor.DeviceDecode` is for ``decode="gpu"``.
     """
+
+    #: read by the stream walker (``turboloader.data.stream``) at the start of each pass
+    first_chunk = FIRST_CHUNK
 
     def __init__(self, threads: int):
         self.threads = int(threads)
