@@ -31,9 +31,11 @@ SHARED_RUNNER_MAX = 4
 #: Samples in each stream's first batch call of a pass on a shared runner: until one call
 #: starts no core decodes (the pass's threads start, gather and draw their first chunk, under
 #: the GIL), so the first gather is short and the other streams gather theirs while it
-#: decodes. A full first chunk of 256 ImageNet-sized samples kept both cores waiting ~20 ms
-#: per pass (two gathers of ~10 ms CPU interleaved on the GIL); 32 costs one more call per
-#: stream and pass (~1 ms of Python).
+#: decodes. With full first chunks (256 ImageNet-sized samples, 6-12 ms of CPU to gather
+#: each, both streams at once on the GIL) the first call started 20-114 ms after ``iter()``
+#: on the loaded 2-core VM; with 32, 3.8-13 ms when the streams' first shards were open
+#: (``benchmarks/bench_util.py``, results/issue42-util.md). It costs one more call per
+#: stream and pass.
 FIRST_CHUNK = 32
 
 
