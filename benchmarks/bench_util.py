@@ -73,12 +73,14 @@ def kind(name: str) -> str:
 
 class Threads:
     """Per-thread schedstat over a window, including threads that start and end inside it
-    (sampled every 5 ms by a side thread, which is left out)."""
+    (sampled every 5 ms by a side thread, which is left out; a pass's stage threads are
+    also read as they end, see :func:`wrap_calls`)."""
 
     def __init__(self):
         self.seen, self.stop = {}, threading.Event()
 
     def __enter__(self):
+        EXITED.clear()
         self.base = schedstat()
         self.t0 = time.perf_counter()
         self.th = threading.Thread(target=self._loop, name="util-sampler", daemon=True)
@@ -93,6 +95,8 @@ class Threads:
         self.stop.set()
         self.th.join()
         self.seen.update(schedstat())
+        self.seen.update(EXITED)  # the pass's threads, as they ended
+        EXITED.clear()
         self.wall = time.perf_counter() - self.t0
 
     def by_kind(self) -> dict:
@@ -121,11 +125,29 @@ def proc_cpu() -> float:
 
 
 CALLS: list = []
+EXITED: dict = {}  # tid -> (name, run s, run-queue s) of a pass's threads, read as they end
 
 
 def wrap_calls():
-    """Time every batch call of the thread backend's shared runner."""
-    from turboloader.loader import _iterable
+    """Time every batch call of the thread backend's shared runner, and read each stage
+    thread's schedstat as it ends (a pass's threads may start and end between samples)."""
+    from turboloader.loader import _iterable, _pipeline
+
+    guard = _pipeline.Pipeline._guard
+
+    def _guard(self, *args):
+        try:
+            return guard(self, *args)
+        finally:
+            tid = threading.get_native_id()
+            try:
+                run, wait, _ = map(int, Path(f"/proc/self/task/{tid}/schedstat")
+                                   .read_text().split())
+                EXITED[tid] = (threading.current_thread().name, run / 1e9, wait / 1e9)
+            except (OSError, ValueError):
+                pass
+
+    _pipeline.Pipeline._guard = _guard
 
     orig = _iterable.SharedRunner.run_batch
 
@@ -198,7 +220,9 @@ def loader_epoch(ds, dl, e, n):
             "ncalls": len(calls), "threads": th.by_kind(), "count": count}
 
 
-def main():
+def main(argv=None) -> list:
+    """Run the reps; return the loader rows (dicts of ``loader_epoch`` plus ``pipeline``,
+    ``rep`` and ``limit``, the limit's images/s of that rep)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-root", default=str(HERE / "data"))
     ap.add_argument("--n", type=int, default=1024)
@@ -206,7 +230,8 @@ def main():
     ap.add_argument("--pipelines", default="train,val")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
-    a = ap.parse_args()
+    ap.add_argument("--batch", type=int, default=256)
+    a = ap.parse_args(argv)
     import torch
     import turboloader as tl
     from tl_ours import transform
@@ -224,13 +249,14 @@ def main():
     loaders = {}
     for p in a.pipelines.split(","):
         ds = tl.TarDataset(urls, transform(p), shuffle=p == "train", seed=0)
-        dl = tl.DataLoader(ds, batch_size=256, num_workers=W, backend="threads")
+        dl = tl.DataLoader(ds, batch_size=a.batch, num_workers=W, backend="threads")
         loader_epoch(ds, dl, 0, a.n)  # warm-up
         loaders[p] = (ds, dl)
     limit_pass(blobs[:64], 1)  # warm-up
     hdr = (f"{'rep':>3} {'row':34} {'img/s':>7} {'x limit':>7} {'cpu ms/img':>10} {'util':>5} "
            f"{'calls':>5} {'start ms':>8} {'end ms':>6}  per thread kind: n run/rq/asleep s")
     print(hdr)
+    rows = []
     for rep in range(a.reps):
         rate1, cpu1 = limit_pass(blobs, 1)
         lim = rate1 * W
@@ -241,14 +267,17 @@ def main():
               f"{cpuW / len(blobs) * 1e3:10.3f} {cpuW / (W * len(blobs) / rateW):5.2f}")
         for p, (ds, dl) in loaders.items():
             r = loader_epoch(ds, dl, 1 + rep, a.n)
+            rows.append(dict(r, pipeline=p, rep=rep, limit=lim))
             kinds = "; ".join(f"{k} {v[0]} {v[1]:.2f}/{v[2]:.2f}/{v[3]:.2f}"
                               for k, v in sorted(r["threads"].items()))
             print(f"{rep:>3} {'loader ' + p:34} {r['images_s']:7.0f} {r['images_s'] / lim:7.2f} "
                   f"{r['cpu_ms']:10.3f} {r['cpu'] / (W * r['wall']):5.2f} {r['calls']:5.2f} "
                   f"{r['start_ms']:8.1f} {r['end_ms']:6.1f}  {kinds}", flush=True)
     for ds, dl in loaders.values():
-        dl.close() if hasattr(dl, "close") else None
+        if hasattr(dl, "close"):
+            dl.close()
     print(f"# load average {os.getloadavg()[0]:.2f} at the end")
+    return rows
 
 
 if __name__ == "__main__":
