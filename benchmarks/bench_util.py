@@ -68,7 +68,7 @@ def kind(name: str) -> str:
         return ""
     if name.startswith("tl-batch"):
         return "runner helpers"
-    return "other"
+    return f"other: {name}"
 
 
 class Threads:
