@@ -33,7 +33,7 @@ SHARED_RUNNER_MAX = 4
 #: the GIL), so the first gather is short and the other streams gather theirs while it
 #: decodes. With full first chunks (256 ImageNet-sized samples, 6-12 ms of CPU to gather
 #: each, both streams at once on the GIL) the first call started 20-114 ms after ``iter()``
-#: on the loaded 2-core VM; with 32, 3.8-13 ms when the streams' first shards were open
+#: on the loaded 2-core VM; with 32, 2.9-15 ms when the streams' first shards were open
 #: (``benchmarks/bench_util.py``, results/issue42-util.md). It costs one more call per
 #: stream and pass.
 FIRST_CHUNK = 32
