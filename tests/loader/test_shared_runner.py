@@ -96,3 +96,41 @@ def test_failures_through_the_shared_runner(corrupt_shards, runners):
     assert 5 not in labels and len(labels) == 16
     assert ds.stats(0)["failures"] == 1
 
+
+
+@pytest.fixture
+def call_sizes(monkeypatch):
+    """``(decode thread name, samples)`` of every native batch call, in call order."""
+    import threading
+
+    seen = []
+    real = executor.run_batch
+
+    def run_batch(sources, *args, **kw):
+        seen.append((threading.current_thread().name, len(sources)))
+        return real(sources, *args, **kw)
+
+    monkeypatch.setattr(executor, "run_batch", run_batch)
+    return seen
+
+
+def test_a_pass_starts_with_a_short_call_per_stream(shards, call_sizes, monkeypatch):
+    """Until a pass's first batch call starts no core decodes: on a shared runner each
+    stream's first call of every pass has ``first_chunk`` samples, the rest full chunks,
+    and the batches are those of per-thread runners (whose calls are not split)."""
+    monkeypatch.setattr(_iterable.SharedRunner, "first_chunk", 3)
+    kw = dict(batch_size=8, num_workers=2)
+    _, shared = passes(TarDataset(shards, FLOAT, seed=5, shuffle=True), **kw)
+    firsts = {}
+    for name, n in call_sizes:
+        firsts.setdefault(name, []).append(n)
+    assert sorted(firsts) == ["turboloader-decode-0", "turboloader-decode-1"]
+    # 2 passes: each stream's first call of each pass is short, then the batch's rest
+    for sizes in firsts.values():
+        assert sizes.count(3) >= 2 and sizes[0] == 3
+        assert sum(sizes) == 26  # 13 samples per stream and pass (10 + 9 + 7 over 2)
+    monkeypatch.setattr(_iterable, "SHARED_RUNNER_MAX", 1)
+    call_sizes.clear()
+    _, own = passes(TarDataset(shards, FLOAT, seed=5, shuffle=True), **kw)
+    assert 3 not in {n for _, n in call_sizes}  # per-thread runners: whole batches
+    assert_same(shared, own)

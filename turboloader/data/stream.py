@@ -39,6 +39,10 @@ class _Cursor:
         self.counters = st.recorder.counters(self.label)
         self.log = FailureLog(ds.policy, self.size, epoch=self.label, recorder=st.recorder)
         self.pos, self.k = 0, 0
+        # the pass's first batch call: no core decodes before it starts, so a runner shared
+        # by several streams asks for a short one (its ``first_chunk``, see
+        # turboloader.loader._iterable.SharedRunner); None: the usual size
+        self.first_chunk = getattr(st.executor, "first_chunk", None)
         self.good, self.failed = [], []
         self.failed_pos, self.failed_slots = [], []
         self.progress = {"epoch": epoch, "num_workers": num_workers, "pos": 0,
@@ -104,6 +108,8 @@ class _Cursor:
         stop = self.size if end is None else min(end, self.size)
         while row < r1 and exc_out is None:
             need = st.chunk_size(r1 - row)
+            if self.first_chunk is not None:
+                need, self.first_chunk = min(need, self.first_chunk), None
             if self.pos < stop:
                 p0 = self.pos
                 p1 = min(stop, p0 + need)

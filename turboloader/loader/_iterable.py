@@ -28,6 +28,16 @@ from turboloader.loader.protocol import has_worker_streams
 #: calls' set-up (under the GIL); each thread then keeps its own 1-thread runner.
 SHARED_RUNNER_MAX = 4
 
+#: Samples in each stream's first batch call of a pass on a shared runner: until one call
+#: starts no core decodes (the pass's threads start, gather and draw their first chunk, under
+#: the GIL), so the first gather is short and the other streams gather theirs while it
+#: decodes. With full first chunks (256 ImageNet-sized samples, 6-12 ms of CPU to gather
+#: each, both streams at once on the GIL) the first call started 20-114 ms after ``iter()``
+#: on the loaded 2-core VM; with 32, 2.9-15 ms when the streams' first shards were open
+#: (``benchmarks/bench_util.py``, results/issue42-util.md). It costs one more call per
+#: stream and pass.
+FIRST_CHUNK = 32
+
 
 class SharedRunner:
     """The native batch calls of a loader's decode threads, on one
@@ -43,6 +53,9 @@ class SharedRunner:
     The stream's executor (:func:`turboloader.data.reader.reading_as`), as a
     :class:`~turboloader.decode.device_executor.DeviceDecode` is for ``decode="gpu"``.
     """
+
+    #: read by the stream walker (``turboloader.data.stream``) at the start of each pass
+    first_chunk = FIRST_CHUNK
 
     def __init__(self, threads: int):
         self.threads = int(threads)
