@@ -568,3 +568,57 @@ def test_unknown_size_part_zero_keeps_a_quarter_part(slow, tmp_path, monkeypatch
     assert sorted(slow.ranges, key=str) == sorted(
         [("u1.tar", None), ("u1.tar", f"bytes={PART}-{5 * PART - 1}"),
          ("u1.tar", f"bytes={5 * PART}-{n - 1}")], key=str)
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["size-known", "size-unknown"])
+def test_cold_window_shards_come_in_fine_parts_in_reading_order(slow, tmp_path, monkeypatch,
+                                                                known):
+    """A cold pass asks for its first window at once (``prefetch(at_once=3)``): each of
+    those shards comes in ranged parts of a quarter of ``part_bytes`` over several
+    connections, started in the stream's reading order (a shard's parts before the next
+    shard's), so each is complete after a fraction of one connection's time; a shard past
+    the window keeps ``part_bytes`` parts. Byte-exact, each byte asked for once."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(part_bytes=4 * PART, max_connections=4))
+    n = 8 * PART + 9
+    names = ["c.tar", "a.tar", "d.tar", "b.tar"]  # reading order; b is past the window
+    blobs = {name: blob(n, 80 + i) for i, name in enumerate(names)}
+    urls = publish(slow, blobs)
+    if known:  # the count's stat saw the sizes: every part asked for at once
+        for name in names:
+            remote.stat(urls[name])
+    slow.ranges.clear()
+    slow.delay = 0.05
+    cache = ShardCache(tmp_path / "cache", prefetch=1)
+    cache.prefetch([urls[name] for name in names], at_once=3)
+    wait_for(lambda: cache.stats()["files"] == 4)
+    for name in names:
+        with open(cache.fetch(urls[name]), "rb") as fh:
+            assert fh.read() == blobs[name]
+
+    def spans(name):
+        out = []
+        for got, r in slow.ranges:
+            if got == name:
+                a, b = (None, None) if r is None else map(int, r[6:].split("-"))
+                out.append((a, b))
+        return sorted(out, key=lambda s: -1 if s[0] is None else s[0])
+
+    for name in names[:3]:
+        got = spans(name)
+        if known:
+            assert got == [(s, min(s + PART, n) - 1) for s in range(0, n, PART)]
+        else:  # part 0 open-ended, keeping a quarter part; then quarter parts
+            assert got == [(None, None)] + [(s, min(s + PART, n) - 1)
+                                            for s in range(PART, n, PART)]
+    past = spans("b.tar")
+    assert max((b - a + 1) for a, b in past if a is not None) == 4 * PART
+    assert slow.peak > 1
+    # reading order: every ranged request of a window shard comes before any of the shard
+    # two places later (the connections start parts in order; only the ones started
+    # together, at most one per connection, may reach the server in another order; a
+    # size-unknown shard's part 0 goes first, as its answer tells the size)
+    place = {name: k for k, name in enumerate(names)}
+    seq = [place[name] for name, r in slow.ranges if r is not None]
+    for k in range(len(names) - 2):
+        assert max(i for i, p in enumerate(seq) if p == k) < min(
+            i for i, p in enumerate(seq) if p == k + 2)
