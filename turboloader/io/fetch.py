@@ -8,9 +8,8 @@ asked for with ranged requests, fetched concurrently, so one large shard arrives
 connections' speed and nothing is requested twice (no size probe). A file fetch (the shard
 cache's) whose size this process saw before (:func:`~turboloader.io.remote.seen_stat`: the
 count's reads and ``stat`` requests record it) asks for every part at once, each a bounded
-ranged request; one its stream reads first (order 0), that a reader waits for or that is
-asked for ``fine`` (the shard cache's cold first window) is cut into parts of
-``part_bytes / 4`` (the whole shard is needed before its first sample), and the
+ranged request; one its stream reads first (order 0) or that a reader waits for is cut into
+parts of ``part_bytes / 4`` (the whole shard is needed before its first sample), and the
 part 0 of a file fetch of unknown size keeps ``part_bytes / 4``. Each part is read with
 :func:`turboloader.io.remote.open_remote`'s retrying reader at the part's offset: retries,
 resumption and the check that a resumed answer starts where asked are its; a part whose
@@ -232,8 +231,8 @@ class FetchPool:
 
     def fetch_to(self, url: str, fd: int, /, *, on_size: Callable[[int | None], None],
                  on_done: Callable[[BaseException | None], None], urgent: bool = False,
-                 order: int = 0, fine: bool = False, retries: int | None = None,
-                 backoff: float | None = None, timeout: float | None = None) -> None:
+                 order: int = 0, retries: int | None = None, backoff: float | None = None,
+                 timeout: float | None = None) -> None:
         """Fetch ``url`` into the file descriptor ``fd`` (parts written at their offsets),
         without waiting. ``on_size(size)`` runs once the first response tells the size
         (``None``: unknown), before any byte is written (an exception it raises fails the
@@ -242,8 +241,6 @@ class FetchPool:
         ``order``: where its reader will need it (e.g. its place in a stream's reading
         order): the parts of file fetches not urgent start lowest ``order`` first, a
         fetch's parts in order, so the shard needed next is complete first.
-        ``fine``: fetched in parts of ``part_bytes / 4`` like one read first (an object
-        needed soon after it is asked for: the shards of a cold pass's first window).
         ``retries``, ``backoff``, ``timeout``: this fetch's, instead of the pool's."""
         with self._lock:
             obj = _Object(self, url, pos=int(order), sink=fd, on_size=on_size, on_done=on_done)
@@ -251,7 +248,7 @@ class FetchPool:
                          self.backoff if backoff is None else float(backoff),
                          self.timeout if timeout is None else timeout)
             obj.opened = bool(urgent)
-            obj.first = obj.opened or obj.pos == 0 or bool(fine)
+            obj.first = obj.opened or obj.pos == 0
             self._start(obj)
             self._dispatch()
 
@@ -375,9 +372,8 @@ class FetchPool:
 
     def _stride(self, obj):
         """Bytes per part of ``obj``: ``part_bytes``, or ``part_bytes / 4`` (at least one
-        socket read) for a file fetch read first (a stream's first shard, one a reader
-        waits for, or one asked for ``fine``): the whole shard must be here before it is
-        read, and it comes over
+        socket read) for a file fetch read first (a stream's first shard, or one a reader
+        waits for): the whole shard must be here before it is read, and it comes over
         several connections at once, so a pass's first batch does not wait for one
         connection's rate."""
         return max(_READ, self.part_bytes // _FIRST_SPLIT) if obj.first else self.part_bytes

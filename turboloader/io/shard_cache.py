@@ -13,9 +13,8 @@ Downloads go through the process's fetch pool (:mod:`turboloader.io.fetch`): a s
 than a part is fetched by concurrent ranged requests written in place, and its size comes
 from the first response (no probe request). :meth:`ShardCache.prefetch` downloads the next
 shards of a reading process in reading order, ``prefetch`` shards at a time (the first
-mixing window of a pass all at once, in parts of a quarter of the pool's, started by
-their place in each stream's reading order, so the shard needed first completes first and
-each in a fraction of one connection's time; the dataset's first window
+mixing window of a pass all at once, its parts started by their place in each stream's
+reading order, so the shard needed first completes first; the dataset's first window
 admits its shards one at a time, so a pass starts once its first shard is here); a reader
 that needs a shard being downloaded waits for that download. A shard evicted by another
 process between its download and its opening is downloaded again
@@ -224,7 +223,7 @@ class ShardCache:
                 self._bump(hits=1)
         return True
 
-    def _start(self, url, *, blocking, order=0, fine=False):
+    def _start(self, url, *, blocking, order=0):
         """Start this process's download of ``url`` (through the fetch pool: concurrent
         ranged requests written in place, the size taken from the first response), holding
         the shard's node-wide lock until it ends. Returns the job, or None when the shard is
@@ -251,7 +250,7 @@ class ShardCache:
             downloads.jobs[(self.root, url)] = job
         fetch_pool().fetch_to(url, fd, on_size=lambda size: self._reserve_for(job, size),
                               on_done=lambda error: self._finish(job, error), urgent=blocking,
-                              order=order, fine=fine,
+                              order=order,
                               retries=self.retries, backoff=self.backoff, timeout=self.timeout)
         return job
 
@@ -318,11 +317,7 @@ class ShardCache:
         pool (:mod:`turboloader.io.fetch`: concurrent ranged requests). ``start``: the
         place of ``urls[0]`` in the stream's reading order; the pool starts the parts of
         every stream's downloads by that place (the shards needed first complete first,
-        across the process's streams); the first ``at_once`` of ``urls`` (a mixing window
-        whose shards the reader needs one after another, soon: see the ramp of
-        :func:`~turboloader.data.sharding.worker_items`) come in parts of a quarter of
-        the pool's ``part_bytes``, fetched concurrently, so each completes in a fraction
-        of one connection's time. Replaces the list of an earlier call for the same
+        across the process's streams). Replaces the list of an earlier call for the same
         ``stream`` (each stream of a process has its own); cached URLs are skipped, a
         shard another process downloads is left to it. Failures are left for the reader
         to meet (and report) when it needs the shard."""
@@ -335,7 +330,6 @@ class ShardCache:
                 queue = downloads.queues[(self.root, stream)] = _Queue()
             queue.urls = [(int(start) + i, u) for i, u in enumerate(urls) if is_remote(u)]
             queue.width = max(self.prefetch_count, int(at_once))
-            queue.fine_until = int(start) + max(0, int(at_once))
         self._pump()
 
     def _pump(self):
@@ -357,8 +351,7 @@ class ShardCache:
                     continue
                 queue.running.add(url)
             try:
-                job = self._start(url, blocking=False, order=order,
-                                  fine=order < queue.fine_until)
+                job = self._start(url, blocking=False, order=order)
             except Exception:  # the reader meets it (and reports it with context)
                 job = None
             if job is None:
@@ -382,7 +375,6 @@ class _Queue:
         self.urls = []
         self.running = set()
         self.width = 0
-        self.fine_until = 0  # orders below it: fetched in fine parts (see prefetch)
 
 
 class _Downloads:
