@@ -568,3 +568,38 @@ def test_unknown_size_part_zero_keeps_a_quarter_part(slow, tmp_path, monkeypatch
     assert sorted(slow.ranges, key=str) == sorted(
         [("u1.tar", None), ("u1.tar", f"bytes={PART}-{5 * PART - 1}"),
          ("u1.tar", f"bytes={5 * PART}-{n - 1}")], key=str)
+
+
+def test_cold_window_parts_over_several_connections_in_reading_order(slow, tmp_path,
+                                                                     monkeypatch):
+    """A cold pass asks for its first window at once (``prefetch(at_once=3)``), sizes known
+    from the count: each shard comes in ranged parts over several connections (the
+    stream's first shard in parts of a quarter of ``part_bytes``, the others in
+    ``part_bytes``), started in the stream's reading order: every request of a shard
+    reaches the server before any request of the shard two places later (only parts
+    started together, at most one per connection, may arrive in another order).
+    Byte-exact, each byte asked for once."""
+    monkeypatch.setattr(fetch, "_pool", FetchPool(part_bytes=2 * PART, max_connections=4))
+    n = 6 * PART + 9
+    names = ["c.tar", "a.tar", "d.tar", "b.tar"]  # reading order, not name order
+    blobs = {name: blob(n, 80 + i) for i, name in enumerate(names)}
+    urls = publish(slow, blobs)
+    for name in names:  # the count's stat: every part asked for at once
+        remote.stat(urls[name])
+    slow.ranges.clear()
+    slow.delay = 0.1
+    cache = ShardCache(tmp_path / "cache", prefetch=1)
+    cache.prefetch([urls[name] for name in names], at_once=3)
+    wait_for(lambda: cache.stats()["files"] == 4)
+    for name in names:
+        with open(cache.fetch(urls[name]), "rb") as fh:
+            assert fh.read() == blobs[name]
+    for k, name in enumerate(names):
+        stride = PART if k == 0 else 2 * PART
+        assert sorted(r for got, r in slow.ranges if got == name) == _ranges(n, stride)
+    assert slow.peak > 1
+    place = {name: k for k, name in enumerate(names)}
+    seq = [place[name] for name, _ in slow.ranges]
+    for k in range(len(names) - 2):
+        assert max(i for i, p in enumerate(seq) if p == k) < min(
+            i for i, p in enumerate(seq) if p == k + 2)
