@@ -349,3 +349,91 @@ def test_is_jpeg_agrees_with_the_first_three_bytes():
         assert bool(is_jpeg(np.frombuffer(data, np.uint8))) == want
     wide = memoryview(bytearray(soi + b"\x00")).cast("H")   # not a byte view: the copy path
     assert is_jpeg(wide) == (bytes(wide[:3]) == soi)
+
+
+def _python_grouped(path):
+    """A TarShard whose per-sample tables come from the Python definition (``_group``)."""
+    from turboloader.io.shards import _group
+
+    shard = TarShard(path)
+    shard._from_groups(_group(shard._index.names))
+    return shard
+
+
+def _reference_labels(shard):
+    """``labels(None)`` as the Python definition has it: each label member read on its own
+    and parsed by ``parse_label``."""
+    from turboloader.errors import TurboLoaderError
+    from turboloader.io.shards import parse_label
+
+    values, errors = [None] * len(shard), {}
+    for j in range(len(shard)):
+        rec = shard.sample(j)
+        if rec.label is not None:
+            try:
+                values[j] = parse_label(rec.label, rec.label_ext, None)
+            except TurboLoaderError as exc:
+                errors[j] = exc
+    return values, errors
+
+
+def _described(shard, reference=False):
+    """Everything a TarShard says about its samples, labels included."""
+    values, errors = _reference_labels(shard) if reference else shard.labels(None)
+    recs = [shard.sample(j) for j in range(len(shard))]
+    return {
+        "len": len(shard),
+        "keys": [shard.key(j) for j in range(len(shard))],
+        "where": [shard.where(j) for j in range(len(shard))],
+        "records": [(r.key, r.member, r.offset, r.image_ext, r.label_ext, r.problem,
+                     None if r.image is None else bytes(r.image),
+                     None if r.label is None else bytes(r.label)) for r in recs],
+        "sizes": shard.image_sizes(np.arange(len(shard))).tolist(),
+        "extensions": shard.extensions(),
+        "members": [shard.members(j, ("cls", "txt", "seg.png")) for j in range(len(shard))],
+        "labels": values,
+        "errors": {j: (type(e), str(e)) for j, e in errors.items()},
+    }
+
+
+LABEL_TEXTS = [b"12", b" 7\n", b"\xef\xbb\xbf5", b"\x1c9", b"abc", b"99999999999999999999",
+               b"-9223372036854775808", b"9223372036854775808", b"1_000", b"\xd9\xa1", b"",
+               b"+4", b"3\x00", b"0x10", b" -0 "]
+
+
+@pytest.mark.parametrize("case", ["plain", "duplicate", "non-ascii", "json"])
+def test_native_grouping_and_label_reads_are_the_python_definition(tmp_path, case):
+    """The native grouping (and the labels read in one call) of a shard says the same as
+    the Python definition (``split_key`` / ``_group`` / ``parse_label`` per member) about
+    every sample: keys, members, image and label choice, problems, label values and the
+    errors of labels that do not parse. Shards it leaves to Python (a duplicate member, a
+    non-ASCII name) take the Python path."""
+    members = [("a.jpg", jpeg(0)), ("a.cls", b"0"), ("b.JPG", jpeg(1)), ("b.CLS", b"1"),
+               ("c.png", jpeg(2, fmt="PNG")), ("c.jpg", jpeg(3)), ("c.cls", b"2"),
+               ("d.webp", b"not decoded here"), ("README", b"x"), (".hidden", b"x"),
+               ("dir.x/g.jpg", jpeg(4)), ("dir/.h.jpg", jpeg(5)), ("h.tar.gz.jpg", jpeg(6)),
+               ("i.seg.png", jpeg(7, fmt="PNG")), ("i.Jpeg", jpeg(8)), ("i.txt", b"cap"),
+               ("l.", b"empty extension"), ("M.JPG", jpeg(9)), ("m.cls", b"3"),
+               ("n.cls", b"4")]
+    members += [(f"lab{i:02d}.jpg", jpeg(i)) for i in range(len(LABEL_TEXTS))]
+    members = [m for pair in zip(members[-len(LABEL_TEXTS):],
+                                 [(f"lab{i:02d}.cls", t) for i, t in enumerate(LABEL_TEXTS)])
+               for m in pair] + members[:-len(LABEL_TEXTS)]
+    if case == "duplicate":
+        members += [("z.jpg", jpeg(10)), ("z.JPG", jpeg(11)), ("z.cls", b"5")]
+    elif case == "non-ascii":
+        members += [("\u00fc.jpg", jpeg(12)), ("\u00fc.cls", b"6")]
+    elif case == "json":
+        members += [("y.jpg", jpeg(13)), ("y.json", b'{"label": 7}')]
+    path = write_tar(tmp_path / "s.tar", members)
+    native, python = TarShard(path), _python_grouped(path)
+    taken = native._index.group_samples(("jpg", "jpeg", "png", "webp"), ("cls", "json"))
+    assert (taken is None) == (case in ("duplicate", "non-ascii"))
+    assert _described(native) == _described(python, reference=True)
+    # the image choice follows use_image_extensions on both (the member maps made on demand)
+    for shard in (native, python):
+        shard.use_image_extensions(("png", "jpg"))
+    assert _described(native) == _described(python, reference=True)
+    assert _described(native)["labels"][:len(LABEL_TEXTS)] == [12, 7, 5, 9, None, None,
+                                                                -(1 << 63), None, 1000, 1,
+                                                                None, 4, None, None, 0]

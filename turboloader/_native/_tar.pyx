@@ -21,7 +21,7 @@ deliberate differences, all of them stricter:
 
 from libc.errno cimport EINTR, errno
 from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint8_t
-from libc.string cimport memchr, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 from posix.types cimport off_t
 from posix.unistd cimport pread
 
@@ -29,8 +29,8 @@ import numpy as np
 
 from turboloader.errors import TarFormatError
 
-__all__ = ["DONE", "FULL", "MORE", "TRUNCATED", "error_message", "index_tar", "pread_many",
-           "scan_pass"]
+__all__ = ["DONE", "FULL", "MORE", "TRUNCATED", "error_message", "group_samples", "index_tar",
+           "pread_many", "scan_pass"]
 
 
 cdef enum:
@@ -579,3 +579,144 @@ def index_tar(const uint8_t[::1] buf not None, /, *, capacity=None, with_end=Fal
     result = (offsets[:count].copy(), sizes[:count].copy(), name_start[:count].copy(),
               name_len[:count].copy(), arena[:used].tobytes())
     return result + (pos,) if with_end else result
+
+
+cdef enum:
+    GROUP_MAX_MEMBERS = 64     # members of one sample the native grouping handles
+    GROUP_MAX_EXTS = 16        # candidate extensions (image + label) it compares
+
+
+cdef inline uint8_t _lower(uint8_t c) noexcept nogil:
+    return c + 32 if 65 <= c <= 90 else c
+
+
+cdef inline bint _same_ext(const uint8_t* a, const uint8_t* b, int64_t n) noexcept nogil:
+    """Whether two ASCII extensions of ``n`` bytes are equal once lower-cased."""
+    cdef int64_t i
+    for i in range(n):
+        if _lower(a[i]) != _lower(b[i]):
+            return False
+    return True
+
+
+cdef inline bint _is_ext(const uint8_t* want, const uint8_t* e, int64_t n) noexcept nogil:
+    """Whether extension ``e`` lower-cased is ``want`` (as given: ``str.lower()`` of the
+    member's extension is compared with it)."""
+    cdef int64_t i
+    for i in range(n):
+        if _lower(e[i]) != want[i]:
+            return False
+    return True
+
+
+def group_samples(const uint8_t[::1] arena not None, const int64_t[::1] name_start not None,
+                  const int32_t[::1] name_len not None, tuple image_exts not None,
+                  tuple label_exts not None, /):
+    """The members of an indexed archive grouped into samples, webdataset's way (the
+    Python definition: ``io.shards.split_key`` and ``_group``, which this matches), in one
+    pass without the GIL.
+
+    A member's key is its name up to the first dot after the last ``/``; consecutive
+    members with the same key form a sample; a name without such a dot (or a hidden file's)
+    belongs to no sample. Per sample: its first member, and the member (and the position
+    in ``image_exts`` / ``label_exts``, lower-case ASCII strings in order of preference)
+    of its image and its label; extensions compare case-insensitively.
+
+    Returns ``(first, image, image_which, label, label_which, key_start, key_len)``, int64
+    arrays of one entry per sample (-1: none), the key a span of ``arena``; or None when
+    the Python definition must decide: a name with a non-ASCII byte, a sample with two
+    members of one extension (a problem its message names) or with more than 64 members.
+    """
+    cdef Py_ssize_t m = name_start.shape[0], pos, ns = 0
+    cdef int64_t s, l, i, slash, dot, elen, kpos = 0, klen = -1, nmem = 0
+    cdef int k, n_img = len(image_exts), n_lab = len(label_exts), ncand, bad = 0
+    cdef const uint8_t* a
+    cdef const uint8_t* p
+    cdef const uint8_t* e
+    cdef int64_t mem_s[GROUP_MAX_MEMBERS]
+    cdef int64_t mem_l[GROUP_MAX_MEMBERS]
+    cdef const uint8_t* cand_p[GROUP_MAX_EXTS]
+    cdef int64_t cand_l[GROUP_MAX_EXTS]
+    if name_len.shape[0] != m:
+        raise ValueError("name_start and name_len differ in length")
+    ncand = n_img + n_lab
+    if ncand > GROUP_MAX_EXTS:
+        return None
+    try:
+        cands = [x.encode("ascii") for x in image_exts + label_exts]
+    except (UnicodeEncodeError, AttributeError):
+        return None
+    for k in range(ncand):
+        cand_p[k] = <const uint8_t*><char*>cands[k]
+        cand_l[k] = len(cands[k])
+    first_a = np.empty(m, np.int64)
+    image_a = np.full(m, -1, np.int64)
+    iw_a = np.full(m, -1, np.int64)
+    label_a = np.full(m, -1, np.int64)
+    lw_a = np.full(m, -1, np.int64)
+    ks_a = np.empty(m, np.int64)
+    kl_a = np.empty(m, np.int64)
+    cdef int64_t[::1] first = first_a, image = image_a, iw = iw_a, label = label_a, lw = lw_a
+    cdef int64_t[::1] ks = ks_a, kl = kl_a
+    if m == 0:
+        return first_a, image_a, iw_a, label_a, lw_a, ks_a, kl_a
+    a = &arena[0] if arena.shape[0] else NULL
+    with nogil:
+        for pos in range(m):
+            s = name_start[pos]
+            l = name_len[pos]
+            if s < 0 or l < 0 or s + l > arena.shape[0]:
+                bad = 1
+                break
+            p = a + s
+            slash = 0
+            for i in range(l):
+                if p[i] >= 0x80:
+                    bad = 1
+                    break
+                if p[i] == 47:  # '/'
+                    slash = i + 1
+            if bad:
+                break
+            dot = -1
+            for i in range(slash, l):
+                if p[i] == 46:  # '.'
+                    dot = i
+                    break
+            if dot <= slash:    # no extension, or a hidden file: no sample
+                continue
+            if ns == 0 or dot != klen or memcmp(p, a + kpos, <size_t>dot) != 0:
+                first[ns] = pos
+                ks[ns] = s
+                kl[ns] = dot
+                kpos, klen = s, dot
+                ns += 1
+                nmem = 0
+            e = p + dot + 1
+            elen = l - dot - 1
+            for i in range(nmem):
+                if mem_l[i] == elen and _same_ext(a + mem_s[i], e, elen):
+                    bad = 1     # a duplicate member: the Python definition names it
+                    break
+            if bad or nmem == GROUP_MAX_MEMBERS:
+                bad = 1
+                break
+            mem_s[nmem] = s + dot + 1
+            mem_l[nmem] = elen
+            nmem += 1
+            for k in range(n_img):
+                if cand_l[k] == elen and _is_ext(cand_p[k], e, elen):
+                    if iw[ns - 1] < 0 or k < iw[ns - 1]:
+                        iw[ns - 1] = k
+                        image[ns - 1] = pos
+                    break
+            for k in range(n_lab):
+                if cand_l[n_img + k] == elen and _is_ext(cand_p[n_img + k], e, elen):
+                    if lw[ns - 1] < 0 or k < lw[ns - 1]:
+                        lw[ns - 1] = k
+                        label[ns - 1] = pos
+                    break
+    if bad:
+        return None
+    return (first_a[:ns], image_a[:ns], iw_a[:ns], label_a[:ns], lw_a[:ns], ks_a[:ns],
+            kl_a[:ns])

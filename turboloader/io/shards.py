@@ -412,19 +412,35 @@ class TarShard:
         self.url = url  # what errors name; ``path`` (default: the url) is what is read
         # strict: no end-of-archive block is a TarFormatError (else a warning)
         self._index = TarIndex(url if path is None else path, strict=strict)
-        names = self._index.names
-        groups = _group(names)
-        self._keys = [g[0] for g in groups]
+        self._image_sizes = None   # per sample: (image member, its size) lists, made on first use
+        self._image_size_array = None   # the sizes as int64, made on first use (image_sizes)
+        self._key_list = self._member_list = None   # made on first use (keys, members)
+        grouped = self._index.group_samples(IMAGE_EXTENSIONS, LABEL_EXTENSIONS)
+        if grouped is None:  # names the native grouping leaves to the Python definition
+            self._from_groups(_group(self._index.names))
+            return
+        # the usual shard: grouped natively, keys and per-sample member maps made when asked
+        first, image, image_which, label, label_which, _, key_len = grouped
+        self._n = len(first)
+        self._problems = {}
+        self._first, self._image, self._label = first, image, label
+        self._key_len = key_len
+        exts = IMAGE_EXTENSIONS + (None,)   # position -1: none
+        self._image_ext = [exts[i] for i in image_which.tolist()]
+        exts = LABEL_EXTENSIONS + (None,)
+        self._label_ext = [exts[i] for i in label_which.tolist()]
+
+    def _from_groups(self, groups):
+        """The per-sample tables from :func:`_group`'s samples."""
+        n = self._n = len(groups)
+        self._key_list = [g[0] for g in groups]
         self._problems = {i: g[2] for i, g in enumerate(groups) if g[2]}
-        n = len(groups)
         self._image = np.full(n, -1, np.int64)
         self._label = np.full(n, -1, np.int64)
         self._first = np.empty(n, np.int64)
         self._image_ext = [None] * n
         self._label_ext = [None] * n
-        self._members = [members for _, members, _ in groups]  # ext -> member position
-        self._image_sizes = None   # per sample: (image member, its size) lists, made on first use
-        self._image_size_array = None   # the sizes as int64, made on first use (image_sizes)
+        self._member_list = [members for _, members, _ in groups]  # ext -> member position
         for i, (_, members, _) in enumerate(groups):
             self._first[i] = min(members.values())
             ext = _pick(members, IMAGE_EXTENSIONS)
@@ -435,10 +451,31 @@ class TarShard:
             if ext is not None:
                 self._label[i] = members[ext]
                 self._label_ext[i] = ext
-        self._names = names
+
+    @property
+    def _names(self):
+        return self._index.names
+
+    @property
+    def _keys(self):
+        """Each sample's key (its first member's name up to the extension's dot)."""
+        keys = self._key_list
+        if keys is None:
+            names = self._index.names
+            keys = self._key_list = [names[f][:k] for f, k in
+                                     zip(self._first.tolist(), self._key_len.tolist())]
+        return keys
+
+    @property
+    def _members(self):
+        """Per sample, ``{ext: member position}`` (:func:`_group`'s)."""
+        members = self._member_list
+        if members is None:
+            members = self._member_list = [m for _, m, _ in _group(self._index.names)]
+        return members
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return self._n
 
     def extensions(self) -> set[str]:
         """The member extensions of all the shard's samples (lower case)."""
@@ -454,9 +491,9 @@ class TarShard:
             TarFormatError: no sample ``j`` any more (the shard shrank since it was counted),
                 or its bytes are gone (truncated while open).
         """
-        if not 0 <= j < len(self._keys):
+        if not 0 <= j < self._n:
             raise TarFormatError(
-                f"shard {self.url!r} has {len(self._keys)} samples now, so there is no sample "
+                f"shard {self.url!r} has {self._n} samples now, so there is no sample "
                 f"#{j}: the file changed since its samples were counted")
         index = self._index
         im, lb = int(self._image[j]), int(self._label[j])
@@ -562,15 +599,51 @@ class TarShard:
         label (None without a label member) and ``errors`` ``{j: SampleError}`` for labels
         that do not parse (or ``TarFormatError`` for bytes gone since indexing) (see :func:`parse_label`). A shard's labels are read with one
         ``pread`` each."""
-        values, errors = [None] * len(self._keys), {}
+        values, errors = [None] * self._n, {}
         index = self._index
-        for j, lb in enumerate(self._label.tolist()):
-            if lb >= 0:
-                try:
-                    values[j] = parse_label(index.member(lb), self._label_ext[j], label_key)
-                except TurboLoaderError as exc:  # unparsable, or the file changed since
-                    errors[j] = exc
+        js = np.flatnonzero(self._label >= 0)
+        if js.size and self._plain_labels(js, values, errors):
+            return values, errors
+        for j, lb in zip(js.tolist(), self._label[js].tolist()):
+            try:
+                values[j] = parse_label(index.member(lb), self._label_ext[j], label_key)
+            except TurboLoaderError as exc:  # unparsable, or the file changed since
+                errors[j] = exc
         return values, errors
+
+    def _plain_labels(self, js, values, errors) -> bool:
+        """:meth:`labels` of the samples ``js`` when every label is a ``.cls`` member of at
+        most 4096 bytes (the usual shard): all read in one native call, each parsed as
+        :func:`parse_label` does (an ASCII integer directly, anything else by
+        :func:`parse_label` itself). False (nothing filled) when that does not apply or the
+        file no longer holds a label's bytes."""
+        label_ext = self._label_ext
+        if any(label_ext[j] != "cls" for j in js.tolist()):
+            return False
+        members = self._label[js]
+        sizes = self._index.sizes[members]
+        if int(sizes.max()) > 4096:
+            return False
+        buf = bytearray(int(sizes.sum()))
+        if self._index.read_many_into(members, buf) != len(members):
+            return False
+        data = bytes(buf)
+        ends = np.cumsum(sizes)
+        low, high = -(1 << 63), 1 << 63
+        for j, a, b in zip(js.tolist(), (ends - sizes).tolist(), ends.tolist()):
+            text = data[a:b]
+            try:
+                value = int(text)   # ASCII digits, sign, whitespace: parse_label's value
+                if low <= value < high:
+                    values[j] = value
+                    continue
+            except ValueError:
+                pass
+            try:  # a BOM, other whitespace or digits, not a number, out of range
+                values[j] = parse_label(text, "cls", None)
+            except TurboLoaderError as exc:
+                errors[j] = exc
+        return True
 
     def close(self) -> None:
         self._index.close()

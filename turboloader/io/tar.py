@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 import mmap
 import operator
@@ -177,6 +178,18 @@ class TarIndex:
             return self._name_map()[name]
         except KeyError:
             raise KeyError(f"{name!r} is not a regular member of {self._path!r}") from None
+
+    def group_samples(self, image_exts: Sequence[str], label_exts: Sequence[str],
+                      /) -> tuple | None:
+        """The members grouped into samples in one native pass
+        (:func:`turboloader._native._tar.group_samples`: per sample its first member, its
+        image and label members and which of ``image_exts`` / ``label_exts`` they are, its
+        key's length), or None where the Python grouping must decide (non-ASCII names,
+        duplicate members)."""
+        from turboloader._native._tar import group_samples
+
+        return group_samples(self._arena, self._name_start, self._name_len,
+                             tuple(image_exts), tuple(label_exts))
 
     # -- data -----------------------------------------------------------------------------
 
