@@ -76,23 +76,33 @@ ONE_PROCESS = (
     "tests/tbl/test_tbl_format.py",
     "tests/test_doc_examples.py",
     "tests/cli/test_papercuts.py",
+    "tests/data/test_video_recorded.py",   # a session fixture: the recorded videos, encoded
     # one child interpreter for the module's cases
     "tests/data/test_truncation.py",
     "tests/data/test_hostile_sources.py",
     "tests/native/test_jpeg_corruption.py",
+    # a tuple: one group for the modules together. The store emulators (tests/scale/
+    # conftest.py's session fixtures: Azurite, moto's S3, the GCS emulator; Azurite's start
+    # took 4-5 s), started once
+    ("tests/scale/test_stores.py", "tests/scale/test_counts.py",
+     "tests/scale/test_store_glob.py"),
 )
+_GROUP_OF = {module: f"module:{entry if isinstance(entry, str) else entry[0]}"
+             for entry in ONE_PROCESS
+             for module in ((entry,) if isinstance(entry, str) else entry)}
 
 
 class _OneProcess:
-    """``ONE_PROCESS``'s modules: each an ``xdist_group`` of its own (a test already in a
-    group keeps it). A plugin object, since this conftest's own collection hook runs last."""
+    """``ONE_PROCESS``'s modules: each an ``xdist_group`` of its own, a tuple's modules one
+    together (a test already in a group keeps it). A plugin object, since this conftest's own
+    collection hook runs last."""
 
     @pytest.hookimpl(tryfirst=True)   # before xdist's own, which reads the xdist_group marks
     def pytest_collection_modifyitems(self, items):
         for item in items:
-            module = item.nodeid.partition("::")[0]
-            if module in ONE_PROCESS and item.get_closest_marker("xdist_group") is None:
-                item.add_marker(pytest.mark.xdist_group(f"module:{module}"))
+            group = _GROUP_OF.get(item.nodeid.partition("::")[0])
+            if group is not None and item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_configure(config):
