@@ -58,6 +58,57 @@ SLOW_FIRST = (
 )
 
 
+# Modules whose tests share a costly module-scoped fixture (synthetic JPEGs of hundreds of
+# pixels, a written dataset: seconds each) or one child interpreter
+# (helpers.isolated.Interpreter): under --dist loadgroup each test is scheduled alone, so
+# both xdist processes ran some of a module's tests and each built the fixture (or started
+# the child) for itself. Each of these runs on one process, as an xdist_group of its own
+# ("module:<path>"); the fixture is built once. (pytest --durations=0 of a whole run showed
+# each of these modules' fixture set up two or more times, 1.6-5.6 s each time.)
+ONE_PROCESS = (
+    "tests/transforms/test_batch.py",
+    "tests/transforms/test_device_decode.py",
+    "tests/transforms/test_plan.py",
+    "tests/test_fused.py",
+    "tests/native/test_batch_runner.py",
+    "tests/tbl/test_tbl_dataset.py",
+    "tests/tbl/test_convert.py",
+    "tests/tbl/test_tbl_format.py",
+    "tests/test_doc_examples.py",
+    "tests/cli/test_papercuts.py",
+    "tests/data/test_video_recorded.py",   # a session fixture: the recorded videos, encoded
+    # one child interpreter for the module's cases
+    "tests/data/test_truncation.py",
+    "tests/data/test_hostile_sources.py",
+    "tests/native/test_jpeg_corruption.py",
+    # a tuple: one group for the modules together. The store emulators (tests/scale/
+    # conftest.py's session fixtures: Azurite, moto's S3, the GCS emulator; Azurite's start
+    # took 4-5 s), started once
+    ("tests/scale/test_stores.py", "tests/scale/test_counts.py",
+     "tests/scale/test_store_glob.py"),
+)
+_GROUP_OF = {module: f"module:{entry if isinstance(entry, str) else entry[0]}"
+             for entry in ONE_PROCESS
+             for module in ((entry,) if isinstance(entry, str) else entry)}
+
+
+class _OneProcess:
+    """``ONE_PROCESS``'s modules: each an ``xdist_group`` of its own, a tuple's modules one
+    together (a test already in a group keeps it). A plugin object, since this conftest's own
+    collection hook runs last."""
+
+    @pytest.hookimpl(tryfirst=True)   # before xdist's own, which reads the xdist_group marks
+    def pytest_collection_modifyitems(self, items):
+        for item in items:
+            group = _GROUP_OF.get(item.nodeid.partition("::")[0])
+            if group is not None and item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_OneProcess(), "turboloader-one-process")
+
+
 @pytest.hookimpl(trylast=True)   # after xdist's own (the grouping check below)
 def pytest_collection_modifyitems(config, items):
     _check_loadgroup(config, items)

@@ -48,18 +48,22 @@ def cached_oracle(epochs=(0, 1, 2), n=N):
 def make_dataset(kind, root, n=N, **kw):
     """The same ``n`` images as a TarDataset (2 shards), an ImageFolder (one class per image,
     so the class index is the image's index), a TBLDataset, a ParquetDataset (3 row groups)
-    or a ManifestDataset (a CSV of files); ``kw`` go to the constructor."""
-    from turboloader.data import ImageFolder, TarDataset, TBLDataset
-    from turboloader.io.tbl import TBLWriter
-
+    or a ManifestDataset (a CSV of files); ``kw`` go to the constructor. Each kind imports
+    its own dataset module only: an ImageFolder's imports torchvision, seconds of CPU in the
+    fresh interpreters that write tar shards here (tests/loader/test_moved_batches.py,
+    test_shared_memory.py)."""
     root = str(root)
     if kind == "tar":
+        from turboloader.data import TarDataset
+
         members = labelled_members(range(n))
         half = len(members) // 2
         paths = [write_tar(os.path.join(root, "k-0.tar"), members[:half]),
                  write_tar(os.path.join(root, "k-1.tar"), members[half:])]
         return TarDataset(paths, transform(), seed=SEED, **kw)
     if kind == "folder":
+        from turboloader.data import ImageFolder
+
         for i in range(n):
             d = os.path.join(root, "folder", f"c{i:03d}")
             os.makedirs(d, exist_ok=True)
@@ -67,6 +71,9 @@ def make_dataset(kind, root, n=N, **kw):
                 f.write(jpeg(i))
         return ImageFolder(os.path.join(root, "folder"), transform(), seed=SEED, **kw)
     if kind == "tbl":
+        from turboloader.data import TBLDataset
+        from turboloader.io.tbl import TBLWriter
+
         path = os.path.join(root, "k.tbl")
         with TBLWriter(path, overwrite=True) as w:
             for i in range(n):

@@ -166,16 +166,25 @@ def test_tar_batched_is_intact(want, kind, how, tmp_path):
 # -- start methods -----------------------------------------------------------------------------
 
 
+FORKSERVER_PRELOAD = ["torch", "torchvision", "turboloader", "turboloader.data.tar_dataset",
+                      "turboloader.data.folder", "turboloader.data.tbl_dataset",
+                      "turboloader.data.parquet_dataset", "turboloader.data.manifest",
+                      "helpers.kept"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)   # fresh worker interpreters: up to 165 s on the shared machine under load
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
 @pytest.mark.parametrize("collate", ["default", "view"])
 def test_start_methods_keep_batches_intact(want, kind, context, collate, tmp_path):
     if context == "forkserver":
-        # the fork server imports torch and turboloader once, so each worker forked from it
-        # starts with them (every worker still gets the dataset pickled, as the start method
-        # does; the spawn cases start every worker as a fresh interpreter)
-        mp.set_forkserver_preload(["torch", "turboloader", "helpers.kept"])
+        # the fork server imports torch, torchvision and the datasets' modules once, so each
+        # worker forked from it starts with them (every worker still gets the dataset pickled,
+        # as the start method does; the spawn cases start every worker as a fresh
+        # interpreter). Unpickling a dataset imports its module, and an ImageFolder's (and a
+        # manifest's) imports torchvision, whose import is seconds of CPU: preloaded once
+        # here instead of in each of the 4 workers a case starts
+        mp.set_forkserver_preload(FORKSERVER_PRELOAD)
     ds = dataset(kind, tmp_path)
     # spawn: one persistent worker, started once for both epochs (a fresh interpreter imports
     # torch: seconds of CPU each), so epoch 0's kept batches must survive epoch 1 run by the
