@@ -5,36 +5,15 @@ from __future__ import annotations
 from typing import Any
 import functools
 import os
-import time
 
 import torchvision.datasets
 
-from turboloader.data.map_dataset import MapDataset
+from turboloader.data.map_dataset import MapDataset, gather_file
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
-from turboloader.errors import UnreadableFileError
 # the guarded reader lives with the other byte sources; these names stay importable from here
 from turboloader.io.files import MAX_FILE_BYTES, read_file  # noqa: F401
 
-__all__ = ["ImageFolder", "MAX_FILE_BYTES", "gather_file", "read_file"]
-
-
-def gather_file(st, chunk, path, target, i, slot, epoch, counters):
-    """Add sample ``i`` (the file ``path``, label ``target``) to a map-style dataset's
-    ``chunk``: from the stream's cache when it holds it, else the file's bytes (counted as
-    read), or the ``UnreadableFileError`` that made it unreadable."""
-    cache = st.decoder.cache
-    if cache is not None and i in cache:
-        chunk.add(None, target, i, slot, epoch, cache_key=i)
-        return
-    t = time.perf_counter()
-    try:
-        data = read_file(path)
-    except UnreadableFileError as exc:
-        chunk.fail(exc, i, slot, epoch)
-        return
-    counters["read_s"] += time.perf_counter() - t
-    counters["bytes_read"] += len(data)
-    chunk.add(data, target, i, slot, epoch, cache_key=None if cache is None else i)
+__all__ = ["ImageFolder", "MAX_FILE_BYTES", "read_file"]
 
 
 class ImageFolder(MapDataset, torchvision.datasets.ImageFolder):

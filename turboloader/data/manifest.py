@@ -8,8 +8,7 @@ import os
 import torch.utils.data
 
 from turboloader.data.cache import own_copy
-from turboloader.data.folder import gather_file
-from turboloader.data.map_dataset import MapDataset
+from turboloader.data.map_dataset import MapDataset, gather_file
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
 from turboloader.errors import ManifestError, SampleError, UnreadableFileError
 from turboloader.io.files import read_file

@@ -14,9 +14,29 @@ import torch
 from turboloader.data._buffers import as_row, shared_pool
 from turboloader.data.reader import ReaderMixin, StreamReader, batch_of, sample_of
 from turboloader.data.step import Chunk, _is_slot, fill_row
-from turboloader.errors import FailureBudgetExceeded
+from turboloader.errors import FailureBudgetExceeded, UnreadableFileError
+from turboloader.io.files import read_file
 
-__all__ = ["MapDataset"]
+__all__ = ["MapDataset", "gather_file"]
+
+
+def gather_file(st, chunk, path, target, i, slot, epoch, counters):
+    """Add sample ``i`` (the file ``path``, label ``target``) to a map-style dataset's
+    ``chunk``: from the stream's cache when it holds it, else the file's bytes (counted as
+    read), or the ``UnreadableFileError`` that made it unreadable."""
+    cache = st.decoder.cache
+    if cache is not None and i in cache:
+        chunk.add(None, target, i, slot, epoch, cache_key=i)
+        return
+    t = time.perf_counter()
+    try:
+        data = read_file(path)
+    except UnreadableFileError as exc:
+        chunk.fail(exc, i, slot, epoch)
+        return
+    counters["read_s"] += time.perf_counter() - t
+    counters["bytes_read"] += len(data)
+    chunk.add(data, target, i, slot, epoch, cache_key=None if cache is None else i)
 
 
 class MapDataset(ReaderMixin):

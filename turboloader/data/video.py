@@ -32,9 +32,8 @@ import numpy as np
 import torch
 import torchvision.datasets
 
-from turboloader.data.folder import gather_file
 from turboloader.io.files import read_file
-from turboloader.data.map_dataset import MapDataset
+from turboloader.data.map_dataset import MapDataset, gather_file
 from turboloader.data.reader import StreamReader
 from turboloader.data.tar_dataset import TarDataset
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS
