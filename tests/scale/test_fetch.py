@@ -568,3 +568,35 @@ def test_unknown_size_part_zero_keeps_a_quarter_part(slow, tmp_path, monkeypatch
     assert sorted(slow.ranges, key=str) == sorted(
         [("u1.tar", None), ("u1.tar", f"bytes={PART}-{5 * PART - 1}"),
          ("u1.tar", f"bytes={5 * PART}-{n - 1}")], key=str)
+
+
+def test_part_buffers_are_reused_and_never_change_what_was_read(slow):
+    """A part's buffer, once its fetch is done and the reader is past it, serves a later
+    part (no fresh allocation: each costs a page fault per 4 KiB on first write), and the
+    bytes every reader got are exact, with later parts written into reused buffers; spare
+    buffers and the parts' buffers together stay within ``buffer_bytes``."""
+    sizes = [3 * PART + 17, 2 * PART, 4 * PART + 5, PART - 3, 3 * PART]
+    blobs = {f"r{i}.bin": blob(n, 100 + i) for i, n in enumerate(sizes)}
+    urls = publish(slow, blobs)
+    pool = FetchPool(part_bytes=PART, buffer_bytes=6 * PART, max_connections=4)
+    seen = set()
+    orig = pool._part_buffer
+    made = []
+
+    def spy(part, n):
+        spare = {id(b) for b in pool._spare}
+        orig(part, n)
+        made.append(id(part.buf) in spare)
+        seen.add(id(part.buf))
+        assert pool._reserved + pool._spare_bytes <= pool.buffer_bytes + 2 * PART
+
+    pool._part_buffer = spy
+    got = {}
+    for name, url in urls.items():  # one object at a time: the earlier ones' parts are spare
+        pool.plan(name, [url])
+        with pool.open(url) as f:
+            got[name] = f.read()
+        pool.forget(name)
+    assert got == blobs
+    assert any(made), "no part reused a released buffer"
+    assert pool._spare_bytes + pool._reserved <= pool.buffer_bytes
