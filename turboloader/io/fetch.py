@@ -417,18 +417,22 @@ class FetchPool:
             self._spare_bytes -= len(spare.pop(big))
 
     def _part_buffer(self, part, n):
-        """A buffer of at least ``n`` bytes for ``part`` (a spare one of at most twice that,
-        else a new one), counted in ``part.reserved`` at its real size. Its bytes past what
-        the part fills are stale: readers read only up to ``part.filled``."""
+        """A buffer of at least ``n`` bytes for ``part``, counted in ``part.reserved`` at its
+        real size: a spare one of ``n``'s size class (``part_bytes / 4`` or ``part_bytes``,
+        the two strides, so that a shard's last, shorter part leaves a buffer the next
+        shard's parts can use), else a new one of that class. Its bytes past what the part
+        fills are stale: readers read only up to ``part.filled``."""
+        quarter = max(_READ, self.part_bytes // _FIRST_SPLIT)
+        size = quarter if n <= quarter else self.part_bytes if n <= self.part_bytes else n
         spare, best = self._spare, -1
         for i, b in enumerate(spare):
-            if n <= len(b) <= 2 * n and (best < 0 or len(b) < len(spare[best])):
+            if size <= len(b) <= 2 * size and (best < 0 or len(b) < len(spare[best])):
                 best = i
         if best >= 0:
             buf = spare.pop(best)
             self._spare_bytes -= len(buf)
         else:
-            buf = bytearray(n)
+            buf = bytearray(size)
         self._reserved += len(buf) - part.reserved
         part.reserved = len(buf)
         self._spare_trim()
