@@ -420,10 +420,13 @@ class FetchPool:
         """A buffer of at least ``n`` bytes for ``part``, counted in ``part.reserved`` at its
         real size: a spare one of ``n``'s size class (``part_bytes / 4`` or ``part_bytes``,
         the two strides, so that a shard's last, shorter part leaves a buffer the next
-        shard's parts can use), else a new one of that class. Its bytes past what the part
+        shard's parts can use; ``n`` under half the smaller class is its own class), else a
+        new one of that class. Its bytes past what the part
         fills are stale: readers read only up to ``part.filled``."""
         quarter = max(_READ, self.part_bytes // _FIRST_SPLIT)
-        size = quarter if n <= quarter else self.part_bytes if n <= self.part_bytes else n
+        # (an object under half a class is a buffer of its own size: few pages, no waste)
+        size = (n if n < quarter // 2 else quarter if n <= quarter
+                else self.part_bytes if n <= self.part_bytes else n)
         spare, best = self._spare, -1
         for i, b in enumerate(spare):
             if size <= len(b) <= 2 * size and (best < 0 or len(b) < len(spare[best])):
