@@ -26,7 +26,11 @@ Two kinds of object:
   reader passes them; the parts fetched ahead of the readers hold at most
   ``buffer_bytes``, and each open reader may add the one part it waits for, so the pool's
   buffers stay below ``buffer_bytes + readers * part_bytes`` (plus ``connections * 1 MiB``
-  of socket reads in flight).
+  of socket reads in flight). A part's buffer, once its fetch is done and the reader has
+  passed it, is kept for a later part (buffers come in two size classes, ``part_bytes / 4``
+  and ``part_bytes``): a fresh buffer costs a zero fill and a page fault per 4 KiB when
+  first written, taken from the decode threads' CPU. Kept buffers count within
+  ``buffer_bytes`` (they fill only what the parts in use leave of it).
 * **To a file** (:meth:`FetchPool.fetch_to`, the node shard cache's downloads): parts are
   written at their offsets with ``pwrite`` as they arrive; nothing is buffered. Their parts
   start in the ``order`` the caller gives (where its reader needs the object), each
