@@ -129,3 +129,33 @@ def test_stream_shard_over_a_reader_matches_the_indexed_shard(tmp_path):
         a, b = local.sample(j), stream.sample(j)
         assert (a.key, a.member, a.offset, bytes(a.image), bytes(a.label)) == \
                (b.key, b.member, b.offset, bytes(b.image), bytes(b.label))
+
+
+def test_windows_are_reused_only_after_a_scan_and_never_change_what_it_gave(tmp_path):
+    """A scan's window serves the next scan once the first has ended (run out, closed
+    midway or failed: a fresh window costs a page fault per 4 KiB), and the member bytes a
+    scan yielded are the caller's own: a later scan writing the same window never changes
+    them."""
+    from turboloader.io import tar
+
+    chunk = 8192
+    paths = []
+    for k in range(3):
+        path = tmp_path / f"w{k}.tar"
+        _write_tar(path, [(f"{i}.bin", tarfile.REGTYPE, _payload(100 * k + i, 3000 + 97 * i), "")
+                          for i in range(12)], FORMATS[next(iter(FORMATS))])
+        paths.append(path)
+    tar._SPARE_WINDOWS.clear()
+    kept = _scan(paths[0].read_bytes(), chunk)   # run out: its window goes back
+    assert [len(b) for b in tar._SPARE_WINDOWS] == [chunk]
+    window = tar._SPARE_WINDOWS[0]
+    it = scan_stream(io.BytesIO(paths[1].read_bytes()), want=lambda name: True, chunk=chunk)
+    first = next(it)
+    assert not tar._SPARE_WINDOWS  # taken by the running scan
+    it.close()                      # closed midway: back
+    assert [id(b) for b in tar._SPARE_WINDOWS] == [id(window)]
+    assert _scan(paths[2].read_bytes(), chunk) == _index(paths[2])  # reuses it, exact
+    assert kept == _index(paths[0]) and first[3] == _index(paths[1])[0][3]
+    with pytest.raises(TarFormatError):  # a failed scan gives its window back too
+        _scan(b"\x01" * 1024, chunk)
+    assert [id(b) for b in tar._SPARE_WINDOWS] == [id(window)]

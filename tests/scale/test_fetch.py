@@ -603,3 +603,35 @@ def test_cold_window_parts_over_several_connections_in_reading_order(slow, tmp_p
     for k in range(len(names) - 2):
         assert max(i for i, p in enumerate(seq) if p == k) < min(
             i for i, p in enumerate(seq) if p == k + 2)
+
+
+def test_part_buffers_are_reused_and_never_change_what_was_read(slow):
+    """A part's buffer, once its fetch is done and the reader is past it, serves a later
+    part (no fresh allocation: each costs a page fault per 4 KiB on first write), and the
+    bytes every reader got are exact, with later parts written into reused buffers; spare
+    buffers and the parts' buffers together stay within ``buffer_bytes``."""
+    sizes = [3 * PART + 17, 2 * PART, 4 * PART + 5, PART - 3, 3 * PART]
+    blobs = {f"r{i}.bin": blob(n, 100 + i) for i, n in enumerate(sizes)}
+    urls = publish(slow, blobs)
+    pool = FetchPool(part_bytes=PART, buffer_bytes=6 * PART, max_connections=4)
+    seen = set()
+    orig = pool._part_buffer
+    made = []
+
+    def spy(part, n):
+        spare = {id(b) for b in pool._spare}
+        orig(part, n)
+        made.append(id(part.buf) in spare)
+        seen.add(id(part.buf))
+        assert pool._reserved + pool._spare_bytes <= pool.buffer_bytes + 2 * PART
+
+    pool._part_buffer = spy
+    got = {}
+    for name, url in urls.items():  # one object at a time: the earlier ones' parts are spare
+        pool.plan(name, [url])
+        with pool.open(url) as f:
+            got[name] = f.read()
+        pool.forget(name)
+    assert got == blobs
+    assert any(made), "no part reused a released buffer"
+    assert pool._spare_bytes + pool._reserved <= pool.buffer_bytes

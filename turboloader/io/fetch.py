@@ -26,7 +26,11 @@ Two kinds of object:
   reader passes them; the parts fetched ahead of the readers hold at most
   ``buffer_bytes``, and each open reader may add the one part it waits for, so the pool's
   buffers stay below ``buffer_bytes + readers * part_bytes`` (plus ``connections * 1 MiB``
-  of socket reads in flight).
+  of socket reads in flight). A part's buffer, once its fetch is done and the reader has
+  passed it, is kept for a later part (buffers come in two size classes, ``part_bytes / 4``
+  and ``part_bytes``): a fresh buffer costs a zero fill and a page fault per 4 KiB when
+  first written, taken from the decode threads' CPU. Kept buffers count within
+  ``buffer_bytes`` (they fill only what the parts in use leave of it).
 * **To a file** (:meth:`FetchPool.fetch_to`, the node shard cache's downloads): parts are
   written at their offsets with ``pwrite`` as they arrive; nothing is buffered. Their parts
   start in the ``order`` the caller gives (where its reader needs the object), each
@@ -143,6 +147,11 @@ class FetchPool:
         self._wakeups = 0  # idle threads _dispatch has woken (and counted as running)
         self._seq = 0
         self._reserved = 0  # bytes of buffered parts allocated and not yet released
+        # part buffers released whole (their fetch done, the reader past them or cancelled):
+        # reused by later parts, as fresh ones cost a page fault per 4 KiB when first written
+        # (and a zero fill); they hold at most buffer_bytes - _reserved (see _spare_trim)
+        self._spare = []
+        self._spare_bytes = 0
         self._files = 0  # parts of file fetches not finished (each gets a connection: _limit)
         self.k = min(4, self.max_connections)  # connections wanted now
         # measurements
@@ -392,10 +401,49 @@ class FetchPool:
         self._pending = keep
 
     def _release(self, part):
+        buf, part.buf = part.buf, None
         if part.reserved:
             self._reserved -= part.reserved
             part.reserved = 0
-        part.buf = None
+        # a buffer no one writes or reads any more: its fetch is over (a running part's
+        # thread may still write into it) and readers copy out under the lock
+        if buf is not None and part.state == "done" and part.length is not None:
+            self._spare.append(buf)
+            self._spare_bytes += len(buf)
+            self._spare_trim()
+
+    def _spare_trim(self):
+        """Drop spare buffers (the largest first) until they and the parts' buffers together
+        hold at most ``buffer_bytes``."""
+        spare = self._spare
+        while spare and self._reserved + self._spare_bytes > self.buffer_bytes:
+            big = max(range(len(spare)), key=lambda i: len(spare[i]))
+            self._spare_bytes -= len(spare.pop(big))
+
+    def _part_buffer(self, part, n):
+        """A buffer of at least ``n`` bytes for ``part``, counted in ``part.reserved`` at its
+        real size: a spare one of ``n``'s size class (``part_bytes / 4`` or ``part_bytes``,
+        the two strides, so that a shard's last, shorter part leaves a buffer the next
+        shard's parts can use; ``n`` under half the smaller class is its own class), else a
+        new one of that class. Its bytes past what the part
+        fills are stale: readers read only up to ``part.filled``."""
+        quarter = max(_READ, self.part_bytes // _FIRST_SPLIT)
+        # (an object under half a class is a buffer of its own size: few pages, no waste)
+        size = (n if n < quarter // 2 else quarter if n <= quarter
+                else self.part_bytes if n <= self.part_bytes else n)
+        spare, best = self._spare, -1
+        for i, b in enumerate(spare):
+            if size <= len(b) <= 2 * size and (best < 0 or len(b) < len(spare[best])):
+                best = i
+        if best >= 0:
+            buf = spare.pop(best)
+            self._spare_bytes -= len(buf)
+        else:
+            buf = bytearray(size)
+        self._reserved += len(buf) - part.reserved
+        part.reserved = len(buf)
+        self._spare_trim()
+        part.buf = buf
 
     def _due(self, obj):
         """Which of the objects planned for one URL an opener takes: the one its plan will
@@ -441,7 +489,7 @@ class FetchPool:
                 best.reserved = best.length if best.length is not None else self.part_bytes
                 self._reserved += best.reserved
                 if best.length is not None:  # a ranged part (part 0 allocates in _first)
-                    best.buf = bytearray(best.length)
+                    self._part_buffer(best, best.length)
                 self.counters["peak_buffered"] = max(self.counters["peak_buffered"],
                                                      self._reserved)
         return best
@@ -609,11 +657,13 @@ class FetchPool:
                     self._files += len(starts)
                 self._dispatch()
             if obj.sink is None:
-                want = part.length if part.length is not None else max(n, _READ)
-                if part.reserved != want:
+                if part.length is not None:
+                    self._part_buffer(part, part.length)
+                else:  # open-ended: grown as it arrives (_rest)
+                    want = max(n, _READ)
                     self._reserved += want - part.reserved
                     part.reserved = want
-                part.buf = bytearray(want)
+                    part.buf = bytearray(want)
                 part.buf[:n] = first[:n]
             self._bytes.notify_all()
         if obj.sink is not None:

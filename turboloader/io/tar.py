@@ -313,6 +313,10 @@ class TarIndex:
 
 
 _BLOCK = 512
+# scan_stream's windows of the default size, free for the next scan: a fresh one costs a zero
+# fill and a page fault per 4 KiB; a scan returns its window only once no view of it is left
+_SPARE_WINDOWS: list = []
+_KEEP_WINDOWS = 4
 
 
 def scan_stream(fileobj, /, *, want, chunk: int = 2 << 20, max_member: int | None = None):
@@ -332,7 +336,6 @@ def scan_stream(fileobj, /, *, want, chunk: int = 2 << 20, max_member: int | Non
         TarFormatError: a malformed archive (bad checksum, a header or member cut short, a
             bad PAX record, ...); the message names the byte offset, as :class:`TarIndex`'s.
     """
-    from turboloader._native._tar import DONE, FULL, MORE, TRUNCATED, error_message, scan_pass
     from turboloader.io.files import MAX_FILE_BYTES
 
     limit = MAX_FILE_BYTES if max_member is None else int(max_member)
@@ -340,7 +343,26 @@ def scan_stream(fileobj, /, *, want, chunk: int = 2 << 20, max_member: int | Non
     offsets, sizes = np.empty(cap, np.int64), np.empty(cap, np.int64)
     starts, lens = np.empty(cap, np.int64), np.empty(cap, np.int32)
     arena = np.empty(cap * 128, np.uint8)
-    buf = bytearray(chunk)
+    buf = None
+    try:
+        buf = _SPARE_WINDOWS.pop()
+    except IndexError:
+        pass
+    if buf is None or len(buf) != chunk:
+        buf = bytearray(chunk)
+    try:
+        yield from _scan(fileobj, want, chunk, limit, buf, offsets, sizes, starts, lens, arena)
+    finally:
+        # the window's bytes reached the caller only as copies (``tobytes``), and each
+        # memoryview of it was released: the next scan may overwrite it
+        if len(_SPARE_WINDOWS) < _KEEP_WINDOWS:
+            _SPARE_WINDOWS.append(buf)
+
+
+def _scan(fileobj, want, chunk, limit, buf, offsets, sizes, starts, lens, arena):
+    """:func:`scan_stream`'s loop over the window ``buf`` (of ``chunk`` bytes)."""
+    from turboloader._native._tar import DONE, FULL, MORE, TRUNCATED, error_message, scan_pass
+
     base = filled = pos = 0  # buf[0] is byte ``base`` of the stream; buf[pos] a header
     eof = False
     while True:
