@@ -625,7 +625,11 @@ def group_samples(const uint8_t[::1] arena not None, const int64_t[::1] name_sta
     Returns ``(first, image, image_which, label, label_which, key_start, key_len)``, int64
     arrays of one entry per sample (-1: none), the key a span of ``arena``; or None when
     the Python definition must decide: a name with a non-ASCII byte, a sample with two
-    members of one extension (a problem its message names) or with more than 64 members.
+    members of one extension (a problem its message names) or with more than 64 members,
+    a name span outside ``arena``, a non-ASCII or non-str extension, more than 16 of them.
+
+    Raises:
+        ValueError: ``name_start`` and ``name_len`` differ in length.
     """
     cdef Py_ssize_t m = name_start.shape[0], pos, ns = 0
     cdef int64_t s, l, i, slash, dot, elen, kpos = 0, klen = -1, nmem = 0

@@ -185,7 +185,7 @@ class TarIndex:
         (:func:`turboloader._native._tar.group_samples`: per sample its first member, its
         image and label members and which of ``image_exts`` / ``label_exts`` they are, its
         key's length), or None where the Python grouping must decide (non-ASCII names,
-        duplicate members)."""
+        duplicate members). Raises nothing for any archive :class:`TarIndex` accepted."""
         from turboloader._native._tar import group_samples
 
         return group_samples(self._arena, self._name_start, self._name_len,
