@@ -10,8 +10,9 @@ A build is ``LABEL=DIR``, DIR holding ``_jpeg.cpython-*.so`` and/or ``_fused.cpy
 --inplace``); the first is the baseline of the ratios. The images are the ``--data`` folder's
 JPEGs rewritten with restart markers (``convert --seekable``'s transcode) unless
 ``--original``. Kinds: ``full`` (``decode_into``, whole image), ``full8`` (at 1/8 scale, almost
-all Huffman), ``train`` / ``val`` (the fused decode+crop+resize step of bench_seekable.py with
-RandomResizedCrop(224) / Resize(256)+CenterCrop(224) boxes; needs ``_fused`` builds). A last
+all Huffman), ``full4`` / ``full2`` (at 1/4 / 1/2 scale), ``train`` / ``val`` (the fused
+decode+crop+resize step of bench_seekable.py with RandomResizedCrop(224) /
+Resize(256)+CenterCrop(224) boxes; needs ``_fused`` builds). A last
 column ``stock`` is the baseline with libjpeg-turbo's Huffman decoder.
 
     python benchmarks/bench_huffman_ab.py --data benchmarks/data/bench-n1024-s0/folder \\
@@ -50,7 +51,8 @@ def main() -> None:
     p.add_argument("--data", required=True, help="a folder of JPEGs (searched recursively)")
     p.add_argument("--n", type=int, default=150, help="images (default 150)")
     p.add_argument("--passes", type=int, default=5)
-    p.add_argument("--kind", choices=["full", "full8", "train", "val"], default="full")
+    p.add_argument("--kind", choices=["full", "full2", "full4", "full8", "train", "val"],
+                   default="full")
     p.add_argument("--original", action="store_true", help="the files as they are")
     p.add_argument("--build", action="append", required=True, metavar="LABEL=DIR")
     p.add_argument("--seed", type=int, default=0)
@@ -74,8 +76,8 @@ def main() -> None:
     calls = []
     for b in blobs:
         W, H = _jpeg.read_header(b)[:2]
-        if a.kind in ("full", "full8"):
-            k = 8 if a.kind == "full" else 1
+        if a.kind.startswith("full"):
+            k = {"full": 8, "full2": 4, "full4": 2, "full8": 1}[a.kind]
             out = np.empty(((H * k + 7) // 8, (W * k + 7) // 8, 3), np.uint8)
             fs = [(lambda m=m, b=b, out=out, k=k: m.decode_into(b, out, scale_num=k))
                   for _, m in mods]

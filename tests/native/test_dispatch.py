@@ -107,6 +107,28 @@ def test_normalize_every_level_exact(level, flip):
         assert_bits_equal(out, normalize_oracle(img, flip))
 
 
+def float_planes_at(h, w, misalign):
+    """A C-contiguous (3, h, w) float32 array starting `misalign` bytes past a 64-byte line."""
+    raw = np.empty(3 * h * w * 4 + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + misalign
+    out = raw[start:start + 3 * h * w * 4].view(np.float32).reshape(3, h, w)
+    out[...] = np.nan
+    return out
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_normalize_large_outputs_every_level_exact(level, flip):
+    # outputs of 256 KiB and more take streaming stores where the rows are whole 8-float
+    # blocks and the planes 32-byte aligned; otherwise (and below that size) the plain stores
+    for i, (h, w, misalign) in enumerate([(224, 224, 0), (224, 224, 32), (224, 224, 16),
+                                          (224, 224, 4), (160, 232, 0), (300, 225, 0),
+                                          (147, 149, 0), (256, 88, 0), (64, 64, 0)]):
+        img = noise(h, w, seed=i)
+        out = float_planes_at(h, w, misalign)
+        _chw.normalize_chw_into(img, out, mean=MEAN, std=STD, flip=flip)
+        assert_bits_equal(out, normalize_oracle(img, flip))
+
+
 @pytest.mark.parametrize("flip", [False, True])
 def test_chw_every_level_exact(level, flip):
     for i, (h, w) in enumerate([(1, 1), (7, 7), (223, 225), (225, 223), (3, 32), (2, 17)]
@@ -218,6 +240,27 @@ def test_resample_every_level_matches_pillow(level, filt):
             _resample.resample_into(img, out, box=(box_x[0], 0.0, box_x[1], float(h)),
                                     filter=mode)
             np.testing.assert_array_equal(out, pil_hpass(img, ow, box_x, filt))
+
+
+@pytest.mark.parametrize("filt", [Image.BILINEAR, Image.BICUBIC])
+def test_resample_vertical_pass_every_level_matches_pillow(level, filt):
+    # the wide vertical pass adds (hi << 11) + lo per tap pair into one int32 sum, exact
+    # modulo 2^32: rows alternating 0 and 255 (bicubic's negative lobes under the bright
+    # rows) give the largest partial sums, and widths of 32 columns and less and more
+    # exercise the overlapping last block and the narrow rows' plain loop
+    mode = {Image.BILINEAR: _resample.BILINEAR, Image.BICUBIC: _resample.BICUBIC}[filt]
+    for i, (ih, w, oh) in enumerate([(300, 37, 224), (225, 32, 224), (500, 97, 223),
+                                     (61, 64, 60), (7, 33, 224), (400, 20, 3)]):
+        stripes = np.zeros((ih, w, 3), np.uint8)
+        stripes[::2] = 255
+        for img in (stripes, noise(ih, w, seed=i)):
+            for box_y in [(0.0, float(ih)), (0.5, ih - 0.25)]:
+                out = np.empty((oh, w, 3), np.uint8)
+                _resample.resample_into(img, out, box=(0.0, box_y[0], float(w), box_y[1]),
+                                        filter=mode)
+                ref = np.asarray(Image.fromarray(img).resize(
+                    (w, oh), filt, box=(0, box_y[0], w, box_y[1])))
+                np.testing.assert_array_equal(out, ref, err_msg=f"{img.shape} -> {oh} {box_y}")
 
 
 GUARDED = r"""
