@@ -149,27 +149,37 @@ if command -v flock >/dev/null 2>&1; then
 import filecmp, os, shutil, sys
 
 stage, tree = sys.argv[1:]
-want = set()
-for folder, _, files in os.walk(stage):
-    for name in files:
-        rel = os.path.relpath(os.path.join(folder, name), stage)
-        want.add(rel)
-        src, dst = os.path.join(stage, rel), os.path.join(tree, rel)
-        if os.path.isfile(dst) and not os.path.islink(dst) and filecmp.cmp(src, dst, False):
-            continue   # the same bytes: kept as it is (its inode and time stamp too)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        if os.path.lexists(dst):
-            os.remove(dst)
-        shutil.copy2(src, dst)
-for folder, dirs, files in os.walk(tree, topdown=False):
-    for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
-        path = os.path.join(folder, name)
-        if os.path.relpath(path, tree) not in want:
-            os.remove(path)
-    for name in dirs:
-        path = os.path.join(folder, name)
-        if not os.path.islink(path) and not os.listdir(path):
-            os.rmdir(path)
+
+
+def sync():
+    want = set()
+    for folder, _, files in os.walk(stage):
+        for name in files:
+            rel = os.path.relpath(os.path.join(folder, name), stage)
+            want.add(rel)
+            src, dst = os.path.join(stage, rel), os.path.join(tree, rel)
+            if os.path.isfile(dst) and not os.path.islink(dst) and filecmp.cmp(src, dst, False):
+                continue   # the same bytes: kept as it is (its inode and time stamp too)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            if os.path.lexists(dst):
+                os.remove(dst)
+            shutil.copy2(src, dst)
+    for folder, dirs, files in os.walk(tree, topdown=False):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            path = os.path.join(folder, name)
+            if os.path.relpath(path, tree) not in want:
+                os.remove(path)
+        for name in dirs:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path) and not os.listdir(path):
+                os.rmdir(path)
+
+
+try:
+    sync()
+except OSError:   # a file where a folder is now (or the reverse): the copy made anew
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(stage, tree, symlinks=True)
 PY
 else
   tree="$stage"
