@@ -76,6 +76,8 @@ ONE_PROCESS = (
     "tests/tbl/test_tbl_format.py",
     "tests/test_doc_examples.py",
     "tests/cli/test_papercuts.py",
+    "tests/cli/test_cli_commands.py",   # synthetic_jpegs(9) written as a folder: 2-3 s
+    "tests/test_readme.py",             # synthetic_jpegs(16) written as shards: 3 s
     "tests/data/test_video_recorded.py",   # a session fixture: the recorded videos, encoded
     # one child interpreter for the module's cases
     "tests/data/test_truncation.py",

@@ -36,13 +36,20 @@ def _run_with_failed_venv(venv, reason, argv):
 
 
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory):
+def bench_data(tmp_path_factory):
+    """The runs' data root: run.py writes its data sets there once (24 photographs, the 32
+    with a truncated one; seconds of CPU each) and every run of this module reads them."""
+    return tmp_path_factory.mktemp("bench-data")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory, bench_data):
     tmp = tmp_path_factory.mktemp("bench")
     systems = "torchvision,turboloader-tar,turboloader-folder,turboloader-threads,pillow-simd,decode-limit"
     rc = _run_with_failed_venv(  # pretend the pillow-simd venv failed to install
         "simd", "pip install pillow-simd: ERROR: simulated failure",
         ["--quick", "--n", "24", "--batch", "8", "--workers", "1", "--systems", systems,
-         "--data-root", str(tmp / "data"), "--out-dir", str(tmp / "results"), "--tag", "smoke"])
+         "--data-root", str(bench_data), "--out-dir", str(tmp / "results"), "--tag", "smoke"])
     assert rc == 0
     return tmp / "results"
 
@@ -170,16 +177,16 @@ def test_issue22_ratio_section_divides_rows_of_the_run():
 
 
 @pytest.mark.slow
-def test_issue22_rows_run(tmp_path):
-    """The seekable and cache rows run on tiny data and deliver every sample once; a DALI
-    venv that failed to install shows its reason in the row."""
+def test_issue22_rows_run(tmp_path, bench_data):
+    """The seekable and cache rows run on tiny data (the quick run's) and deliver every
+    sample once; a DALI venv that failed to install shows its reason in the row."""
     rc = _run_with_failed_venv(
         "dali", "pip install nvidia-dali-cuda120==2.4.0: ERROR: simulated failure",
-        ["--quick", "--n", "16", "--batch", "8", "--workers", "1",
+        ["--quick", "--n", "24", "--batch", "8", "--workers", "1",
          "--systems", "turboloader-threads,dali,turboloader-seekable,"
          "turboloader-cache-fill,turboloader-cache,decode-limit",
          "--cache-short-side", "0,128", "--cache-epochs", "2",
-         "--data-root", str(tmp_path / "data"), "--out-dir", str(tmp_path), "--tag", "i22"])
+         "--data-root", str(bench_data), "--out-dir", str(tmp_path), "--tag", "i22"])
     assert rc == 0
     md = (tmp_path / "i22.md").read_text()
     res = json.loads((tmp_path / "i22.json").read_text())["results"]

@@ -18,10 +18,12 @@
 # Python packages (setuptools, Cython, ziglang, cmake, auditwheel) come from PyPI into a
 # venv kept in the cache below, pinned by requirements/constraints.txt. PYTHON picks the interpreter.
 # The built libjpeg-turbo (and that venv) is cached in ${TURBOLOADER_WHEEL_CACHE:-~/.cache/turboloader-wheel},
-# keyed by its source, the toolchain and the flags: a second build only rebuilds the extensions.
-# The wheel is built from a private copy of the tree in a temporary folder: nothing in the
-# checkout is written (no build/, egg-info or Cython output there), so two builds at once, or a
-# build beside tests and in-place builds of the same checkout, share no files but the cache.
+# keyed by its source, the toolchain and the flags: a second build only rebuilds the extensions,
+# and takes each object whose source and flags are unchanged from zig's cache (~/.cache/zig).
+# The wheel is built from a copy of the tree kept in that cache (one build at a time holds it):
+# nothing in the checkout is written (no build/, egg-info or Cython output there), so two
+# builds at once, or a build beside tests and in-place builds of the same checkout, share no
+# files but the cache.
 set -euo pipefail
 SECONDS=0
 cd "$(dirname "$0")/.."
@@ -122,15 +124,65 @@ flock -u 8 2>/dev/null || true
 # copy keeps its time stamps, so cythonize redoes only what it would redo in the checkout).
 # setuptools stages the wheel's files in the copy's own empty build/, so no module of an
 # earlier build (an extension since renamed) nor an object built by another compiler gets in
-tree="$work/tree"
-mkdir -p "$tree"
+stage="$work/stage"
+mkdir -p "$stage"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   { git ls-files -z --cached --others --exclude-standard; printf '%s\0' turboloader/_native/_*.c; } \
     | while IFS= read -r -d '' f; do if [ -f "$f" ]; then printf '%s\0' "$f"; fi; done \
-    | tar --null -T - -cf - | tar -xf - -C "$tree"
+    | tar --null -T - -cf - | tar -xf - -C "$stage"
 else
   tar --exclude=./build --exclude=./dist --exclude=./.venv --exclude='*.so' --exclude=__pycache__ \
-    --exclude='*.egg-info' -cf - . | tar -xf - -C "$tree"
+    --exclude='*.egg-info' -cf - . | tar -xf - -C "$stage"
+fi
+# The copy lives at one path in the cache, held by one build at a time (a second waits), and
+# is made equal to the staged files by rewriting only the files that differ (all else,
+# build/ included, is deleted). `zig cc` keeps each object it compiles in its own cache
+# (~/.cache/zig), keyed by the source file (path, inode, time stamp, contents), its headers and
+# the flags: an extension source this build did not change (Cython's C, megabytes of it) is
+# then taken from there instead of compiled again, most of a rebuild's minute of CPU; a
+# changed one is compiled. Without flock: a private copy, every object compiled.
+if command -v flock >/dev/null 2>&1; then
+  tree="$cache/tree"
+  exec 7>"$tree.lock"
+  flock 7
+  "$vpy" - "$stage" "$tree" <<'PY'
+import filecmp, os, shutil, sys
+
+stage, tree = sys.argv[1:]
+
+
+def sync():
+    want = set()
+    for folder, _, files in os.walk(stage):
+        for name in files:
+            rel = os.path.relpath(os.path.join(folder, name), stage)
+            want.add(rel)
+            src, dst = os.path.join(stage, rel), os.path.join(tree, rel)
+            if os.path.isfile(dst) and not os.path.islink(dst) and filecmp.cmp(src, dst, False):
+                continue   # the same bytes: kept as it is (its inode and time stamp too)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            if os.path.lexists(dst):
+                os.remove(dst)
+            shutil.copy2(src, dst)
+    for folder, dirs, files in os.walk(tree, topdown=False):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            path = os.path.join(folder, name)
+            if os.path.relpath(path, tree) not in want:
+                os.remove(path)
+        for name in dirs:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path) and not os.listdir(path):
+                os.rmdir(path)
+
+
+try:
+    sync()
+except OSError:   # a file where a folder is now (or the reverse): the copy made anew
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(stage, tree, symlinks=True)
+PY
+else
+  tree="$stage"
 fi
 cd "$tree"
 # a release build: -O3, no debug info (setup.py), never -march=native
@@ -144,6 +196,8 @@ env -u TURBOLOADER_DEBUG -u TURBOLOADER_MARCH -u TURBOLOADER_ONLY -u TURBOLOADER
   "${pip[@]}" wheel . --no-deps --no-build-isolation -w "$work/raw"
 # the statically linked libjpeg-turbo's licence goes into the wheel beside ours
 "$vpy" tools/wheel_licenses.py "$work"/raw/*.whl libjpeg-turbo "$prefix/LICENSE.md" "$prefix/README.ijg"
+rm -rf build   # (the extensions' objects and staged files: the next build starts without)
+exec 7>&-      # the copy is free for the next build
 cd "$root"   # the checkout again: OUT_DIR is relative to it
 mkdir -p "$out"
 PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" show "$work"/raw/*.whl

@@ -1,6 +1,8 @@
 """Typed errors in the dataset path: labels that cannot be batched, and resume states that
 would deliver duplicates, are refused with errors naming what is wrong."""
 
+import copy
+
 import pytest
 import torch
 from helpers.shards import jpeg, labelled_members, size_of, write_tar
@@ -37,15 +39,25 @@ def test_int64_extremes_still_work(tmp_path):
     assert [y for _, y in ds] == [2**63 - 1]
 
 
-@pytest.fixture
-def ds_and_state(tmp_path):
-    paths = [write_tar(tmp_path / f"s{k}.tar", labelled_members(range(k * 8, k * 8 + 8)))
+@pytest.fixture(scope="module")
+def _shards_and_state(tmp_path_factory):
+    """Two shards and a checkpoint of a pass over them (two worker processes, 2 batches in):
+    made once for the module, read by its tests (0.5 s of CPU each time)."""
+    root = tmp_path_factory.mktemp("state")
+    paths = [write_tar(root / f"s{k}.tar", labelled_members(range(k * 8, k * 8 + 8)))
              for k in range(2)]
     ds = turboloader.TarDataset(paths, size_of)
     ds.set_epoch(1)
     it = iter(torch.utils.data.DataLoader(ds, batch_size=2, num_workers=2))
     next(it), next(it)
     return paths, ds.state_dict(batches=2, batch_size=2, num_workers=2)
+
+
+@pytest.fixture
+def ds_and_state(_shards_and_state):
+    """The shards and a copy of the checkpoint, the test's own to spoil."""
+    paths, state = _shards_and_state
+    return paths, copy.deepcopy(state)
 
 
 @pytest.mark.parametrize("field,value,match", [
