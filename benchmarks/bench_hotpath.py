@@ -8,11 +8,11 @@ One logical worker stream of ``TarDataset.worker_stream(batch_size=B)`` runs in 
 work is timed with the thread's CPU clock (``time.thread_time``), which other processes on a
 busy machine do not inflate. What runs without the GIL is timed at the call that releases it:
 the native batch call (``_fused.run_batch``: decode, resample, flip, normalize into the batch
-rows), the native header pass (``_fused.read_headers``) and the ``pread`` system calls
-(``_tar.pread_many``, a chunk's images of one shard in one call; ``os.preadv`` where one image
-is read alone), and the statistics snapshot's file system calls (``telemetry.replace_file``:
-open, write, close, rename, each releasing the GIL). "Python per image" is the rest of the
-thread's CPU time, all of it: the gather's Python (``TarDataset._gather_chunk`` less its
+rows), the native header pass (``_fused.read_headers``), the ``pread`` system calls
+(``_tar.pread_rows``, a chunk's images of every shard in one call; ``_tar.pread_many``, of
+one shard; ``os.preadv`` where one image is read alone) and the statistics snapshot's file
+system calls (``telemetry.replace_file``: open, write, close, rename, each releasing the
+GIL). "Python per image" is the rest of the thread's CPU time, all of it: the gather's Python (``TarDataset._gather_chunk`` less its
 reads), the sample step's (``data.step.run``: keys, sizes, draws, slots, statuses, less its
 native calls), the walk (policy, progress, batching, labels) and the statistics snapshot's Python (its JSON, shown
 apart too; the figure with its file calls counted in, as sessions 3-5 did, is printed
@@ -129,8 +129,9 @@ def main(argv=None):
     from turboloader._native import _tar
 
     clock.wrap(os, "preadv", "pread")   # one image (TarIndex.read_into)
-    if hasattr(_tar, "pread_many"):
-        clock.wrap(_tar, "pread_many", "pread")   # a shard's images of a chunk
+    for name in ("pread_many", "pread_rows"):   # a shard's images of a chunk; all of them
+        if hasattr(_tar, name):
+            clock.wrap(_tar, name, "pread")
     clock.wrap(_fused, "read_headers", "headers")
     from turboloader.data import telemetry
 
