@@ -12,11 +12,12 @@ rows), the native header pass (``_fused.read_headers``), the ``pread`` system ca
 (``_tar.pread_rows``, a chunk's images of every shard in one call; ``_tar.pread_many``, of
 one shard; ``os.preadv`` where one image is read alone) and the statistics snapshot's file
 system calls (``telemetry.replace_file``: open, write, close, rename, each releasing the
-GIL). "Python per image" is the rest of the thread's CPU time, all of it: the gather's Python (``TarDataset._gather_chunk`` less its
-reads), the sample step's (``data.step.run``: keys, sizes, draws, slots, statuses, less its
-native calls), the walk (policy, progress, batching, labels) and the statistics snapshot's Python (its JSON, shown
-apart too; the figure with its file calls counted in, as sessions 3-5 did, is printed
-beside it); it is the figure issue 14 bounds at 20 us and issue 42 at 15 us.
+GIL). "Python per image" is the rest of the thread's CPU time, all of it: the gather's
+Python (``TarDataset._gather_chunk`` less its reads), the sample step's (``data.step.run``:
+keys, sizes, draws, slots, statuses, less its native calls), the walk (policy, progress,
+batching, labels) and the statistics snapshot's Python (its JSON, shown apart too; the
+figure with its file calls counted in, as sessions 3-5 did, is printed beside it); it is
+the figure issue 14 bounds at 20 us and issue 42 at 15 us.
 Batches are written into recycled tensors, as the thread backend does. Each part is net of
 this benchmark's own timers (see :class:`Clock`).
 """
