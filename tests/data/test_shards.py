@@ -362,9 +362,10 @@ def test_a_chunk_gathered_at_once_is_the_chunk_gathered_row_by_row(tmp_path, lab
     fast_bytes = [bytes(v) for v in fast.sources]
     slow, read = _TarGather._gather_rows(ds, st, items, 5, set())
     assert read and fast_bytes == [bytes(v) for v in slow.sources]
-    for name in ("labels", "where", "slots", "epochs", "sizes", "errors", "cache_keys",
-                 "nbytes"):
+    for name in ("labels", "slots", "epochs", "sizes", "errors", "cache_keys", "nbytes"):
         assert getattr(fast, name) == getattr(slow, name), name
+    assert len(fast.where) == len(items)   # made per row when asked
+    assert [fast.where[i] for i in range(len(items))] == list(fast.where) == slow.where
     assert fast.labels == [g % 4 for g, _ in items]
     assert ds._gather_chunk(st, items, 5, counters).labels == fast.labels
     assert counters["bytes_read"] == fast.nbytes

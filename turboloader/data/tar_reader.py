@@ -135,6 +135,24 @@ class _TarReader(StreamReader):
         self.pinned.clear()
 
 
+class _Places:
+    """``chunk.where`` of a chunk gathered at once: row ``i``'s ``("tar", url, sample,
+    shard)``, as :meth:`_TarGather._gather_rows` lists them, made only for the rows an
+    error or a statistic names (most chunks name none)."""
+
+    __slots__ = ("shard_of", "js", "urls", "shards")
+
+    def __init__(self, shard_of, js, urls, shards):
+        self.shard_of, self.js, self.urls, self.shards = shard_of, js, urls, shards
+
+    def __len__(self):
+        return len(self.js)
+
+    def __getitem__(self, i):
+        s = self.shard_of[i]
+        return ("tar", self.urls[s], self.js[i], self.shards[s])
+
+
 class _TarGather:
     """The TarDataset half that reads: a chunk of the pass's items gathered from its shards
     (or the cache), and where a gathered sample came from. A mixin of :class:`TarDataset`
@@ -218,7 +236,7 @@ class _TarGather:
         chunk = Chunk()
         chunk.sources = [buf[a:b] for a, b in zip(begin.tolist(), ends.tolist())]
         chunk.labels = [tables[s][j] for s, j in zip(sl, jl)]
-        chunk.where = [("tar", urls[s], j, shards[s]) for s, j in zip(sl, jl)]
+        chunk.where = _Places(sl, jl, urls, shards)
         chunk.slots = list(slots)
         chunk.sizes, chunk.errors, chunk.cache_keys = [None] * n, [None] * n, [None] * n
         chunk.epochs = [epoch] * n
