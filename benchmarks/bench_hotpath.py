@@ -9,10 +9,10 @@ work is timed with the thread's CPU clock (``time.thread_time``), which other pr
 busy machine do not inflate. What runs without the GIL is timed at the call that releases it:
 the native batch call (``_fused.run_batch``: decode, resample, flip, normalize into the batch
 rows), the native header pass (``_fused.read_headers``), the ``pread`` system calls
-(``_tar.pread_rows``, a chunk's images of every shard in one call; ``_tar.pread_many``, of
-one shard; ``os.preadv`` where one image is read alone) and the statistics snapshot's file
-system calls (``telemetry.replace_file``: open, write, close, rename, each releasing the
-GIL). "Python per image" is the rest of the thread's CPU time, all of it: the gather's
+(``_tar.pread_rows``, a chunk's images of every shard in one call; ``os.preadv`` where one
+image is read alone) and the statistics snapshot's file system calls
+(``telemetry.replace_file``: open, write, close, rename, each releasing the GIL).
+"Python per image" is the rest of the thread's CPU time, all of it: the gather's
 Python (``TarDataset._gather_chunk`` less its reads), the sample step's (``data.step.run``:
 keys, sizes, draws, slots, statuses, less its native calls), the walk (policy, progress,
 batching, labels) and the statistics snapshot's Python (its JSON, shown apart too; the
@@ -130,9 +130,8 @@ def main(argv=None):
     from turboloader._native import _tar
 
     clock.wrap(os, "preadv", "pread")   # one image (TarIndex.read_into)
-    for name in ("pread_many", "pread_rows"):   # a shard's images of a chunk; all of them
-        if hasattr(_tar, name):
-            clock.wrap(_tar, name, "pread")
+    # a chunk's images of every shard (pread_rows, which pread_many calls), or of one shard
+    clock.wrap(_tar, "pread_rows" if hasattr(_tar, "pread_rows") else "pread_many", "pread")
     clock.wrap(_fused, "read_headers", "headers")
     from turboloader.data import telemetry
 

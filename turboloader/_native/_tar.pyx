@@ -475,18 +475,6 @@ cdef bint _pread_whole(int fd, uint8_t* out, int64_t size, int64_t start) noexce
     return True
 
 
-cdef Py_ssize_t _pread_many(int fd, const int64_t[::1] starts, const int64_t[::1] sizes,
-                            uint8_t* out) noexcept nogil:
-    # the extents read whole, in order; stops at the first short read or error
-    cdef Py_ssize_t k, n = starts.shape[0]
-    cdef int64_t at = 0
-    for k in range(n):
-        if not _pread_whole(fd, out + at, sizes[k], starts[k]):
-            return k
-        at += sizes[k]
-    return n
-
-
 def pread_many(int fd, const int64_t[::1] starts not None, const int64_t[::1] sizes not None,
                uint8_t[::1] out not None, /):
     """Read ``sizes[k]`` bytes at byte ``starts[k]`` of the open file ``fd``, for every k,
@@ -501,21 +489,9 @@ def pread_many(int fd, const int64_t[::1] starts not None, const int64_t[::1] si
         ValueError: ``starts`` and ``sizes`` differ in length, a negative entry, or ``out``
             smaller than the sum of ``sizes``.
     """
-    cdef Py_ssize_t n = starts.shape[0], k, got
-    cdef int64_t total = 0
-    if sizes.shape[0] != n:
-        raise ValueError(f"starts has {n} entries, sizes {sizes.shape[0]}")
-    for k in range(n):
-        if starts[k] < 0 or sizes[k] < 0:
-            raise ValueError(f"extent {k}: negative start or size")
-        total += sizes[k]
-    if total > out.shape[0]:
-        raise ValueError(f"out holds {out.shape[0]} bytes, the extents need {total}")
-    if n == 0 or total == 0:
-        return n
-    with nogil:
-        got = _pread_many(fd, starts, sizes, &out[0])
-    return got
+    if fd < 0:
+        raise ValueError(f"negative file descriptor {fd}")
+    return pread_rows(np.full(starts.shape[0], fd, np.int32), starts, sizes, out)
 
 
 def pread_rows(const int32_t[::1] fds not None, const int64_t[::1] starts not None,

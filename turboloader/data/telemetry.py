@@ -25,7 +25,7 @@ import time
 import weakref
 from typing import Any
 
-__all__ = ["COUNTERS", "MIN_FLUSH_PERIOD_S", "Recorder", "Telemetry"]
+__all__ = ["COUNTERS", "MIN_FLUSH_PERIOD_S", "Recorder", "Telemetry", "replace_file"]
 
 #: Counters kept per epoch.
 COUNTERS = ("samples", "bytes_read", "read_s", "decode_s", "transform_s", "failures",
