@@ -1,6 +1,6 @@
 """benchmarks/bench_hotpath.py runs on a few images against the current call structure (it
 broke silently once when the step stopped calling ``Plan.run_batch``): every part is printed,
-and "Python per image" is what the thread ran less the three calls that release the GIL."""
+and "Python per image" is what the thread ran less the calls that release the GIL."""
 
 import re
 import sys
@@ -25,10 +25,11 @@ def test_bench_hotpath_runs_and_adds_up(tmp_path, monkeypatch, capsys, pipeline)
     for key, label in (("run", "native batch call"), ("headers", "JPEG headers"),
                        ("pread", "reading"), ("total", "total CPU per image"),
                        ("python", "Python per image"), ("gather", "gather, Python"),
-                       ("step", "sample step, Python")):
+                       ("step", "sample step, Python"), ("files", "snapshot's file calls")):
         line = next(ln for ln in out.splitlines() if ln.strip().startswith(label))
         part[key] = float(re.findall(r"-?\d+\.\d+", line)[-1])
-    assert part["run"] > 0 and part["pread"] > 0 and part["headers"] > 0
+    # the snapshot written at the end of the pass: its file calls timed apart
+    assert part["run"] > 0 and part["pread"] > 0 and part["headers"] > 0 and part["files"] > 0
     # the no-GIL calls were timed (each wrapper was called) and the rest is Python
-    assert abs(part["total"] - part["run"] - part["headers"] - part["pread"]
-               - part["python"]) < 0.35   # three rounded figures
+    assert abs(part["total"] - part["run"] - part["headers"] - part["pread"] - part["files"]
+               - part["python"]) < 0.4   # six rounded figures

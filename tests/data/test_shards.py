@@ -291,6 +291,49 @@ def test_many_members_read_at_once_stop_where_the_file_ends(tmp_path):
         index.read_many_into([0], buf)
 
 
+def test_images_of_several_shards_read_in_one_call_match_tarfile(tmp_path):
+    """TarShard.image_extents and io.tar.read_extents_into (a chunk's reads over every
+    shard it spans: one native call) give tarfile's bytes back to back in the order asked,
+    shards interleaved and repeats included; they count the extents read whole up to the
+    first a truncated file no longer holds; bad arguments are ValueErrors."""
+    import tarfile
+
+    from turboloader.io.tar import read_extents_into
+
+    shards, oracle = [], []
+    for s in range(2):
+        members = [(f"{s}{i:05d}.jpg", jpeg(10 * s + i)) for i in range(3)]
+        members.append((f"{s}00009.cls", b"1"))   # a sample without an image
+        path = write_tar(tmp_path / f"s{s}.tar", members)
+        with tarfile.open(path) as tf:
+            oracle.append([tf.extractfile(m).read() for m in tf.getmembers()])
+        shards.append(TarShard(path))
+    order = [(1, 2), (0, 0), (1, 0), (0, 2), (0, 0)]   # (shard, sample)
+    parts = [shards[s].image_extents(np.array([j])) for s, j in order]
+    fds = [p[0] for p in parts]
+    starts = np.concatenate([p[1] for p in parts])
+    sizes = np.concatenate([p[2] for p in parts])
+    assert sizes.tolist() == [len(oracle[s][j]) for s, j in order]
+    assert shards[0].image_extents(np.array([3]))[2].tolist() == [-1]   # no image
+    out = np.zeros(int(sizes.sum()) + 5, np.uint8)
+    assert read_extents_into(fds, starts, sizes, out) == 5
+    assert out[:int(sizes.sum())].tobytes() == b"".join(oracle[s][j] for s, j in order)
+    assert not out[int(sizes.sum()):].any()
+    with pytest.raises(ValueError, match="out holds"):
+        read_extents_into(fds, starts, sizes, bytearray(int(sizes.sum()) - 1))
+    with pytest.raises(ValueError, match="entries"):
+        read_extents_into(fds[:4], starts, sizes, out)
+    with pytest.raises(ValueError, match="negative"):
+        read_extents_into([-1] + fds[1:], starts, sizes, out)
+    # shard 0's sample 2 cut: the extents before it in the order are read, none after
+    os.truncate(shards[0].url, int(starts[3]) + 10)
+    assert read_extents_into(fds, starts, sizes, out) == 3
+    for shard in shards:
+        shard.close()
+    with pytest.raises(ValueError, match="closed"):
+        shards[0].image_extents(np.array([0]))
+
+
 @pytest.mark.parametrize("labels", ["cls", "json"])
 def test_a_chunk_gathered_at_once_is_the_chunk_gathered_row_by_row(tmp_path, labels):
     """The gather of a chunk of local .tar images at once (TarDataset._gather_images) makes
@@ -319,9 +362,10 @@ def test_a_chunk_gathered_at_once_is_the_chunk_gathered_row_by_row(tmp_path, lab
     fast_bytes = [bytes(v) for v in fast.sources]
     slow, read = _TarGather._gather_rows(ds, st, items, 5, set())
     assert read and fast_bytes == [bytes(v) for v in slow.sources]
-    for name in ("labels", "where", "slots", "epochs", "sizes", "errors", "cache_keys",
-                 "nbytes"):
+    for name in ("labels", "slots", "epochs", "sizes", "errors", "cache_keys", "nbytes"):
         assert getattr(fast, name) == getattr(slow, name), name
+    assert len(fast.where) == len(items)   # made per row when asked
+    assert [fast.where[i] for i in range(len(items))] == list(fast.where) == slow.where
     assert fast.labels == [g % 4 for g, _ in items]
     assert ds._gather_chunk(st, items, 5, counters).labels == fast.labels
     assert counters["bytes_read"] == fast.nbytes

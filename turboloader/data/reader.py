@@ -234,11 +234,14 @@ _INT = {int}
 def collate_labels(labels):
     """Labels of a batch as ``default_collate`` makes them (an int64 tensor for ints)."""
     if labels and set(map(type, labels)) == _INT:
-        # torch.tensor, not through NumPy (a tenth of the time): a decode thread making a
-        # tensor from NumPy while the interpreter exits made torch call std::terminate
-        # (tests/loader/test_quiet_exit.py[threads] failed 3 of 14 runs that way, 0 of 10
-        # with torch.tensor)
-        return torch.tensor(labels, dtype=torch.int64)
+        # written into a tensor torch owns through its NumPy view (a third of
+        # torch.tensor's time; the batch call writes its images that way too), never
+        # torch.from_numpy: a decode thread making a tensor of NumPy's memory while the
+        # interpreter exits made torch call std::terminate
+        # (tests/loader/test_quiet_exit.py[threads] failed 3 of 14 runs that way)
+        out = torch.empty(len(labels), dtype=torch.int64)
+        out.numpy()[:] = labels
+        return out
     from torch.utils.data._utils.collate import default_collate
 
     return default_collate(labels)

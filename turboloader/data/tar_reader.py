@@ -19,11 +19,14 @@ from turboloader.data.step import Chunk
 from turboloader.errors import SampleError, TurboLoaderError
 from turboloader.io import files
 from turboloader.io.shards import FIELDS_HINT, check_record as _check_record, parse_label
+from turboloader.io.tar import read_extents_into
 
 __all__ = []
 
 _MISSING = object()
 _PLAIN = frozenset({int, float, str, bool})   # labels handed out as they are (own_copy's)
+_HEAD_AT = np.arange(3)   # a JPEG's first three bytes: FF D8 FF (decode.image.is_jpeg's test)
+_JPEG_HEAD = np.array([0xFF, 0xD8, 0xFF], np.uint8)
 
 
 class _TarReader(StreamReader):
@@ -132,6 +135,24 @@ class _TarReader(StreamReader):
         self.pinned.clear()
 
 
+class _Places:
+    """``chunk.where`` of a chunk gathered at once: row ``i``'s ``("tar", url, sample,
+    shard)``, as :meth:`_TarGather._gather_rows` lists them, made only for the rows an
+    error or a statistic names (most chunks name none)."""
+
+    __slots__ = ("shard_of", "js", "urls", "shards")
+
+    def __init__(self, shard_of, js, urls, shards):
+        self.shard_of, self.js, self.urls, self.shards = shard_of, js, urls, shards
+
+    def __len__(self):
+        return len(self.js)
+
+    def __getitem__(self, i):
+        s = self.shard_of[i]
+        return ("tar", self.urls[s], self.js[i], self.shards[s])
+
+
 class _TarGather:
     """The TarDataset half that reads: a chunk of the pass's items gathered from its shards
     (or the cache), and where a gathered sample came from. A mixin of :class:`TarDataset`
@@ -168,67 +189,61 @@ class _TarGather:
 
     def _gather_images(self, st, items, epoch, pin):
         """The chunk of ``items`` at once, when every one is an image of a random-access
-        shard with a label that needs no copy (ints, strings: the usual case), read with
-        one call per shard: the per-row gather (:meth:`_gather_rows`) without its per-row
-        Python. None when any item is not, or a shard cannot be opened or read (the per-row
-        gather then says which and why)."""
+        shard with a label that needs no copy (ints, strings: the usual case), read in one
+        native call for all the shards it spans, in the chunk's order
+        (:func:`~turboloader.io.tar.read_extents_into`): the per-row gather
+        (:meth:`_gather_rows`) without its per-row Python. None when any item is not, or a
+        shard cannot be opened or read (the per-row gather then says which and why)."""
         gs, slots = zip(*items)
         offsets = self._offsets
         g = np.array(gs, np.int64)
         shard_of = np.searchsorted(offsets, g, side="right") - 1
         js = g - offsets[shard_of]
-        first = np.unique(shard_of, return_index=True)[1]
-        sizes = np.empty(len(g), np.int64)
-        starts = np.empty(len(g), np.int64)
-        urls, shards, tables, groups = {}, {}, {}, []
-        for s in shard_of[np.sort(first)].tolist():   # the shards in first-use order
+        sl = shard_of.tolist()
+        n = len(sl)
+        fds = np.empty(n, np.int32)
+        starts = np.empty(n, np.int64)   # in the shard files
+        sizes = np.empty(n, np.int64)
+        urls, shards, tables = {}, {}, {}
+        for s in dict.fromkeys(sl):   # the shards in first-use order
             url = self.urls[s]
             try:
                 shard = st.shard(url, pin)
                 if not getattr(shard, "random_access", False) or \
-                        not hasattr(shard, "read_images_into"):
+                        not hasattr(shard, "image_extents"):
                     return None
                 values = st.plain_labels(url, shard)
             except TurboLoaderError:
                 return None
             if values is None:
                 return None
-            rows = np.flatnonzero(shard_of == s)
+            rows = shard_of == s
             jj = js[rows]
             if int(jj.max()) >= len(shard):
                 return None
-            size = shard.image_sizes(jj)
-            if int(size.min()) < 0 or int(size.max()) > files.MAX_FILE_BYTES:
-                return None
-            sizes[rows] = size
+            fds[rows], starts[rows], sizes[rows] = shard.image_extents(jj)   # pinned: open
             urls[s], shards[s], tables[s] = url, shard, values
-            groups.append((shard, rows, jj, size))
-        arr = st.gather_buffer(int(sizes.sum()))
+        if int(sizes.min()) < 0 or int(sizes.max()) > files.MAX_FILE_BYTES:
+            return None
+        ends = np.cumsum(sizes)
+        at = int(ends[-1])
+        arr = st.gather_buffer(at)
+        if read_extents_into(fds, starts, sizes, arr) != n:
+            return None   # a file shorter than its index: the per-row gather says which
+        begin = ends - sizes   # in the gather buffer
+        jl = js.tolist()
         buf = arr.data
-        at = 0
-        for shard, rows, jj, size in groups:
-            ends = np.cumsum(size) + at
-            try:
-                if shard.read_images_into(jj, buf[at:int(ends[-1])]) != len(jj):
-                    return None
-            except TurboLoaderError:
-                return None
-            starts[rows] = ends - size
-            at = int(ends[-1])
-        sl, jl = shard_of.tolist(), js.tolist()
         chunk = Chunk()
-        n = len(sl)
-        chunk.sources = [buf[a:b] for a, b in zip(starts.tolist(), (starts + sizes).tolist())]
+        chunk.sources = [buf[a:b] for a, b in zip(begin.tolist(), ends.tolist())]
         chunk.labels = [tables[s][j] for s, j in zip(sl, jl)]
-        chunk.where = [("tar", urls[s], j, shards[s]) for s, j in zip(sl, jl)]
+        chunk.where = _Places(sl, jl, urls, shards)
         chunk.slots = list(slots)
         chunk.sizes, chunk.errors, chunk.cache_keys = [None] * n, [None] * n, [None] * n
         chunk.epochs = [epoch] * n
         chunk.nbytes = at
         # the JPEG test of every row at once (the step's per-row is_jpeg, vectorized)
-        if n and int(sizes.min()) > 2:
-            chunk.all_jpeg = bool(((arr[starts] == 0xFF) & (arr[starts + 1] == 0xD8)
-                                   & (arr[starts + 2] == 0xFF)).all())
+        if int(sizes.min()) > 2:
+            chunk.all_jpeg = bool((arr[begin[:, None] + _HEAD_AT] == _JPEG_HEAD).all())
         return chunk
 
     def _gather_rows(self, st, items, epoch, pin):

@@ -544,8 +544,8 @@ def run_batch(sources, params, out, /, *, dtype, shape=None, affine=None, rows=N
                                    f"got {tuple(view.shape[1:])}")
         todo &= ~bad
     scale, bias = affine if view.dtype == np.float32 and affine is not None else (None, None)
-    srcs = list(sources)
-    if params.kind.any():
+    srcs = list(sources) if type(sources) is not list or params.kind.any() else sources
+    if srcs is not sources:   # a copy: array rows made what the native call reads
         for i in np.flatnonzero(todo & (params.kind == ARRAY)).tolist():
             a = srcs[i]
             if isinstance(a, np.ndarray) and a.ndim == 3:
@@ -557,9 +557,10 @@ def run_batch(sources, params, out, /, *, dtype, shape=None, affine=None, rows=N
         n_ops=params.n_ops, ops=params.ops, factors=params.factors, filter=params.filter,
         mean_scale=scale, bias=bias, flags=_flags(strict),
         max_pixels=params.max_pixels)
-    for i in np.flatnonzero(failed).tolist():
-        status[i] = FAILED
-        errors[i] = run_errors[i]
+    if failed.any():
+        for i in np.flatnonzero(failed).tolist():
+            status[i] = FAILED
+            errors[i] = run_errors[i]
     return BatchResult(status, errors, warnings, nogil)
 
 

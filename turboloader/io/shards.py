@@ -587,6 +587,19 @@ class TarShard:
         longer holds one: :meth:`read_image_into` then raises the error for it)."""
         return self._index.read_many_into(self._image[js], out)
 
+    def image_extents(self, js, /) -> tuple[int, np.ndarray, np.ndarray]:
+        """Where the image members of the samples ``js`` (in range) are, for reading many
+        shards' images in one call (:func:`turboloader.io.tar.read_extents_into`):
+        ``(fd, starts, sizes)``, the shard file's descriptor (valid while the shard is
+        open) and ``int64`` byte offsets and :meth:`image_sizes` of each image member
+        (-1 size, and an unusable offset, where there is no usable image).
+
+        Raises:
+            ValueError: the shard is closed.
+        """
+        return (self._index.fileno(), self._index.offsets[self._image[js]],
+                self.image_sizes(js))
+
     def where(self, j: int, /) -> tuple:
         """``(key, member, byte offset)`` of sample ``j`` (its image member, else its first),
         as :meth:`sample` reports them: for error messages."""
