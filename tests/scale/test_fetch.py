@@ -635,3 +635,74 @@ def test_part_buffers_are_reused_and_never_change_what_was_read(slow):
     assert got == blobs
     assert any(made), "no part reused a released buffer"
     assert pool._spare_bytes + pool._reserved <= pool.buffer_bytes
+
+
+READ = fetch._READ  # bytes per socket read into a part
+
+
+def _buffer_spy(pool):
+    """Record each part buffer ``_part_buffer`` hands out: (part index, part length,
+    buffer length, reused from the spares)."""
+    orig, made = pool._part_buffer, []
+
+    def spy(part, n):
+        spare = {id(b) for b in pool._spare}
+        orig(part, n)
+        made.append((part.index, n, len(part.buf), id(part.buf) in spare))
+
+    pool._part_buffer = spy
+    return made
+
+
+def test_a_shorter_last_part_takes_a_buffer_of_its_bytes(slow):
+    """A shard's last part, shorter than a part, gets a buffer of its bytes rounded up to a
+    socket read, not a whole part's: a whole part's buffer would be zero-filled (a page
+    fault per 4 KiB) past its bytes and count against ``buffer_bytes``; the bytes read
+    are exact."""
+    part = 8 * READ
+    size = 2 * part + 3 * READ - 100  # parts: part, part, 3 socket reads less 100 bytes
+    data = blob(size, 7)
+    (url,) = publish(slow, {"s.bin": data}).values()
+    pool = FetchPool(part_bytes=part, buffer_bytes=64 * part, max_connections=4)
+    made = _buffer_spy(pool)
+    pool.plan("s", [url])
+    with pool.open(url) as f:
+        assert f.read() == data
+    pool.forget("s")
+    by_index = {i: (n, length) for i, n, length, _ in made}
+    assert by_index[0] == (part, part) and by_index[1] == (part, part)
+    assert by_index[2] == (3 * READ - 100, 3 * READ)
+
+
+def test_later_passes_reuse_every_buffer_when_the_bytes_fit(slow):
+    """Passes over shards whose bytes fit in ``buffer_bytes`` (with the parts rounded up to
+    a socket read) take every part buffer of the second and later passes from the spares of
+    the first: none is allocated (and page-faulted) again, though the shards' last parts
+    are shorter than a part, and a part its reader finished before its fetch's end was
+    counted still leaves its buffer; every pass reads the exact bytes."""
+    part = 8 * READ
+    sizes = [part + 5 * READ + 11, part + 6 * READ - 7, part + 5 * READ + 300]
+    blobs = {f"t{i}.bin": blob(n, 40 + i) for i, n in enumerate(sizes)}
+    urls = list(publish(slow, blobs).values())
+    need = sum(part + -(-(n - part) // READ) * READ for n in sizes)
+    pool = FetchPool(part_bytes=part, buffer_bytes=need + READ, max_connections=4)
+    made = _buffer_spy(pool)
+    fresh = []
+    for epoch in range(4):
+        del made[:]
+        pool.plan("s", urls)  # the whole pass read ahead, as a stream plans it
+        for url, name in zip(urls, blobs):
+            with pool.open(url) as f:
+                assert f.read() == blobs[name]
+        pool.forget("s")
+        deadline = time.monotonic() + 10  # the pass's fetches end (a reader can be done first)
+        while pool.stats()["in_flight"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(made) == 2 * len(sizes)
+        if epoch:
+            fresh += [m for m in made if not m[3]]
+    # (a buffer can come back to the spares a moment after its pass: one fresh allocation
+    # in three passes is let through)
+    assert len(fresh) <= 1, fresh
+    assert pool._spare_bytes + pool._reserved <= pool.buffer_bytes
+    assert pool._reserved == pool._unheld == 0  # every part released, none left counted

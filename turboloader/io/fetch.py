@@ -27,10 +27,11 @@ Two kinds of object:
   ``buffer_bytes``, and each open reader may add the one part it waits for, so the pool's
   buffers stay below ``buffer_bytes + readers * part_bytes`` (plus ``connections * 1 MiB``
   of socket reads in flight). A part's buffer, once its fetch is done and the reader has
-  passed it, is kept for a later part (buffers come in two size classes, ``part_bytes / 4``
-  and ``part_bytes``): a fresh buffer costs a zero fill and a page fault per 4 KiB when
-  first written, taken from the decode threads' CPU. Kept buffers count within
-  ``buffer_bytes`` (they fill only what the parts in use leave of it).
+  passed it, is kept for a later part of its size or up to half of it (a buffer holds its
+  part's bytes rounded up to a socket read, or ``part_bytes / 4`` for a smaller part): a
+  fresh buffer costs a zero fill and a page fault per 4 KiB when first written, taken from
+  the decode threads' CPU. Kept buffers count within ``buffer_bytes`` (they fill only what
+  the parts in use leave of it).
 * **To a file** (:meth:`FetchPool.fetch_to`, the node shard cache's downloads): parts are
   written at their offsets with ``pwrite`` as they arrive; nothing is buffered. Their parts
   start in the ``order`` the caller gives (where its reader needs the object), each
@@ -102,6 +103,7 @@ class _Part:
         self.error = None
         self.reserved = 0  # bytes counted against the pool's buffer
         self.waiters = 0  # readers waiting for its bytes (see FetchPool._filled)
+        self.late = None  # its buffer, released while its fetch still ran: spare at the end
 
 
 class FetchPool:
@@ -147,6 +149,7 @@ class FetchPool:
         self._wakeups = 0  # idle threads _dispatch has woken (and counted as running)
         self._seq = 0
         self._reserved = 0  # bytes of buffered parts allocated and not yet released
+        self._unheld = 0  # of them, reserved by parts started without a buffer yet (part 0)
         # part buffers released whole (their fetch done, the reader past them or cancelled):
         # reused by later parts, as fresh ones cost a page fault per 4 KiB when first written
         # (and a zero fill); they hold at most buffer_bytes - _reserved (see _spare_trim)
@@ -404,33 +407,50 @@ class FetchPool:
         buf, part.buf = part.buf, None
         if part.reserved:
             self._reserved -= part.reserved
+            if buf is None:
+                self._unheld -= part.reserved
             part.reserved = 0
         # a buffer no one writes or reads any more: its fetch is over (a running part's
         # thread may still write into it) and readers copy out under the lock
-        if buf is not None and part.state == "done" and part.length is not None:
-            self._spare.append(buf)
-            self._spare_bytes += len(buf)
-            self._spare_trim()
+        if buf is not None and part.length is not None:
+            if part.state == "done":
+                self._spare_add(buf)
+            else:  # its thread may still write (its last bytes read, its end not counted yet)
+                part.late = buf
+
+    def _spare_add(self, buf):
+        self._spare.append(buf)
+        self._spare_bytes += len(buf)
+        self._spare_trim()
 
     def _spare_trim(self):
         """Drop spare buffers (the largest first) until they and the parts' buffers together
-        hold at most ``buffer_bytes``."""
+        hold at most ``buffer_bytes``. A part started without its buffer yet (a part 0,
+        sized by its answer) does not count: a spare is what serves it, and dropping one
+        for it would make it allocate a fresh one."""
         spare = self._spare
-        while spare and self._reserved + self._spare_bytes > self.buffer_bytes:
+        while spare and self._reserved - self._unheld + self._spare_bytes > self.buffer_bytes:
             big = max(range(len(spare)), key=lambda i: len(spare[i]))
             self._spare_bytes -= len(spare.pop(big))
 
     def _part_buffer(self, part, n):
         """A buffer of at least ``n`` bytes for ``part``, counted in ``part.reserved`` at its
-        real size: a spare one of ``n``'s size class (``part_bytes / 4`` or ``part_bytes``,
-        the two strides, so that a shard's last, shorter part leaves a buffer the next
-        shard's parts can use; ``n`` under half the smaller class is its own class), else a
-        new one of that class. Its bytes past what the part
-        fills are stale: readers read only up to ``part.filled``."""
+        real size: the smallest spare one that holds ``n``'s size and is at most twice it,
+        else a new one of that size. Sizes: ``part_bytes / 4`` for ``n`` up to it (``n``
+        itself under half of it), else ``n`` rounded up to a socket read (a whole part's
+        bytes, or a shard's last, shorter part's, which a later whole part's spare serves).
+        Its bytes past what the part fills are stale: readers read only up to
+        ``part.filled``."""
         quarter = max(_READ, self.part_bytes // _FIRST_SPLIT)
-        # (an object under half a class is a buffer of its own size: few pages, no waste)
+        # (an object under half a class is a buffer of its own size: few pages, no waste;
+        # a part over a quarter, a shard's last one too, takes its bytes to the socket read:
+        # a whole part's buffer for it would be zero-filled, a page fault per 4 KiB, past
+        # its bytes, and would count against buffer_bytes, trimming the spares later passes
+        # reuse)
         size = (n if n < quarter // 2 else quarter if n <= quarter
-                else self.part_bytes if n <= self.part_bytes else n)
+                else -(-n // _READ) * _READ)
+        if part.buf is None:
+            self._unheld -= part.reserved
         spare, best = self._spare, -1
         for i, b in enumerate(spare):
             if size <= len(b) <= 2 * size and (best < 0 or len(b) < len(spare[best])):
@@ -488,6 +508,7 @@ class FetchPool:
             if best.obj.sink is None:
                 best.reserved = best.length if best.length is not None else self.part_bytes
                 self._reserved += best.reserved
+                self._unheld += best.reserved  # until its buffer is given (_part_buffer)
                 if best.length is not None:  # a ranged part (part 0 allocates in _first)
                     self._part_buffer(best, best.length)
                 self.counters["peak_buffered"] = max(self.counters["peak_buffered"],
@@ -597,6 +618,9 @@ class FetchPool:
                     0.7 * self._conn_rate + 0.3 * rate
             part.state = "done"
             self._in_flight -= 1
+            if part.late is not None:  # released by its reader while this thread wrote
+                buf, part.late = part.late, None
+                self._spare_add(buf)
             if error is not None:
                 part.error = error
                 if part.index == 0 and obj.size is None:
@@ -661,6 +685,7 @@ class FetchPool:
                     self._part_buffer(part, part.length)
                 else:  # open-ended: grown as it arrives (_rest)
                     want = max(n, _READ)
+                    self._unheld -= part.reserved
                     self._reserved += want - part.reserved
                     part.reserved = want
                     part.buf = bytearray(want)
