@@ -27,11 +27,13 @@ Two kinds of object:
   ``buffer_bytes``, and each open reader may add the one part it waits for, so the pool's
   buffers stay below ``buffer_bytes + readers * part_bytes`` (plus ``connections * 1 MiB``
   of socket reads in flight). A part's buffer, once its fetch is done and the reader has
-  passed it, is kept for a later part of its size or up to half of it (a buffer holds its
-  part's bytes rounded up to a socket read, or ``part_bytes / 4`` for a smaller part): a
-  fresh buffer costs a zero fill and a page fault per 4 KiB when first written, taken from
-  the decode threads' CPU. Kept buffers count within ``buffer_bytes`` (they fill only what
-  the parts in use leave of it).
+  passed it, is kept for a later part (buffers come in two size classes, ``part_bytes / 4``
+  and ``part_bytes``): a fresh buffer costs a page fault per 4 KiB when first written,
+  taken from the decode threads' CPU (anonymous memory, faulted in only where bytes are
+  written: a shard's last, shorter part does not touch its buffer's tail). Kept buffers
+  count within ``buffer_bytes`` (they fill only what the parts in use leave of it; a part
+  0 still waiting for its answer's size does not push them out), and a part its reader
+  finished before its fetch ended leaves its buffer when the fetch ends.
 * **To a file** (:meth:`FetchPool.fetch_to`, the node shard cache's downloads): parts are
   written at their offsets with ``pwrite`` as they arrive; nothing is buffered. Their parts
   start in the ``order`` the caller gives (where its reader needs the object), each
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import io
 import math
+import mmap
 import os
 import threading
 import time
@@ -68,6 +71,14 @@ __all__ = ["FetchPool", "fetch_pool"]
 
 _READ = 256 << 10  # bytes per socket read into a part
 _FIRST_SPLIT = 4  # an object read first is fetched in parts this much smaller (see _stride)
+
+
+def _new_buffer(size):
+    """A fresh part buffer of ``size`` bytes: anonymous memory, each page faulted in when
+    the fetched bytes are first written into it. (A ``bytearray`` zero-fills all of it
+    first: every page faulted at once by the fill, the tail past a shard's last, shorter
+    part too, and the fill's own pass over the bytes.)"""
+    return mmap.mmap(-1, size)
 
 
 class _Object:
@@ -435,20 +446,16 @@ class FetchPool:
 
     def _part_buffer(self, part, n):
         """A buffer of at least ``n`` bytes for ``part``, counted in ``part.reserved`` at its
-        real size: the smallest spare one that holds ``n``'s size and is at most twice it,
-        else a new one of that size. Sizes: ``part_bytes / 4`` for ``n`` up to it (``n``
-        itself under half of it), else ``n`` rounded up to a socket read (a whole part's
-        bytes, or a shard's last, shorter part's, which a later whole part's spare serves).
-        Its bytes past what the part fills are stale: readers read only up to
-        ``part.filled``."""
+        real size: a spare one of ``n``'s size class (``part_bytes / 4`` or ``part_bytes``,
+        the two strides, so that a shard's last, shorter part leaves a buffer the next
+        shard's parts can use; ``n`` under half the smaller class is its own class), else a
+        new one of that class (:func:`_new_buffer`: its pages are faulted in only where the
+        part writes, not past a shorter part's bytes). Its bytes past what the part fills
+        are stale: readers read only up to ``part.filled``."""
         quarter = max(_READ, self.part_bytes // _FIRST_SPLIT)
-        # (an object under half a class is a buffer of its own size: few pages, no waste;
-        # a part over a quarter, a shard's last one too, takes its bytes to the socket read:
-        # a whole part's buffer for it would be zero-filled, a page fault per 4 KiB, past
-        # its bytes, and would count against buffer_bytes, trimming the spares later passes
-        # reuse)
+        # (an object under half a class is a buffer of its own size: few pages, no waste)
         size = (n if n < quarter // 2 else quarter if n <= quarter
-                else -(-n // _READ) * _READ)
+                else self.part_bytes if n <= self.part_bytes else n)
         if part.buf is None:
             self._unheld -= part.reserved
         spare, best = self._spare, -1
@@ -459,7 +466,7 @@ class FetchPool:
             buf = spare.pop(best)
             self._spare_bytes -= len(buf)
         else:
-            buf = bytearray(size)
+            buf = _new_buffer(size)
         self._reserved += len(buf) - part.reserved
         part.reserved = len(buf)
         self._spare_trim()
