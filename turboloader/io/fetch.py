@@ -77,8 +77,9 @@ def _new_buffer(size):
     """A fresh part buffer of ``size`` bytes: anonymous memory, each page faulted in when
     the fetched bytes are first written into it. (A ``bytearray`` zero-fills all of it
     first: every page faulted at once by the fill, the tail past a shard's last, shorter
-    part too, and the fill's own pass over the bytes.)"""
-    return mmap.mmap(-1, size)
+    part too, and the fill's own pass over the bytes.) Private: a forked child (whose pool
+    is its own) shares none of it."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
 
 
 class _Object:
