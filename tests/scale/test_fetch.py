@@ -3,6 +3,7 @@ loopback HTTP servers (one with per-request latency and a per-connection rate ca
 counts requests and the connections open at once) and moto's S3 server."""
 
 import os
+import sys
 import threading
 import time
 
@@ -641,23 +642,22 @@ READ = fetch._READ  # bytes per socket read into a part
 
 
 def _resident_bytes(buf):
-    """Bytes of the anonymous mapping ``buf`` (an ``mmap``) resident now (/proc/self/smaps)."""
+    """Bytes of the pages spanning the writable buffer ``buf`` resident now (``mincore``)."""
     import ctypes
+    import ctypes.util
 
-    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    with open("/proc/self/smaps") as fh:
-        inside = False
-        for line in fh:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= addr < hi
-            elif inside and head == "Rss:":
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no mapping holds the buffer")
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    addr = start - start % page
+    length = start + len(buf) - addr
+    vec = (ctypes.c_ubyte * -(-length // page))()
+    if libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(length), vec) != 0:
+        raise OSError(ctypes.get_errno(), "mincore")
+    return sum(v & 1 for v in vec) * page
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore of anonymous memory: Linux")
 def test_a_fresh_buffer_is_faulted_in_only_where_its_part_writes(slow):
     """A shard's last part, shorter than a part, gets a fresh buffer of a whole part's class
     (later parts of any length reuse it) whose pages are faulted in only where the part's
