@@ -30,7 +30,10 @@ Rows, each in a fresh process (its own fetch pool, peak RSS of its own, workers 
 
 Per setting (``--settings 100:10,40:25``: milliseconds of latency : MB/s per connection) it
 prints images/s per epoch, the ratio to turboloader local of the same run, the first batch's
-time (from the loader's first ``next``), construction time and peak RSS.
+time (from the loader's first ``next``), construction time and peak RSS; then the local
+row once more (the machine's drift over the minutes the remote rows took: every ratio is to
+the first local row's best epoch), and each turboloader row's CPU and minor page faults per
+image per epoch (its process, fetch threads included).
 
 Usage::
 
@@ -166,6 +169,7 @@ def _epochs(loader, epochs, t_start=None):
     out = []
     for e in range(epochs):
         it = iter(loader)
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0, c0 = time.perf_counter(), time.process_time()
         first, n = None, 0
         for images, labels in it:
@@ -173,7 +177,8 @@ def _epochs(loader, epochs, t_start=None):
                 first = time.perf_counter() - t0
             n += len(labels)
         dt = time.perf_counter() - t0
-        out.append({"n": n, "s": dt, "first_s": first, "cpu_s": time.process_time() - c0})
+        out.append({"n": n, "s": dt, "first_s": first, "cpu_s": time.process_time() - c0,
+                    "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0})
     return out
 
 
@@ -555,16 +560,28 @@ def main(argv=None):
                 print(_fmt_row("mosaicml streaming remote (epoch 1 cold into a fresh cache "
                                "folder, then warm from disk)", res, local_ips))
                 subprocess.run(["rm", "-rf", str(cdir)], check=False)
+        if "local" in results and len(results) > 1:
+            # the local row again, after the others: the machine's drift over the run (the
+            # ratios above are to the first local row's best epoch, minutes earlier)
+            res = results["local again"] = run_row("turboloader", local, args, {})
+            print("\n| row | images/s per epoch (x the first local row's best) | first batch "
+                  "| construction | peak RSS | |")
+            print("|---|---|---|---|---|---|")
+            print(_fmt_row("turboloader local, again after the remote rows", res, local_ips))
         cpu = [(name, res) for name, res in results.items()  # turboloader's rows: one process
                if isinstance(res, dict) and res.get("epochs") and "cpu_s" in res["epochs"][0]
                and name.split()[0] in ("local", "remote", "cache", "cache-sized")]
         if cpu:  # the loader process's own CPU: the client's cost of reading remotely
-            print("\n| row | loader CPU ms per image, each epoch | fetch pool threads CPU |")
-            print("|---|---|---|")
+            print("\n| row | loader CPU ms per image, each epoch | page faults per image, each "
+                  "epoch | fetch pool threads CPU |")
+            print("|---|---|---|---|")
             for name, res in cpu:
-                per = " / ".join(f"{1000 * e['cpu_s'] / max(e['n'], 1):.2f}" for e in res["epochs"])
+                eps = res["epochs"]
+                per = " / ".join(f"{1000 * e['cpu_s'] / max(e['n'], 1):.2f}" for e in eps)
+                flt = " / ".join(f"{e['faults'] / max(e['n'], 1):.1f}" if "faults" in e else "?"
+                                 for e in eps)
                 pool = res.get("pool", {}).get("cpu_s")
-                print(f"| {name} | {per} | {'' if pool is None else f'{pool:.1f} s'} |")
+                print(f"| {name} | {per} | {flt} | {'' if pool is None else f'{pool:.1f} s'} |")
         print(f"\n- load average {os.getloadavg()[0]:.1f} at the end")
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))

@@ -26,7 +26,13 @@ def test_bench_remote_runs(tmp_path):
                 "| turboloader + ShardCache", "## 20 ms per request, 50 MB/s per connection"):
         assert row in out, out
     rows = [ln for ln in out.splitlines() if ln.startswith("| turboloader")]
-    assert len(rows) == 3 and not any("not run" in ln for ln in rows), out
+    assert len(rows) == 4 and not any("not run" in ln for ln in rows), out
+    assert "| turboloader local, again after the remote rows |" in out, out
+    # each turboloader row's CPU and page faults per image, one figure per epoch
+    table = [ln for ln in out.splitlines() if ln.startswith(("| local |", "| local again |",
+                                                             "| remote 20:50 |", "| cache 20:50 |"))]
+    assert len(table) == 4, out
+    assert all(ln.split("|")[3].count("/") == 1 and "?" not in ln for ln in table), out
     # streaming's row: measured where its venv exists (benchmarks/setup_envs.py streaming),
     # else a row saying how to make it
     sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -28,9 +28,12 @@ Two kinds of object:
   buffers stay below ``buffer_bytes + readers * part_bytes`` (plus ``connections * 1 MiB``
   of socket reads in flight). A part's buffer, once its fetch is done and the reader has
   passed it, is kept for a later part (buffers come in two size classes, ``part_bytes / 4``
-  and ``part_bytes``): a fresh buffer costs a zero fill and a page fault per 4 KiB when
-  first written, taken from the decode threads' CPU. Kept buffers count within
-  ``buffer_bytes`` (they fill only what the parts in use leave of it).
+  and ``part_bytes``): a fresh buffer costs a page fault per 4 KiB when first written,
+  taken from the decode threads' CPU (anonymous memory, faulted in only where bytes are
+  written: a shard's last, shorter part does not touch its buffer's tail). Kept buffers
+  count within ``buffer_bytes`` (they fill only what the parts in use leave of it; a part
+  0 still waiting for its answer's size does not push them out), and a part its reader
+  finished before its fetch ended leaves its buffer when the fetch ends.
 * **To a file** (:meth:`FetchPool.fetch_to`, the node shard cache's downloads): parts are
   written at their offsets with ``pwrite`` as they arrive; nothing is buffered. Their parts
   start in the ``order`` the caller gives (where its reader needs the object), each
@@ -53,6 +56,7 @@ from __future__ import annotations
 
 import io
 import math
+import mmap
 import os
 import threading
 import time
@@ -67,6 +71,15 @@ __all__ = ["FetchPool", "fetch_pool"]
 
 _READ = 256 << 10  # bytes per socket read into a part
 _FIRST_SPLIT = 4  # an object read first is fetched in parts this much smaller (see _stride)
+
+
+def _new_buffer(size):
+    """A fresh part buffer of ``size`` bytes: anonymous memory, each page faulted in when
+    the fetched bytes are first written into it. (A ``bytearray`` zero-fills all of it
+    first: every page faulted at once by the fill, the tail past a shard's last, shorter
+    part too, and the fill's own pass over the bytes.) Private: a forked child (whose pool
+    is its own) shares none of it."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
 
 
 class _Object:
@@ -102,6 +115,7 @@ class _Part:
         self.error = None
         self.reserved = 0  # bytes counted against the pool's buffer
         self.waiters = 0  # readers waiting for its bytes (see FetchPool._filled)
+        self.late = None  # its buffer, released while its fetch still ran: spare at the end
 
 
 class FetchPool:
@@ -147,6 +161,7 @@ class FetchPool:
         self._wakeups = 0  # idle threads _dispatch has woken (and counted as running)
         self._seq = 0
         self._reserved = 0  # bytes of buffered parts allocated and not yet released
+        self._unheld = 0  # of them, reserved by parts started without a buffer yet (part 0)
         # part buffers released whole (their fetch done, the reader past them or cancelled):
         # reused by later parts, as fresh ones cost a page fault per 4 KiB when first written
         # (and a zero fill); they hold at most buffer_bytes - _reserved (see _spare_trim)
@@ -404,19 +419,29 @@ class FetchPool:
         buf, part.buf = part.buf, None
         if part.reserved:
             self._reserved -= part.reserved
+            if buf is None:
+                self._unheld -= part.reserved
             part.reserved = 0
         # a buffer no one writes or reads any more: its fetch is over (a running part's
         # thread may still write into it) and readers copy out under the lock
-        if buf is not None and part.state == "done" and part.length is not None:
-            self._spare.append(buf)
-            self._spare_bytes += len(buf)
-            self._spare_trim()
+        if buf is not None and part.length is not None:
+            if part.state == "done":
+                self._spare_add(buf)
+            else:  # its thread may still write (its last bytes read, its end not counted yet)
+                part.late = buf
+
+    def _spare_add(self, buf):
+        self._spare.append(buf)
+        self._spare_bytes += len(buf)
+        self._spare_trim()
 
     def _spare_trim(self):
         """Drop spare buffers (the largest first) until they and the parts' buffers together
-        hold at most ``buffer_bytes``."""
+        hold at most ``buffer_bytes``. A part started without its buffer yet (a part 0,
+        sized by its answer) does not count: a spare is what serves it, and dropping one
+        for it would make it allocate a fresh one."""
         spare = self._spare
-        while spare and self._reserved + self._spare_bytes > self.buffer_bytes:
+        while spare and self._reserved - self._unheld + self._spare_bytes > self.buffer_bytes:
             big = max(range(len(spare)), key=lambda i: len(spare[i]))
             self._spare_bytes -= len(spare.pop(big))
 
@@ -425,12 +450,15 @@ class FetchPool:
         real size: a spare one of ``n``'s size class (``part_bytes / 4`` or ``part_bytes``,
         the two strides, so that a shard's last, shorter part leaves a buffer the next
         shard's parts can use; ``n`` under half the smaller class is its own class), else a
-        new one of that class. Its bytes past what the part
-        fills are stale: readers read only up to ``part.filled``."""
+        new one of that class (:func:`_new_buffer`: its pages are faulted in only where the
+        part writes, not past a shorter part's bytes). Its bytes past what the part fills
+        are stale: readers read only up to ``part.filled``."""
         quarter = max(_READ, self.part_bytes // _FIRST_SPLIT)
         # (an object under half a class is a buffer of its own size: few pages, no waste)
         size = (n if n < quarter // 2 else quarter if n <= quarter
                 else self.part_bytes if n <= self.part_bytes else n)
+        if part.buf is None:
+            self._unheld -= part.reserved
         spare, best = self._spare, -1
         for i, b in enumerate(spare):
             if size <= len(b) <= 2 * size and (best < 0 or len(b) < len(spare[best])):
@@ -439,7 +467,7 @@ class FetchPool:
             buf = spare.pop(best)
             self._spare_bytes -= len(buf)
         else:
-            buf = bytearray(size)
+            buf = _new_buffer(size)
         self._reserved += len(buf) - part.reserved
         part.reserved = len(buf)
         self._spare_trim()
@@ -488,6 +516,7 @@ class FetchPool:
             if best.obj.sink is None:
                 best.reserved = best.length if best.length is not None else self.part_bytes
                 self._reserved += best.reserved
+                self._unheld += best.reserved  # until its buffer is given (_part_buffer)
                 if best.length is not None:  # a ranged part (part 0 allocates in _first)
                     self._part_buffer(best, best.length)
                 self.counters["peak_buffered"] = max(self.counters["peak_buffered"],
@@ -597,6 +626,9 @@ class FetchPool:
                     0.7 * self._conn_rate + 0.3 * rate
             part.state = "done"
             self._in_flight -= 1
+            if part.late is not None:  # released by its reader while this thread wrote
+                buf, part.late = part.late, None
+                self._spare_add(buf)
             if error is not None:
                 part.error = error
                 if part.index == 0 and obj.size is None:
@@ -661,6 +693,7 @@ class FetchPool:
                     self._part_buffer(part, part.length)
                 else:  # open-ended: grown as it arrives (_rest)
                     want = max(n, _READ)
+                    self._unheld -= part.reserved
                     self._reserved += want - part.reserved
                     part.reserved = want
                     part.buf = bytearray(want)
