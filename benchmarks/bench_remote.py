@@ -303,8 +303,11 @@ def _child(argv, env=None, python=None, timeout=1800):
     for line in r.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
-    tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"error": tail[:300]}
+    lines = r.stderr.strip().splitlines() or ["no output"]
+    # the table keeps the last line; the cause (a traceback, a chained error) goes to stderr
+    print(f"bench_remote: {argv[:2]} failed (exit {r.returncode}); its stderr ends:",
+          *lines[-40:], sep="\n", file=sys.stderr, flush=True)
+    return {"error": lines[-1][:300]}
 
 
 def _timed(srv, fn, *a, **kw):
