@@ -35,6 +35,9 @@ def windows(box, clip, out_hw, dims, f, filt):
     lo = box[:, :2] * f
     hi = np.minimum(box[:, 2:] * f, dims)
     ilo_c, ihi_c = np.floor(lo), np.minimum(np.ceil(hi), dims)
+    if clip is not True and clip is not False:   # one bool per row: all alike is the usual
+        c = np.asarray(clip)
+        clip = True if c.all() else False if not c.any() else clip
     if clip is True:
         ilo, ihi = ilo_c, ihi_c
     else:

@@ -385,12 +385,12 @@ def plan_slots(sizes, spec, /, *, filter, dct_scaling=True):
     """
     n = len(sizes.kind)
     status, errors, kind, HW = sizes.status, sizes.errors, sizes.kind, sizes.hw
-    status[spec.generic & (status == OK)] = GENERIC
-    is_jpeg = kind == JPEG
+    if spec.generic.any():
+        status[spec.generic & (status == OK)] = GENERIC
     any_array = sizes.any_array
+    is_jpeg = kind == JPEG if any_array else None
     box, out = spec.box, spec.out
-    k, dims, window, inner = _scale_and_windows(box, spec.clip, out, HW,
-                                                is_jpeg if any_array else None,
+    k, dims, window, inner = _scale_and_windows(box, spec.clip, out, HW, is_jpeg,
                                                 sizes.array_hw, filter, dct_scaling)
     p = BatchParams.__new__(BatchParams)
     p.n, p.status, p.errors, p.kind = n, status, errors, kind
