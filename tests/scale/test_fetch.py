@@ -657,7 +657,8 @@ def _resident_bytes(buf):
     return sum(v & 1 for v in vec) * page
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore of anonymous memory: Linux")
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="counts resident pages with mincore(), which reports anonymous memory on Linux only")
 def test_a_fresh_buffer_is_faulted_in_only_where_its_part_writes(slow):
     """A shard's last part, shorter than a part, gets a fresh buffer of a whole part's class
     (later parts of any length reuse it) whose pages are faulted in only where the part's
@@ -666,7 +667,9 @@ def test_a_fresh_buffer_is_faulted_in_only_where_its_part_writes(slow):
     try:
         with open("/sys/kernel/mm/transparent_hugepage/enabled") as fh:
             if "[always]" in fh.read():
-                pytest.skip("transparent huge pages always on: a touched page may be 2 MiB")
+                pytest.skip("this kernel backs all anonymous memory with 2 MiB huge pages (THP 'always'), "
+                            "so one written byte makes 2 MiB resident and residency cannot show "
+                            "where the part wrote")
     except OSError:
         pass
     part = 8 * READ

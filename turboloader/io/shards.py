@@ -587,7 +587,7 @@ class TarShard:
         longer holds one: :meth:`read_image_into` then raises the error for it)."""
         return self._index.read_many_into(self._image[js], out)
 
-    def image_extents(self, js, /) -> tuple[int, np.ndarray, np.ndarray]:
+    def image_extents(self, js: Any, /) -> tuple[int, np.ndarray, np.ndarray]:
         """Where the image members of the samples ``js`` (in range) are, for reading many
         shards' images in one call (:func:`turboloader.io.tar.read_extents_into`):
         ``(fd, starts, sizes)``, the shard file's descriptor (valid while the shard is

@@ -330,7 +330,7 @@ _SPARE_WINDOWS: list = []
 _KEEP_WINDOWS = 4
 
 
-def read_extents_into(fds, starts, sizes, out, /) -> int:
+def read_extents_into(fds: Any, starts: Any, sizes: Any, out: Any, /) -> int:
     """Read ``sizes[k]`` bytes at byte ``starts[k]`` of the open file ``fds[k]`` for every
     ``k`` (e.g. members of several :class:`TarIndex` files: their :meth:`~TarIndex.fileno`,
     ``offsets`` and ``sizes``), back to back into the start of ``out`` (a writable
@@ -344,7 +344,8 @@ def read_extents_into(fds, starts, sizes, out, /) -> int:
     from turboloader._native._tar import pread_rows
 
     view = np.frombuffer(out, np.uint8) if not isinstance(out, np.ndarray) else out
-    return pread_rows(np.ascontiguousarray(fds, np.int32), np.ascontiguousarray(starts, np.int64),
+    return pread_rows(np.ascontiguousarray(fds, np.int32),
+                      np.ascontiguousarray(starts, np.int64),
                       np.ascontiguousarray(sizes, np.int64), view)
 
 
