@@ -1,4 +1,5 @@
-"""Each rule written once: the manifest label rule, the normalize fold, the seed names."""
+"""Each rule written once: the manifest label rule, the normalize fold, the seed names, the
+way a small file is replaced whole."""
 
 import pytest
 
@@ -46,3 +47,21 @@ def test_the_seed_names_are_written_once():
     assert turboloader.ShardCache is turboloader.io.ShardCache
     for name in ("ShardCache", "expand_urls", "braceexpand"):
         assert not hasattr(data, name)
+
+
+def test_a_small_file_is_replaced_whole_by_one_helper():
+    # every write-then-rename of a small file goes through io.files.replace_file; the three
+    # writers that stream a large file into their temporary name (a converted TAR shard, a
+    # TBL file, a shard the ShardCache downloads) rename it themselves
+    import ast
+    import pathlib
+
+    root = pathlib.Path(turboloader.__file__).parent
+    found = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("replace", "rename")
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "os"):
+                found.add(path.relative_to(root).as_posix())
+    assert found == {"io/files.py", "io/tbl.py", "tools/sinks.py", "io/shard_cache.py"}

@@ -25,7 +25,9 @@ import time
 import weakref
 from typing import Any
 
-__all__ = ["COUNTERS", "MIN_FLUSH_PERIOD_S", "Recorder", "Telemetry", "replace_file"]
+from turboloader.io.files import replace_file
+
+__all__ = ["COUNTERS", "MIN_FLUSH_PERIOD_S", "Recorder", "Telemetry"]
 
 #: Counters kept per epoch.
 COUNTERS = ("samples", "bytes_read", "read_s", "decode_s", "transform_s", "failures",
@@ -211,43 +213,13 @@ class Recorder:
         tmp = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
         data = json.dumps(snap).encode()   # the C encoder (json.dump's is the Python one)
         try:
-            replace_file(tmp, self.path, data)
+            replace_file(self.path, data, tmp=tmp)
         except OSError:
             return  # the owning dataset is gone (its directory removed): nothing to report to
         self._unflushed = 0
         self._flushed_at = time.monotonic()
 
 
-def replace_file(tmp: str, path: str, data: bytes) -> None:
-    """Write ``data`` to ``tmp`` and rename it over ``path`` (a reader sees the old file or
-    the new one whole): four system calls, each without the GIL, and no text layer (a
-    snapshot is flushed by a decode thread once a second and at the end of each pass).
-
-    Raises:
-        OSError: ``tmp`` cannot be written or renamed (``tmp`` is removed then).
-    """
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    except BaseException:
-        os.close(fd)
-        _unlink(tmp)
-        raise
-    os.close(fd)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink(tmp)
-        raise
-
-
-def _unlink(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _read_lines(path) -> list[dict]:

@@ -47,6 +47,7 @@ import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 
+from turboloader.io.files import replace_file
 from turboloader.io.remote import (RemoteShardError, RemoteShardNotFoundError, is_remote,
                                      open_remote, redact, seen_stat, stat, url_path)
 
@@ -175,12 +176,9 @@ class _CountCache:
     def put(self, url, st, strict, n):
         try:
             os.makedirs(self.root, exist_ok=True)
-            path = self._path(url)
-            tmp = f"{path}.tmp-{os.getpid()}-{id(st)}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"url": _strip_query(url), "size": st.size, "etag": st.etag,
-                           "strict": bool(strict), "samples": int(n)}, f)
-            os.replace(tmp, path)
+            replace_file(self._path(url), json.dumps(
+                {"url": _strip_query(url), "size": st.size, "etag": st.etag,
+                 "strict": bool(strict), "samples": int(n)}).encode("utf-8"))
         except OSError:  # a read-only home: counting still works, uncached
             pass
 
@@ -324,8 +322,5 @@ def write_index(urls: Iterable[str], output: str, /, *, count: Sequence[int],
     if is_remote(output):
         write_object(output, data)
     else:
-        tmp = f"{output}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, output)
+        replace_file(output, data)
     return doc

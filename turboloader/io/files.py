@@ -1,4 +1,5 @@
-"""The one guarded reader of local files and a limit on every member read whole.
+"""The one guarded reader of local files, a limit on every member read whole, and the one
+way a small file is replaced whole.
 
 Every byte source that reads a whole file or archive member into memory goes through here:
 image files (``ImageFolder``, ``ManifestDataset``, ``VideoFolder``, ``convert``), the mask and
@@ -6,16 +7,23 @@ boxes files a manifest names, the local ``path`` of a Hugging Face ``Image()`` r
 bytes, and the members of a compressed (``.tar.gz``) shard. A FIFO, a device or a socket is
 refused at once (never opened blocking, never read until memory runs out) and nothing over
 :data:`MAX_FILE_BYTES` is read.
+
+Every small file turboloader writes for others to read while it may be rewritten (a
+stream's statistics snapshot, a cached shard count, a shard index, the ShardCache's node
+counters, ``convert``'s manifest and class list) goes through :func:`replace_file`: a
+reader sees the old file or the new one whole, never a part, and a failed write leaves no
+temporary file behind.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import threading
 
 from turboloader.errors import UnreadableFileError
 
-__all__ = ["MAX_FILE_BYTES", "check_size", "read_file"]
+__all__ = ["MAX_FILE_BYTES", "check_size", "read_file", "replace_file"]
 
 #: The member-size limit: no file or archive member larger than this is read whole (images,
 #: masks, boxes files, Hugging Face ``path`` rows, ``.tar.gz`` members; also by
@@ -80,3 +88,58 @@ def read_file(path, /, *, max_bytes=None) -> bytes:
         raise UnreadableFileError(f"{path!r} is over the member-size limit of {limit} bytes "
                                   f"(raise it with TURBOLOADER_MAX_FILE_BYTES)")
     return data
+
+
+def replace_file(path: str, data: bytes, /, *, tmp: str | None = None,
+                 durable: bool = False) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
+
+    A reader opening ``path`` meanwhile sees the old file or the new one whole. The
+    temporary file (``tmp``, or ``path`` with this process's and thread's ids appended, so
+    concurrent writers never share one) is removed when writing or renaming fails. Four
+    system calls, each without the GIL, and no text layer: decode threads write their
+    statistics snapshot this way. ``durable=True`` also flushes the file and then its
+    directory to the disk before returning (a manifest that must survive a power cut);
+    a file system that cannot flush a directory is accepted.
+
+    Raises:
+        OSError: the file cannot be written or renamed (e.g. its directory is gone).
+
+    Example:
+        >>> replace_file("counts.json", b'{"samples": 7}')    # doctest: +SKIP
+    """
+    if tmp is None:
+        tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if durable:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink(tmp)
+        raise
+    os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    if durable:
+        try:
+            dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

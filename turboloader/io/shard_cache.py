@@ -35,6 +35,7 @@ from collections.abc import Iterable
 
 from turboloader.errors import RemoteShardError
 from turboloader.io.fetch import fetch_pool
+from turboloader.io.files import replace_file
 from turboloader.io.remote import is_remote, redact, url_path
 from turboloader.io.sizes import parse_size
 
@@ -140,10 +141,7 @@ class ShardCache:
             counts = {}
         for k, v in inc.items():
             counts[k] = counts.get(k, 0) + v
-        tmp = f"{f}.{os.getpid()}.{threading.get_ident()}"
-        with open(tmp, "w") as fh:
-            json.dump(counts, fh)
-        os.replace(tmp, f)
+        replace_file(f, json.dumps(counts).encode("utf-8"))
 
     def _reserve(self, nbytes, keep):
         """Evict least-recently-used shards until ``nbytes`` more fit (dir lock held)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from turboloader.errors import ManifestError
+from turboloader.io.files import replace_file
 from turboloader.tools.sources import _IMAGE_EXT, _TarSource, detect_format
 
 __all__ = ["MANIFEST", "check_manifest", "find_manifest"]
@@ -33,12 +34,7 @@ def _write_json_atomic(path, obj):
     sees the old file or the whole new one, never a partial one."""
     import json
 
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(obj, indent=1).encode("utf-8"), durable=True)
 
 
 def _manifest(layout, entries, *, classes, complete, shuffle_seed):
