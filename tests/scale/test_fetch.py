@@ -757,16 +757,16 @@ def _thp_always():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not _populate_offered(),
-                    reason="needs madvise(MADV_POPULATE_WRITE) (Linux 5.14 or later) and mincore(), "
-                           "which reports anonymous memory on Linux only")
+                    reason="needs madvise(MADV_POPULATE_WRITE) (Linux 5.14 or later) and "
+                           "mincore(), which reports anonymous memory on Linux only")
 def test_a_fresh_part_buffer_is_faulted_in_at_once_before_its_socket_reads(slow, monkeypatch):
     """A ranged part's fresh buffer is faulted in over the part's bytes with one call before
     the first socket read writes into it (instead of a page fault per 4 KiB as the reads
     write), and over those bytes only (a shorter last part does not fault its buffer's
     tail); the bytes read are exact."""
     if _thp_always():
-        pytest.skip("this kernel backs all anonymous memory with 2 MiB huge pages (THP 'always'), "
-                    "so residency cannot show which pages a part faulted in")
+        pytest.skip("this kernel backs all anonymous memory with 2 MiB huge pages (THP "
+                    "'always'), so residency cannot show which pages a part faulted in")
     part = 8 * READ
     size = 2 * part + 3 * READ - 100  # parts: part 0 (its answer gives the size), part, 3 reads
     data = blob(size, 9)
