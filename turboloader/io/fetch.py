@@ -54,6 +54,7 @@ Configuration (environment, read when the pool is created): ``TURBOLOADER_FETCH_
 
 from __future__ import annotations
 
+import errno
 import io
 import math
 import mmap
@@ -109,8 +110,11 @@ def _populate(buf, length):
     start = ready - ready % _PAGE
     try:
         buf.madvise(_POPULATE_WRITE, start, min(len(buf), length) - start)
-    except (OSError, ValueError):  # EINVAL: not offered here; the writes fault them in
-        _POPULATE_WRITE = None
+    except OSError as exc:  # the writes fault the pages in
+        if exc.errno == errno.EINVAL:  # not offered by this kernel: not asked again
+            _POPULATE_WRITE = None
+        return  # (ENOMEM, EINTR: this time only)
+    except ValueError:  # a range mmap refuses: the writes fault the pages in
         return
     buf.ready = length
 
