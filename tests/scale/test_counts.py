@@ -3,6 +3,7 @@ wids index, ``convert``'s manifest), the node-local count cache, parallel counti
 
 import json
 import os
+import time
 
 import pytest
 
@@ -96,6 +97,40 @@ def test_counts_cached_by_etag_and_counted_in_parallel(store, tmp_path, monkeypa
         proxy.log.clear()
         assert TarDataset(urls, size_of).shard_sizes == [3] * 4 + [5] + [3] * 7
         assert len(_shard_bodies(store, proxy.log, "cc-00")) == 1
+
+
+class _Timed(list):
+    """A request log that also keeps when each request arrived (``times``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.times = []
+
+    def append(self, item):
+        self.times.append(time.monotonic())
+        super().append(item)
+
+
+@pytest.mark.parametrize("store", ["s3"], indirect=True)
+def test_cached_counts_are_checked_while_the_index_is_looked_for(store, tmp_path, monkeypatch):
+    """A construction whose shards are in the node-local count cache sends their metadata
+    requests at once with the index lookups, not after the lookups' answers: one round
+    trip to the store before the counts are known, not two. The counts are the cached
+    ones, no shard is read."""
+    monkeypatch.setenv("TURBOLOADER_CACHE", str(tmp_path / "cache"))
+    urls = _publish(store, tmp_path, "ov", sizes=[3] * 6)
+    assert TarDataset(urls, size_of).shard_sizes == [3] * 6  # counted, and cached
+    latency = 1.0
+    with FaultProxy(store.upstream_port, latency=latency) as proxy:
+        store.route(monkeypatch, proxy.port)
+        proxy.log = log = _Timed()
+        assert TarDataset(urls, size_of).shard_sizes == [3] * 6
+    assert not _shard_bodies(store, log, "ov-000")
+    heads = [t for (m, _, _), t in zip(log, log.times) if m == "HEAD"]
+    lookups = [t for (m, p, _), t in zip(log, log.times) if m == "GET" and ".json" in p]
+    assert len(heads) == 6 and lookups, log
+    # every HEAD reached the store before the first index lookup could have been answered
+    assert max(heads) < min(lookups) + latency, (heads, lookups)
 
 
 def test_cold_count_takes_the_etag_from_its_own_read(http_root, tmp_path, monkeypatch):

@@ -733,3 +733,87 @@ def test_later_passes_reuse_every_buffer_when_the_bytes_fit(slow):
     assert len(fresh) <= 1, fresh
     assert pool._spare_bytes + pool._reserved <= pool.buffer_bytes
     assert pool._reserved == pool._unheld == 0  # every part released, none left counted
+
+
+def _populate_offered():
+    import mmap
+
+    m = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE)
+    try:
+        m.madvise(23, 0, 4096)  # MADV_POPULATE_WRITE (Linux 5.14)
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False
+    finally:
+        m.close()
+
+
+def _thp_always():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as fh:
+            return "[always]" in fh.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _populate_offered(),
+                    reason="needs madvise(MADV_POPULATE_WRITE) (Linux 5.14 or later) and "
+                           "mincore(), which reports anonymous memory on Linux only")
+def test_a_fresh_part_buffer_is_faulted_in_at_once_before_its_socket_reads(slow, monkeypatch):
+    """A ranged part's fresh buffer is faulted in over the part's bytes with one call before
+    the first socket read writes into it (instead of a page fault per 4 KiB as the reads
+    write), and over those bytes only (a shorter last part does not fault its buffer's
+    tail); the bytes read are exact."""
+    if _thp_always():
+        pytest.skip("this kernel backs all anonymous memory with 2 MiB huge pages (THP "
+                    "'always'), so residency cannot show which pages a part faulted in")
+    part = 8 * READ
+    size = 2 * part + 3 * READ - 100  # parts: part 0 (its answer gives the size), part, 3 reads
+    data = blob(size, 9)
+    (url,) = publish(slow, {"p.bin": data}).values()
+    pool = FetchPool(part_bytes=part, buffer_bytes=64 * part, max_connections=4)
+    orig, bufs = pool._part_buffer, {}
+
+    def spy(p, n):
+        spare = {id(b) for b in pool._spare}
+        orig(p, n)
+        bufs[p.start] = (p.buf, n, id(p.buf) in spare)
+
+    seen = []
+
+    class Reader(fetch._RetryingReader):
+        checked = False
+
+        def readinto(self, b):
+            if not self.checked and self.pos in bufs:  # a part's first socket read
+                self.checked = True
+                buf, n, reused = bufs[self.pos]
+                if not reused:
+                    seen.append((self.pos, n, _resident_bytes(buf)))
+            return super().readinto(b)
+
+    pool._part_buffer = spy
+    monkeypatch.setattr(fetch, "_RetryingReader", Reader)
+    pool.plan("p", [url])
+    with pool.open(url) as f:
+        assert f.read() == data
+    pool.forget("p")
+    ranged = [(start, n, resident) for start, n, resident in seen if start]
+    assert ranged, "no ranged part read into a fresh buffer"
+    for start, n, resident in ranged:
+        assert n <= resident <= n + 4096, (start, n, resident)  # before any byte came
+
+
+def test_a_kernel_without_populate_leaves_the_writes_to_fault_pages_in(slow, monkeypatch):
+    """Where the kernel refuses the populate call (before Linux 5.14: EINVAL), parts are
+    read exactly as before and the pool stops asking."""
+    monkeypatch.setattr(fetch, "_POPULATE_WRITE", 0x7FFF)  # no such advice: EINVAL
+    part = 8 * READ
+    data = blob(3 * part + 5, 10)
+    (url,) = publish(slow, {"q.bin": data}).values()
+    pool = FetchPool(part_bytes=part, buffer_bytes=64 * part, max_connections=4)
+    pool.plan("q", [url])
+    with pool.open(url) as f:
+        assert f.read() == data
+    pool.forget("q")
+    assert fetch._POPULATE_WRITE is None

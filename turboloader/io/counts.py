@@ -205,39 +205,30 @@ def count_shards(urls: Iterable[str], count: Callable[[str], int], /, *, strict:
     urls = list(urls)
     results = {}
     remote = [u for u in urls if is_remote(u)]
-    if remote and use_index:
-        results.update(_find_indexes(remote))
-    todo = [u for u in dict.fromkeys(remote) if u not in results]
     cache = _CountCache(count_cache_dir()) if use_cache else None
+    # the metadata requests of the shards counted before are sent at once, while the index
+    # candidates are being asked for: one round trip to the store at construction, not
+    # two (a shard an index lists after all has had one request for nothing)
+    early = {}
+    stats = None
+    if cache is not None:
+        cached = [u for u in dict.fromkeys(remote) if cache.has(u)]
+        if cached:
+            stats = concurrent.futures.ThreadPoolExecutor(_workers(len(cached), workers))
+            early = {u: stats.submit(stat, u) for u in cached}
+    try:
+        if remote and use_index:
+            results.update(_find_indexes(remote))
+        todo = [u for u in dict.fromkeys(remote) if u not in results]
+        if todo:
+            def one(u):
+                return _count_one(u, count, cache, strict, early.get(u))
 
-    def one(u):
-        try:
-            if cache is not None and cache.has(u):  # counted before: is it the same object?
-                st = stat(u)
-                if st.etag:
-                    n = cache.get(u, st, strict)
-                    if n is not None:
-                        return u, n
-            seen_stat(u, forget=True)
-            n = count(u)
-            if cache is not None:
-                # the size and tag of what was counted: from the responses of the read
-                # itself; a read whose responses carried no tag (or a shard already in a
-                # ShardCache: nothing read) asks the store, and the count is kept only if
-                # the size is the one read
-                st = seen_stat(u)
-                if st is None or not st.etag:
-                    now = stat(u)
-                    st = now if st is None or now.size == st.size else None
-                if st is not None and st.etag:
-                    cache.put(u, st, strict, n)
-            return u, n
-        except Exception as exc:  # handed to the caller, in the shard's place
-            return u, exc
-
-    if todo:
-        with concurrent.futures.ThreadPoolExecutor(_workers(len(todo), workers)) as pool:
-            results.update(pool.map(one, todo))
+            with concurrent.futures.ThreadPoolExecutor(_workers(len(todo), workers)) as pool:
+                results.update(pool.map(one, todo))
+    finally:
+        if stats is not None:
+            stats.shutdown(wait=True, cancel_futures=True)
     out = []
     for u in urls:
         if u in results:
@@ -248,6 +239,35 @@ def count_shards(urls: Iterable[str], count: Callable[[str], int], /, *, strict:
         except Exception as exc:
             out.append(exc)
     return out
+
+
+def _count_one(u, count, cache, strict, early):
+    """(``u``, its count or the exception counting it raised): from the count cache where
+    the object is the one counted (``early``: its ``stat`` already asked for), else
+    counted by reading it (and cached)."""
+    try:
+        if cache is not None and (early is not None or cache.has(u)):
+            st = early.result() if early is not None else stat(u)  # the same object?
+            if st.etag:
+                n = cache.get(u, st, strict)
+                if n is not None:
+                    return u, n
+        seen_stat(u, forget=True)
+        n = count(u)
+        if cache is not None:
+            # the size and tag of what was counted: from the responses of the read
+            # itself; a read whose responses carried no tag (or a shard already in a
+            # ShardCache: nothing read) asks the store, and the count is kept only if
+            # the size is the one read
+            st = seen_stat(u)
+            if st is None or not st.etag:
+                now = stat(u)
+                st = now if st is None or now.size == st.size else None
+            if st is not None and st.etag:
+                cache.put(u, st, strict, n)
+        return u, n
+    except Exception as exc:  # handed to the caller, in the shard's place
+        return u, exc
 
 
 def _find_indexes(urls):
