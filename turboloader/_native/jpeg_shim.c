@@ -276,18 +276,21 @@ static int tl_crop_is_exact(j_decompress_ptr cinfo)
 
 /* Output columns to add either side of a column window before jpeg_crop_scanline rounds it
  * out to whole iMCUs, so that every requested column sees the neighbours a full decode's
- * upsampler gives it. A component whose samples each cover r output columns (r = 2: fancy
- * h2v1/h2v2 upsampling) interpolates output column x from its own sample i = x / r and
- * sample i - 1 or i + 1; at the window's first and last sample jpeg_crop_scanline's upsampler
- * replicates the edge sample instead. A window starting at or before x - r (a multiple of r:
- * iMCUs are) holds sample i - 1 of every requested x and does not start at it; one ending at
- * or after x + w + 2r - 1 holds sample i + 1 of the last and does not end at it. So 2r
- * columns each side, the largest r of the components (r = 1, not upsampled: none needed;
- * r > 2 is replication, no neighbour, covered alike). Not an integer r (libjpeg refuses such
- * files): one whole iMCU, as before. At 8/8 on a 4:2:0 file this is 4 columns instead of 16,
- * which jpeg_crop_scanline's rounding to 16 turns into one iMCU fewer each side in most
- * windows: IDCT, upsampling and colour conversion skip those columns (their Huffman decoding
- * is needed anyway). */
+ * upsampler gives it. Fancy upsampling (a component whose samples each cover r = 2 output
+ * columns) makes output column x from its sample i = x / 2 and, for even x, sample i - 1,
+ * for odd x sample i + 1; at the window's first and last sample jpeg_crop_scanline's
+ * upsampler replicates the edge sample instead of reading its outer neighbour. Window edges
+ * are iMCU boundaries, multiples of r. Widened by one column, a window starts at or before
+ * x - 1, so (even) at or before x - 2 for an even x: it holds sample i - 1 and its first
+ * sample is not i; it ends at or after x + w + 1, so (even) at or after x + w + 2 when the
+ * last column x + w - 1 is odd: it holds sample i + 1 and its last sample is not i. Hence
+ * r / 2 columns for the largest r of the components (r = 1: none; r > 2 is libjpeg's
+ * replicating upsampler, which reads no neighbour, so r / 2 is more than it needs). Not an
+ * integer r (libjpeg refuses such files): one whole iMCU, as before. Margin 0 fails
+ * tests/native/test_jpeg.py's window tests. At 8/8 on a 4:2:0 file this is 1 column instead
+ * of 16, which jpeg_crop_scanline's rounding to 16 makes one iMCU fewer each side in most
+ * windows: no IDCT, upsampling or colour conversion for those columns (their Huffman
+ * decoding is needed anyway). */
 static JDIMENSION tl_crop_margin(j_decompress_ptr cinfo)
 {
     JDIMENSION align = (JDIMENSION)TL_MIN_DCT_H(cinfo) * (JDIMENSION)cinfo->max_h_samp_factor;
@@ -299,8 +302,8 @@ static JDIMENSION tl_crop_margin(j_decompress_ptr cinfo)
         JDIMENSION in = (JDIMENSION)comp->h_samp_factor * (JDIMENSION)TL_DCT_H(comp);
         if (in == 0 || out % in != 0)
             return align;
-        if (2 * (out / in) > margin && out / in > 1)
-            margin = 2 * (out / in);
+        if (out / in / 2 > margin)
+            margin = out / in / 2;
     }
     return margin < align ? margin : align;
 }
