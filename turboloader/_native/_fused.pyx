@@ -56,6 +56,11 @@ HUE = 3
 cdef enum:
     MAX_OPS = 8
     ALIGN = 64
+    # libjpeg-turbo's SIMD colour conversion writes an output row with non-temporal stores
+    # (to memory, out of the cache) when the row starts on a 16-byte (SSE2) or 32-byte (AVX2)
+    # boundary; the resampler then reads the window back from memory. Rows 8 bytes past a
+    # 32-byte boundary take its ordinary stores and stay in the cache for the resampler.
+    WINDOW_SKEW = 8
 
 # A thread's scratch buffer larger than this is freed after its batch: one huge image must
 # not hold its memory for the runner's lifetime (ordinary photos stay far below it).
@@ -135,9 +140,15 @@ cdef inline bint _identity(const _Sample* s, const _Common* c) noexcept nogil:
             and s.bx1 == s.ww and s.by1 == s.wh)
 
 
+cdef inline size_t _window_stride(const _Sample* s) noexcept nogil:
+    # JPEG window rows are TL_WIDE_MARGIN pixels wider (libjpeg decodes straight into them),
+    # rounded up to whole 32-byte blocks so that every row starts WINDOW_SKEW bytes past one.
+    return ((<size_t>s.ww + TL_WIDE_MARGIN) * 3 + 31) & ~(<size_t>31)
+
+
 cdef inline size_t _window_bytes(const _Sample* s) noexcept nogil:
-    # JPEG window rows are TL_WIDE_MARGIN pixels wider: libjpeg decodes straight into them
-    return (<size_t>s.ww + TL_WIDE_MARGIN) * s.wh * 3
+    # the buffer's bytes: the rows from WINDOW_SKEW on (the buffer is ALIGN-aligned)
+    return _window_stride(s) * s.wh + WINDOW_SKEW
 
 
 cdef void _needs(const _Sample* s, const _Common* c, size_t* window, size_t* resized,
@@ -209,12 +220,13 @@ cdef void _sample(_Sample* s, const _Common* c, _Scratch* sc) noexcept nogil:
         if s.kstatus != IMGPROC_OK:
             return
     if s.arr == NULL:
-        wstride = (<Py_ssize_t>s.ww + TL_WIDE_MARGIN) * 3
+        wstride = <Py_ssize_t>_window_stride(s)
         # a file with restart markers: only the intervals under the window are decoded
         s.status = tl_jpeg_decode_wide_rst(s.src, s.size, s.scale_num,
                                            0 if s.full else s.wx, 0 if s.full else s.wy,
                                            0 if s.full else s.ww, 0 if s.full else s.wh,
-                                           sc.window, wstride, _window_bytes(s), c.flags,
+                                           sc.window + WINDOW_SKEW, wstride,
+                                           _window_bytes(s) - WINDOW_SKEW, c.flags,
                                            c.max_pixels, s.errmsg, &s.n_warnings, s.warnmsg,
                                            &col, sc.stream, sc.stream_cap, NULL)
         if s.status != TL_OK:
@@ -222,7 +234,7 @@ cdef void _sample(_Sample* s, const _Common* c, _Scratch* sc) noexcept nogil:
         if col < 0 or col > TL_WIDE_MARGIN:
             s.kstatus = IMGPROC_EBOUNDS
             return
-        wpix = sc.window + <Py_ssize_t>col * 3
+        wpix = sc.window + WINDOW_SKEW + <Py_ssize_t>col * 3
     else:
         wpix, wstride = s.arr + s.wy * s.arr_stride + <Py_ssize_t>s.wx * 3, s.arr_stride
     pixels, stride = wpix, wstride

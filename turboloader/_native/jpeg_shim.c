@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
@@ -273,6 +274,60 @@ static int tl_crop_is_exact(j_decompress_ptr cinfo)
     return 1;
 }
 
+/* Output columns to add either side of a column window before jpeg_crop_scanline rounds it
+ * out to whole iMCUs, so that every requested column sees the neighbours a full decode's
+ * upsampler gives it. Fancy upsampling (a component whose samples each cover r = 2 output
+ * columns) makes output column x from its sample i = x / 2 and, for even x, sample i - 1,
+ * for odd x sample i + 1; at the window's first and last sample jpeg_crop_scanline's
+ * upsampler replicates the edge sample instead of reading its outer neighbour. Window edges
+ * are iMCU boundaries, multiples of r. Widened by one column, a window starts at or before
+ * x - 1, so (even) at or before x - 2 for an even x: it holds sample i - 1 and its first
+ * sample is not i; it ends at or after x + w + 1, so (even) at or after x + w + 2 when the
+ * last column x + w - 1 is odd: it holds sample i + 1 and its last sample is not i. Hence
+ * r / 2 columns for the largest r of the components (r = 1: none; r > 2 is libjpeg's
+ * replicating upsampler, which reads no neighbour, so r / 2 is more than it needs). Not an
+ * integer r (libjpeg refuses such files): one whole iMCU, as before. Margin 0 fails
+ * tests/native/test_jpeg.py's window tests. At 8/8 on a 4:2:0 file this is 1 column instead
+ * of 16, which jpeg_crop_scanline's rounding to 16 makes one iMCU fewer each side in most
+ * windows: no IDCT, upsampling or colour conversion for those columns (their Huffman
+ * decoding is needed anyway). */
+static JDIMENSION tl_crop_margin(j_decompress_ptr cinfo)
+{
+    JDIMENSION align = (JDIMENSION)TL_MIN_DCT_H(cinfo) * (JDIMENSION)cinfo->max_h_samp_factor;
+    JDIMENSION margin = 0;
+    int ci;
+    for (ci = 0; ci < cinfo->num_components; ci++) {
+        jpeg_component_info *comp = &cinfo->comp_info[ci];
+        JDIMENSION out = (JDIMENSION)cinfo->max_h_samp_factor * (JDIMENSION)TL_MIN_DCT_H(cinfo);
+        JDIMENSION in = (JDIMENSION)comp->h_samp_factor * (JDIMENSION)TL_DCT_H(comp);
+        if (in == 0 || out % in != 0)
+            return align;
+        if (out / in / 2 > margin)
+            margin = out / in / 2;
+    }
+    return margin < align ? margin : align;
+}
+
+/* n rows of `width` samples for libjpeg to write and tl_decode_body to copy from, each
+ * starting 8 bytes past a 32-byte boundary (in JPOOL_IMAGE, freed with the decompressor).
+ * libjpeg-turbo's SIMD colour conversion writes a row that starts on a 16-byte (SSE2) or
+ * 32-byte (AVX2) boundary with non-temporal stores, out of the cache, and alloc_sarray's rows
+ * all do: the copy right after then read every row back from memory (a column window of a
+ * 500 x 375 photograph decoded ~1.2x slower than the whole image, most of it in memcpy). */
+static JSAMPARRAY tl_cached_rows(j_decompress_ptr cinfo, JDIMENSION width, JDIMENSION n)
+{
+    size_t stride = ((size_t)width + 31) & ~(size_t)31;
+    JSAMPARRAY rows = (JSAMPARRAY)(*cinfo->mem->alloc_small)((j_common_ptr)cinfo, JPOOL_IMAGE,
+                                                             (size_t)n * sizeof(JSAMPROW));
+    unsigned char *base = (unsigned char *)(*cinfo->mem->alloc_large)(
+        (j_common_ptr)cinfo, JPOOL_IMAGE, stride * n + 64);
+    JDIMENSION i;
+    base += (8 - ((uintptr_t)base & 31)) & 31;
+    for (i = 0; i < n; i++)
+        rows[i] = base + (size_t)i * stride;
+    return rows;
+}
+
 /* The part of tl_decode that may longjmp out; the caller owns setjmp and cleanup. */
 static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int scale_num,
                           int crop_x, int crop_y, int crop_w, int crop_h,
@@ -370,12 +425,11 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
         tl_crop_is_exact(cinfo)) {
         /* Fancy upsampling interpolates chroma from the neighbouring column, which
          * jpeg_crop_scanline cuts off at the edges of its window (replicating the edge
-         * sample instead). Widen by one iMCU either side so the requested columns see
-         * their true neighbours, then copy out only the requested columns. */
-        JDIMENSION align = (JDIMENSION)cinfo->min_DCT_scaled_size *
-                           (JDIMENSION)cinfo->max_h_samp_factor;
-        JDIMENSION x0 = x > align ? x - align : 0;
-        JDIMENSION x1 = (ow - (x + w)) > align ? x + w + align : ow;
+         * sample instead). Widen by tl_crop_margin either side so the requested columns
+         * see their true neighbours, then copy out only the requested columns. */
+        JDIMENSION margin = tl_crop_margin(cinfo);
+        JDIMENSION x0 = x > margin ? x - margin : 0;
+        JDIMENSION x1 = (ow - (x + w)) > margin ? x + w + margin : ow;
         JDIMENSION cw = x1 - x0;
         jpeg_crop_scanline(cinfo, &x0, &cw);
         if (x0 > x || x0 + cinfo->output_width < x + w) {
@@ -413,8 +467,7 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
     } else {
         /* Freed by jpeg_destroy_decompress on every path (JPOOL_IMAGE). */
         JDIMENSION nb = cinfo->rec_outbuf_height > 0 ? (JDIMENSION)cinfo->rec_outbuf_height : 1;
-        JSAMPARRAY tmp = (*cinfo->mem->alloc_sarray)((j_common_ptr)cinfo, JPOOL_IMAGE,
-                                                     dec_w * (JDIMENSION)comps, nb);
+        JSAMPARRAY tmp = tl_cached_rows(cinfo, dec_w * (JDIMENSION)comps, nb);
         while (row < h) {
             JDIMENSION n = h - row < nb ? h - row : nb, i, got;
             got = jpeg_read_scanlines(cinfo, tmp, n);
