@@ -104,3 +104,30 @@ def resized_crop(const uint64_t[::1] keys not None, uint64_t[::1] counter not No
                 wi = <int64_t>rint(<double>H * ratio_max)
             out[i, 0], out[i, 1] = (H - hi) // 2, (W - wi) // 2
             out[i, 2], out[i, 3] = hi, wi
+
+
+def words(const uint64_t[::1] keys not None, uint64_t[::1] counter not None, mask,
+          uint64_t[::1] out not None, /):
+    """The next 64-bit word of every row's generator (``KeyDraws.next``): ``out[i]`` is
+    draw ``counter[i]`` of ``keys[i]``; the counters of the rows in ``mask`` (a ``uint8
+    (n,)`` array, or None: every row) advance by one, the others stay.
+
+    Raises:
+        ValueError: mismatched lengths.
+    """
+    cdef Py_ssize_t n = keys.shape[0], i
+    cdef const uint8_t[::1] m
+    cdef bint every = mask is None
+    cdef uint64_t c
+    if counter.shape[0] != n or out.shape[0] != n:
+        raise ValueError("keys, counter and out must have one row per sample")
+    if not every:
+        m = mask
+        if m.shape[0] != n:
+            raise ValueError("mask must have one row per sample")
+    with nogil:
+        for i in range(n):
+            c = counter[i]
+            out[i] = _word(keys[i], &c)
+            if every or m[i]:
+                counter[i] = c
