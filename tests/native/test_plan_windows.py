@@ -145,6 +145,16 @@ def test_plain_buffers():
     assert not _fused.plain_buffers([memoryview(b)[::2]])             # not contiguous
     assert not _fused.plain_buffers([memoryview(np.zeros((2, 3), np.uint8))])   # 2-D
     assert not _fused.plain_buffers([b"ab", None])
+    # each view as the Python test of _classify reads it (ndim, format, c_contiguous)
+    raw = np.arange(20, dtype=np.uint8)
+    views = [memoryview(raw), memoryview(raw)[::2], memoryview(raw)[::5][:1],
+             memoryview(raw)[3:3], memoryview(raw).cast("c"), memoryview(raw).cast("B"),
+             memoryview(raw)[::-1], memoryview(raw[:8].view("<u1")),
+             memoryview(raw[:8].view(np.uint16)), memoryview(raw.reshape(4, 5)[:, 1]),
+             memoryview(raw.reshape(4, 5))]
+    for v in views:
+        assert _fused.plain_buffers([v]) == (v.ndim == 1 and v.format == "B"
+                                             and v.c_contiguous), (v.format, v.strides)
     # what _classify then gives: the same as its per-row loop
     kind, srcs, shapes, any_array = executor._classify([b"ab", memoryview(b)])
     assert kind.tolist() == [0, 0] and not any_array and srcs[1].obj is b

@@ -20,10 +20,11 @@ the caller's slot. Its working memory (window, resized image, resample tables) i
 cimport cython
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_SIMPLE, PyBUF_STRIDES, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_GET_BUFFER
 from libc.math cimport ceil, floor
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy, memset, strcmp
 from posix.stdlib cimport posix_memalign
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.types cimport pid_t
@@ -879,13 +880,18 @@ def plain_buffers(list sources not None, /):
     nothing to convert: a chunk's gathered images are such views)."""
     cdef Py_ssize_t i, n = len(sources)
     cdef object src
+    cdef Py_buffer* view
     for i in range(n):
         src = sources[i]
         if PyBytes_CheckExact(src):
             continue
-        if type(src) is not memoryview:
+        if not PyMemoryView_Check(src):
             return False
-        if not (src.ndim == 1 and src.format == "B" and src.c_contiguous):
+        view = PyMemoryView_GET_BUFFER(src)   # as .ndim, .format, .c_contiguous read it
+        if view.ndim != 1 or not (view.format == NULL or strcmp(view.format, b"B") == 0):
+            return False
+        if not (view.shape[0] <= 1 or view.strides == NULL
+                or view.strides[0] == view.itemsize):
             return False
     return True
 
