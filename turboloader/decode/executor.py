@@ -405,7 +405,8 @@ def _plan_windows(box, clip, out, hw, kind, array_hw, filt, dct_scaling):
         clip = np.ascontiguousarray(clip, bool).view(np.uint8)
     _fused.plan_windows(np.ascontiguousarray(box, np.float64), clip,
                         np.ascontiguousarray(out, np.int64), np.ascontiguousarray(hw, np.int64),
-                        kind, np.ascontiguousarray(array_hw, np.int64), w.k, w.dims, w.window,
+                        np.ascontiguousarray(kind, np.uint8),
+                        np.ascontiguousarray(array_hw, np.int64), w.k, w.dims, w.window,
                         w.inner, w.full, good, support=SUPPORT.get(filt, 2.0),
                         dct_scaling=bool(dct_scaling))
     w.good = good.view(bool)

@@ -62,7 +62,7 @@ class KeyDraws:
         self.keys = np.ascontiguousarray(keys, np.uint64)
         self.n = len(self.keys)
         self.ctr = (np.zeros(self.n, np.uint64) if counter is None
-                    else np.array(counter).astype(np.uint64))
+                    else np.asarray(counter).astype(np.uint64))
 
     def next(self, mask=None):
         """The next 64-bit draw of every row (rows outside ``mask`` do not advance): the
