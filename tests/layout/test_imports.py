@@ -177,7 +177,7 @@ def test_a_sample_walks_down_the_floors(tmp_path, batched):
     assert n == 11
     # the walk was watched all the way down (a test that sees nothing cannot fail)
     assert {"turboloader.data.tar_dataset", "turboloader.data.reader",
-            "turboloader.transforms._draws", "turboloader.decode._window"} <= seen, seen
+            "turboloader.transforms._draws", "turboloader.decode.executor"} <= seen, seen
     new = up - PROTOCOL_HOOKS
     assert not new, "calls up the floors:\n" + "\n".join(sorted(new))
 

@@ -69,6 +69,12 @@ def test_sample_keys_is_sample_key_vectorized():
     assert sample_keys(5, np.array([4, 4]), [1, 2]).tolist() == sample_keys(5, 4, [1, 2]).tolist()
     with pytest.raises(TypeError):
         sample_keys(0, 0, [1.5])
+    # a list of ints (a chunk's slots) is mixed by one native loop; other entries (NumPy
+    # integers, bools) take the general path: the same keys either way
+    many = list(range(-300, 300, 3)) + [2 ** 64 - 5, 2 ** 63 - 1, 2 ** 63]
+    assert [int(k) for k in sample_keys(9, 4, many)] == [sample_key(9, 4, i) for i in many]
+    assert sample_keys(9, 4, [np.int64(5), 6, True]).tolist() == \
+        [sample_key(9, 4, 5), sample_key(9, 4, 6), sample_key(9, 4, 1)]
 
 
 def test_draws_is_the_counter_stream_vectorized():

@@ -11,6 +11,7 @@ round-half-even ``rint``, every operation in double without contraction into an 
 (``-ffp-contract=off``), so every row equals the NumPy form's bit for bit
 (``tests/transforms/test_draws.py``).
 """
+from cpython.long cimport PyLong_AsUnsignedLongLongMask, PyLong_CheckExact
 from libc.math cimport exp, rint, sqrt
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 
@@ -104,3 +105,58 @@ def resized_crop(const uint64_t[::1] keys not None, uint64_t[::1] counter not No
                 wi = <int64_t>rint(<double>H * ratio_max)
             out[i, 0], out[i, 1] = (H - hi) // 2, (W - wi) // 2
             out[i, 2], out[i, 3] = hi, wi
+
+
+def words(const uint64_t[::1] keys not None, uint64_t[::1] counter not None, mask,
+          uint64_t[::1] out not None, /):
+    """The next 64-bit word of every row's generator (``KeyDraws.next``): ``out[i]`` is
+    draw ``counter[i]`` of ``keys[i]``; the counters of the rows in ``mask`` (a ``uint8
+    (n,)`` array, or None: every row) advance by one, the others stay.
+
+    Raises:
+        ValueError: mismatched lengths.
+    """
+    cdef Py_ssize_t n = keys.shape[0], i
+    cdef const uint8_t[::1] m
+    cdef bint every = mask is None
+    cdef uint64_t c
+    if counter.shape[0] != n or out.shape[0] != n:
+        raise ValueError("keys, counter and out must have one row per sample")
+    if not every:
+        m = mask
+        if m.shape[0] != n:
+            raise ValueError("mask must have one row per sample")
+    with nogil:
+        for i in range(n):
+            c = counter[i]
+            out[i] = _word(keys[i], &c)
+            if every or m[i]:
+                counter[i] = c
+
+
+cdef inline uint64_t _mix64(uint64_t x) noexcept nogil:
+    # transforms._random._mix: splitmix64's step and finalizer
+    x = x + _GAMMA
+    x = (x ^ (x >> 30)) * _C1
+    x = (x ^ (x >> 27)) * _C2
+    return x ^ (x >> 31)
+
+
+def mixed_keys(list indices not None, uint64_t base, uint64_t[::1] out not None, /):
+    """``sample_keys``' last step for a list of Python ints: ``out[i] = mix(indices[i] mod
+    2**64 ^ base)``. Returns False, ``out`` not all written, when an entry is not exactly
+    an ``int`` (the caller takes the general path).
+
+    Raises:
+        ValueError: ``out`` of another length.
+    """
+    cdef Py_ssize_t n = len(indices), i
+    cdef object v
+    if out.shape[0] != n:
+        raise ValueError("out must have one entry per index")
+    for i in range(n):
+        v = indices[i]
+        if not PyLong_CheckExact(v):
+            return False
+        out[i] = _mix64(PyLong_AsUnsignedLongLongMask(v) ^ base)
+    return True

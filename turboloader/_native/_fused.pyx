@@ -13,14 +13,18 @@ the caller's slot. Its working memory (window, resized image, resample tables) i
   `BatchRunner`'s threads; each thread has its own scratch, kept (grown only) across batches.
   A bad sample is a status for its row, never an exception for the batch.
 * `read_headers`: the JPEG headers of a batch in one `with nogil:` pass.
+* `plain_buffers`, `plan_windows`: the executor's per-row loops of a batch's plan (sources
+  to classify, DCT scale, windows, argument checks).
 """
 
 cimport cython
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_SIMPLE, PyBUF_STRIDES, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_GET_BUFFER
+from libc.math cimport ceil, floor
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy, memset, strcmp
 from posix.stdlib cimport posix_memalign
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.types cimport pid_t
@@ -878,3 +882,158 @@ def read_headers(list sources not None, const uint8_t[::1] todo, /):
         free(status)
         free(msgs)
     return height, width, errors
+
+
+# -- the batch plan's loops (the executor's read_sizes / plan_slots) ------------------------
+
+def plain_buffers(list sources not None, /):
+    """Whether every source is what the native calls read as it is: ``bytes``, or a 1-D
+    C-contiguous memoryview of format ``"B"`` (the executor's ``_classify`` then has
+    nothing to convert: a chunk's gathered images are such views)."""
+    cdef Py_ssize_t i, n = len(sources)
+    cdef object src
+    cdef Py_buffer* view
+    for i in range(n):
+        src = sources[i]
+        if PyBytes_CheckExact(src):
+            continue
+        if not PyMemoryView_Check(src):
+            return False
+        view = PyMemoryView_GET_BUFFER(src)   # as .ndim, .format, .c_contiguous read it
+        if view.ndim != 1 or not (view.format == NULL or strcmp(view.format, b"B") == 0):
+            return False
+        if not (view.shape[0] <= 1 or view.strides == NULL
+                or view.strides[0] == view.itemsize):
+            return False
+    return True
+
+
+cdef inline double _fmin(double a, double b) noexcept nogil:
+    # numpy.minimum: NaN propagates
+    if a != a:
+        return a
+    if b != b:
+        return b
+    return a if a <= b else b
+
+
+cdef inline double _fmax(double a, double b) noexcept nogil:
+    # numpy.maximum: NaN propagates
+    if a != a:
+        return a
+    if b != b:
+        return b
+    return a if a >= b else b
+
+
+cdef inline int32_t _to_i32(double v) noexcept nogil:
+    # numpy's float64 -> int32 cast on x86: truncation, INT32_MIN for NaN and out of range
+    if v >= -2147483648.0 and v < 2147483648.0:
+        return <int32_t>v
+    return <int32_t>(-2147483647 - 1)
+
+
+cdef inline int64_t _floordiv(int64_t a, int64_t b) noexcept nogil:
+    cdef int64_t q = a // b
+    if (a % b != 0) and ((a < 0) != (b < 0)):
+        q -= 1
+    return q
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def plan_windows(const double[:, ::1] box not None, const uint8_t[::1] clip not None,
+                 const int64_t[:, ::1] out not None, const int64_t[:, ::1] hw not None,
+                 const uint8_t[::1] kind not None, const int64_t[:, ::1] array_hw not None,
+                 int32_t[::1] scale_num not None, int64_t[:, ::1] dims not None,
+                 int32_t[:, ::1] window not None, double[:, ::1] inner not None,
+                 uint8_t[::1] full not None, uint8_t[::1] good not None, /, *,
+                 double support, bint dct_scaling):
+    """The executor's ``_scale_and_windows`` and ``plan_slots``' argument checks for every
+    row, in one loop: the same float64 operations in the same order as the NumPy form
+    (``turboloader.decode.executor``, ``decode._window.windows``; bit for bit:
+    ``tests/native/test_plan_windows.py``), written into the caller's arrays.
+
+    Per row ``i``: ``box[i]`` the source box ``(x0, y0, x1, y1)`` in full-resolution pixels,
+    ``clip[i]`` crop-then-resize, ``out[i]`` the output (height, width), ``hw[i]`` the
+    size drawn on, ``kind[i]`` 0 a JPEG (decoded at ``k/8``), 1 an array of
+    ``array_hw[i]``. Written: ``scale_num`` (k; 8 for arrays), ``dims`` (decoded (width,
+    height)), ``window`` (``(x, y, width, height)``, int32 as NumPy casts it), ``inner``
+    (the box inside the window), ``full`` (the window is the whole decoded image, JPEG
+    rows) and ``good`` (the native run's argument checks hold). ``support``: the filter's
+    half-width at scale 1 (what a resize-then-crop window is widened by).
+
+    Raises:
+        ValueError: arrays of other lengths.
+    """
+    cdef Py_ssize_t n = box.shape[0], i, a
+    if (box.shape[1] != 4 or clip.shape[0] != n or out.shape[0] != n or out.shape[1] != 2
+            or hw.shape[0] != n or hw.shape[1] != 2 or kind.shape[0] != n
+            or array_hw.shape[0] != n or array_hw.shape[1] != 2 or scale_num.shape[0] != n
+            or dims.shape[0] != n or dims.shape[1] != 2 or window.shape[0] != n
+            or window.shape[1] != 4 or inner.shape[0] != n or inner.shape[1] != 4
+            or full.shape[0] != n or good.shape[0] != n):
+        raise ValueError("plan_windows needs one row per sample in every array")
+    cdef int64_t k, kk
+    cdef int64_t d[2]
+    cdef int64_t o[2]
+    cdef double f[2]
+    cdef double lo[2]
+    cdef double hi[2]
+    cdef double ilo[2]
+    cdef double ihi[2]
+    cdef double size[2]
+    cdef double m, bw, bh
+    cdef bint ok, whole
+    with nogil:
+        for i in range(n):
+            if kind[i] == 0:
+                k = 8
+                if dct_scaling:   # sizes.window_scale_num: the smallest of 1, 2, 4 that fits
+                    bw = box[i, 2] - box[i, 0]
+                    bh = box[i, 3] - box[i, 1]
+                    kk = 1
+                    while kk <= 4:
+                        if (bw * <double>kk >= <double>(out[i, 1] * 8)
+                                and bh * <double>kk >= <double>(out[i, 0] * 8)):
+                            k = kk
+                            break
+                        kk *= 2
+                d[0] = _floordiv(hw[i, 1] * k + 7, 8)   # sizes.scaled_dims, (w, h)
+                d[1] = _floordiv(hw[i, 0] * k + 7, 8)
+                f[0] = f[1] = <double>k / 8.0
+            else:
+                k = 8
+                d[0], d[1] = array_hw[i, 1], array_hw[i, 0]
+                f[0] = <double>d[0] / <double>hw[i, 1]
+                f[1] = <double>d[1] / <double>hw[i, 0]
+            o[0], o[1] = out[i, 1], out[i, 0]
+            scale_num[i] = <int32_t>k
+            dims[i, 0], dims[i, 1] = d[0], d[1]
+            for a in range(2):   # _window.windows, axis x then y
+                lo[a] = box[i, a] * f[a]
+                hi[a] = _fmin(box[i, 2 + a] * f[a], <double>d[a])
+                if clip[i]:
+                    ilo[a] = floor(lo[a])
+                    ihi[a] = _fmin(ceil(hi[a]), <double>d[a])
+                else:
+                    m = support * _fmax((hi[a] - lo[a]) / <double>o[a], 1.0) + 2
+                    ilo[a] = _fmax(0.0, floor(lo[a] - m))
+                    ihi[a] = _fmin(<double>d[a], ceil(hi[a] + m))
+                size[a] = ihi[a] - ilo[a]
+                window[i, a] = _to_i32(ilo[a])
+                window[i, 2 + a] = _to_i32(size[a])
+                inner[i, a] = lo[a] - ilo[a]
+                inner[i, 2 + a] = _fmin(hi[a] - ilo[a], size[a])
+            ok = 1
+            whole = 1
+            for a in range(2):   # plan_slots' checks of the native run's arguments
+                if not (size[a] > 0 and ilo[a] >= 0 and inner[i, a] >= 0
+                        and inner[i, a] < inner[i, 2 + a] and inner[i, 2 + a] <= size[a]):
+                    ok = 0
+                if kind[i] != 0 and not (ilo[a] + size[a] <= <double>d[a]):
+                    ok = 0
+                if not (size[a] == <double>d[a]):
+                    whole = 0
+            good[i] = ok
+            full[i] = whole and kind[i] == 0

@@ -47,7 +47,7 @@ import numpy as np
 
 from turboloader._native import _fused, _jpeg
 from turboloader._native._fused import MAX_COLOUR_OPS, BatchRunner
-from turboloader.decode._window import windows
+from turboloader.decode._window import SUPPORT, windows
 from turboloader.decode.jpeg import DEFAULT_MAX_PIXELS, _as_buffer, _flags, _open, _warn
 from turboloader.decode.sizes import (over_pixel_limit, pixel_limit, pixels_error, scaled_dims,
                                       window_scale_num)
@@ -238,6 +238,8 @@ def _classify(sources):
     srcs = list(sources)
     shapes = np.zeros((n, 2), np.int64)
     any_array = False
+    if _fused.plain_buffers(srcs):   # bytes and byte views only (a gathered chunk): as they are
+        return kind, srcs, shapes, any_array
     for i, src in enumerate(srcs):
         t = type(src)
         if t is bytes or (t is memoryview and src.ndim == 1 and src.format == "B"
@@ -359,7 +361,7 @@ def read_sizes(sources, /, *, source_sizes=None, max_pixels=DEFAULT_MAX_PIXELS):
 def _scale_and_windows(box, clip, out, hw, is_jpeg, array_hw, filt, dct_scaling):
     """The DCT scale and the decode window of every row, one definition for a batch and for
     one sample: ``(k, dims (w, h), window, inner)``. ``is_jpeg``: ``bool (n,)`` or None (all
-    JPEG)."""
+    JPEG). The NumPy form (``_plan_windows`` runs the same operations row by row in C)."""
     n = len(box)
     if dct_scaling:   # the smallest fast scale at which the source box stays >= out
         k = window_scale_num(box[:, 2:] - box[:, :2], out[:, ::-1])
@@ -376,6 +378,41 @@ def _scale_and_windows(box, clip, out, hw, is_jpeg, array_hw, filt, dct_scaling)
     return k, dims, window, inner
 
 
+class _Windows:
+    # what _plan_windows writes, one row per sample
+    __slots__ = ("k", "dims", "window", "inner", "full", "good")
+
+
+def _plan_windows(box, clip, out, hw, kind, array_hw, filt, dct_scaling):
+    """:func:`_scale_and_windows` and :func:`plan_slots`' argument checks of every row in
+    one native loop (``_fused.plan_windows``: the same float64 operations in the same order,
+    bit for bit, ``tests/native/test_plan_windows.py``): a :class:`_Windows` with ``k``
+    (int32), ``dims`` (decoded (w, h)), ``window`` (int32 ``(x, y, w, h)``), ``inner``,
+    ``full`` (uint8: the whole decoded JPEG) and ``good`` (bool: the native run's checks
+    hold). ``kind``: ``uint8 (n,)`` (:data:`JPEG`, :data:`ARRAY`); ``clip``: a bool or
+    ``bool (n,)``."""
+    n = len(box)
+    w = _Windows()
+    w.k = np.empty(n, np.int32)
+    w.dims = np.empty((n, 2), np.int64)
+    w.window = np.empty((n, 4), np.int32)
+    w.inner = np.empty((n, 4), np.float64)
+    w.full = np.empty(n, np.uint8)
+    good = np.empty(n, np.uint8)
+    if clip is True or clip is False:
+        clip = np.full(n, clip, np.uint8)
+    else:
+        clip = np.ascontiguousarray(clip, bool).view(np.uint8)
+    _fused.plan_windows(np.ascontiguousarray(box, np.float64), clip,
+                        np.ascontiguousarray(out, np.int64), np.ascontiguousarray(hw, np.int64),
+                        np.ascontiguousarray(kind, np.uint8),
+                        np.ascontiguousarray(array_hw, np.int64), w.k, w.dims, w.window,
+                        w.inner, w.full, good, support=SUPPORT.get(filt, 2.0),
+                        dct_scaling=bool(dct_scaling))
+    w.good = good.view(bool)
+    return w
+
+
 def plan_slots(sizes, spec, /, *, filter, dct_scaling=True):
     """Step 2: the DCT scale and decode window of every row of ``spec`` (a :class:`SlotSpec`
     drawn on ``sizes.hw``), and the argument checks of the native call as a row status.
@@ -387,31 +424,21 @@ def plan_slots(sizes, spec, /, *, filter, dct_scaling=True):
     status, errors, kind, HW = sizes.status, sizes.errors, sizes.kind, sizes.hw
     if spec.generic.any():
         status[spec.generic & (status == OK)] = GENERIC
-    any_array = sizes.any_array
-    is_jpeg = kind == JPEG if any_array else None
     box, out = spec.box, spec.out
-    k, dims, window, inner = _scale_and_windows(box, spec.clip, out, HW, is_jpeg,
-                                                sizes.array_hw, filter, dct_scaling)
+    w = _plan_windows(box, spec.clip, out, HW, kind, sizes.array_hw, filter, dct_scaling)
+    window, inner, dims = w.window, w.inner, w.dims
     p = BatchParams.__new__(BatchParams)
     p.n, p.status, p.errors, p.kind = n, status, errors, kind
     p.source_size = HW
     p.out_size = np.ascontiguousarray(out, np.int32)
-    p.scale_num = k.astype(np.int32)
-    full = (window[:, 2:] == dims).all(axis=1)
-    p.full = (full & is_jpeg if any_array else full).view(np.uint8)
-    p.window = window.astype(np.int32)
-    p.box = inner
+    p.scale_num, p.full, p.window, p.box = w.k, w.full, window, inner
     p.flip = spec.flip.view(np.uint8)
     p.n_ops, p.ops, p.factors, p.counter = spec.n_ops, spec.ops, spec.factors, spec.counter
     p.filter, p.max_pixels = filter, sizes.max_pixels
     p.source_box, p.clip = box, spec.clip   # what a device decode crops (decode='gpu')
     p.geometry = spec.geometry   # what MaskField / BoxesField follow (data/fields.py)
     # the argument checks of the native entry points, as a row status
-    size = window[:, 2:]
-    good = ((size > 0) & (window[:, :2] >= 0) & (inner[:, :2] >= 0) & (inner[:, :2] < inner[:, 2:])
-            & (inner[:, 2:] <= size)).all(axis=1)
-    if any_array:
-        good &= is_jpeg | (window[:, :2] + size <= dims).all(axis=1)
+    good = w.good
     if good.all():
         return p
     for i in np.flatnonzero(~good & (status == OK)).tolist():
@@ -598,24 +625,24 @@ def resample_into_slot(src, out, *, box, clip, filt, source_size=None, flip=Fals
     out_hw = np.array([out.shape[1:]], np.int64)
     box_a = np.array([box], np.float64)
     scale, bias = affine or (None, None)
-    if isinstance(src, np.ndarray):
+    if isinstance(src, np.ndarray):   # a batch of one: plan_slots' windows
         array_hw = np.array([src.shape[:2]], np.int64)
         hw = array_hw if source_size is None else np.array([source_size], np.int64)
-        _, _, window, inner = _scale_and_windows(box_a, bool(clip), out_hw, hw,
-                                                 np.zeros(1, bool), array_hw, filt, False)
-        wx, wy, ww, wh = (int(v) for v in window[0])
+        w = _plan_windows(box_a, bool(clip), out_hw, hw, np.ones(1, np.uint8), array_hw,
+                          filt, False)
+        wx, wy, ww, wh = w.window[0].tolist()
         _fused.resample_array_into(src, out, win_x=wx, win_y=wy, win_w=ww, win_h=wh,
-                                   box=tuple(inner[0].tolist()), filter=filt, flip=flip,
+                                   box=tuple(w.inner[0].tolist()), filter=filt, flip=flip,
                                    ops=ops, mean_scale=scale, bias=bias)
         return out
     buf, header = src
     hw = np.array([[header.height, header.width]], np.int64)
-    k, dims, window, inner = _scale_and_windows(box_a, bool(clip), out_hw, hw, None, None,
-                                                filt, dct_scaling)
-    wx, wy, ww, wh = (int(v) for v in window[0])
+    w = _plan_windows(box_a, bool(clip), out_hw, hw, np.zeros(1, np.uint8), hw, filt,
+                      dct_scaling)
+    wx, wy, ww, wh = w.window[0].tolist()
     n_warnings, message = _fused.decode_resample_into(
-        buf, out, scale_num=int(k[0]), full=(ww == dims[0, 0] and wh == dims[0, 1]),
-        win_x=wx, win_y=wy, win_w=ww, win_h=wh, box=tuple(inner[0].tolist()), filter=filt,
+        buf, out, scale_num=int(w.k[0]), full=bool(w.full[0]),
+        win_x=wx, win_y=wy, win_w=ww, win_h=wh, box=tuple(w.inner[0].tolist()), filter=filt,
         flip=flip, ops=ops, mean_scale=scale, bias=bias,
         flags=_flags(strict), max_pixels=max_pixels)
     _warn(n_warnings, message, stacklevel + 1)

@@ -26,13 +26,12 @@ For a ``SampleRandom``, both give the same numbers (``tests/transforms/test_draw
 
 import numpy as np
 
-from turboloader.transforms._random import TorchRandom, _mix_np, _UGAMMA
+from turboloader._native import _draws
+from turboloader.transforms._random import TorchRandom
 
 __all__ = []
 
 _S11, _S32, _M32 = np.uint64(11), np.uint64(32), np.uint64(0xFFFFFFFF)
-_AHEAD = 16   # draws per row mixed at once (KeyDraws.next)
-_STEPS = np.arange(_AHEAD, dtype=np.uint64)
 _TWO53 = 1.0 / 9007199254740992.0
 
 
@@ -60,35 +59,22 @@ class KeyDraws:
     """Rows of SampleRandom generators (``keys``, each at draw ``counter``), drawn at once."""
 
     def __init__(self, keys, counter=None):
-        self.keys = np.asarray(keys, np.uint64)
+        self.keys = np.ascontiguousarray(keys, np.uint64)
         self.n = len(self.keys)
         self.ctr = (np.zeros(self.n, np.uint64) if counter is None
                     else np.asarray(counter).astype(np.uint64))
-        # the words of draws base .. base + _AHEAD - 1 of every row, made in one pass: a
-        # batch's draws (a few per row and transform) are then looked up, not each mixed
-        self._ahead = self._base = None
-        self._at = None
 
     def next(self, mask=None):
-        """The next 64-bit draw of every row (rows outside ``mask`` do not advance)."""
-        ahead = self._ahead
-        if ahead is not None:
-            off = self.ctr - self._base
-            if off.size and int(off.max()) >= _AHEAD:
-                ahead = None
-        if ahead is None:
-            self._base = self.ctr.copy()
-            self._ahead = ahead = _mix_np(
-                self.keys[:, None] + (self._base[:, None] + _STEPS) * _UGAMMA).ravel()
-            self._at = np.arange(self.n, dtype=np.uint64) * np.uint64(_AHEAD)
-            off = self._at
-        else:
-            off += self._at
-        x = ahead[off]
-        if mask is None:
-            self.ctr += np.uint64(1)
-        else:
-            np.add(self.ctr, mask, out=self.ctr, casting="unsafe")
+        """The next 64-bit draw of every row (rows outside ``mask`` do not advance): the
+        word at each row's own counter, mixed row by row in one native loop
+        (``_native._draws.words``, the module's ``draws`` bit for bit)."""
+        if mask is not None:
+            mask = np.asarray(mask, bool)
+            if mask.shape != (self.n,):
+                mask = np.broadcast_to(mask, (self.n,))
+            mask = np.ascontiguousarray(mask).view(np.uint8)
+        x = np.empty(self.n, np.uint64)
+        _draws.words(self.keys, self.ctr, mask, x)
         return x
 
     def random(self, mask=None):

@@ -47,6 +47,8 @@ import threading
 
 import numpy as np
 
+from turboloader._native import _draws
+
 __all__ = [
     "SampleRandom",
     "TorchRandom",
@@ -141,8 +143,12 @@ def sample_keys(seed: int, epoch: int, indices: Any):
         >>> int(keys[7]) == sample_key(0, 3, 7)
         True
     """
-    idx = _as_u64(indices)
     s = _mix(int(seed) & _MASK64)
+    if type(indices) is list and np.ndim(epoch) == 0:   # a chunk's slots: mixed in one loop
+        keys = np.empty(len(indices), np.uint64)
+        if _draws.mixed_keys(indices, _mix(s ^ (int(epoch) & _MASK64)), keys):
+            return keys
+    idx = _as_u64(indices)
     if np.ndim(epoch) == 0:
         base = np.uint64(_mix(s ^ (int(epoch) & _MASK64)))
     else:
