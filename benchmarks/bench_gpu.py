@@ -58,8 +58,11 @@ def ensure_data(root: Path, n: int, seed: int, hires: bool, procs: int):
 
         step = max(1, -(-n // max(1, procs)))
         parts = [(min(step, n - k), seed, hires, k) for k in range(0, n, step)]
-        with ProcessPoolExecutor(max(1, procs)) as pool:
-            items = [it for part in pool.map(_part, parts) for it in part]
+        if len(parts) == 1:   # one part: made here (a pool process would import it all again)
+            items = _part(parts[0])
+        else:
+            with ProcessPoolExecutor(procs) as pool:
+                items = [it for part in pool.map(_part, parts) for it in part]
         write_shards(shards, items, shard_size=256)
         done.write_text(json.dumps([label for _, label in items]))
     labels = json.loads(done.read_text())
@@ -261,6 +264,10 @@ def main(argv=None) -> int:
 
     from turboloader.loader import DeviceDecode
 
+    if a.dry_run:
+        # tiny tensors on a CPU: one intra-op thread (more only spin against the decode
+        # threads and the other processes of a test run; the dry run checks, never times)
+        torch.set_num_threads(1)
     device = torch.device(a.device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -284,7 +291,9 @@ def main(argv=None) -> int:
         f"gpu-n{a.n}-s{a.seed}" + ("-hires" if a.hires else ""))
     root.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    shards, counts = ensure_data(root, a.n, a.seed, a.hires, os.cpu_count() or 1)
+    # (the dry run's 24 images: made in this process, not in a pool of fresh ones)
+    shards, counts = ensure_data(root, a.n, a.seed, a.hires,
+                                 1 if a.dry_run else os.cpu_count() or 1)
     head = [machine(device),
             f"data: {root} ({a.n} {'hires ' if a.hires else ''}JPEGs, {len(shards)} shards, "
             f"ready in {time.perf_counter() - t:.1f} s); RandomResizedCrop({a.size}) + flip + "

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU device check (issue #34), one script: on a CUDA machine with Python 3.12, torch,
 # torchvision, Cython, CMake and no network it
-#   1. checks what it needs and stops at once, saying what to carry, when something is missing;
+#   1. checks what it needs and stops at once, saying what to carry, when something is missing
+#      (the cheap checks first: a C compiler and, when a build is due, libjpeg-turbo's headers
+#      or a carry, then the Python packages, whose imports are seconds of CPU);
 #   2. builds turboloader's extensions in place (libjpeg-turbo from the system or from
 #      .gpu_carry/, see --prepare);
 #   3. runs the CUDA-marked tests and the CPU-side tests of the GPU path;
@@ -66,6 +68,26 @@ if [ -n "${OUT:-}" ]; then mkdir -p "$OUT"; LOG="$OUT/gpu_check.log"; fi
 exec > >(tee -a "$LOG") 2>&1
 
 phase "what the run needs"
+command -v cc >/dev/null || command -v gcc >/dev/null || die "no C compiler (cc/gcc) on the PATH"
+# a build is due (--build, or the extensions do not import): libjpeg-turbo's headers or the
+# carried .debs must be there, checked before the Python packages' imports
+NEED_BUILD=1
+if [ "$BUILD" = 0 ] && "$PYTHON" -c "import turboloader._native._fused, turboloader._native._jpeg" 2>/dev/null; then
+  NEED_BUILD=0
+fi
+header="" debs=""
+if [ "$NEED_BUILD" = 1 ]; then
+  for d in $SEARCH; do
+    if [ -f "$d/jpeglib.h" ] && grep -q jpeg_crop_scanline "$d/jpeglib.h"; then header="$d"; break; fi
+  done
+  if [ -z "$header" ]; then
+    debs=$(ls "$CARRY"/*.deb 2>/dev/null || true)
+    [ -n "$debs" ] || die "libjpeg-turbo's headers (jpeglib.h with jpeg_crop_scanline) are not in \
+$SEARCH and $CARRY holds no .deb. On a machine with network, from the repository root, run
+    benchmarks/gpu_check.sh --prepare
+and carry .gpu_carry to this machine (device tool: carry [\".gpu_carry\"])." 3
+  fi
+fi
 "$PYTHON" - "$DRY" <<'EOF' || die "a Python package is missing (above): carry it as a wheel (see /work/.library/device/README.md, or pip download --only-binary=:all: --python-version 3.12 ...)"
 import importlib, platform, sys
 dry = sys.argv[1] == "1"
@@ -90,22 +112,12 @@ elif not dry:
     print("torch sees no CUDA device: this is the GPU check (use --dry-run on a CPU)")
     sys.exit(1)
 EOF
-command -v cc >/dev/null || command -v gcc >/dev/null || die "no C compiler (cc/gcc) on the PATH"
 
 phase "libjpeg-turbo and the build"
-if [ "$BUILD" = 0 ] && "$PYTHON" -c "import turboloader._native._fused, turboloader._native._jpeg" 2>/dev/null; then
+if [ "$NEED_BUILD" = 0 ]; then
   echo "the extensions import already: no build (--build forces one)"
 else
-  header=""
-  for d in $SEARCH; do
-    if [ -f "$d/jpeglib.h" ] && grep -q jpeg_crop_scanline "$d/jpeglib.h"; then header="$d"; break; fi
-  done
   if [ -z "$header" ]; then
-    debs=$(ls "$CARRY"/*.deb 2>/dev/null || true)
-    [ -n "$debs" ] || die "libjpeg-turbo's headers (jpeglib.h with jpeg_crop_scanline) are not in \
-$SEARCH and $CARRY holds no .deb. On a machine with network, from the repository root, run
-    benchmarks/gpu_check.sh --prepare
-and carry .gpu_carry to this machine (device tool: carry [\".gpu_carry\"])." 3
     JPEG="$(mktemp -d)/jpeg"
     mkdir -p "$JPEG"
     for f in $debs; do dpkg -x "$f" "$JPEG" || die "dpkg -x $f failed"; done

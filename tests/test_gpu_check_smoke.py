@@ -1,7 +1,8 @@
 """benchmarks/gpu_check.sh, the GPU device check, before it ever runs on a GPU: its --dry-run
 runs the same steps on the CPU (the prerequisites, the build check, benchmarks/bench_gpu.py
 with the CPU stand-in decoder) and prints a well-formed table; without libjpeg-turbo's headers
-and nothing carried it stops at once saying what to carry. No timing is asserted."""
+and nothing carried it stops at once saying what to carry, before importing a Python
+package. No timing is asserted."""
 
 import os
 import re
@@ -60,6 +61,9 @@ def test_without_jpeg_headers_or_a_carry_it_stops_at_once_saying_what_to_carry(t
     assert "FAILED: libjpeg-turbo's headers" in out
     assert "gpu_check.sh --prepare" in out and 'carry [".gpu_carry"]' in out
     assert "measurements" not in out   # nothing after the failed step ran
+    # the cheap checks come first: no Python package was imported (torch's and
+    # torchvision's imports are seconds of CPU) before the missing headers stopped it
+    assert "CUDA available" not in out and not re.search(r"^python \d", out, re.M), out
 
 
 def test_help_and_bad_arguments():

@@ -172,11 +172,35 @@ FORKSERVER_PRELOAD = ["torch", "torchvision", "turboloader", "turboloader.data.t
                       "helpers.kept"]
 
 
+# forkserver: every kind x collate. spawn: every kind and every collate, paired (each collate
+# with an iterable and a map-style kind) rather than crossed; see the test's docstring
+START_CASES = [pytest.param(context, kind, collate, id=f"{kind}-{collate}-{context}")
+               for kind in KINDS for collate in ("default", "view")
+               for context in ("spawn", "forkserver")
+               if context == "forkserver" or (kind, collate) in {
+                   ("tar", "default"), ("folder", "view"), ("tbl", "default"),
+                   ("parquet", "view"), ("manifest", "default")}]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)   # fresh worker interpreters: up to 165 s on the shared machine under load
-@pytest.mark.parametrize("context", ["spawn", "forkserver"])
-@pytest.mark.parametrize("collate", ["default", "view"])
+@pytest.mark.parametrize("context,kind,collate", START_CASES)
 def test_start_methods_keep_batches_intact(want, kind, context, collate, tmp_path):
+    """Workers that do not fork the test process (spawn, forkserver) deliver intact batches.
+
+    What a start method changes is how a worker begins: it is handed the dataset and the
+    collate_fn pickled (both methods) and starts as a fresh interpreter (spawn) or a fork of
+    the preloaded fork server. Inside it the two concerns do not meet: the dataset kind
+    decides how the dataset unpickles and reads its samples, and every kind yields the
+    same ``(image tensor, int label)`` samples; the collate (``helpers.kept.COLLATES``:
+    torch's default, or its result permuted to a view) then sees only that list, whatever
+    the kind, and its batch leaves the worker through torch's pickler. So the forkserver
+    cases cross all kinds with both collates, and spawn, whose fresh interpreter per worker
+    costs seconds of CPU each, runs every kind once and every collate with both an iterable
+    and a map-style kind (``START_CASES``): each kind still unpickles and runs in a fresh
+    interpreter, each collate's batch still leaves one, and every kind x collate pair
+    still runs under a start method that pickles both.
+    """
     if context == "forkserver":
         # the fork server imports torch, torchvision and the datasets' modules once, so each
         # worker forked from it starts with them (every worker still gets the dataset pickled,

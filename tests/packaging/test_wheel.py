@@ -110,13 +110,24 @@ def test_wheel_has_exactly_the_extensions_and_is_stripped(wheel):
 
 def test_wheel_runs_in_a_fresh_venv_without_build_tools(wheel, tmp_path):
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
     # without PYTHONPATH: a checkout on it (PYTHONPATH=<checkout> pytest) with an egg-info
     # there (test_packaging's sdist writes one) made pip find the package installed and skip it
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                   check=True, timeout=300, env=clean)
+    install = ["install", "-q", "--no-deps", "--no-index", str(wheel)]
+    import pip
+
+    if tuple(int(v) for v in pip.__version__.split(".")[:2]) >= (22, 3):
+        # a venv without its own pip (ensurepip's install of pip into it is seconds of CPU);
+        # this environment's pip installs the wheel into it, run by the venv's interpreter
+        # (--python), as the venv's own pip would
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                       timeout=300)
+        cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", str(py)]
+    else:   # a pip without --python: the venv gets its own
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+        cmd = [str(py), "-m", "pip"]
+    subprocess.run(cmd + install, check=True, timeout=300, env=clean)
     # torch, numpy, Pillow, ... from the test environment, after the venv's own packages
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           capture_output=True, text=True, check=True).stdout.strip()
