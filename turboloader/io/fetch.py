@@ -28,10 +28,9 @@ Two kinds of object:
   buffers stay below ``buffer_bytes + readers * part_bytes`` (plus ``connections * 1 MiB``
   of socket reads in flight). A part's buffer, once its fetch is done and the reader has
   passed it, is kept for a later part (buffers come in two size classes, ``part_bytes / 4``
-  and ``part_bytes``): a fresh buffer costs a zeroed page per 4 KiB when first written,
-  taken from the decode threads' CPU (anonymous memory, faulted in only where a part
-  writes, with one call before its socket reads: :func:`_populate`; a shard's last,
-  shorter part does not touch its buffer's tail). Kept buffers
+  and ``part_bytes``): a fresh buffer costs a page fault per 4 KiB when first written,
+  taken from the decode threads' CPU (anonymous memory, faulted in only where bytes are
+  written: a shard's last, shorter part does not touch its buffer's tail). Kept buffers
   count within ``buffer_bytes`` (they fill only what the parts in use leave of it; a part
   0 still waiting for its answer's size does not push them out), and a part its reader
   finished before its fetch ended leaves its buffer when the fetch ends.
@@ -55,12 +54,10 @@ Configuration (environment, read when the pool is created): ``TURBOLOADER_FETCH_
 
 from __future__ import annotations
 
-import errno
 import io
 import math
 import mmap
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -76,49 +73,13 @@ _READ = 256 << 10  # bytes per socket read into a part
 _FIRST_SPLIT = 4  # an object read first is fetched in parts this much smaller (see _stride)
 
 
-_PAGE = mmap.PAGESIZE
-# madvise(MADV_POPULATE_WRITE) (Linux 5.14): fault a range in with one call, writable
-_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux")
-                          else None)
-
-
-class _Buffer(mmap.mmap):
-    """A part buffer (see :func:`_new_buffer`); ``ready``: its first bytes already faulted
-    in (by :func:`_populate`, or by a part written into it before)."""
-
-    ready = 0
-
-
 def _new_buffer(size):
-    """A fresh part buffer of ``size`` bytes: anonymous memory, faulted in only where a part
-    will write (:func:`_populate`, by the fetch thread before its socket reads). (A
-    ``bytearray`` zero-fills all of it first: every page faulted at once by the fill, the
-    tail past a shard's last, shorter part too, and the fill's own pass over the bytes.)
-    Private: a forked child (whose pool is its own) shares none of it."""
-    return _Buffer(-1, size, flags=mmap.MAP_PRIVATE)
-
-
-def _populate(buf, length):
-    """Fault in the first ``length`` bytes of the part buffer ``buf`` at once, before the
-    socket reads write them: one ``madvise(MADV_POPULATE_WRITE)`` instead of a trap into
-    the kernel per 4 KiB first written (3.1 against 3.9 us per page on this project's VM;
-    the kernel's zeroing of each page stays). Pages already in are skipped (``buf.ready``);
-    where the kernel does not offer it (before Linux 5.14, another OS), nothing is done and
-    the writes fault the pages in as before."""
-    global _POPULATE_WRITE
-    ready = getattr(buf, "ready", None)
-    if ready is None or _POPULATE_WRITE is None or length <= ready:
-        return
-    start = ready - ready % _PAGE
-    try:
-        buf.madvise(_POPULATE_WRITE, start, min(len(buf), length) - start)
-    except OSError as exc:  # the writes fault the pages in
-        if exc.errno == errno.EINVAL:  # not offered by this kernel: not asked again
-            _POPULATE_WRITE = None
-        return  # (ENOMEM, EINTR: this time only)
-    except ValueError:  # a range mmap refuses: the writes fault the pages in
-        return
-    buf.ready = length
+    """A fresh part buffer of ``size`` bytes: anonymous memory, each page faulted in when
+    the fetched bytes are first written into it. (A ``bytearray`` zero-fills all of it
+    first: every page faulted at once by the fill, the tail past a shard's last, shorter
+    part too, and the fill's own pass over the bytes.) Private: a forked child (whose pool
+    is its own) shares none of it."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
 
 
 class _Object:
@@ -753,9 +714,7 @@ class FetchPool:
             with self._lock:
                 if part.buf is None:
                     return 0
-                buf = part.buf
-                whole = memoryview(buf)
-            _populate(buf, part.length)
+                whole = memoryview(part.buf)
         while part.length is None or got < part.length:
             if obj.cancelled:
                 return got - done
