@@ -16,7 +16,8 @@ The first stage of the sample path (shard -> bytes -> decode -> transform -> bat
   from the header, without decoding.
 * :mod:`~turboloader.io.sizes`: byte sizes such as ``"2GiB"``.
 * :mod:`~turboloader.io.files`: :func:`read_file`, the one guarded reader of local files
-  (regular files only, never blocking, at most :data:`MAX_FILE_BYTES`).
+  (regular files only, never blocking, at most :data:`MAX_FILE_BYTES`), and
+  :func:`replace_file`, the one way a small file is replaced whole.
 * :mod:`~turboloader.io.parquet`: Parquet row groups and Arrow tables as shards (``pyarrow``).
 * :mod:`~turboloader.io.manifest`: CSV / TSV / JSON Lines lists of image files and labels.
 * :mod:`~turboloader.io.counts`: remote shards' sample counts at construction: a shard

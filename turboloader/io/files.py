@@ -23,7 +23,7 @@ import threading
 
 from turboloader.errors import UnreadableFileError
 
-__all__ = ["MAX_FILE_BYTES", "check_size", "read_file", "replace_file"]
+__all__ = ["MAX_FILE_BYTES", "check_size", "read_file", "replace_file", "sync_parent"]
 
 #: The member-size limit: no file or archive member larger than this is read whole (images,
 #: masks, boxes files, Hugging Face ``path`` rows, ``.tar.gz`` members; also by
@@ -128,14 +128,25 @@ def replace_file(path: str, data: bytes, /, *, tmp: str | None = None,
         _unlink(tmp)
         raise
     if durable:
+        sync_parent(path)
+
+
+def sync_parent(path: str) -> None:
+    """Flush the directory holding ``path`` to the disk, so a rename into it survives a
+    power cut (after the file's own ``fsync``). Never raises: a file system that cannot
+    flush a directory is accepted, as is a directory that went away.
+
+    Example:
+        >>> sync_parent("shards/train-00000.tbl")    # doctest: +SKIP
+    """
+    try:
+        dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
         try:
-            dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
 
 
 def _unlink(path):

@@ -38,6 +38,7 @@ from turboloader.errors import FormatError
 from turboloader.io.codec import Codec, detect_codec
 from turboloader.io.codec import as_codec as _codec
 from turboloader.io.codec import image_size as _image_size
+from turboloader.io.files import sync_parent
 
 __all__ = [
     "Codec",
@@ -295,14 +296,7 @@ class TBLWriter:
             self.abort()
             raise
         self._closed = True
-        try:  # make the rename durable; not every filesystem allows fsync on a directory
-            dfd = os.open(os.path.dirname(os.path.abspath(self._path)), os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+        sync_parent(self._path)   # make the rename durable
 
     def abort(self) -> None:
         """Discard everything written; ``path`` is left untouched. Idempotent."""
