@@ -244,19 +244,27 @@ def _children_map():
 
 class Sampler(threading.Thread):
     """Samples RSS and PSS summed over the *active* system's process tree every ``period``
-    seconds (only one system works at a time; its process tree is re-read every second), keeping the peak per system and phase
-    (phases come from the system's ``@@PHASE`` lines)."""
+    seconds (only one system works at a time; its process tree is re-read every second), keeping
+    the peak per system and phase (phases come from the system's ``@@PHASE`` lines).
+
+    During a timed epoch it reads RSS only, and PSS once when the epoch has ended: reading PSS
+    makes the kernel walk every page table of the process (``smaps_rollup``) under its
+    memory-map lock, 60-70 ms of CPU per read of a 1.2 GB loader process
+    (``benchmarks/results/issue42-idle.md``). Every 0.2 s that took about a tenth of two cores
+    from a two-thread system being timed, and nothing from the one-thread decode limit, which
+    leaves a core free. The build and warm-up steps are sampled in full."""
 
     def __init__(self, period=0.2):
         super().__init__(daemon=True)
         self.period = period
+        self.timed = False  # the active step is a timed epoch: RSS only until it ends
         self._tree, self._tree_of, self._tree_at = [], None, 0.0
         self.active = None
         self.lock = threading.Lock()
         self.halt = threading.Event()
         self.page = os.sysconf("SC_PAGE_SIZE")
 
-    def sample(self, h=None):
+    def sample(self, h=None, pss=True):
         with self.lock:
             h = h or self.active
             if h is None:
@@ -271,25 +279,26 @@ class Sampler(threading.Thread):
                     tree.append(p)
                     stack.extend(kids.get(p, ()))
                 self._tree, self._tree_of, self._tree_at = tree, h, now
-            rss = pss = procs = 0
+            rss = pss_sum = procs = 0
             for p in self._tree:
                 try:
                     rss += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * self.page
-                    for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
-                        if line.startswith("Pss:"):
-                            pss += int(line.split()[1]) * 1024
-                            break
+                    if pss:
+                        for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                            if line.startswith("Pss:"):
+                                pss_sum += int(line.split()[1]) * 1024
+                                break
                     procs += 1
                 except (OSError, ValueError, IndexError):
                     continue
             pk = h.peaks.setdefault(h.phase, {"rss": 0, "pss": 0, "procs": 0})
             pk["rss"] = max(pk["rss"], rss)
-            pk["pss"] = max(pk["pss"], pss)
+            pk["pss"] = max(pk["pss"], pss_sum)
             pk["procs"] = max(pk["procs"], procs)
 
     def run(self):
         while not self.halt.is_set():
-            self.sample()
+            self.sample(pss=not self.timed)
             self.halt.wait(self.period)
 
 
@@ -307,6 +316,7 @@ class Handle:
         label, script, venv, variant, needs_repo = SYSTEMS[key]
         self.result = None
         self.peaks, self.phase, self.tail = {}, "startup", []
+        self.next_step = ""  # the step the system announced last (@@READY)
         self.proc = None
         why = getattr(a, "unavailable", {}).get(key)
         if why:
@@ -356,6 +366,7 @@ class Handle:
         """Read output until the system asks for the next step (True) or exits (False)."""
         for line in self.proc.stdout:
             if line.startswith("@@READY "):
+                self.next_step = line.split(maxsplit=1)[1].strip()
                 return True
             if line.startswith("@@PHASE "):
                 sampler.sample(self)
@@ -404,6 +415,7 @@ class Handle:
             self.idle_cpu += max(0.0, c - self.cpu_end)
         with sampler.lock:
             sampler.active = self
+            sampler.timed = ":epoch" in self.next_step
         self.pause(False)
         try:
             self.proc.stdin.write("go\n")
@@ -413,9 +425,10 @@ class Handle:
         ok = self.read_until_ready(sampler)
         if ok and self.pause_between:
             self.pause(True)
-        sampler.sample(self)
+        sampler.sample(self)  # PSS too: the step is over (its process waits at the gate)
         with sampler.lock:
             sampler.active = None
+            sampler.timed = False
         self.busy += time.time() - t
         if ok:
             self.cpu_end = self.tree_cpu()

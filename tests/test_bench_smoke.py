@@ -259,3 +259,17 @@ def test_bench_cache_breakdown_rows(tmp_path, capsys):
     assert ("resample to the short side, warm memory", "full size") not in by
     out = capsys.readouterr().out
     assert "| stage | cache_short_side | CPU us/image | uncached ÷ this |" in out
+
+
+def test_sampler_reads_pss_only_outside_timed_epochs():
+    """PSS (a page-table walk that costs the system being timed) is not read by the periodic
+    samples of a timed epoch, but the sample at a step's end reads it; RSS is always read."""
+    import os
+    import types
+    h = types.SimpleNamespace(proc=types.SimpleNamespace(pid=os.getpid()), peaks={}, phase="train")
+    s = run.Sampler()
+    s.active, s.timed = h, True
+    s.sample(pss=not s.timed)  # what run() does during a timed epoch
+    assert h.peaks["train"]["rss"] > 0 and h.peaks["train"]["pss"] == 0
+    s.sample(h)  # the end of the step
+    assert h.peaks["train"]["pss"] > 0
