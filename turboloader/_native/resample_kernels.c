@@ -287,6 +287,7 @@ enum {
 };
 
 typedef struct {
+    int32_t o[8], c[8];   /* each lane's output pixel and channel */
     ptrdiff_t start[2];   /* each half's first load: byte C * first[pa] of the row */
     int steps;            /* tap pairs: ceil(max taps of the group's pixels / 2) */
     int ok;
@@ -299,27 +300,32 @@ TL_INLINE ptrdiff_t tl_hgroup_byte(ptrdiff_t g, ptrdiff_t nblocks, ptrdiff_t L)
     return (blk == nblocks - 1 ? L - 32 : 32 * blk) + 8 * (g % 4);
 }
 
-static tl_hgroup tl_hgroup_info(ptrdiff_t B, int C, const int32_t *bounds)
+static void tl_hgroup_info(tl_hgroup *G, ptrdiff_t B, int C, const int32_t *bounds)
 {
-    tl_hgroup G;
-    int nmax = 0;
-    G.ok = 1;
-    for (int h = 0; h < 2; h++) {
-        const ptrdiff_t pa = (B + 4 * h) / C, fa = bounds[2 * pa];
-        G.start[h] = C * fa;
-        for (int e = 0; e < 4; e++) {
-            const ptrdiff_t b = B + 4 * h + e, o = b / C;
-            const ptrdiff_t idx = C * ((ptrdiff_t)bounds[2 * o] - fa) + b % C;
-            if (idx < 0 || idx + C > 15)
-                G.ok = 0;
-            if (bounds[2 * o + 1] > nmax)
-                nmax = bounds[2 * o + 1];
+    int32_t o = (int32_t)(B / C), c = (int32_t)(B % C), nmax = 0;
+    G->ok = 1;
+    for (int e = 0; e < 8; e++) {
+        G->o[e] = o;
+        G->c[e] = c;
+        if (bounds[2 * o + 1] > nmax)
+            nmax = bounds[2 * o + 1];
+        if (++c == C) {
+            c = 0;
+            o++;
         }
     }
-    G.steps = (nmax + 1) / 2;
-    if (G.steps > TL_HB_STEPS)
-        G.ok = 0;
-    return G;
+    for (int h = 0; h < 2; h++) {
+        const ptrdiff_t fa = bounds[2 * G->o[4 * h]];
+        G->start[h] = C * fa;
+        for (int e = 4 * h; e < 4 * h + 4; e++) {
+            const ptrdiff_t idx = C * ((ptrdiff_t)bounds[2 * G->o[e]] - fa) + G->c[e];
+            if (idx < 0 || idx + C > 15)
+                G->ok = 0;
+        }
+    }
+    G->steps = (nmax + 1) / 2;
+    if (G->steps > TL_HB_STEPS)
+        G->ok = 0;
 }
 
 /* one group of 8 output bytes for 4 rows (base[r] + offsets: the rows' bytes or tail copies):
@@ -368,28 +374,12 @@ TL_TARGET_AVX2 static int hpass_avx2_lanes(const uint8_t *src, ptrdiff_t src_str
     if (L < 32)
         return 0;
     const ptrdiff_t nblocks = (L + 31) / 32, ngroups = 4 * nblocks;
-    /* check every group and find the tail: [tail0, tail1) covers the loads that pass the row */
-    ptrdiff_t tail0 = rowlen, tail1 = rowlen;
     for (ptrdiff_t xx = 0; xx < out_w; xx++)
         if (!tl_split_fits(kk + xx * ksize, bounds[2 * xx + 1]))
             return 0;
-    for (ptrdiff_t g = 0; g < ngroups; g++) {
-        const tl_hgroup G = tl_hgroup_info(tl_hgroup_byte(g, nblocks, L), C, bounds);
-        if (!G.ok)
-            return 0;
-        for (int h = 0; h < 2; h++) {
-            const ptrdiff_t end = G.start[h] + 2 * C * (G.steps - 1) + 16;
-            if (end > rowlen) {
-                const ptrdiff_t lo = G.start[0] < G.start[1] ? G.start[0] : G.start[1];
-                tail0 = lo < tail0 ? lo : tail0;
-                tail1 = end > tail1 ? end : tail1;
-            }
-        }
-    }
-    if (tail1 - tail0 > TL_HB_TAIL)
-        return 0;
-
-    __m256i table[TL_HB_VECS];
+    /* int32 lanes written in place (vector stores from scalar arrays would stall on store
+     * forwarding), read back as vectors */
+    int32_t table[8 * TL_HB_VECS] __attribute__((aligned(32)));
     int32_t gvec[TL_HB_GROUPS], gsteps[TL_HB_GROUPS];
     int32_t goff[TL_HB_GROUPS][2];
     uint8_t gtail[TL_HB_GROUPS];
@@ -397,54 +387,63 @@ TL_TARGET_AVX2 static int hpass_avx2_lanes(const uint8_t *src, ptrdiff_t src_str
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     ptrdiff_t g0 = 0;
     while (g0 < ngroups) {
-        /* the table of whole blocks from group g0 */
-        ptrdiff_t count = 0, used = 0;
+        /* the table of whole blocks from group g0; [tail0, tail1): the bytes that the
+         * groups whose loads pass the row's end read from a zero-padded copy */
+        ptrdiff_t count = 0, used = 0, tail0 = rowlen, tail1 = rowlen;
         while (g0 + count < ngroups) {
             ptrdiff_t need = 0;
             tl_hgroup Gs[4];
             for (int i = 0; i < 4; i++) {
-                Gs[i] = tl_hgroup_info(tl_hgroup_byte(g0 + count + i, nblocks, L), C, bounds);
+                tl_hgroup_info(&Gs[i], tl_hgroup_byte(g0 + count + i, nblocks, L), C, bounds);
+                if (!Gs[i].ok)   /* only in the first chunk but for absurd filters */
+                    return 0;
                 need += 1 + 2 * Gs[i].steps;
             }
             if (used + need > TL_HB_VECS || count + 4 > TL_HB_GROUPS)
                 break;
             for (int i = 0; i < 4; i++) {
-                const ptrdiff_t g = g0 + count + i, B = tl_hgroup_byte(g, nblocks, L);
-                const tl_hgroup G = Gs[i];
+                const tl_hgroup *G = &Gs[i];
                 int t = 0;
-                for (int h = 0; h < 2; h++)
-                    t |= G.start[h] + 2 * C * (G.steps - 1) + 16 > rowlen;
+                for (int h = 0; h < 2; h++) {
+                    const ptrdiff_t end = G->start[h] + 2 * C * (G->steps - 1) + 16;
+                    if (end > rowlen) {
+                        const ptrdiff_t lo = G->start[0] < G->start[1] ? G->start[0] : G->start[1];
+                        tail0 = lo < tail0 ? lo : tail0;
+                        tail1 = end > tail1 ? end : tail1;
+                        t = 1;
+                    }
+                }
                 gtail[count + i] = (uint8_t)t;
                 for (int h = 0; h < 2; h++)
-                    goff[count + i][h] = (int32_t)(G.start[h] - (t ? tail0 : 0));
-                gsteps[count + i] = G.steps;
+                    goff[count + i][h] = (int32_t)G->start[h];
+                gsteps[count + i] = G->steps;
                 gvec[count + i] = (int32_t)used;
-                int8_t mask[32];
+                int8_t *mask = (int8_t *)(table + 8 * used++);
                 for (int e = 0; e < 8; e++) {
-                    const ptrdiff_t b = B + e, o = b / C, h = e / 4;
-                    const int idx = (int)(C * (bounds[2 * o] - G.start[h] / C) + b % C);
+                    const int h = e / 4, o = G->o[e];
+                    const int idx = (int)(C * bounds[2 * o] - G->start[h]) + G->c[e];
                     mask[16 * h + 4 * (e % 4) + 0] = (int8_t)idx;
                     mask[16 * h + 4 * (e % 4) + 1] = -1;
                     mask[16 * h + 4 * (e % 4) + 2] = (int8_t)(idx + C);
                     mask[16 * h + 4 * (e % 4) + 3] = -1;
                 }
-                table[used++] = _mm256_loadu_si256((const __m256i *)mask);
-                for (int s = 0; s < G.steps; s++) {
-                    int32_t hi[8], lo[8];
+                for (int s = 0; s < G->steps; s++) {
+                    int32_t *hi = table + 8 * used, *lo = table + 8 * (used + 1);
+                    used += 2;
                     for (int e = 0; e < 8; e++) {
-                        const ptrdiff_t o = (B + e) / C, n = bounds[2 * o + 1];
+                        const ptrdiff_t o = G->o[e], n = bounds[2 * o + 1];
                         const int32_t *k = kk + o * ksize;
-                        const int32_t a = 2 * s < n ? k[2 * s] : 0;
-                        const int32_t b = 2 * s + 1 < n ? k[2 * s + 1] : 0;
-                        hi[e] = tl_pair_hi(a, b);
-                        lo[e] = tl_pair_lo(a, b);
+                        const int32_t ka = 2 * s < n ? k[2 * s] : 0;
+                        const int32_t kb = 2 * s + 1 < n ? k[2 * s + 1] : 0;
+                        hi[e] = tl_pair_hi(ka, kb);
+                        lo[e] = tl_pair_lo(ka, kb);
                     }
-                    table[used++] = _mm256_loadu_si256((const __m256i *)hi);
-                    table[used++] = _mm256_loadu_si256((const __m256i *)lo);
                 }
             }
             count += 4;
         }
+        if (tail1 - tail0 > TL_HB_TAIL)
+            return 0;   /* only in the first chunk but for absurd filters */
         for (ptrdiff_t y = 0; y < nrows; y += 4) {
             const int nr = nrows - y < 4 ? (int)(nrows - y) : 4;
             const uint8_t *srow[4], *trow[4];
@@ -464,8 +463,9 @@ TL_TARGET_AVX2 static int hpass_avx2_lanes(const uint8_t *src, ptrdiff_t src_str
                 for (int i = 0; i < 4; i++) {
                     const ptrdiff_t gi = c + i;
                     const uint8_t *const *base = gtail[gi] ? trow : srow;
-                    const __m256i *t = table + gvec[gi];
-                    const ptrdiff_t a0 = goff[gi][0], a1 = goff[gi][1];
+                    const __m256i *t = (const __m256i *)(table + 8 * gvec[gi]);
+                    const ptrdiff_t shift = gtail[gi] ? tail0 : 0;
+                    const ptrdiff_t a0 = goff[gi][0] - shift, a1 = goff[gi][1] - shift;
                     /* the common tap-pair counts unrolled (no data-dependent inner loop) */
                     switch (gsteps[gi]) {
                     case 1: hb_group(t, 1, base, a0, a1, C, sum, i); break;
