@@ -275,10 +275,11 @@ TL_TARGET_AVX2 static void hpass3_avx2_madd(const uint8_t *src, ptrdiff_t src_st
  * two taps into the int16 pair pmaddwd multiplies by the split coefficients (hi, lo, as
  * above). Masks and coefficient vectors are built once per call and shared by all rows, four
  * rows at a time. A group whose loads would pass the row's end reads a zero-padded copy of
- * the row's tail. Returns 0 (nothing written) where the layout does not fit: a lane's taps
- * more than 16 bytes from its half's first pixel (downscales by more than about 3 for 3
- * channels), more than 2 * TL_HB_STEPS taps, coefficients outside the int16 halves, or
- * rows shorter than 32 bytes; the caller then runs the per-pixel kernels. */
+ * the row's tail. Returns 0 where the layout does not fit: a lane's taps more than 16 bytes
+ * from its half's first pixel (downscales by more than about 3 for 3 channels), more than
+ * 2 * TL_HB_STEPS taps, coefficients outside the int16 halves, or rows shorter than 32 bytes;
+ * the caller then runs the per-pixel kernels, which write every byte (a row whose table
+ * takes several chunks may have had its first ones written: the same bytes again). */
 enum {
     TL_HB_VECS = 512,     /* table vectors per chunk of blocks: 16 KiB on the stack */
     TL_HB_GROUPS = TL_HB_VECS / 3,   /* a group takes a mask and >= 2 coefficient vectors */
@@ -395,12 +396,12 @@ TL_TARGET_AVX2 static int hpass_avx2_lanes(const uint8_t *src, ptrdiff_t src_str
             tl_hgroup Gs[4];
             for (int i = 0; i < 4; i++) {
                 tl_hgroup_info(&Gs[i], tl_hgroup_byte(g0 + count + i, nblocks, L), C, bounds);
-                if (!Gs[i].ok)   /* only in the first chunk but for absurd filters */
+                if (!Gs[i].ok)
                     return 0;
                 need += 1 + 2 * Gs[i].steps;
             }
             if (used + need > TL_HB_VECS || count + 4 > TL_HB_GROUPS)
-                break;
+                break;   /* a block always fits an empty table: 4 * (1 + 2 * TL_HB_STEPS) */
             for (int i = 0; i < 4; i++) {
                 const tl_hgroup *G = &Gs[i];
                 int t = 0;
@@ -442,8 +443,8 @@ TL_TARGET_AVX2 static int hpass_avx2_lanes(const uint8_t *src, ptrdiff_t src_str
             }
             count += 4;
         }
-        if (tail1 - tail0 > TL_HB_TAIL)
-            return 0;   /* only in the first chunk but for absurd filters */
+        if (count == 0 || tail1 - tail0 > TL_HB_TAIL)
+            return 0;
         for (ptrdiff_t y = 0; y < nrows; y += 4) {
             const int nr = nrows - y < 4 ? (int)(nrows - y) : 4;
             const uint8_t *srow[4], *trow[4];
