@@ -11,7 +11,8 @@ Resize(256)+CenterCrop(224) / RandomResizedCrop(224) (bench_seekable.py's boxes,
 scale and window of ``plan_slots``), resampled to 224x224; ``resize``: the whole decoded
 image to 224x224 (bench_kernels.py's resize section). Each kind is timed twice: ``full``
 (both passes) and ``horizontal`` (the same columns over all the window's rows, so only the
-horizontal pass runs).
+horizontal pass runs). ``--channels 1|2|4`` resamples the first channel(s) of the pixels (4:
+plus an alpha plane) instead of RGB.
 
     python benchmarks/bench_resample_ab.py --data benchmarks/data/bench-n1024-s0/folder \\
         --kind val --build base=/tmp/a --build new=turboloader/_native --build base2=/tmp/a2
@@ -73,6 +74,14 @@ def _cases(files, kind, seed):
         yield win, tuple(w.inner[0].tolist())
 
 
+def _channels(img, c):
+    if c == 3:
+        return img
+    if c == 4:
+        return np.ascontiguousarray(np.concatenate([img, img[..., :1] ^ 0x5a], axis=2))
+    return np.ascontiguousarray(img[..., :c])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", required=True, help="a folder of JPEGs (searched recursively)")
@@ -81,21 +90,22 @@ def main() -> None:
     p.add_argument("--kind", choices=["val", "train", "resize"], default="val")
     p.add_argument("--build", action="append", required=True, metavar="LABEL=DIR")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--channels", type=int, choices=[1, 2, 3, 4], default=3)
     a = p.parse_args()
 
     mods = [(label, _load(label, d)) for label, d in (b.split("=", 1) for b in a.build)]
     files = sorted(f for f in glob.glob(os.path.join(a.data, "**", "*"), recursive=True)
                    if f.lower().endswith((".jpg", ".jpeg")))[:a.n]
-    cases = list(_cases(files, a.kind, a.seed))
+    cases = [(_channels(img, a.channels), box) for img, box in _cases(files, a.kind, a.seed)]
     V = len(mods)
     clock = time.thread_time_ns
     for part in ("full", "horizontal"):
         total = np.zeros(V)
         for i, (img, box) in enumerate(cases):
             if part == "full":
-                shape = (OUT, OUT, 3)
+                shape = (OUT, OUT, a.channels)
             else:   # all rows, no vertical resampling: the horizontal pass alone
-                shape = (img.shape[0], OUT, 3)
+                shape = (img.shape[0], OUT, a.channels)
                 box = (box[0], 0.0, box[2], float(img.shape[0]))
             outs = [np.empty(shape, np.uint8) for _ in mods]
             best = [1 << 62] * V
@@ -109,7 +119,7 @@ def main() -> None:
                 if not np.array_equal(o, outs[0]):
                     raise SystemExit(f"{label} differs from {mods[0][0]} on {img.shape} {box}")
             total += best
-        print(f"{a.kind} {part}, {len(cases)} images, best of {a.passes}, thread CPU time; "
+        print(f"{a.kind} {part}, {len(cases)} images, {a.channels} channels, best of {a.passes}, thread CPU time; "
               "speed ratio to " + mods[0][0] + ": "
               + "  ".join(f"{label} {total[0] / t:.3f}" for (label, _), t in zip(mods, total))
               + f"  ({mods[0][0]}: {total[0] / len(cases) / 1e3:.1f} us/image)")

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow   # fresh interpreters
-@pytest.mark.parametrize("kind", ["val", "train", "resize"])
-def test_bench_resample_ab_runs(tmp_path, kind):
+@pytest.mark.parametrize("kind,channels", [("val", 3), ("train", 3), ("resize", 3),
+                                           ("resize", 1), ("resize", 4)])
+def test_bench_resample_ab_runs(tmp_path, kind, channels):
     rng = np.random.default_rng(0)
     data = tmp_path / "data" / "class_0"
     data.mkdir(parents=True)
@@ -32,8 +33,9 @@ def test_bench_resample_ab_runs(tmp_path, kind):
         builds += ["--build", f"{label}={d}"]
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_resample_ab.py"),
                         "--data", str(tmp_path / "data"), "--passes", "1", "--kind", kind,
-                        *builds], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                        "--channels", str(channels), *builds], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     for part in ("full", "horizontal"):
-        line = next(ln for ln in r.stdout.splitlines() if ln.startswith(f"{kind} {part}, 3 images"))
+        line = next(ln for ln in r.stdout.splitlines()
+                    if ln.startswith(f"{kind} {part}, 3 images, {channels} channels"))
         assert "speed ratio to a: a 1.000  b " in line, line
