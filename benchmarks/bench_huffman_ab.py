@@ -7,7 +7,9 @@ copy is the noise floor).
 
 A build is ``LABEL=DIR``, DIR holding ``_jpeg.cpython-*.so`` and/or ``_fused.cpython-*.so``
 (e.g. copied aside after ``TURBOLOADER_ONLY=_jpeg,_fused python setup.py build_ext
---inplace``); the first is the baseline of the ratios. The images are the ``--data`` folder's
+--inplace``); the first is the baseline of the ratios. A ``_resample.cpython-*.so`` beside a
+``_fused`` copy is the resampler that copy runs (A/B of the resample kernels in the train / val
+steps; copy both from each tree). The images are the ``--data`` folder's
 JPEGs rewritten with restart markers (``convert --seekable``'s transcode) unless
 ``--original``. Kinds: ``full`` (``decode_into``, whole image), ``full8`` (at 1/8 scale, almost
 all Huffman), ``full4`` / ``full2`` (at 1/4 / 1/2 scale), ``train`` / ``val`` (the fused
@@ -42,7 +44,21 @@ def _load(label: str, folder: str, mod: str):
     (path,) = glob.glob(os.path.join(folder, f"{mod}.cpython-*.so"))
     spec = importlib.util.spec_from_file_location(f"ab_{label}.{mod}", path)
     m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
+    # a _resample copy beside a _fused one is the resampler that copy runs: _fused binds the
+    # C functions of whatever module sys.modules holds under _resample's name when it loads
+    res = glob.glob(os.path.join(folder, "_resample.cpython-*.so")) if mod == "_fused" else []
+    key = "turboloader._native._resample"
+    saved = sys.modules.get(key)
+    if res:
+        rspec = importlib.util.spec_from_file_location(f"ab_{label}._resample", res[0])
+        r = importlib.util.module_from_spec(rspec)
+        rspec.loader.exec_module(r)
+        sys.modules[key] = r
+    try:
+        spec.loader.exec_module(m)
+    finally:
+        if res:
+            sys.modules[key] = saved
     return m
 
 

@@ -266,6 +266,232 @@ TL_TARGET_AVX2 static void hpass3_avx2_madd(const uint8_t *src, ptrdiff_t src_st
     }
 }
 
+/* Horizontal pass, any channel count: eight output BYTES per vector (lane e of 8 is byte B + e
+ * of the output row, its pixel o = (B + e) / C and channel (B + e) % C), so no lane is idle,
+ * each lane runs only its own pixel's taps (not the union of a pair's), and a block of four
+ * groups packs to 32 contiguous output bytes with one permute. Each 128-bit half (4 bytes:
+ * 1-4 pixels) loads the 16 source bytes from its first pixel's first tap; a per-group pshufb
+ * mask, the same at every tap step (the loads move 2 pixels a step), gathers each lane's
+ * two taps into the int16 pair pmaddwd multiplies by the split coefficients (hi, lo, as
+ * above). Masks and coefficient vectors are built once per call and shared by all rows, four
+ * rows at a time. A group whose loads would pass the row's end reads a zero-padded copy of
+ * the row's tail. Returns 0 where the layout does not fit: a lane's taps more than 16 bytes
+ * from its half's first pixel (downscales by more than about 3 for 3 channels), more than
+ * 2 * TL_HB_STEPS taps, coefficients outside the int16 halves, or rows shorter than 32 bytes;
+ * the caller then runs the per-pixel kernels, which write every byte (a row whose table
+ * takes several chunks may have had its first ones written: the same bytes again). */
+enum {
+    TL_HB_VECS = 512,     /* table vectors per chunk of blocks: 16 KiB on the stack */
+    TL_HB_GROUPS = TL_HB_VECS / 3,   /* a group takes a mask and >= 2 coefficient vectors */
+    TL_HB_STEPS = 16,     /* tap pairs per pixel */
+    TL_HB_TAIL = 256      /* bytes of a row's zero-padded tail copy */
+};
+
+typedef struct {
+    int32_t o[8], c[8];   /* each lane's output pixel and channel */
+    ptrdiff_t start[2];   /* each half's first load: byte C * first[pa] of the row */
+    int steps;            /* tap pairs: ceil(max taps of the group's pixels / 2) */
+    int ok;
+} tl_hgroup;
+
+/* byte offset in the output row of group g (blocks of 4; the last block ends at the row's end) */
+TL_INLINE ptrdiff_t tl_hgroup_byte(ptrdiff_t g, ptrdiff_t nblocks, ptrdiff_t L)
+{
+    const ptrdiff_t blk = g / 4;
+    return (blk == nblocks - 1 ? L - 32 : 32 * blk) + 8 * (g % 4);
+}
+
+static void tl_hgroup_info(tl_hgroup *G, ptrdiff_t B, int C, const int32_t *bounds)
+{
+    int32_t o = (int32_t)(B / C), c = (int32_t)(B % C), nmax = 0;
+    G->ok = 1;
+    for (int e = 0; e < 8; e++) {
+        G->o[e] = o;
+        G->c[e] = c;
+        if (bounds[2 * o + 1] > nmax)
+            nmax = bounds[2 * o + 1];
+        if (++c == C) {
+            c = 0;
+            o++;
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        const ptrdiff_t fa = bounds[2 * G->o[4 * h]];
+        G->start[h] = C * fa;
+        for (int e = 4 * h; e < 4 * h + 4; e++) {
+            const ptrdiff_t idx = C * ((ptrdiff_t)bounds[2 * G->o[e]] - fa) + G->c[e];
+            if (idx < 0 || idx + C > 15)
+                G->ok = 0;
+        }
+    }
+    G->steps = (nmax + 1) / 2;
+    if (G->steps > TL_HB_STEPS)
+        G->ok = 0;
+}
+
+/* one group of 8 output bytes for 4 rows (base[r] + offsets: the rows' bytes or tail copies):
+ * `steps` tap pairs from the table entry t (mask, then hi and lo per pair) into sum[r][i] */
+TL_TARGET_AVX2 TL_INLINE void hb_group(const __m256i *t, int steps, const uint8_t *const *base,
+                                       ptrdiff_t a0, ptrdiff_t a1, int C, __m256i sum[4][4],
+                                       int i)
+{
+    const __m256i mask = _mm256_load_si256(t);
+    const uint8_t *p0 = base[0], *p1 = base[1], *p2 = base[2], *p3 = base[3];
+    __m256i h0 = _mm256_setzero_si256(), l0 = _mm256_set1_epi32(TL_HALF);
+    __m256i h1 = h0, l1 = l0, h2 = h0, l2 = l0, h3 = h0, l3 = l0;
+    for (int s = 0; s < steps; s++) {
+        const __m256i ch = _mm256_load_si256(t + 1 + 2 * s);
+        const __m256i cl = _mm256_load_si256(t + 2 + 2 * s);
+#define TL_HB_LOAD(p) _mm256_shuffle_epi8(_mm256_inserti128_si256( \
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)((p) + a0))), \
+        _mm_loadu_si128((const __m128i *)((p) + a1)), 1), mask)
+        const __m256i v0 = TL_HB_LOAD(p0), v1 = TL_HB_LOAD(p1);
+        h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(v0, ch));
+        l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(v0, cl));
+        h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(v1, ch));
+        l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(v1, cl));
+        const __m256i v2 = TL_HB_LOAD(p2), v3 = TL_HB_LOAD(p3);
+        h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(v2, ch));
+        l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(v2, cl));
+        h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(v3, ch));
+        l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(v3, cl));
+#undef TL_HB_LOAD
+        a0 += 2 * C;
+        a1 += 2 * C;
+    }
+    sum[0][i] = TL_SPLIT_SUM(h0, l0);
+    sum[1][i] = TL_SPLIT_SUM(h1, l1);
+    sum[2][i] = TL_SPLIT_SUM(h2, l2);
+    sum[3][i] = TL_SPLIT_SUM(h3, l3);
+}
+
+TL_TARGET_AVX2 static int hpass_avx2_lanes(const uint8_t *src, ptrdiff_t src_stride,
+                                           ptrdiff_t nrows, uint8_t *dst, ptrdiff_t dst_stride,
+                                           ptrdiff_t out_w, ptrdiff_t in_w, int C,
+                                           const int32_t *kk, const int32_t *bounds,
+                                           ptrdiff_t ksize)
+{
+    const ptrdiff_t L = (ptrdiff_t)C * out_w, rowlen = (ptrdiff_t)C * in_w;
+    if (L < 32)
+        return 0;
+    const ptrdiff_t nblocks = (L + 31) / 32, ngroups = 4 * nblocks;
+    for (ptrdiff_t xx = 0; xx < out_w; xx++)
+        if (!tl_split_fits(kk + xx * ksize, bounds[2 * xx + 1]))
+            return 0;
+    /* int32 lanes written in place (vector stores from scalar arrays would stall on store
+     * forwarding), read back as vectors */
+    int32_t table[8 * TL_HB_VECS] __attribute__((aligned(32)));
+    int32_t gvec[TL_HB_GROUPS], gsteps[TL_HB_GROUPS];
+    int32_t goff[TL_HB_GROUPS][2];
+    uint8_t gtail[TL_HB_GROUPS];
+    uint8_t tails[4][TL_HB_TAIL] __attribute__((aligned(32)));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    ptrdiff_t g0 = 0;
+    while (g0 < ngroups) {
+        /* the table of whole blocks from group g0; [tail0, tail1): the bytes that the
+         * groups whose loads pass the row's end read from a zero-padded copy */
+        ptrdiff_t count = 0, used = 0, tail0 = rowlen, tail1 = rowlen;
+        while (g0 + count < ngroups) {
+            ptrdiff_t need = 0;
+            tl_hgroup Gs[4];
+            for (int i = 0; i < 4; i++) {
+                tl_hgroup_info(&Gs[i], tl_hgroup_byte(g0 + count + i, nblocks, L), C, bounds);
+                if (!Gs[i].ok)
+                    return 0;
+                need += 1 + 2 * Gs[i].steps;
+            }
+            if (used + need > TL_HB_VECS || count + 4 > TL_HB_GROUPS)
+                break;   /* a block always fits an empty table: 4 * (1 + 2 * TL_HB_STEPS) */
+            for (int i = 0; i < 4; i++) {
+                const tl_hgroup *G = &Gs[i];
+                int t = 0;
+                for (int h = 0; h < 2; h++) {
+                    const ptrdiff_t end = G->start[h] + 2 * C * (G->steps - 1) + 16;
+                    if (end > rowlen) {
+                        const ptrdiff_t lo = G->start[0] < G->start[1] ? G->start[0] : G->start[1];
+                        tail0 = lo < tail0 ? lo : tail0;
+                        tail1 = end > tail1 ? end : tail1;
+                        t = 1;
+                    }
+                }
+                gtail[count + i] = (uint8_t)t;
+                for (int h = 0; h < 2; h++)
+                    goff[count + i][h] = (int32_t)G->start[h];
+                gsteps[count + i] = G->steps;
+                gvec[count + i] = (int32_t)used;
+                int8_t *mask = (int8_t *)(table + 8 * used++);
+                for (int e = 0; e < 8; e++) {
+                    const int h = e / 4, o = G->o[e];
+                    const int idx = (int)(C * bounds[2 * o] - G->start[h]) + G->c[e];
+                    mask[16 * h + 4 * (e % 4) + 0] = (int8_t)idx;
+                    mask[16 * h + 4 * (e % 4) + 1] = -1;
+                    mask[16 * h + 4 * (e % 4) + 2] = (int8_t)(idx + C);
+                    mask[16 * h + 4 * (e % 4) + 3] = -1;
+                }
+                for (int s = 0; s < G->steps; s++) {
+                    int32_t *hi = table + 8 * used, *lo = table + 8 * (used + 1);
+                    used += 2;
+                    for (int e = 0; e < 8; e++) {
+                        const ptrdiff_t o = G->o[e], n = bounds[2 * o + 1];
+                        const int32_t *k = kk + o * ksize;
+                        const int32_t ka = 2 * s < n ? k[2 * s] : 0;
+                        const int32_t kb = 2 * s + 1 < n ? k[2 * s + 1] : 0;
+                        hi[e] = tl_pair_hi(ka, kb);
+                        lo[e] = tl_pair_lo(ka, kb);
+                    }
+                }
+            }
+            count += 4;
+        }
+        if (count == 0 || tail1 - tail0 > TL_HB_TAIL)
+            return 0;
+        for (ptrdiff_t y = 0; y < nrows; y += 4) {
+            const int nr = nrows - y < 4 ? (int)(nrows - y) : 4;
+            const uint8_t *srow[4], *trow[4];
+            for (int r = 0; r < 4; r++) {
+                srow[r] = src + (y + (r < nr ? r : 0)) * src_stride;
+                trow[r] = tails[r];
+                if (tail0 < rowlen && r < nr) {
+                    memset(tails[r], 0, (size_t)(tail1 - tail0));
+                    memcpy(tails[r], srow[r] + tail0, (size_t)(rowlen - tail0));
+                }
+            }
+            if (nr < 4 && tail0 < rowlen)
+                for (int r = nr; r < 4; r++)
+                    trow[r] = tails[0];
+            for (ptrdiff_t c = 0; c < count; c += 4) {
+                __m256i sum[4][4];
+                for (int i = 0; i < 4; i++) {
+                    const ptrdiff_t gi = c + i;
+                    const uint8_t *const *base = gtail[gi] ? trow : srow;
+                    const __m256i *t = (const __m256i *)(table + 8 * gvec[gi]);
+                    const ptrdiff_t shift = gtail[gi] ? tail0 : 0;
+                    const ptrdiff_t a0 = goff[gi][0] - shift, a1 = goff[gi][1] - shift;
+                    /* the common tap-pair counts unrolled (no data-dependent inner loop) */
+                    switch (gsteps[gi]) {
+                    case 1: hb_group(t, 1, base, a0, a1, C, sum, i); break;
+                    case 2: hb_group(t, 2, base, a0, a1, C, sum, i); break;
+                    case 3: hb_group(t, 3, base, a0, a1, C, sum, i); break;
+                    default: hb_group(t, gsteps[gi], base, a0, a1, C, sum, i); break;
+                    }
+                }
+                /* per row: dwords (g0 0-3, g1 0-3, g2 0-3, g3 0-3 | g0 4-7, ...) after the
+                 * in-lane packs (saturating == clip8's clamp), put in order by one permute */
+                const ptrdiff_t B = tl_hgroup_byte(g0 + c, nblocks, L);
+                for (int r = 0; r < nr; r++) {
+                    const __m256i v = _mm256_packus_epi16(
+                        _mm256_packs_epi32(sum[r][0], sum[r][1]),
+                        _mm256_packs_epi32(sum[r][2], sum[r][3]));
+                    _mm256_storeu_si256((__m256i *)(dst + (y + r) * dst_stride + B),
+                                        _mm256_permutevar8x32_epi32(v, order));
+                }
+            }
+        }
+        g0 += count;
+    }
+    return 1;
+}
+
 /* Vertical pass: rows y and y + 1 interleaved into int16 (row y, row y + 1) pairs, so one
  * pmaddwd adds both taps for 8 columns. 32 columns of one output row from column j: */
 TL_TARGET_AVX2 TL_INLINE void vblock32(const uint8_t *first, ptrdiff_t src_stride, ptrdiff_t n,
@@ -339,6 +565,9 @@ void tl_resample_hpass(const uint8_t *src, ptrdiff_t src_stride, ptrdiff_t nrows
                        const int32_t *kk, const int32_t *bounds, ptrdiff_t ksize, int isa)
 {
 #if TL_X86
+    if (isa >= TL_ISA_AVX2 && hpass_avx2_lanes(src, src_stride, nrows, dst, dst_stride, out_w,
+                                               in_w, C, kk, bounds, ksize))
+        return;
     if (C == 3 && isa >= TL_ISA_AVX2) {
         hpass3_avx2_madd(src, src_stride, nrows, dst, dst_stride, out_w, in_w, kk, bounds, ksize);
         return;
