@@ -12,6 +12,15 @@ import pytest
 # MKL reads it at its first call, after this module runs; subprocesses inherit it.
 os.environ.setdefault("MKL_CBWR", "AVX2")
 
+# torch's intra-op threads are OpenMP's (GNU libgomp here), whose idle threads spin after each
+# parallel region before they sleep: on a loaded 2-core machine the spinning thread burns its
+# core while the thread it waits for is descheduled, in the test process and in every child
+# (subprocesses inherit it). Passive waiting sleeps at once. It changes how idle threads wait,
+# never what an operation computes. (A loop of small interpolations with 2 ms of Python
+# between them: 8.4 CPU-s spinning, 1.4 passive.) libgomp reads it when torch loads it, after
+# this module runs.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # turboloader's node-local caches (the remote shards' sample counts) go to a folder of this
 # run, not the user's ~/.cache: a count cached by one test must not answer another's. Each
 # pytest-xdist worker makes its own (a worker inherits the controller's environment, so the

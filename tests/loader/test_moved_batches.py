@@ -20,6 +20,10 @@ MOVED = textwrap.dedent("""
     import turboloader
     from helpers import kept
 
+    # the imports' objects (torch's, numpy's: a full collection walks them all, 0.16 CPU-s
+    # each) go to the permanent generation; the collections below still walk every object
+    # made from here on, the batches and the loader's blocks among them
+    gc.freeze()
     root, backend = sys.argv[1:3]
     modes = %r
     want = kept.oracle((0,))
