@@ -254,8 +254,8 @@ def main(argv=None):
 
     def entropy_share(pipeline):
         """Mean share of the image's MCUs that a window's decode entropy-decodes: the
-        original file (every MCU row down to the window's last, full width: the rows above
-        are skipped by decoding them), the seekable file (the restart path's sub-image
+        original file (every MCU row down to the window's last and the upsampler's context
+        row below, full width: the rows above are skipped by decoding them), the seekable file (the restart path's sub-image
         where it applies), with one MCU per interval (--finest), and at best (the MCUs
         under the window and the upsampler's one chroma sample around it); and the share
         of windows the restart path takes on the seekable files."""
@@ -271,7 +271,7 @@ def main(argv=None):
             f = 8 / k
             x0, y0, x1, y1 = wx * f, wy * f, (wx + ww) * f, (wy + wh) * f
             total = mpr * mrows
-            ordinary = mpr * min(mrows, math.ceil(y1 / mh)) / total
+            ordinary = mpr * min(mrows, math.ceil((y1 + cy) / mh)) / total
             best = ((min(mpr, math.ceil((x1 + cx) / mw)) - int(max(0, x0 - cx) // mw)) *
                     (min(mrows, math.ceil((y1 + cy) / mh)) - int(max(0, y0 - cy) // mh))) / total
             shares = [ordinary]
