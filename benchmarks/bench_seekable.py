@@ -240,6 +240,49 @@ def main(argv=None):
             area += sub[2] * sub[3] / (o[which][1].width * o[which][1].height) if sub else 1.0
         return took / len(opened), area / len(opened)
 
+    def mcu_grid(data):
+        """(MCU width, height, MCUs per row, MCU rows, chroma context x, y) of a baseline
+        file (the seekable copy: the transcode keeps the original's sampling)."""
+        b = bytes(data)
+        j = b.find(b"\xff\xc0")
+        if j < 0:
+            j = b.find(b"\xff\xc1")
+        h, w, nc = int.from_bytes(b[j + 5:j + 7], "big"), int.from_bytes(b[j + 7:j + 9], "big"), b[j + 9]
+        hs = max(b[j + 11 + 3 * i] >> 4 for i in range(nc)) if nc > 1 else 1
+        vs = max(b[j + 11 + 3 * i] & 15 for i in range(nc)) if nc > 1 else 1
+        return 8 * hs, 8 * vs, -(-w // (8 * hs)), -(-h // (8 * vs)), 4 * (hs > 1), 4 * (vs > 1)
+
+    def entropy_share(pipeline):
+        """Mean share of the image's MCUs that a window's decode entropy-decodes: the
+        original file (every MCU row down to the window's last and the upsampler's context
+        row below, full width: the rows above are skipped by decoding them), the seekable file (the restart path's sub-image
+        where it applies), with one MCU per interval (--finest), and at best (the MCUs
+        under the window and the upsampler's one chroma sample around it); and the share
+        of windows the restart path takes on the seekable files."""
+        acc = np.zeros(4)
+        took = 0
+        for o, (box, clip) in zip(opened, boxes[pipeline]):
+            W, H = o[0][1].width, o[0][1].height
+            k = _window_k(box[2] - box[0], box[3] - box[1], 224, 224)
+            wx, wy, ww, wh, _ = window_of_one(box, clip, (224, 224),
+                                              ((H * k + 7) // 8, (W * k + 7) // 8),
+                                              (k / 8, k / 8), 1)
+            mw, mh, mpr, mrows, cx, cy = mcu_grid(o[1][0])
+            f = 8 / k
+            x0, y0, x1, y1 = wx * f, wy * f, (wx + ww) * f, (wy + wh) * f
+            total = mpr * mrows
+            ordinary = mpr * min(mrows, math.ceil((y1 + cy) / mh)) / total
+            best = ((min(mpr, math.ceil((x1 + cx) / mw)) - int(max(0, x0 - cx) // mw)) *
+                    (min(mrows, math.ceil((y1 + cy) / mh)) - int(max(0, y0 - cy) // mh))) / total
+            shares = [ordinary]
+            for which in (1, 2):
+                sub = _jpeg.restart_window(o[which][0], scale_num=k, crop_x=wx, crop_y=wy,
+                                           crop_w=ww, crop_h=wh)
+                took += which == 1 and sub is not None
+                shares.append(sub[2] * sub[3] / (W * H) if sub else ordinary)
+            acc += [*shares, best]
+        return (*(acc / len(opened)), took / len(opened))
+
     if args.finest:
         for which, label in ((0, "original"), (1, "seekable"), (2, "seekable, 1 MCU per interval")):
             ksys[f"val, part: window decode only, {label}"] = window_decode(which)
@@ -357,6 +400,12 @@ def main(argv=None):
         pipeline = name.split(":")[0]
         base = kbest[f"{pipeline}: fused decode+crop+resize, original"]
         print(f"| {name} | {r:.0f} | {r / klim:.2f} | {r / base:.2f} |")
+    for pipeline in ("train", "val"):
+        o_, s_, f_, b_, took = entropy_share(pipeline)
+        print(f"{pipeline} windows, share of the image's MCUs entropy-decoded: original files "
+              f"{o_:.3f}, seekable {s_:.3f} (the restart path takes {took:.0%} of the windows)"
+              + (f", one MCU per interval {f_:.3f}" if args.finest else "")
+              + f", at best (the window's MCUs and the upsampler's context) {b_:.3f}")
     if args.finest:
         for which, label in ((1, "seekable"), (2, "seekable, 1 MCU per interval")):
             took, area = sub_image_share(which)

@@ -21,6 +21,17 @@ def test_bench_seekable_runs(tmp_path):
     for row in ("convert --seekable", "train: fused decode+crop+resize, seekable",
                 "short side 128, q90, seekable", "val: seekable shards",
                 "seekable, 1 MCU per interval", "val, part: window decode only, seekable",
-                "val, part: resample of the decoded window", "the restart path takes"):
+                "val, part: resample of the decoded window", "the restart path takes",
+                "share of the image's MCUs entropy-decoded"):
         assert row in r.stdout, r.stdout
     assert "val tensors identical" in r.stdout
+    # the MCUs a window entropy-decodes: never more on the seekable files than on the
+    # originals, never less than the window's own MCUs
+    for pipeline in ("train", "val"):
+        line = next(x for x in r.stdout.splitlines()
+                    if x.startswith(f"{pipeline} windows, share of the image's MCUs"))
+        nums = [float(t.rstrip(",)")) for t in line.replace("(", " ").split()
+                if t.rstrip(",)").replace(".", "", 1).isdigit() and "." in t]
+        original, seekable, finest, best = nums
+        assert original >= seekable >= best > 0, line
+        assert original >= finest >= best, line
