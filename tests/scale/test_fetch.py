@@ -733,3 +733,35 @@ def test_later_passes_reuse_every_buffer_when_the_bytes_fit(slow):
     assert len(fresh) <= 1, fresh
     assert pool._spare_bytes + pool._reserved <= pool.buffer_bytes
     assert pool._reserved == pool._unheld == 0  # every part released, none left counted
+
+
+def test_a_pass_over_more_than_the_window_reuses_its_own_buffers(slow, monkeypatch):
+    """The read-ahead window is ``(K + readers) * part_bytes`` (a part in flight per
+    connection and the part each stream reads), not ``buffer_bytes``: a first pass whose
+    bytes are many times the window, read by a reader that lets the pool fetch all it will
+    before each object, has its later parts written into the buffers of parts the reader
+    passed. Its fresh buffers (a page fault per 4 KiB each when first written) stay within
+    the window (+ the part a waiting reader may add) where without the window the whole
+    pass went into fresh ones; fetched-ahead bytes never pass the window; every byte is
+    exact. (Counted by the pool's ``new_buffers`` and by the allocator itself.)"""
+    part = 2 * READ
+    blobs = {f"w{i}.bin": blob(2 * part, 200 + i) for i in range(12)}  # 24 parts
+    urls = publish(slow, blobs)
+    made = []
+    orig = fetch._new_buffer
+    monkeypatch.setattr(fetch, "_new_buffer", lambda size: made.append(size) or orig(size))
+    pool = FetchPool(part_bytes=part, buffer_bytes=64 * part, max_connections=2)
+    window = (2 + 1) * part  # K at most 2 connections, one reading stream
+    pool.plan("s", list(urls.values()))
+    for name, url in urls.items():
+        wait_for(lambda: settled(pool) or pool.stats()["buffered"] + part > window)
+        with pool.open(url) as f:
+            assert f.read() == blobs[name]
+    pool.forget("s")
+    wait_for(lambda: settled(pool))
+    st = pool.stats()
+    assert len(made) <= window // part + 1, made
+    assert st["new_buffers"] == len(made) and st["new_buffer_bytes"] == sum(made)
+    assert st["peak_buffered"] <= window + part
+    assert st["bytes_fetched"] == sum(map(len, blobs.values()))
+    assert pool._reserved == pool._unheld == 0

@@ -177,7 +177,8 @@ class FetchPool:
         self._starved = False  # a reader waited for bytes since the last adjustment
         self.counters = {"requests": 0, "bytes_fetched": 0, "bytes_ahead": 0, "waits": 0,
                          "wait_s": 0.0, "peak_connections": 0, "peak_buffered": 0,
-                         "objects": 0, "cpu_s": 0.0}
+                         "objects": 0, "cpu_s": 0.0, "new_buffers": 0,
+                         "new_buffer_bytes": 0}
 
     # -- public ---------------------------------------------------------------------------
 
@@ -468,6 +469,8 @@ class FetchPool:
             self._spare_bytes -= len(buf)
         else:
             buf = _new_buffer(size)
+            self.counters["new_buffers"] += 1
+            self.counters["new_buffer_bytes"] += size
         self._reserved += len(buf) - part.reserved
         part.reserved = len(buf)
         self._spare_trim()
@@ -501,8 +504,20 @@ class FetchPool:
         if obj.sink is not None:
             return True
         need = part.length if part.length is not None else self.part_bytes
-        return (self._reserved + need <= self.buffer_bytes or self._reserved == 0
+        return (self._reserved + need <= self._ahead() or self._reserved == 0
                 or (obj.opened and part.index == obj.wait_part))
+
+    def _ahead(self):
+        """The read-ahead window: the bytes buffered parts may hold at once, sized from
+        the bandwidth needed, ``(K + readers) * part_bytes`` (a part in flight per
+        connection, ``K`` sized from the readers' demand over one connection's rate, and
+        the part each reading stream is in), at most ``buffer_bytes``. Past it a part
+        starts once a reader releases one, so a pass over more than the window reuses its
+        own consumed buffers (a fresh one costs a page fault per 4 KiB on first write)
+        instead of writing the whole pass into fresh memory; while a reader waits, ``K``
+        grows and the window with it."""
+        readers = max(1, len(self._plans))
+        return min(self.buffer_bytes, (self.k + readers) * self.part_bytes)
 
     def _next_part(self):
         best = None
