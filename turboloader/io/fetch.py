@@ -54,6 +54,7 @@ Configuration (environment, read when the pool is created): ``TURBOLOADER_FETCH_
 
 from __future__ import annotations
 
+import collections
 import io
 import math
 import mmap
@@ -104,6 +105,9 @@ class _Object:
         self.known = False  # its size was known before its first request (every part ranged)
         self.sizing = threading.Lock()  # a known-size file fetch: on_size runs once, first
         self.first = False  # read first by its stream, or waited for: finer parts (_stride)
+        # its parts each get a connection (_limit): a file fetch's, and a buffered object
+        # read first whose size is known (_start)
+        self.eager = sink is not None
 
 
 class _Part:
@@ -166,8 +170,9 @@ class FetchPool:
         # reused by later parts, as fresh ones cost a page fault per 4 KiB when first written
         # (and a zero fill); they hold at most buffer_bytes - _reserved (see _spare_trim)
         self._spare = []
+        self._closing = collections.deque()  # objects whose readers left them to be cancelled
         self._spare_bytes = 0
-        self._files = 0  # parts of file fetches not finished (each gets a connection: _limit)
+        self._eager = 0  # parts of eager objects not finished (each gets a connection: _limit)
         self.k = min(4, self.max_connections)  # connections wanted now
         # measurements
         self._conn_rate = None  # bytes/s one request delivers (EWMA)
@@ -177,8 +182,7 @@ class FetchPool:
         self._starved = False  # a reader waited for bytes since the last adjustment
         self.counters = {"requests": 0, "bytes_fetched": 0, "bytes_ahead": 0, "waits": 0,
                          "wait_s": 0.0, "peak_connections": 0, "peak_buffered": 0,
-                         "objects": 0, "cpu_s": 0.0, "new_buffers": 0,
-                         "new_buffer_bytes": 0}
+                         "objects": 0, "cpu_s": 0.0}
 
     # -- public ---------------------------------------------------------------------------
 
@@ -239,6 +243,7 @@ class FetchPool:
                 del self._objects[url]
             if obj is None:
                 obj = _Object(self, url)
+                obj.first = True
                 self._start(obj)
             else:
                 plan = self._plans.get(obj.key)
@@ -348,6 +353,7 @@ class FetchPool:
                 obj.key, obj.pos = key, pos
                 continue
             obj = _Object(self, url, key=key, pos=pos)
+            obj.first = pos == plan["taken"]  # its reader opens it next: nothing of it ahead
             self._objects.setdefault(obj.url, []).append(obj)
             self._start(obj)
 
@@ -383,25 +389,37 @@ class FetchPool:
         # (buffered) objects asked for whole at once, or in finer parts, reached a stream's
         # first 3.5 MB later than with part 0 open-ended (more requests at once slowed the
         # ones read first; /tmp/s3-cold/firstbytes.py, s3-cold branch report)
-        st = seen_stat(obj.url) if obj.sink is not None else None
+        st = seen_stat(obj.url) if obj.sink is not None or obj.first else None
         if st is not None and st.size:
-            obj.size, obj.known = st.size, True
-            stride = self._stride(obj)
-            obj.parts = [_Part(obj, i, s, min(stride, st.size - s))
-                         for i, s in enumerate(range(0, st.size, stride))]
+            obj.size, obj.known, obj.eager = st.size, True, True
+            obj.parts = [_Part(obj, i, s, n) for i, (s, n) in enumerate(self._cuts(obj))]
             obj.left = len(obj.parts)
-        if obj.sink is not None:
-            self._files += len(obj.parts)
+        if obj.eager:
+            self._eager += len(obj.parts)
         for part in obj.parts:
             self._queue(part)
+
+    def _cuts(self, obj):
+        """``(start, length)`` of the parts of ``obj``, its size known: strides of
+        :meth:`_stride`; a buffered object read first has only its first ``part_bytes``
+        in parts of ``part_bytes / 4``, the rest in whole parts (its reader reads the bytes
+        as they arrive: the first ones come over several connections at once, and a whole
+        part asked for at the same time is in before the reader is past the small ones)."""
+        size, stride = obj.size, self._stride(obj)
+        fine = size if obj.sink is not None else min(size, self.part_bytes)
+        cuts = [(s, min(stride, fine - s)) for s in range(0, fine, stride)]
+        return cuts + [(s, min(self.part_bytes, size - s))
+                       for s in range(fine, size, self.part_bytes)]
 
     def _stride(self, obj):
         """Bytes per part of ``obj``: ``part_bytes``, or ``part_bytes / 4`` (at least one
         socket read) for a file fetch read first (a stream's first shard, or one a reader
         waits for): the whole shard must be here before it is read, and it comes over
         several connections at once, so a pass's first batch does not wait for one
-        connection's rate."""
-        return max(_READ, self.part_bytes // _FIRST_SPLIT) if obj.first else self.part_bytes
+        connection's rate; and for a buffered object read first whose size was known
+        before its first request (its first ``part_bytes`` only: :meth:`_cuts`)."""
+        fine = obj.first and (obj.sink is not None or obj.known)
+        return max(_READ, self.part_bytes // _FIRST_SPLIT) if fine else self.part_bytes
 
     def _queue(self, part):
         self._pending.append(part)
@@ -412,8 +430,8 @@ class FetchPool:
             self._release(part)
         keep = [p for p in self._pending if p.obj is not obj]
         obj.left -= len(self._pending) - len(keep)  # never started: finished now
-        if obj.sink is not None:
-            self._files -= len(self._pending) - len(keep)
+        if obj.eager:
+            self._eager -= len(self._pending) - len(keep)
         self._pending = keep
 
     def _release(self, part):
@@ -469,8 +487,6 @@ class FetchPool:
             self._spare_bytes -= len(buf)
         else:
             buf = _new_buffer(size)
-            self.counters["new_buffers"] += 1
-            self.counters["new_buffer_bytes"] += size
         self._reserved += len(buf) - part.reserved
         part.reserved = len(buf)
         self._spare_trim()
@@ -504,20 +520,8 @@ class FetchPool:
         if obj.sink is not None:
             return True
         need = part.length if part.length is not None else self.part_bytes
-        return (self._reserved + need <= self._ahead() or self._reserved == 0
+        return (self._reserved + need <= self.buffer_bytes or self._reserved == 0
                 or (obj.opened and part.index == obj.wait_part))
-
-    def _ahead(self):
-        """The read-ahead window: the bytes buffered parts may hold at once, sized from
-        the bandwidth needed, ``(K + readers) * part_bytes`` (a part in flight per
-        connection, ``K`` sized from the readers' demand over one connection's rate, and
-        the part each reading stream is in), at most ``buffer_bytes``. Past it a part
-        starts once a reader releases one, so a pass over more than the window reuses its
-        own consumed buffers (a fresh one costs a page fault per 4 KiB on first write)
-        instead of writing the whole pass into fresh memory; while a reader waits, ``K``
-        grows and the window with it."""
-        readers = max(1, len(self._plans))
-        return min(self.buffer_bytes, (self.k + readers) * self.part_bytes)
 
     def _next_part(self):
         best = None
@@ -541,10 +545,12 @@ class FetchPool:
     def _limit(self):
         """Requests at once: K, and at least one per part of the file fetches in progress
         (the shard cache asked for those downloads at once)."""
-        return max(self.k, min(self.max_connections, self._files))
+        return max(self.k, min(self.max_connections, self._eager))
 
     def _dispatch(self):
         """Wake idle threads, or start new ones, for the startable parts, up to K at once."""
+        while self._closing:  # readers closed while the lock was held (_ObjectReader.close)
+            self._cancel(self._closing.popleft())
         want = min(self._limit() - self._running, sum(1 for p in self._pending if self._startable(p)))
         if want <= 0:
             return
@@ -559,6 +565,8 @@ class FetchPool:
             threading.Thread(target=self._worker, name="turboloader-fetch", daemon=True).start()
         self.counters["peak_connections"] = max(self.counters["peak_connections"],
                                                 self._running)
+        while self._closing:  # (closed in a thread being started just now)
+            self._cancel(self._closing.popleft())
 
     def _adjust(self):
         """K from the measured demand and connection rate (see the module docstring)."""
@@ -641,6 +649,8 @@ class FetchPool:
                     0.7 * self._conn_rate + 0.3 * rate
             part.state = "done"
             self._in_flight -= 1
+            if obj.eager:
+                self._eager -= 1
             if part.late is not None:  # released by its reader while this thread wrote
                 buf, part.late = part.late, None
                 self._spare_add(buf)
@@ -651,7 +661,6 @@ class FetchPool:
             if obj.sink is not None:
                 # on_done runs once no part runs any more: the caller closes the file then
                 obj.left -= 1
-                self._files -= 1
                 if error is not None and obj.first_error is None:
                     obj.first_error = error
                     self._cancel(obj)
@@ -700,8 +709,8 @@ class FetchPool:
                     obj.parts.append(p)
                     self._queue(p)
                 obj.left += len(starts)
-                if obj.sink is not None:
-                    self._files += len(starts)
+                if obj.eager:
+                    self._eager += len(starts)
                 self._dispatch()
             if obj.sink is None:
                 if part.length is not None:
@@ -854,9 +863,19 @@ class _ObjectReader(io.RawIOBase):
 
     def close(self):
         if not self.closed:
-            with self.obj.pool._lock:
-                self.obj.pool._cancel(self.obj)
-                self.obj.pool._dispatch()
+            pool = self.obj.pool
+            # the garbage collector can close an abandoned shard stream in a thread being
+            # started by _dispatch, whose starter holds the lock until that thread runs:
+            # waiting for the lock there would hang both, so after a while the cancel is left
+            # to the lock's holder (_dispatch ends by doing the ones left)
+            if pool._lock.acquire(timeout=0.2):
+                try:
+                    pool._cancel(self.obj)
+                    pool._dispatch()
+                finally:
+                    pool._lock.release()
+            else:
+                pool._closing.append(self.obj)
         super().close()
 
 
