@@ -714,7 +714,7 @@ def test_later_passes_reuse_every_buffer_when_the_bytes_fit(slow):
         made.append((p.index, n, len(p.buf), id(p.buf) in spare))
 
     pool._part_buffer = spy
-    fresh = []
+    fresh, every = [], []
     for epoch in range(4):
         del made[:]
         # (each pass starts as if the first shard's size were unknown: one known is cut into
@@ -729,11 +729,14 @@ def test_later_passes_reuse_every_buffer_when_the_bytes_fit(slow):
         while pool.stats()["in_flight"] and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(made) == 2 * len(sizes)
+        every += [m[2] for m in made if not m[3]]
         if epoch:
             fresh += [m for m in made if not m[3]]
     # (a buffer can come back to the spares a moment after its pass: one fresh allocation
     # in three passes is let through)
     assert len(fresh) <= 1, fresh
+    st = pool.stats()  # the pool's own count of fresh buffers agrees
+    assert st["new_buffers"] == len(every) and st["new_buffer_bytes"] == sum(every)
     assert pool._spare_bytes + pool._reserved <= pool.buffer_bytes
     assert pool._reserved == pool._unheld == 0  # every part released, none left counted
 

@@ -10,7 +10,13 @@ cache's) whose size this process saw before (:func:`~turboloader.io.remote.seen_
 count's reads and ``stat`` requests record it) asks for every part at once, each a bounded
 ranged request; one its stream reads first (order 0) or that a reader waits for is cut into
 parts of ``part_bytes / 4`` (the whole shard is needed before its first sample), and the
-part 0 of a file fetch of unknown size keeps ``part_bytes / 4``. Each part is read with
+part 0 of a file fetch of unknown size keeps ``part_bytes / 4``. A buffered object its
+stream reads first with nothing of it fetched ahead (a pass's cold start), whose size is
+known the same way, is asked for at once too, its first ``part_bytes`` in parts of
+``part_bytes / 4`` and the rest in whole parts: the reader reads bytes as they arrive, so
+its first batch comes at several connections' rate, not one's. The parts of those objects
+(file fetches and first objects) each get a connection of their own while they run, beyond
+``K``. Each part is read with
 :func:`turboloader.io.remote.open_remote`'s retrying reader at the part's offset: retries,
 resumption and the check that a resumed answer starts where asked are its; a part whose
 answer reports another total size than the first part's is a
@@ -182,7 +188,8 @@ class FetchPool:
         self._starved = False  # a reader waited for bytes since the last adjustment
         self.counters = {"requests": 0, "bytes_fetched": 0, "bytes_ahead": 0, "waits": 0,
                          "wait_s": 0.0, "peak_connections": 0, "peak_buffered": 0,
-                         "objects": 0, "cpu_s": 0.0}
+                         "objects": 0, "cpu_s": 0.0, "new_buffers": 0,
+                         "new_buffer_bytes": 0}
 
     # -- public ---------------------------------------------------------------------------
 
@@ -304,7 +311,9 @@ class FetchPool:
         """Counters: ``requests``, ``bytes_fetched``, ``bytes_ahead`` (fetched before a
         reader asked for them), ``waits`` / ``wait_s`` (reads that waited for bytes, and
         for how long), ``peak_connections``, ``peak_buffered`` (bytes), ``cpu_s`` (CPU
-        time of the connection threads' requests); and now:
+        time of the connection threads' requests), ``new_buffers`` / ``new_buffer_bytes``
+        (part buffers allocated rather than reused: each page of one is faulted in when
+        first written); and now:
         ``connections`` (K), ``in_flight`` (requests being made), ``pending`` (requests
         queued, not started: waiting for a connection or for room in the buffer; each is
         pending, then in flight, then done, so nothing is left to fetch when both are 0,
@@ -379,16 +388,17 @@ class FetchPool:
                 self._drop_lineage(lineage)
 
     def _start(self, obj):
-        """Queue ``obj``'s requests. A file fetch whose size is known from a response this
-        process read before (:func:`~turboloader.io.remote.seen_stat`: the count, a ``stat``, an earlier
-        pass): every part at once, each a bounded range (no request waits for another's
-        answer; a part whose answer gives another total size is an error, as below).
-        Else part 0, from byte 0 and open-ended: its answer gives the size, then
-        :meth:`_first` queues the rest."""
-        # file fetches only: through bench_remote's proxy on a loaded 2-core VM, streamed
-        # (buffered) objects asked for whole at once, or in finer parts, reached a stream's
-        # first 3.5 MB later than with part 0 open-ended (more requests at once slowed the
-        # ones read first; /tmp/s3-cold/firstbytes.py, s3-cold branch report)
+        """Queue ``obj``'s requests. A file fetch, or a buffered object its reader opens
+        next (``first``), whose size is known from a response this process read before
+        (:func:`~turboloader.io.remote.seen_stat`: the count, a ``stat``, an earlier pass):
+        every part at once, each a bounded range (no request waits for another's answer; a
+        part whose answer gives another total size is an error, as below), each part on a
+        connection of its own (``eager``: :meth:`_limit`). Else part 0, from byte 0 and
+        open-ended: its answer gives the size, then :meth:`_first` queues the rest."""
+        # buffered objects read later keep part 0 open-ended: through bench_remote's proxy
+        # on a loaded 2-core VM, streamed objects all asked for at once, or in finer parts,
+        # reached a stream's first 3.5 MB later (more requests at once slowed the ones read
+        # first; s3-cold and s7-fault, benchmarks/results/remote.md)
         st = seen_stat(obj.url) if obj.sink is not None or obj.first else None
         if st is not None and st.size:
             obj.size, obj.known, obj.eager = st.size, True, True
@@ -487,6 +497,8 @@ class FetchPool:
             self._spare_bytes -= len(buf)
         else:
             buf = _new_buffer(size)
+            self.counters["new_buffers"] += 1
+            self.counters["new_buffer_bytes"] += size
         self._reserved += len(buf) - part.reserved
         part.reserved = len(buf)
         self._spare_trim()
@@ -543,8 +555,9 @@ class FetchPool:
         return best
 
     def _limit(self):
-        """Requests at once: K, and at least one per part of the file fetches in progress
-        (the shard cache asked for those downloads at once)."""
+        """Requests at once: K, and at least one per part in progress of the eager objects:
+        the file fetches (the shard cache asked for those downloads at once) and the first
+        objects of known size (a pass's first bytes, :meth:`_start`)."""
         return max(self.k, min(self.max_connections, self._eager))
 
     def _dispatch(self):
