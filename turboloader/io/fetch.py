@@ -707,6 +707,8 @@ class FetchPool:
         if obj.on_size is not None:
             obj.on_size(size)
         with self._lock:
+            if obj.cancelled:  # (cancelled since the check above: queue nothing for it)
+                return n
             obj.size = size
             # a file fetch's part 0 stops after a quarter part: its connection is soon free
             # for the parts needed first (this shard's or another's), then the rest in strides
