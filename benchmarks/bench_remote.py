@@ -166,19 +166,27 @@ def _rss_mb():
 
 
 def _epochs(loader, epochs, t_start=None):
+    from turboloader.io.fetch import fetch_pool
+
+    def pool():  # the fetch pool's waits and fresh buffers so far (main's pool lacks the latter)
+        st = fetch_pool().stats()
+        return st["wait_s"], st.get("new_buffer_bytes") or 0
+
     out = []
     for e in range(epochs):
         it = iter(loader)
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        t0, c0 = time.perf_counter(), time.process_time()
+        (w0, b0), t0, c0 = pool(), time.perf_counter(), time.process_time()
         first, n = None, 0
         for images, labels in it:
             if first is None:
                 first = time.perf_counter() - t0
             n += len(labels)
         dt = time.perf_counter() - t0
+        w1, b1 = pool()
         out.append({"n": n, "s": dt, "first_s": first, "cpu_s": time.process_time() - c0,
-                    "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0})
+                    "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0,
+                    "wait_s": w1 - w0, "fresh_bytes": b1 - b0})
     return out
 
 
@@ -576,15 +584,19 @@ def main(argv=None):
                and name.split()[0] in ("local", "remote", "cache", "cache-sized")]
         if cpu:  # the loader process's own CPU: the client's cost of reading remotely
             print("\n| row | loader CPU ms per image, each epoch | page faults per image, each "
-                  "epoch | fetch pool threads CPU |")
-            print("|---|---|---|---|")
+                  "epoch | fetch pool threads CPU | readers waiting for bytes, each epoch | "
+                  "fresh part buffers, each epoch |")
+            print("|---|---|---|---|---|---|")
             for name, res in cpu:
                 eps = res["epochs"]
                 per = " / ".join(f"{1000 * e['cpu_s'] / max(e['n'], 1):.2f}" for e in eps)
                 flt = " / ".join(f"{e['faults'] / max(e['n'], 1):.1f}" if "faults" in e else "?"
                                  for e in eps)
+                waits = " / ".join(f"{e.get('wait_s', 0):.2f} s" for e in eps)
+                fresh = " / ".join(f"{e.get('fresh_bytes', 0) / 1e6:.0f} MB" for e in eps)
                 pool = res.get("pool", {}).get("cpu_s")
-                print(f"| {name} | {per} | {flt} | {'' if pool is None else f'{pool:.1f} s'} |")
+                print(f"| {name} | {per} | {flt} | {'' if pool is None else f'{pool:.1f} s'} "
+                      f"| {waits} | {fresh} |")
         print(f"\n- load average {os.getloadavg()[0]:.1f} at the end")
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))

@@ -714,9 +714,12 @@ def test_later_passes_reuse_every_buffer_when_the_bytes_fit(slow):
         made.append((p.index, n, len(p.buf), id(p.buf) in spare))
 
     pool._part_buffer = spy
-    fresh = []
+    fresh, every = [], []
     for epoch in range(4):
         del made[:]
+        # (each pass starts as if the first shard's size were unknown: one known is cut into
+        # finer parts, test_a_first_object_of_known_size_comes_in_fine_parts_at_once)
+        remote.seen_stat(urls[0], forget=True)
         pool.plan("s", urls)  # the whole pass read ahead, as a stream plans it
         for url, name in zip(urls, blobs):
             with pool.open(url) as f:
@@ -726,10 +729,78 @@ def test_later_passes_reuse_every_buffer_when_the_bytes_fit(slow):
         while pool.stats()["in_flight"] and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(made) == 2 * len(sizes)
+        every += [m[2] for m in made if not m[3]]
         if epoch:
             fresh += [m for m in made if not m[3]]
     # (a buffer can come back to the spares a moment after its pass: one fresh allocation
     # in three passes is let through)
     assert len(fresh) <= 1, fresh
+    st = pool.stats()  # the pool's own count of fresh buffers agrees
+    assert st["new_buffers"] == len(every) and st["new_buffer_bytes"] == sum(every)
     assert pool._spare_bytes + pool._reserved <= pool.buffer_bytes
     assert pool._reserved == pool._unheld == 0  # every part released, none left counted
+
+
+def test_a_reader_closed_while_another_thread_holds_the_lock_does_not_hang(slow):
+    """The garbage collector can close an abandoned shard stream's reader in a thread that
+    ``_dispatch`` is starting, while the starting thread holds the pool's lock and waits
+    for that thread to run: the close stops waiting for the lock after a while and leaves
+    the cancel to the lock's holder, done at its next dispatch (before, both threads hung
+    for good, and every later user of the pool with them)."""
+    data = blob(3 * PART, 5)
+    (url,) = publish(slow, {"h.bin": data}).values()
+    pool = FetchPool(part_bytes=PART, buffer_bytes=64 * PART)
+    pool.plan("s", [url])
+    f = pool.open(url)
+    obj = f.raw.obj
+    closed = threading.Event()
+    with pool._lock:  # the starter's hold
+        closer = threading.Thread(target=lambda: (f.close(), closed.set()), daemon=True)
+        closer.start()
+        assert closed.wait(10), "the close waited for the lock its caller's starter holds"
+        assert not obj.cancelled
+        pool._dispatch()
+        assert obj.cancelled
+    closer.join()
+    pool.forget("s")
+    wait_for(lambda: settled(pool))
+    assert pool.stats()["buffered"] == 0
+
+
+def test_a_first_object_of_known_size_comes_in_fine_parts_at_once(slow):
+    """The shard a stream reads first, its size known from an earlier response (the count's
+    ``stat``): every part asked for at once, bounded, its first ``part_bytes`` in parts of
+    ``part_bytes / 4``, each on a connection of its own (more than the pool's first K of
+    4), so the first bytes come at several connections' rate; the plan's next shard still
+    starts with an open-ended part 0, and so does a first shard of unknown size; bytes
+    exact."""
+    slow.delay = 0.3  # every request of the first shard is in progress at once
+    part = 8 * READ
+    quarter = part // 4
+    blobs = {"f0.bin": blob(part + part // 2 + 5, 60), "f1.bin": blob(part + 7, 61),
+             "g0.bin": blob(part + 9, 62)}
+    urls = publish(slow, blobs)
+    remote.stat(urls["f0.bin"])
+    remote.stat(urls["f1.bin"])
+    del slow.ranges[:]
+    slow.peak = 0
+    pool = FetchPool(part_bytes=part, buffer_bytes=64 * part, max_connections=16)
+    pool.plan("s", [urls["f0.bin"], urls["f1.bin"]])
+    for name in ("f0.bin", "f1.bin"):
+        with pool.open(urls[name]) as f:
+            assert f.read() == blobs[name]
+    pool.forget("s")
+    n = len(blobs["f0.bin"])
+    asked = [r for got, r in slow.ranges if got == "f0.bin"]
+    assert sorted(asked, key=str) == sorted(
+        [f"bytes={s}-{s + quarter - 1}" for s in range(0, part, quarter)]
+        + [f"bytes={part}-{n - 1}"], key=str)
+    assert [got for got, _ in slow.ranges[:5]] == ["f0.bin"] * 5  # first, all at once
+    assert slow.peak >= 5
+    assert [r for got, r in slow.ranges if got == "f1.bin"][0] is None  # open-ended part 0
+    other = FetchPool(part_bytes=part, buffer_bytes=64 * part, max_connections=16)
+    other.plan("t", [urls["g0.bin"]])  # not stat'ed: its size is unknown
+    with other.open(urls["g0.bin"]) as f:
+        assert f.read() == blobs["g0.bin"]
+    other.forget("t")
+    assert [r for got, r in slow.ranges if got == "g0.bin"][0] is None

@@ -10,7 +10,13 @@ cache's) whose size this process saw before (:func:`~turboloader.io.remote.seen_
 count's reads and ``stat`` requests record it) asks for every part at once, each a bounded
 ranged request; one its stream reads first (order 0) or that a reader waits for is cut into
 parts of ``part_bytes / 4`` (the whole shard is needed before its first sample), and the
-part 0 of a file fetch of unknown size keeps ``part_bytes / 4``. Each part is read with
+part 0 of a file fetch of unknown size keeps ``part_bytes / 4``. A buffered object its
+stream reads first with nothing of it fetched ahead (a pass's cold start), whose size is
+known the same way, is asked for at once too, its first ``part_bytes`` in parts of
+``part_bytes / 4`` and the rest in whole parts: the reader reads bytes as they arrive, so
+its first batch comes at several connections' rate, not one's. The parts of those objects
+(file fetches and first objects) each get a connection of their own while they run, beyond
+``K``. Each part is read with
 :func:`turboloader.io.remote.open_remote`'s retrying reader at the part's offset: retries,
 resumption and the check that a resumed answer starts where asked are its; a part whose
 answer reports another total size than the first part's is a
@@ -54,6 +60,7 @@ Configuration (environment, read when the pool is created): ``TURBOLOADER_FETCH_
 
 from __future__ import annotations
 
+import collections
 import io
 import math
 import mmap
@@ -104,6 +111,9 @@ class _Object:
         self.known = False  # its size was known before its first request (every part ranged)
         self.sizing = threading.Lock()  # a known-size file fetch: on_size runs once, first
         self.first = False  # read first by its stream, or waited for: finer parts (_stride)
+        # its parts each get a connection (_limit): a file fetch's, and a buffered object
+        # read first whose size is known (_start)
+        self.eager = sink is not None
 
 
 class _Part:
@@ -166,8 +176,9 @@ class FetchPool:
         # reused by later parts, as fresh ones cost a page fault per 4 KiB when first written
         # (and a zero fill); they hold at most buffer_bytes - _reserved (see _spare_trim)
         self._spare = []
+        self._closing = collections.deque()  # objects whose readers left them to be cancelled
         self._spare_bytes = 0
-        self._files = 0  # parts of file fetches not finished (each gets a connection: _limit)
+        self._eager = 0  # parts of eager objects not finished (each gets a connection: _limit)
         self.k = min(4, self.max_connections)  # connections wanted now
         # measurements
         self._conn_rate = None  # bytes/s one request delivers (EWMA)
@@ -177,7 +188,8 @@ class FetchPool:
         self._starved = False  # a reader waited for bytes since the last adjustment
         self.counters = {"requests": 0, "bytes_fetched": 0, "bytes_ahead": 0, "waits": 0,
                          "wait_s": 0.0, "peak_connections": 0, "peak_buffered": 0,
-                         "objects": 0, "cpu_s": 0.0}
+                         "objects": 0, "cpu_s": 0.0, "new_buffers": 0,
+                         "new_buffer_bytes": 0}
 
     # -- public ---------------------------------------------------------------------------
 
@@ -238,6 +250,7 @@ class FetchPool:
                 del self._objects[url]
             if obj is None:
                 obj = _Object(self, url)
+                obj.first = True
                 self._start(obj)
             else:
                 plan = self._plans.get(obj.key)
@@ -298,7 +311,9 @@ class FetchPool:
         """Counters: ``requests``, ``bytes_fetched``, ``bytes_ahead`` (fetched before a
         reader asked for them), ``waits`` / ``wait_s`` (reads that waited for bytes, and
         for how long), ``peak_connections``, ``peak_buffered`` (bytes), ``cpu_s`` (CPU
-        time of the connection threads' requests); and now:
+        time of the connection threads' requests), ``new_buffers`` / ``new_buffer_bytes``
+        (part buffers allocated rather than reused: each page of one is faulted in when
+        first written); and now:
         ``connections`` (K), ``in_flight`` (requests being made), ``pending`` (requests
         queued, not started: waiting for a connection or for room in the buffer; each is
         pending, then in flight, then done, so nothing is left to fetch when both are 0,
@@ -347,6 +362,7 @@ class FetchPool:
                 obj.key, obj.pos = key, pos
                 continue
             obj = _Object(self, url, key=key, pos=pos)
+            obj.first = pos == plan["taken"]  # its reader opens it next: nothing of it ahead
             self._objects.setdefault(obj.url, []).append(obj)
             self._start(obj)
 
@@ -372,35 +388,48 @@ class FetchPool:
                 self._drop_lineage(lineage)
 
     def _start(self, obj):
-        """Queue ``obj``'s requests. A file fetch whose size is known from a response this
-        process read before (:func:`~turboloader.io.remote.seen_stat`: the count, a ``stat``, an earlier
-        pass): every part at once, each a bounded range (no request waits for another's
-        answer; a part whose answer gives another total size is an error, as below).
-        Else part 0, from byte 0 and open-ended: its answer gives the size, then
-        :meth:`_first` queues the rest."""
-        # file fetches only: through bench_remote's proxy on a loaded 2-core VM, streamed
-        # (buffered) objects asked for whole at once, or in finer parts, reached a stream's
-        # first 3.5 MB later than with part 0 open-ended (more requests at once slowed the
-        # ones read first; /tmp/s3-cold/firstbytes.py, s3-cold branch report)
-        st = seen_stat(obj.url) if obj.sink is not None else None
+        """Queue ``obj``'s requests. A file fetch, or a buffered object its reader opens
+        next (``first``), whose size is known from a response this process read before
+        (:func:`~turboloader.io.remote.seen_stat`: the count, a ``stat``, an earlier pass):
+        every part at once, each a bounded range (no request waits for another's answer; a
+        part whose answer gives another total size is an error, as below), each part on a
+        connection of its own (``eager``: :meth:`_limit`). Else part 0, from byte 0 and
+        open-ended: its answer gives the size, then :meth:`_first` queues the rest."""
+        # buffered objects read later keep part 0 open-ended: through bench_remote's proxy
+        # on a loaded 2-core VM, streamed objects all asked for at once, or in finer parts,
+        # reached a stream's first 3.5 MB later (more requests at once slowed the ones read
+        # first; s3-cold and s7-fault, benchmarks/results/remote.md)
+        st = seen_stat(obj.url) if obj.sink is not None or obj.first else None
         if st is not None and st.size:
-            obj.size, obj.known = st.size, True
-            stride = self._stride(obj)
-            obj.parts = [_Part(obj, i, s, min(stride, st.size - s))
-                         for i, s in enumerate(range(0, st.size, stride))]
+            obj.size, obj.known, obj.eager = st.size, True, True
+            obj.parts = [_Part(obj, i, s, n) for i, (s, n) in enumerate(self._cuts(obj))]
             obj.left = len(obj.parts)
-        if obj.sink is not None:
-            self._files += len(obj.parts)
+        if obj.eager:
+            self._eager += len(obj.parts)
         for part in obj.parts:
             self._queue(part)
+
+    def _cuts(self, obj):
+        """``(start, length)`` of the parts of ``obj``, its size known: strides of
+        :meth:`_stride`; a buffered object read first has only its first ``part_bytes``
+        in parts of ``part_bytes / 4``, the rest in whole parts (its reader reads the bytes
+        as they arrive: the first ones come over several connections at once, and a whole
+        part asked for at the same time is in before the reader is past the small ones)."""
+        size, stride = obj.size, self._stride(obj)
+        fine = size if obj.sink is not None else min(size, self.part_bytes)
+        cuts = [(s, min(stride, fine - s)) for s in range(0, fine, stride)]
+        return cuts + [(s, min(self.part_bytes, size - s))
+                       for s in range(fine, size, self.part_bytes)]
 
     def _stride(self, obj):
         """Bytes per part of ``obj``: ``part_bytes``, or ``part_bytes / 4`` (at least one
         socket read) for a file fetch read first (a stream's first shard, or one a reader
         waits for): the whole shard must be here before it is read, and it comes over
         several connections at once, so a pass's first batch does not wait for one
-        connection's rate."""
-        return max(_READ, self.part_bytes // _FIRST_SPLIT) if obj.first else self.part_bytes
+        connection's rate; and for a buffered object read first whose size was known
+        before its first request (its first ``part_bytes`` only: :meth:`_cuts`)."""
+        fine = obj.first and (obj.sink is not None or obj.known)
+        return max(_READ, self.part_bytes // _FIRST_SPLIT) if fine else self.part_bytes
 
     def _queue(self, part):
         self._pending.append(part)
@@ -411,8 +440,8 @@ class FetchPool:
             self._release(part)
         keep = [p for p in self._pending if p.obj is not obj]
         obj.left -= len(self._pending) - len(keep)  # never started: finished now
-        if obj.sink is not None:
-            self._files -= len(self._pending) - len(keep)
+        if obj.eager:
+            self._eager -= len(self._pending) - len(keep)
         self._pending = keep
 
     def _release(self, part):
@@ -468,6 +497,8 @@ class FetchPool:
             self._spare_bytes -= len(buf)
         else:
             buf = _new_buffer(size)
+            self.counters["new_buffers"] += 1
+            self.counters["new_buffer_bytes"] += size
         self._reserved += len(buf) - part.reserved
         part.reserved = len(buf)
         self._spare_trim()
@@ -524,12 +555,15 @@ class FetchPool:
         return best
 
     def _limit(self):
-        """Requests at once: K, and at least one per part of the file fetches in progress
-        (the shard cache asked for those downloads at once)."""
-        return max(self.k, min(self.max_connections, self._files))
+        """Requests at once: K, and at least one per part in progress of the eager objects:
+        the file fetches (the shard cache asked for those downloads at once) and the first
+        objects of known size (a pass's first bytes, :meth:`_start`)."""
+        return max(self.k, min(self.max_connections, self._eager))
 
     def _dispatch(self):
         """Wake idle threads, or start new ones, for the startable parts, up to K at once."""
+        while self._closing:  # readers closed while the lock was held (_ObjectReader.close)
+            self._cancel(self._closing.popleft())
         want = min(self._limit() - self._running, sum(1 for p in self._pending if self._startable(p)))
         if want <= 0:
             return
@@ -544,6 +578,8 @@ class FetchPool:
             threading.Thread(target=self._worker, name="turboloader-fetch", daemon=True).start()
         self.counters["peak_connections"] = max(self.counters["peak_connections"],
                                                 self._running)
+        while self._closing:  # (closed in a thread being started just now)
+            self._cancel(self._closing.popleft())
 
     def _adjust(self):
         """K from the measured demand and connection rate (see the module docstring)."""
@@ -626,6 +662,8 @@ class FetchPool:
                     0.7 * self._conn_rate + 0.3 * rate
             part.state = "done"
             self._in_flight -= 1
+            if obj.eager:
+                self._eager -= 1
             if part.late is not None:  # released by its reader while this thread wrote
                 buf, part.late = part.late, None
                 self._spare_add(buf)
@@ -636,7 +674,6 @@ class FetchPool:
             if obj.sink is not None:
                 # on_done runs once no part runs any more: the caller closes the file then
                 obj.left -= 1
-                self._files -= 1
                 if error is not None and obj.first_error is None:
                     obj.first_error = error
                     self._cancel(obj)
@@ -670,6 +707,8 @@ class FetchPool:
         if obj.on_size is not None:
             obj.on_size(size)
         with self._lock:
+            if obj.cancelled:  # (cancelled since the check above: queue nothing for it)
+                return n
             obj.size = size
             # a file fetch's part 0 stops after a quarter part: its connection is soon free
             # for the parts needed first (this shard's or another's), then the rest in strides
@@ -685,8 +724,8 @@ class FetchPool:
                     obj.parts.append(p)
                     self._queue(p)
                 obj.left += len(starts)
-                if obj.sink is not None:
-                    self._files += len(starts)
+                if obj.eager:
+                    self._eager += len(starts)
                 self._dispatch()
             if obj.sink is None:
                 if part.length is not None:
@@ -839,9 +878,19 @@ class _ObjectReader(io.RawIOBase):
 
     def close(self):
         if not self.closed:
-            with self.obj.pool._lock:
-                self.obj.pool._cancel(self.obj)
-                self.obj.pool._dispatch()
+            pool = self.obj.pool
+            # the garbage collector can close an abandoned shard stream in a thread being
+            # started by _dispatch, whose starter holds the lock until that thread runs:
+            # waiting for the lock there would hang both, so after a while the cancel is left
+            # to the lock's holder (_dispatch ends by doing the ones left)
+            if pool._lock.acquire(timeout=0.2):
+                try:
+                    pool._cancel(self.obj)
+                    pool._dispatch()
+                finally:
+                    pool._lock.release()
+            else:
+                pool._closing.append(self.obj)
         super().close()
 
 
