@@ -168,7 +168,7 @@ def _rss_mb():
 def _epochs(loader, epochs, t_start=None):
     from turboloader.io.fetch import fetch_pool
 
-    def pool():  # the fetch pool's waits and fresh buffers so far (main's pool lacks the latter)
+    def pool():  # the fetch pool's waits and fresh buffers so far (pools before 2026-11-29 lack the latter)
         st = fetch_pool().stats()
         return st["wait_s"], st.get("new_buffer_bytes") or 0
 
