@@ -15,11 +15,16 @@ Normalize, float32 N x 3 x 224 x 224, shuffled, labels. Systems:
 - threads-uint8-raw: the uint8 batches alone, what the loader hands a GPU to normalize there
   (on a CUDA machine threads-uint8 costs the loader no more than this)
 
-Each system runs in its own subprocess (one at a time); the parent samples the RSS (and PSS,
-which counts pages shared by forked workers once) of that subprocess's whole process tree
-every 50 ms and keeps the peak. Reported: median images/s over the timed epochs (after one
-warm-up epoch), ratios to torchvision and to the process backend, peak RSS/PSS, and the
-thread backend's stage table (``turboloader.profile``-style) for the last epoch.
+Each system runs in its own subprocess (one at a time); the parent samples the RSS of that
+subprocess's whole process tree every 0.2 s and keeps the peak. PSS (which counts pages
+shared by forked workers once) is read by the subprocess itself, over its own tree, at the
+warm-up epoch's second batch (workers running) and after each epoch, outside the timed
+spans: reading PSS walks every page table under the process's memory-map lock (tens of ms
+for a 1 GB loader), and read every 50 ms, as this script did before, it took about a tenth
+of two cores from the loader (``benchmarks/results/issue42-idle.md``). Reported: median
+images/s over the timed epochs (after one warm-up epoch), ratios to torchvision and to the
+process backend, peak RSS/PSS, and the thread backend's stage table
+(``turboloader.profile``-style) for the last epoch.
 """
 from __future__ import annotations
 
@@ -94,7 +99,7 @@ def child(system, root, a):
 
     torch.set_num_threads(1)  # the loaders' parallelism is their workers; no intra-op threads
     ds, loader = build(system, root, a)
-    rates, seen = [], []
+    rates, seen, peak_pss = [], [], 0
     for epoch in range(a.epochs + 1):
         if hasattr(loader, "set_epoch"):
             loader.set_epoch(epoch)
@@ -105,12 +110,15 @@ def child(system, root, a):
             n += images.shape[0]
             labels.append(lab)
             assert images.dtype == (torch.uint8 if system.endswith("-raw") else torch.float32)
+            if epoch == 0 and n == images.shape[0] * 2:  # the warm-up's second batch: untimed
+                peak_pss = max(peak_pss, tree_memory(os.getpid())[1])
         dt = time.perf_counter() - t
+        peak_pss = max(peak_pss, tree_memory(os.getpid())[1])  # after the timer
         if epoch > 0:
             rates.append(n / dt)
         seen.append(n)
     out = {"system": system, "images_per_s": statistics.median(rates), "epochs": rates,
-           "images_per_epoch": seen}
+           "images_per_epoch": seen, "peak_pss": peak_pss}
     if system.startswith("threads"):
         from turboloader.loader import format_stats
 
@@ -132,8 +140,9 @@ def _children_map():
     return kids
 
 
-def tree_memory(pid):
-    """(RSS, PSS) in bytes summed over ``pid`` and its descendants."""
+def tree_memory(pid, with_pss=True):
+    """(RSS, PSS) in bytes summed over ``pid`` and its descendants (PSS 0 without
+    ``with_pss``: RSS is a counter, PSS a walk of every page table)."""
     kids, stack, rss, pss = _children_map(), [pid], 0, 0
     page = os.sysconf("SC_PAGE_SIZE")
     while stack:
@@ -141,6 +150,8 @@ def tree_memory(pid):
         stack.extend(kids.get(p, ()))
         try:
             rss += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * page
+            if not with_pss:
+                continue
             for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
                     pss += int(line.split()[1]) * 1024
@@ -156,14 +167,13 @@ def run_system(system, root, a):
            "--seed", str(a.seed)]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    peak = [0, 0]
+    peak = [0]
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            rss, pss = tree_memory(proc.pid)
-            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
-            done.wait(0.05)
+            peak[0] = max(peak[0], tree_memory(proc.pid, with_pss=False)[0])
+            done.wait(0.2)
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
@@ -173,7 +183,7 @@ def run_system(system, root, a):
     for line in out.splitlines():
         if line.startswith("@@RESULT "):
             res = json.loads(line[len("@@RESULT "):])
-            res["peak_rss"], res["peak_pss"] = peak
+            res["peak_rss"] = peak[0]  # peak_pss: the child's own reads
             return res
     return {"system": system, "error": (err or out)[-800:]}
 
