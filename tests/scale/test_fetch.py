@@ -804,3 +804,35 @@ def test_a_first_object_of_known_size_comes_in_fine_parts_at_once(slow):
         assert f.read() == blobs["g0.bin"]
     other.forget("t")
     assert [r for got, r in slow.ranges if got == "g0.bin"][0] is None
+
+
+def test_s3_modules_are_imported_behind_the_client_being_made(tmp_path):
+    """A request's thread imports botocore's (and urllib3's) exception modules only once
+    the thread making the S3 client (``warm``, at construction) is done: two threads
+    importing boto3 and botocore at once could take the import system's module locks in
+    opposite orders, which Python raises as a ``_DeadlockError`` (seen in a construction
+    over s3:// shards). Checked in a fresh interpreter (nothing of botocore imported yet)
+    with the client's lock held, as ``warm`` holds it while it makes the client."""
+    import subprocess
+
+    code = """
+import sys, threading, time
+from turboloader.io import remote
+assert "botocore.exceptions" not in sys.modules
+lock = remote._LOCKS["s3"]
+lock.acquire()  # as warm's thread while it makes the client
+errors = []
+t = threading.Thread(target=lambda: errors.append(remote._S3().errors()))
+t.start()
+time.sleep(0.5)
+assert t.is_alive() and "botocore.exceptions" not in sys.modules, "imported while the client was made"
+lock.release()
+t.join(60)
+import botocore.exceptions, urllib3.exceptions
+assert errors == [(botocore.exceptions.BotoCoreError, urllib3.exceptions.HTTPError)], errors
+print("OK")
+"""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=root))
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-2000:]

@@ -413,11 +413,32 @@ def _s3_split(url):
     return _split_bucket(url, "an S3 URL needs a bucket and a key")
 
 
-def _botocore():
-    from turboloader.errors import require
+_s3_modules = None
 
-    return require("botocore.exceptions", extra="remote", feature="s3:// shards",
-                   package="boto3")
+
+def _botocore():
+    """``botocore.exceptions`` (and ``urllib3.exceptions`` or None, kept for
+    :meth:`_S3.errors`), imported once under the S3 client's lock: a request's thread
+    importing them while :func:`warm`'s thread imports boto3 (botocore, urllib3) could
+    meet it in the import system's module locks in the other order, which Python reports
+    as a ``_DeadlockError`` (a construction over ``s3://`` shards failed with it: the
+    index lookups' requests start while the client is being made)."""
+    global _s3_modules
+    mods = _s3_modules
+    if mods is None:
+        from turboloader.errors import require
+
+        with _LOCKS["s3"]:
+            mods = _s3_modules
+            if mods is None:
+                bx = require("botocore.exceptions", extra="remote", feature="s3:// shards",
+                             package="boto3")
+                try:
+                    import urllib3.exceptions as ux
+                except ImportError:
+                    ux = None
+                mods = _s3_modules = (bx, ux)
+    return mods[0]
 
 
 def _s3_error(url, exc, bx):
@@ -487,12 +508,8 @@ class _S3(_Store):
 
     def errors(self):
         bx = _botocore()
-        errs = [bx.BotoCoreError]
-        with contextlib.suppress(ImportError):
-            import urllib3.exceptions as ux
-
-            errs.append(ux.HTTPError)
-        return tuple(errs)
+        ux = _s3_modules[1]
+        return (bx.BotoCoreError,) if ux is None else (bx.BotoCoreError, ux.HTTPError)
 
 
 # HTTP --------------------------------------------------------------------------------------
