@@ -8,12 +8,16 @@
  * markers (jdhuff.c, decode_mcu: usefast = 0), so those files entropy-decode through its
  * slow, bit-at-a-time path (the profile of the seekable train and val steps put it at ~40%
  * of their CPU time); on scans without markers its fast path runs, and this decoder is still
- * faster (it unstuffs the scan's bytes once, then reads 64 bits at a time with a combined
- * code+value table). It replaces libjpeg's decode_mcu for such a scan (after
+ * faster (it unstuffs the scan's bytes once, then reads 64 bits at a time with a table that
+ * decodes up to two AC codes with their values, or a value and the end of block, per lookup;
+ * the loop is bound by the chain lookup -> shift of the bit buffer, so two symbols per link
+ * is what makes it faster). It replaces libjpeg's decode_mcu for such a scan (after
  * jpeg_start_decompress, through the entropy module's function pointer) and hands libjpeg
  * the same coefficient blocks, so its IDCT, upsampling and colour conversion run unchanged;
  * jpeg_skip_scanlines and jpeg_crop_scanline call the same decode_mcu (with NULL blocks when
- * skipping; every MCU of a row when cropping), so windows decode as they do with libjpeg's.
+ * skipping; every MCU of a row when cropping), so windows decode as they do with libjpeg's;
+ * the MCUs of a cropped row outside jpeg_crop_scanline's columns, which libjpeg decodes but
+ * never passes to the IDCT, are decoded without storing their coefficients (tl_huff_crop).
  *
  * Exactness: coefficients are written exactly as jdhuff.c's decode_mcu_slow writes them
  * (DC prediction in int, the same natural-order table with its 16 guard entries, DC and AC
