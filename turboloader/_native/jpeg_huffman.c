@@ -55,10 +55,8 @@ struct jpeg_entropy_decoder {
 
 #if JPEG_LIB_VERSION >= 70
 #define TL_DCT_SCALED_SIZE(c) ((c)->DCT_h_scaled_size)
-#define TL_MIN_DCT_SCALED_SIZE(ci) ((ci)->min_DCT_h_scaled_size)
 #else
 #define TL_DCT_SCALED_SIZE(c) ((c)->DCT_scaled_size)
-#define TL_MIN_DCT_SCALED_SIZE(ci) ((ci)->min_DCT_scaled_size)
 #endif
 
 #define TL_LOOKUP_BITS 10
@@ -112,9 +110,6 @@ typedef struct {
     int last_dc[MAX_COMPS_IN_SCAN];
     unsigned restarts_to_go, next_restart;
     long long mcus_left;                  /* MCUs of the scan not yet decoded */
-    /* the column of the next MCU; those outside [col_first, col_last] (jpeg_crop_scanline's
-     * window: libjpeg runs no IDCT on them) are decoded without storing coefficients */
-    JDIMENSION mcu_col, mcus_per_row, col_first, col_last;
     /* the input: [src, src_end) of the caller's bytes; the segment being decoded, unstuffed */
     const unsigned char *src, *src_end;
     unsigned char *seg;                   /* capacity: the scan's bytes + TL_SEG_PAD */
@@ -344,10 +339,6 @@ int tl_huff_install(tl_ctx *c)
     h->restarts_to_go = cinfo->restart_interval;
     h->next_restart = 0;
     h->mcus_left = (long long)cinfo->MCUs_per_row * (long long)cinfo->MCU_rows_in_scan;
-    h->mcu_col = 0;
-    h->mcus_per_row = cinfo->MCUs_per_row;
-    h->col_first = 0;
-    h->col_last = cinfo->MCUs_per_row - 1;
     h->src = cinfo->src->next_input_byte;
     h->src_end = h->src + cinfo->src->bytes_in_buffer;
     h->seg = (unsigned char *)(*cinfo->mem->alloc_large)(
@@ -355,27 +346,6 @@ int tl_huff_install(tl_ctx *c)
     c->huff = h;
     cinfo->entropy->decode_mcu = tl_decode_mcu;
     return 1;
-}
-
-void tl_huff_crop(tl_ctx *c, JDIMENSION xoffset)
-{
-    j_decompress_ptr cinfo = &c->cinfo;
-    tl_huff *h = (tl_huff *)c->huff;
-    JDIMENSION align;
-    if (h == NULL || cinfo->entropy == NULL || cinfo->entropy->decode_mcu != tl_decode_mcu)
-        return;
-    /* jdapistd.c's jpeg_crop_scanline (libjpeg-turbo 1.5-3.1): an iMCU column is align
-     * output columns; it sets master->first_iMCU_col = xoffset / align and last_iMCU_col =
-     * ceil((xoffset + output_width) / align) - 1, and decompress_onepass (jdcoefct.c) runs
-     * the IDCT on those MCU columns only (and zeroes every MCU before decode_mcu) */
-    if (cinfo->comps_in_scan == 1 && cinfo->num_components == 1)
-        align = (JDIMENSION)TL_MIN_DCT_SCALED_SIZE(cinfo);
-    else
-        align = (JDIMENSION)TL_MIN_DCT_SCALED_SIZE(cinfo) * (JDIMENSION)cinfo->max_h_samp_factor;
-    if (align == 0 || xoffset % align != 0 || cinfo->output_width == 0)
-        return;                               /* not what libjpeg's crop leaves: keep all */
-    h->col_first = xoffset / align;
-    h->col_last = (xoffset + cinfo->output_width + align - 1) / align - 1;
 }
 
 /* The bit reader: acc holds cnt unread bits, left-aligned (the bits below them are zero),
@@ -455,11 +425,6 @@ static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
         }
         h->restarts_to_go--;
     }
-
-    if (h->mcu_col < h->col_first || h->mcu_col > h->col_last)
-        MCU_data = NULL;                      /* outside the crop: libjpeg uses no block */
-    if (++h->mcu_col == h->mcus_per_row)
-        h->mcu_col = 0;
 
     seg = h->seg;
     p = seg + h->bitpos / 8;

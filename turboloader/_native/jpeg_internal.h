@@ -55,10 +55,6 @@ int tl_ends_with_eoi(const unsigned char *data, size_t size);
  * (with or without restart markers) of at least TL_HUFF_MIN_BLOCKS blocks (1: installed;
  * 0: libjpeg's decoder stays). */
 int tl_huff_install(tl_ctx *c);
-/* After jpeg_crop_scanline(cinfo, &xoffset, ...) on a scan tl_huff_install took: MCUs outside
- * the window's iMCU columns (which libjpeg does not IDCT) are decoded without their
- * coefficients being stored. */
-void tl_huff_crop(tl_ctx *c, JDIMENSION xoffset);
 /* One decode with its own setjmp (tl_jpeg_decode / _wide; whole_rows: see jpeg_shim.c). */
 int tl_decode(const unsigned char *data, size_t size, int scale_num,
               int crop_x, int crop_y, int crop_w, int crop_h,

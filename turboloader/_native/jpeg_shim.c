@@ -437,7 +437,6 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
             jpeg_abort_decompress(cinfo);
             return TL_ERR_DECODE;
         }
-        tl_huff_crop(c, x0);
         col0 = x - x0;
     }
     dec_w = cinfo->output_width;
