@@ -175,9 +175,9 @@ def test_two_symbols_per_lookup_at_the_blocks_end(kind):
 
 @pytest.mark.parametrize("kind", ["444", "422", "420", "gray", "cmyk"])
 def test_mcus_outside_a_crop_window_decode_as_libjpeg(kind):
-    # MCU columns outside jpeg_crop_scanline's window (no IDCT there) are decoded without
-    # storing coefficients: every window offset and width near the iMCU boundaries, every
-    # DCT scale's alignment, gives libjpeg's pixels
+    # jpeg_crop_scanline's windows (libjpeg decodes every MCU of a row, runs the IDCT on the
+    # window's iMCU columns only): every window offset and width near the iMCU boundaries,
+    # every DCT scale's alignment, gives libjpeg's pixels
     kw, mode = KINDS[kind]
     data = encode(synth(121, 263, seed=3), mode, **kw)
     for k in (8, 5, 4, 2, 1):

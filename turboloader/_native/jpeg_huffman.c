@@ -15,9 +15,7 @@
  * jpeg_start_decompress, through the entropy module's function pointer) and hands libjpeg
  * the same coefficient blocks, so its IDCT, upsampling and colour conversion run unchanged;
  * jpeg_skip_scanlines and jpeg_crop_scanline call the same decode_mcu (with NULL blocks when
- * skipping; every MCU of a row when cropping), so windows decode as they do with libjpeg's;
- * the MCUs of a cropped row outside jpeg_crop_scanline's columns, which libjpeg decodes but
- * never passes to the IDCT, are decoded without storing their coefficients (tl_huff_crop).
+ * skipping; every MCU of a row when cropping), so windows decode as they do with libjpeg's.
  *
  * Exactness: coefficients are written exactly as jdhuff.c's decode_mcu_slow writes them
  * (DC prediction in int, the same natural-order table with its 16 guard entries, DC and AC
