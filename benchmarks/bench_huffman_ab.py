@@ -15,7 +15,9 @@ JPEGs rewritten with restart markers (``convert --seekable``'s transcode) unless
 all Huffman), ``full4`` / ``full2`` (at 1/4 / 1/2 scale), ``train`` / ``val`` (the fused
 decode+crop+resize step of bench_seekable.py with RandomResizedCrop(224) /
 Resize(256)+CenterCrop(224) boxes; needs ``_fused`` builds). A last
-column ``stock`` is the baseline with libjpeg-turbo's Huffman decoder.
+column ``stock`` is the baseline with libjpeg-turbo's Huffman decoder; ``--limit`` adds the
+full-size decode of each original image with it (the full-decode limit, one thread) and prints every
+build's images/s over the limit's.
 
     python benchmarks/bench_huffman_ab.py --data benchmarks/data/bench-n1024-s0/folder \\
         --kind full --build base=/tmp/old --build pair=/tmp/new --build base2=/tmp/old2
@@ -72,6 +74,11 @@ def main() -> None:
     p.add_argument("--original", action="store_true", help="the files as they are")
     p.add_argument("--build", action="append", required=True, metavar="LABEL=DIR")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit", action="store_true",
+                   help="add a column 'limit': the full-size decode of each image with "
+                        "libjpeg-turbo's Huffman decoder through the first build's _jpeg "
+                        "(the full-decode limit of benchmarks/run.py, one thread), interleaved "
+                        "like the rest; printed as each build's images/s over it")
     a = p.parse_args()
 
     from turboloader._native import _jpeg
@@ -82,15 +89,17 @@ def main() -> None:
     mod = "_fused" if a.kind in ("train", "val") else "_jpeg"
     builds = [b.split("=", 1) for b in a.build]
     mods = [(label, _load(label, d, mod)) for label, d in builds]
+    lim = _load(f"{builds[0][0]}_limit", builds[0][1], "_jpeg") if a.limit else None
     files = sorted(f for f in glob.glob(os.path.join(a.data, "**", "*"), recursive=True)
                    if f.lower().endswith((".jpg", ".jpeg")))[:a.n]
     blobs = [np.frombuffer(Path(f).read_bytes(), np.uint8) for f in files]
+    originals = blobs                 # the limit decodes the original files either way
     if not a.original:
         blobs = [np.frombuffer(_jpeg.transcode_restart(b)[0], np.uint8) for b in blobs]
     rng = np.random.default_rng(a.seed)
 
     calls = []
-    for b in blobs:
+    for b, ob in zip(blobs, originals):
         W, H = _jpeg.read_header(b)[:2]
         if a.kind.startswith("full"):
             k = {"full": 8, "full2": 4, "full4": 2, "full8": 1}[a.kind]
@@ -115,9 +124,13 @@ def main() -> None:
                         tl_jpeg._STOCK_HUFFMAN = False
                 return go
             fs = [step(m) for _, m in mods] + [step(mods[0][1], True)]
+        if a.limit:
+            full = np.empty((H, W, 3), np.uint8)
+            fs.append(lambda ob=ob, full=full, m=lim: m.decode_into(ob, full,
+                                                                    flags=m.STOCK_HUFFMAN))
         calls.append(fs)
 
-    names = [label for label, _ in mods] + ["stock"]
+    names = [label for label, _ in mods] + ["stock"] + (["limit"] if a.limit else [])
     V = len(names)
     total = np.zeros(V)
     clock = time.thread_time_ns
@@ -134,6 +147,9 @@ def main() -> None:
           f"best of {a.passes}, thread CPU time; images/s ratio to {names[0]}: "
           + "  ".join(f"{nm} {total[0] / t:.3f}" for nm, t in zip(names, total))
           + f"  ({names[0]}: {len(calls) / (total[0] * 1e-9):.0f} images/s)")
+    if a.limit:
+        print("  x the full-decode limit (libjpeg-turbo full decode of the original files, same run): "
+              + "  ".join(f"{nm} {total[-1] / t:.3f}" for nm, t in zip(names[:-1], total)))
 
 
 if __name__ == "__main__":

@@ -152,6 +152,43 @@ def test_unoptimized_tables_and_low_quality():
                 assert isinstance(assert_same(orig, k)[0], np.ndarray)
 
 
+@pytest.mark.parametrize("kind", ["444", "420", "gray"])
+def test_two_symbols_per_lookup_at_the_blocks_end(kind):
+    # fast_ac decodes two AC symbols per lookup; after a value at zig-zag position 62 a
+    # pair's second symbol is still the block's, after one at 63 it is the next block's DC
+    # code (the first alone, TL_FAST_PAIR's fallback). Noise at quality 100 puts values in
+    # the last positions of most blocks; optimised tables (short codes) pair the most symbols
+    # and an end of block after a value; quality 75 ends blocks early.
+    kw, mode = KINDS[kind]
+    noise = np.random.default_rng(7).integers(0, 256, (131, 197, 3), dtype=np.uint8)
+    # (Pillow 13 cannot write optimised tables for noise above quality ~95: "Suspension not
+    # allowed here"; the restart copies are written with optimised tables by the transcode)
+    for arr, q, opt in ((noise, 100, False), (noise, 95, True), (synth(131, 197), 97, True),
+                        (synth(131, 197), 75, True)):
+        orig = encode(arr, mode, quality=q, optimize=opt, **kw)
+        assert _jpeg.huffman_decoder(orig) == "turboloader"
+        for data in (orig, _jpeg.transcode_restart(orig, restart_mcus=3, optimize=True)[0]):
+            for k in (8, 4, 1):
+                for crop in windows(131, 197, k)[:3]:
+                    assert isinstance(assert_same(data, k, crop)[0], np.ndarray)
+
+
+@pytest.mark.parametrize("kind", ["444", "422", "420", "gray", "cmyk"])
+def test_mcus_outside_a_crop_window_decode_as_libjpeg(kind):
+    # jpeg_crop_scanline's windows (libjpeg decodes every MCU of a row, runs the IDCT on the
+    # window's iMCU columns only): every window offset and width near the iMCU boundaries,
+    # every DCT scale's alignment, gives libjpeg's pixels
+    kw, mode = KINDS[kind]
+    data = encode(synth(121, 263, seed=3), mode, **kw)
+    for k in (8, 5, 4, 2, 1):
+        dw, dh = (263 * k + 7) // 8, (121 * k + 7) // 8
+        for x in sorted({0, 1, 7, 8, 9, 15, 16, 17, 31, 33, dw // 2, dw - 9, dw - 2}):
+            for w in (1, 9, 17, 40):
+                if 0 <= x and x + w <= dw:
+                    assert isinstance(assert_same(data, k, (x, dh // 5, w, dh // 2))[0],
+                                      np.ndarray)
+
+
 # -- hostile data: whatever libjpeg makes of it, so does the decode -------------------------
 
 

@@ -8,8 +8,10 @@
  * markers (jdhuff.c, decode_mcu: usefast = 0), so those files entropy-decode through its
  * slow, bit-at-a-time path (the profile of the seekable train and val steps put it at ~40%
  * of their CPU time); on scans without markers its fast path runs, and this decoder is still
- * faster (it unstuffs the scan's bytes once, then reads 64 bits at a time with a combined
- * code+value table). It replaces libjpeg's decode_mcu for such a scan (after
+ * faster (it unstuffs the scan's bytes once, then reads 64 bits at a time with a table that
+ * decodes up to two AC codes with their values, or a value and the end of block, per lookup;
+ * the loop is bound by the chain lookup -> shift of the bit buffer, so two symbols per link
+ * is what makes it faster). It replaces libjpeg's decode_mcu for such a scan (after
  * jpeg_start_decompress, through the entropy module's function pointer) and hands libjpeg
  * the same coefficient blocks, so its IDCT, upsampling and colour conversion run unchanged;
  * jpeg_skip_scanlines and jpeg_crop_scanline call the same decode_mcu (with NULL blocks when
@@ -56,7 +58,22 @@ struct jpeg_entropy_decoder {
 #endif
 
 #define TL_LOOKUP_BITS 10
-#define TL_FAST_EOB 0x1000
+/* fast_ac entries (uint64): one or two AC symbols, codes and values, within TL_LOOKUP_BITS bits:
+ *   bits 0-5    bits of all of them (the shift: x86 masks a 64-bit shift count to 6 bits, so
+ *               `acc << (f & 63)` is one instruction on the decoder's critical chain)
+ *   bits 8-11   run of the first symbol (coefficients skipped before its value)
+ *   bits 12-16  k advance to the second value: its run + 1 (0: none; the first value is then
+ *               stored again at the same place)
+ *   bit 20      two symbols (TL_FAST_PAIR), bit 21 the block ends with them (TL_FAST_EOB)
+ *   bits 24-29  bits of the first symbol alone (when the block ends after it, see the loop)
+ *   bits 32-47  the first value, bits 48-63 the second (int16; 0 for an end of block) */
+#define TL_FAST_PAIR (1ULL << 20)
+#define TL_FAST_EOB (1ULL << 21)
+#if defined(__GNUC__) || defined(__clang__)
+#define TL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define TL_UNLIKELY(x) (x)
+#endif
 /* Scans of fewer blocks stay with libjpeg's decoder: building the tables (~6 us) costs more
  * than the faster decoding saves on them (a 32 x 43 4:2:0 image, 36 blocks: 0.73x; 144 blocks:
  * 1.03x; 840 blocks: 1.15x, one thread). */
@@ -80,10 +97,8 @@ typedef struct {
     int32_t maxcode[18];                  /* largest code of length l, -1 if none; [17] sentinel */
     int32_t valoff[17];                   /* symbol index of code c of length l: c + valoff[l] */
     uint8_t huffval[256];
-    /* AC tables: a code and its value together, when both fit TL_LOOKUP_BITS bits:
-     * (value << 16) | (run << 8) | bits of code and value, or TL_FAST_EOB | bits of an
-     * end-of-block code; 0: take the two steps */
-    int32_t fast_ac[1 << TL_LOOKUP_BITS];
+    /* AC tables: codes and values together (layout above), 0: take the slow steps */
+    uint64_t fast_ac[1 << TL_LOOKUP_BITS];
 } tl_htab;
 
 typedef struct {
@@ -118,7 +133,7 @@ static int tl_build_table(const JHUFF_TBL *t, tl_htab *h, int is_ac)
     int32_t code = 0;
     unsigned char size[257];
     int32_t codes[257];
-    memset(h, 0, sizeof(*h));
+    memset(h, 0, offsetof(tl_htab, fast_ac));   /* fast_ac: written whole below (AC only) */
     for (l = 1; l <= 16; l++) {
         n = t->bits[l];
         if (n < 0 || p + n > 256)
@@ -161,17 +176,52 @@ static int tl_build_table(const JHUFF_TBL *t, tl_htab *h, int is_ac)
         }
     }
     if (is_ac) {
-        for (i = 0; i < (1 << TL_LOOKUP_BITS); i++) {
-            unsigned e = h->look[i];
-            int len = (int)(e >> 8), run = (int)(e & 0xFF) >> 4, sz = (int)(e & 15);
-            if (e && sz && len + sz <= TL_LOOKUP_BITS) {
-                int r = (i >> (TL_LOOKUP_BITS - len - sz)) & ((1 << sz) - 1);
-                int v = r < (1 << (sz - 1)) ? r - (1 << sz) + 1 : r;   /* HUFF_EXTEND */
-                h->fast_ac[i] = (int32_t)(((uint32_t)v << 16) | ((unsigned)run << 8) |
-                                          (unsigned)(len + sz));
-            } else if (e && !sz && run != 15) {
-                h->fast_ac[i] = (int32_t)(TL_FAST_EOB | (unsigned)len);  /* end of block */
+        /* one symbol per entry first: a value of run 0-15 and size 1-15 whose code and value
+         * bits fit TL_LOOKUP_BITS, or an end of block (the run of 16 zeros, 0xF0, and longer
+         * codes or values take the slow steps) */
+        uint64_t one[1 << TL_LOOKUP_BITS];
+        memset(one, 0, sizeof(one));
+        for (i = 0; i < n; i++) {
+            int len = size[i], run = t->huffval[i] >> 4, sz = t->huffval[i] & 15, r, j;
+            if (!sz) {
+                if (run != 15 && len <= TL_LOOKUP_BITS)
+                    for (j = codes[i] << (TL_LOOKUP_BITS - len);
+                         j < (codes[i] + 1) << (TL_LOOKUP_BITS - len); j++)
+                        one[j] = TL_FAST_EOB | (uint64_t)len;
+                continue;
             }
+            if (len + sz > TL_LOOKUP_BITS)
+                continue;
+            for (r = 0; r < (1 << sz); r++) {
+                int v = r < (1 << (sz - 1)) ? r - (1 << sz) + 1 : r;   /* HUFF_EXTEND */
+                int shift = TL_LOOKUP_BITS - len - sz;
+                uint64_t e = ((uint64_t)(uint16_t)(int16_t)v << 32) |
+                             ((uint64_t)(uint16_t)(int16_t)v << 48) | ((uint64_t)run << 8) |
+                             (uint64_t)(len + sz);
+                for (j = ((codes[i] << sz) | r) << shift;
+                     j < (((codes[i] << sz) | r) + 1) << shift; j++)
+                    one[j] = e;
+            }
+        }
+        /* then a second symbol wholly within the bits after a value (the lookup of the bits
+         * that follow it, zeros below them, gives it when it is no longer than those bits) */
+        for (i = 0; i < (1 << TL_LOOKUP_BITS); i++) {
+            uint64_t f = one[i], g;
+            int len1 = (int)(f & 63);
+            h->fast_ac[i] = f;
+            if (!f || (f & TL_FAST_EOB))
+                continue;
+            g = one[(i << len1) & ((1 << TL_LOOKUP_BITS) - 1)];
+            if (!g || (int)(g & 63) > TL_LOOKUP_BITS - len1)
+                continue;
+            /* the first value and its run, both lengths, then the second value or the end */
+            f = (f & 0x0000FFFF00000F00ULL) | TL_FAST_PAIR | ((uint64_t)len1 << 24) |
+                (uint64_t)(len1 + (int)(g & 63));
+            if (g & TL_FAST_EOB)
+                f |= TL_FAST_EOB | ((f & 0x0000FFFF00000000ULL) << 16);
+            else
+                f |= ((g & 0x0000FFFF00000000ULL) << 16) | ((((g >> 8) & 15) + 1) << 12);
+            h->fast_ac[i] = f;
         }
     }
     return 1;
@@ -408,16 +458,27 @@ static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
         }
         if (h->ac_needed[blkn] && block) {
             for (k = 1; k < DCTSIZE2; k++) {
-                int32_t f;
+                uint64_t f;
                 TL_REFILL();
                 f = ac->fast_ac[acc >> (64 - TL_LOOKUP_BITS)];
                 if (f) {
-                    acc <<= (f & 0xFF);
-                    cnt -= (f & 0xFF);
+                    k += (int)(f >> 8) & 15;
+                    if (TL_UNLIKELY(k >= DCTSIZE2 - 1) && (f & TL_FAST_PAIR)) {
+                        /* libjpeg reads no symbol after a value at 63: the first alone */
+                        acc <<= (f >> 24) & 63;
+                        cnt -= (int)(f >> 24) & 63;
+                        (*block)[tl_natural_order[k]] = (JCOEF)(f >> 32);
+                        continue;
+                    }
+                    acc <<= f & 63;
+                    cnt -= (int)(f & 63);
+                    /* the first value; the second (or the first again, or a 0 at an end of
+                     * block: that coefficient is still zero) */
+                    (*block)[tl_natural_order[k]] = (JCOEF)(f >> 32);
+                    k += (int)(f >> 12) & 31;
+                    (*block)[tl_natural_order[k]] = (JCOEF)(f >> 48);
                     if (f & TL_FAST_EOB)
                         break;
-                    k += (f >> 8) & 15;
-                    (*block)[tl_natural_order[k]] = (JCOEF)(f >> 16);
                     continue;
                 }
                 TL_SYMBOL(ac, s);
@@ -437,15 +498,21 @@ static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
             }
         } else {
             for (k = 1; k < DCTSIZE2; k++) {
-                int32_t f;
+                uint64_t f;
                 TL_REFILL();
                 f = ac->fast_ac[acc >> (64 - TL_LOOKUP_BITS)];
                 if (f) {
-                    acc <<= (f & 0xFF);
-                    cnt -= (f & 0xFF);
+                    k += (int)(f >> 8) & 15;
+                    if (TL_UNLIKELY(k >= DCTSIZE2 - 1) && (f & TL_FAST_PAIR)) {
+                        acc <<= (f >> 24) & 63;
+                        cnt -= (int)(f >> 24) & 63;
+                        continue;
+                    }
+                    acc <<= f & 63;
+                    cnt -= (int)(f & 63);
+                    k += (int)(f >> 12) & 31;
                     if (f & TL_FAST_EOB)
                         break;
-                    k += (f >> 8) & 15;
                     continue;
                 }
                 TL_SYMBOL(ac, s);
