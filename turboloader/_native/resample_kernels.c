@@ -578,6 +578,8 @@ static void tl_norm_masks(uint8_t masks[3][2][16], int flip)
             }
 }
 
+enum { TL_CHW_AHEAD = 256 };   /* floats of a plane prefetched ahead of the stores */
+
 TL_TARGET_AVX2 static int vpass_chw_f32_avx2(const uint8_t *src, ptrdiff_t src_stride,
                                              ptrdiff_t out_h, ptrdiff_t out_w,
                                              const int32_t *kk, const int32_t *bounds,
@@ -616,6 +618,18 @@ TL_TARGET_AVX2 static int vpass_chw_f32_avx2(const uint8_t *src, ptrdiff_t src_s
         for (ptrdiff_t x = 0;; x += 32) {
             if (x > out_w - 32)
                 x = out_w - 32;   /* the last block, aligned to the row's end */
+            /* the lines TL_CHW_AHEAD floats on in each plane (about a row ahead), for the
+             * stores: without it every store's line is fetched when the store reaches it
+             * (a float32 batch tensor is far out of the cache) and the loop waits on them */
+            const ptrdiff_t ahead = yy * out_w + x + TL_CHW_AHEAD;
+            if (ahead + 32 <= plane) {
+                __builtin_prefetch(dst + ahead, 1, 3);
+                __builtin_prefetch(dst + ahead + 16, 1, 3);
+                __builtin_prefetch(dst + plane + ahead, 1, 3);
+                __builtin_prefetch(dst + plane + ahead + 16, 1, 3);
+                __builtin_prefetch(dst + 2 * plane + ahead, 1, 3);
+                __builtin_prefetch(dst + 2 * plane + ahead + 16, 1, 3);
+            }
             vblock32(first, src_stride, n, khi, klo, 3 * x, blk);
             vblock32(first, src_stride, n, khi, klo, 3 * x + 32, blk + 32);
             vblock32(first, src_stride, n, khi, klo, 3 * x + 64, blk + 64);
