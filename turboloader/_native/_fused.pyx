@@ -5,7 +5,9 @@ One implementation, `_sample` (no GIL, allocates nothing): libjpeg-turbo decodes
 window (at a DCT scale chosen by the caller) or the window is read in place from an HWC
 array, the antialiased resampler writes the output size, the ColorJitter kernels run on the
 resized uint8 image in the caller's order, and the normalize/CHW kernel writes straight into
-the caller's slot. Its working memory (window, resized image, resample tables) is a
+the caller's slot (a float32 slot without colour operations: written by the resampler's
+vertical pass itself, 32 pixels at a time, where its AVX2 kernel applies; the same values
+bit for bit). Its working memory (window, resized image, resample tables) is a
 `_Scratch` sized with the GIL held before the call.
 
 * `decode_resample_into` / `resample_array_into`: one sample; scratch allocated for the call.
