@@ -82,6 +82,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="runs of each batch per build")
     p.add_argument("--kind", choices=["train", "val"], default="train")
     p.add_argument("--build", action="append", required=True, metavar="LABEL=DIR")
+    p.add_argument("--jitter", action="store_true",
+                   help="a brightness op (factor 1.1) on every row: the colour-op path")
     p.add_argument("--per-image", action="store_true",
                    help="interleave the builds per image (1-row calls, best of --rounds) "
                         "rather than per batch")
@@ -113,6 +115,8 @@ def main() -> None:
             spec.box[i] = box
             spec.clip[i] = clip
             spec.flip[i] = a.kind == "train" and rng.random() < 0.5
+            if a.jitter:   # one brightness op: the resized image, then the separate write
+                spec.ops[i, 0], spec.factors[i, 0], spec.n_ops[i] = 0, 1.1, 1
         params = executor.plan_slots(sizes, spec, filter=1)
         assert (params.status == executor.OK).all()
         batches.append((srcs, params))
@@ -174,7 +178,7 @@ def main() -> None:
         images = a.rounds * sum(len(b[0]) for b in batches)
     how = (f"per image, best of {a.rounds}" if a.per_image
            else f"whole batches of {a.batch}, {a.rounds} rounds summed")
-    print(f"{a.kind} step, {len(blobs)} images, {how}, float32 + normalize into batch "
+    print(f"{a.kind}{' + jitter' if a.jitter else ''} step, {len(blobs)} images, {how}, float32 + normalize into batch "
           f"tensors, thread CPU time; images/s ratio to {names[0]}: "
           + "  ".join(f"{nm} {total[0] / t:.3f}" for nm, t in zip(names, total))
           + f"  ({names[0]}: {images / (total[0] * 1e-9):.0f} images/s, "
