@@ -85,3 +85,49 @@ def test_fused_with_and_without_a_colour_op_agree():
     _fused.resample_array_into(src, plain, **kw)
     _fused.resample_array_into(src, with_op, ops=[(_fused.BRIGHTNESS, 1.0)], **kw)
     np.testing.assert_array_equal(plain.view(np.uint32), with_op.view(np.uint32))
+
+
+# The float32 CHW write fused into the vertical pass (AVX2: resample_kernels.c's
+# vpass_chw_f32_avx2; other levels run the two kernels in turn): output widths around its
+# 32-pixel blocks (below one block, one, one and a bit, several with an overlapping last
+# block), a vertical-only plan, and rows of more taps than the fused kernel takes (the
+# fallback), at every level this CPU has, against the kernels run one after the other.
+LEVEL_CASES = [
+    ((90, 120), (4, 3, 101, 80), (0.25, 0.5, 100.0, 79.0), (29, 31)),
+    ((90, 120), (4, 3, 101, 80), (0.25, 0.5, 100.0, 79.0), (29, 32)),
+    ((90, 120), (4, 3, 101, 80), (0.25, 0.5, 100.0, 79.0), (23, 33)),
+    ((90, 120), (0, 0, 120, 90), (0.0, 0.0, 120.0, 90.0), (41, 70)),
+    ((300, 250), (10, 20, 230, 270), (1.5, 2.0, 229.0, 268.5), (224, 224)),
+    ((300, 250), (10, 20, 230, 270), (1.5, 2.0, 229.0, 268.5), (99, 225)),
+    ((120, 150), (3, 2, 64, 100), (0.0, 0.0, 64.0, 100.0), (17, 64)),        # vertical only
+    ((700, 80), (0, 0, 80, 700), (0.0, 0.0, 80.0, 700.0), (2, 40)),          # 700 / 2: 700 taps
+    ((60, 70), (2, 1, 31, 23), (0.0, 0.0, 31.0, 23.0), (100, 90)),           # upscale
+]
+
+
+@pytest.fixture(params=["baseline", "sse4.1", "avx2"])
+def level(request):
+    from turboloader._native import _cpu
+    if request.param not in _cpu.supported():
+        pytest.skip(f"this CPU lacks {request.param} (supported: {_cpu.supported()})")
+    previous = _cpu._set_isa(request.param)
+    try:
+        yield request.param
+    finally:
+        _cpu._set_isa(previous)
+
+
+@pytest.mark.parametrize("case", LEVEL_CASES,
+                         ids=lambda c: f"{c[3][0]}x{c[3][1]}-win{c[1][2]}x{c[1][3]}")
+@pytest.mark.parametrize("filt", [_resample.BILINEAR, _resample.BICUBIC],
+                         ids=["bilinear", "bicubic"])
+@pytest.mark.parametrize("flip", [False, True], ids=["noflip", "flip"])
+def test_fused_float_write_every_level_equals_the_kernels_in_turn(level, case, filt, flip):
+    (sh, sw), window, box, out_hw = case
+    src = _image(sh, sw, seed=sw * 5 + out_hw[1])
+    out = np.full((3, *out_hw), np.nan, np.float32)
+    wx, wy, ww, wh = window
+    _fused.resample_array_into(src, out, win_x=wx, win_y=wy, win_w=ww, win_h=wh, box=box,
+                               filter=filt, flip=flip, mean_scale=SCALE, bias=BIAS)
+    expected = _oracle(src, window, box, out_hw, filt, flip, np.float32)
+    np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))

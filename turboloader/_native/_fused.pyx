@@ -5,7 +5,9 @@ One implementation, `_sample` (no GIL, allocates nothing): libjpeg-turbo decodes
 window (at a DCT scale chosen by the caller) or the window is read in place from an HWC
 array, the antialiased resampler writes the output size, the ColorJitter kernels run on the
 resized uint8 image in the caller's order, and the normalize/CHW kernel writes straight into
-the caller's slot. Its working memory (window, resized image, resample tables) is a
+the caller's slot (a float32 slot without colour operations: written by the resampler's
+vertical pass itself, 32 pixels at a time, where its AVX2 kernel applies; the same values
+bit for bit). Its working memory (window, resized image, resample tables) is a
 `_Scratch` sized with the GIL held before the call.
 
 * `decode_resample_into` / `resample_array_into`: one sample; scratch allocated for the call.
@@ -38,7 +40,8 @@ from turboloader._native._common cimport (
     IMGPROC_EARG, IMGPROC_EBADSIZE, IMGPROC_EBOUNDS, IMGPROC_EPLAN, IMGPROC_ESTRIDE, IMGPROC_OK,
 )
 from turboloader._native._resample cimport (
-    ResamplePlan, resample_plan_init_in, resample_plan_size, resample_run,
+    RUN_U8, ResamplePlan, resample_plan_init_in, resample_plan_size, resample_run,
+    resample_run_chw_f32,
 )
 from turboloader._native.jpeg_shim cimport (
     TL_ERR_ARG, TL_MSG_LEN, TL_OK, TL_RST_SCRATCH, TL_WIDE_MARGIN, tl_jpeg_decode_wide_rst,
@@ -195,7 +198,7 @@ cdef void _sample(_Sample* s, const _Common* c, _Scratch* sc) noexcept nogil:
     cdef const uint8_t* wpix
     cdef const uint8_t* pixels
     cdef Py_ssize_t wstride, stride, y
-    cdef int i, col = 0
+    cdef int i, st, col = 0
     cdef bint identity = _identity(s, c)
     cdef bint need_resized = (not identity) or (s.n_ops > 0 and s.arr != NULL)
     s.status = TL_OK
@@ -242,7 +245,16 @@ cdef void _sample(_Sample* s, const _Common* c, _Scratch* sc) noexcept nogil:
     else:
         wpix, wstride = s.arr + s.wy * s.arr_stride + <Py_ssize_t>s.wx * 3, s.arr_stride
     pixels, stride = wpix, wstride
-    if not identity:
+    if not identity and s.fout != NULL and s.n_ops == 0:
+        # the float32 CHW write fused into the vertical pass (RUN_U8: not here; the
+        # resized image is in sc.resized and written below)
+        st = resample_run_chw_f32(&plan, wpix, wstride, sc.resized, c.ow * 3, s.fout, c.scale,
+                                  c.bias, s.flip)
+        if st == IMGPROC_OK:
+            return
+        s.kstatus = IMGPROC_OK if st == RUN_U8 else st
+        pixels, stride = sc.resized, c.ow * 3
+    elif not identity:
         s.kstatus = resample_run(&plan, wpix, wstride, sc.resized, c.ow * 3)
         pixels, stride = sc.resized, c.ow * 3
     elif need_resized:

@@ -60,6 +60,18 @@ cdef void resample_plan_free(ResamplePlan* p) noexcept nogil
 cdef int resample_run(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_stride,
                       uint8_t* dst, Py_ssize_t dst_stride) noexcept nogil
 
+# resample_run with the float32 CHW write (x * scale[c] + bias[c], mirrored when flip) fused
+# into the vertical pass where its kernel applies: returns IMGPROC_OK when `out` (3 planes of
+# out_h * out_w floats) was written, RUN_U8 when `dst` holds resample_run's output instead (the
+# caller then writes `out` from it, e.g. with _chw.normalize_chw_f32), or a negative status.
+# Either way the values are those of resample_run then normalize_chw_f32, bit for bit.
+cdef enum:
+    RUN_U8 = 1
+
+cdef int resample_run_chw_f32(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_stride,
+                              uint8_t* dst, Py_ssize_t dst_stride, float* out,
+                              const float* scale, const float* bias, bint flip) noexcept nogil
+
 # Copy the window (top, left, out_h, out_w) of src (src_h x src_w) into dst.
 cdef int crop_u8(const uint8_t* src, Py_ssize_t src_h, Py_ssize_t src_w, Py_ssize_t src_stride,
                  Py_ssize_t top, Py_ssize_t left, Py_ssize_t out_h, Py_ssize_t out_w,

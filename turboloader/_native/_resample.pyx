@@ -32,6 +32,10 @@ cdef extern from "resample_kernels.h" nogil:
                            Py_ssize_t dst_stride, Py_ssize_t out_h, Py_ssize_t rowlen,
                            const int32_t* kk, const int32_t* bounds, Py_ssize_t ksize,
                            int32_t* acc, int isa)
+    int tl_resample_vpass_chw_f32(const uint8_t* src, Py_ssize_t src_stride, Py_ssize_t out_h,
+                                  Py_ssize_t out_w, const int32_t* kk, const int32_t* bounds,
+                                  Py_ssize_t ksize, float* dst, const float* scale,
+                                  const float* bias, int flip, int isa)
 
 cdef enum:
     PRECISION_BITS = 22            # 32 - 8 - 2, Pillow's 8 bpc coefficient precision
@@ -420,6 +424,57 @@ cdef int resample_run(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_
         for y in range(p.out_h):
             memcpy(dst + y * dst_stride, src + y * src_stride, rowlen)
     return IMGPROC_OK
+
+
+cdef int resample_run_chw_f32(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_stride,
+                              uint8_t* dst, Py_ssize_t dst_stride, float* out,
+                              const float* scale, const float* bias, bint flip) noexcept nogil:
+    """resample_run, with the float32 CHW write fused into the vertical pass where its kernel
+    applies (3 channels, both passes or the vertical one, AVX2, rows of >= 32 pixels): returns
+    IMGPROC_OK when `out` (3 planes of out_h * out_w) holds (float)byte * scale[c] + bias[c]
+    of the resampled image (mirrored when flip; bit for bit what resample_run then
+    normalize_chw_f32 give), RUN_U8 when instead `dst` holds resample_run's output (the
+    caller writes `out` from it), or a negative status. `dst` is written only in that case
+    (the horizontal pass writes the plan's `tmp`)."""
+    cdef int isa = isa_level()
+    cdef Py_ssize_t rowlen
+    if (p == NULL or src == NULL or out == NULL or scale == NULL or bias == NULL
+            or p.filter == FILTER_NEAREST or not p.need_v or p.channels != 3):
+        return _run_u8(p, src, src_stride, dst, dst_stride)
+    if p.in_h <= 0 or p.in_w <= 0 or p.out_h <= 0 or p.out_w <= 0:
+        return IMGPROC_EPLAN
+    rowlen = p.out_w * p.channels
+    if src_stride < p.in_w * p.channels:
+        return IMGPROC_ESTRIDE
+    if p.ky == NULL or p.by == NULL or p.acc == NULL:
+        return IMGPROC_EPLAN
+    if p.need_h:
+        if p.kx == NULL or p.bx == NULL or p.tmp == NULL:
+            return IMGPROC_EPLAN
+        if p.y_first < 0 or p.y_first + p.y_rows > p.in_h:
+            return IMGPROC_EPLAN
+        tl_resample_hpass(src + p.y_first * src_stride, src_stride, p.y_rows, p.tmp, rowlen,
+                          p.out_w, p.in_w, p.channels, p.kx, p.bx, p.ksize_x, isa)
+        if tl_resample_vpass_chw_f32(p.tmp, rowlen, p.out_h, p.out_w, p.ky, p.by, p.ksize_y,
+                                     out, scale, bias, flip, isa):
+            return IMGPROC_OK
+        if dst == NULL:
+            return IMGPROC_EPLAN
+        if dst_stride < rowlen:
+            return IMGPROC_ESTRIDE
+        tl_resample_vpass(p.tmp, rowlen, dst, dst_stride, p.out_h, rowlen, p.ky, p.by,
+                          p.ksize_y, p.acc, isa)
+        return RUN_U8
+    if tl_resample_vpass_chw_f32(src, src_stride, p.out_h, p.out_w, p.ky, p.by, p.ksize_y, out,
+                                 scale, bias, flip, isa):
+        return IMGPROC_OK
+    return _run_u8(p, src, src_stride, dst, dst_stride)
+
+
+cdef inline int _run_u8(const ResamplePlan* p, const uint8_t* src, Py_ssize_t src_stride,
+                        uint8_t* dst, Py_ssize_t dst_stride) noexcept nogil:
+    cdef int st = resample_run(p, src, src_stride, dst, dst_stride)
+    return RUN_U8 if st == IMGPROC_OK else st
 
 
 # ---------------------------------------------------------------------------------------------

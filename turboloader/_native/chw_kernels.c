@@ -215,6 +215,8 @@ TL_TARGET_AVX2 TL_INLINE __m256i load_lanes(const uint8_t *lo, const uint8_t *hi
         _mm_loadu_si128((const __m128i *)hi), 1);
 }
 
+enum { TL_NORM_AHEAD = 256 };   /* floats of a plane prefetched ahead of the stores */
+
 TL_TARGET_AVX2 static void normalize_avx2(const uint8_t *src, ptrdiff_t h, ptrdiff_t w,
                                           ptrdiff_t stride, float *dst, const float *scale,
                                           const float *bias, int flip)
@@ -242,6 +244,18 @@ TL_TARGET_AVX2 static void normalize_avx2(const uint8_t *src, ptrdiff_t h, ptrdi
         for (ptrdiff_t x = 0;; x += 8) {
             if (x > w - 8)
                 x = w - 8;
+            /* every 32 pixels, the planes' lines TL_NORM_AHEAD floats on (about a row
+             * ahead): a batch tensor is far out of the cache, and a store whose line is
+             * fetched only when the store reaches it stalls the loop */
+            const ptrdiff_t ahead = y * w + x + TL_NORM_AHEAD;
+            if ((x & 31) == 0 && ahead + 32 <= plane) {
+                __builtin_prefetch(d0 - y * w + ahead, 1, 3);
+                __builtin_prefetch(d0 - y * w + ahead + 16, 1, 3);
+                __builtin_prefetch(d1 - y * w + ahead, 1, 3);
+                __builtin_prefetch(d1 - y * w + ahead + 16, 1, 3);
+                __builtin_prefetch(d2 - y * w + ahead, 1, 3);
+                __builtin_prefetch(d2 - y * w + ahead + 16, 1, 3);
+            }
             const uint8_t *p = row + 3 * x;
             const __m256i v = load_lanes(p + first, p + 8 - first);
             const ptrdiff_t o = flip ? w - x - 8 : x;

@@ -557,6 +557,102 @@ TL_TARGET_AVX2 static void vpass_avx2_madd(const uint8_t *src, ptrdiff_t src_str
             vblock32(first, src_stride, n, khi, klo, rowlen - 32, drow + rowlen - 32);
     }
 }
+
+/* The vertical pass fused with the float32 CHW write (tl_resample_vpass_chw_f32): each output
+ * row is computed 32 pixels (96 bytes) at a time by vblock32 into a block on the stack, and the
+ * block is written at once to the three planes as chw_kernels.c's normalize_avx2 writes 8
+ * pixels: one vpshufb per channel widens the block's bytes to int32 in output order (mirrored
+ * when flipped), then (float)byte * scale[c] + bias[c], a multiply and an add (two roundings,
+ * never an FMA). The last block of a row overlaps the one before it when out_w is not a
+ * multiple of 32 (it rewrites those outputs with the same values). */
+static void tl_norm_masks(uint8_t masks[3][2][16], int flip)
+{
+    /* chw_kernels.c's widen_masks: lane L of channel c holds pixels 4L.. (from the load at
+     * byte 8L of an 8-pixel block), or, flipped, pixels 7 - 4L.. from the other load */
+    for (int c = 0; c < 3; c++)
+        for (int lane = 0; lane < 2; lane++)
+            for (int k = 0; k < 16; k++) {
+                const int pixel = flip ? 7 - (4 * lane + k / 4) : 4 * lane + k / 4;
+                const int base = pixel >= 4 ? 8 : 0;
+                masks[c][lane][k] = (uint8_t)(k % 4 ? 0x80 : 3 * pixel + c - base);
+            }
+}
+
+enum { TL_CHW_AHEAD = 256 };   /* floats of a plane prefetched ahead of the stores */
+
+TL_TARGET_AVX2 static int vpass_chw_f32_avx2(const uint8_t *src, ptrdiff_t src_stride,
+                                             ptrdiff_t out_h, ptrdiff_t out_w,
+                                             const int32_t *kk, const int32_t *bounds,
+                                             ptrdiff_t ksize, float *dst, const float *scale,
+                                             const float *bias, int flip)
+{
+    if (out_w < 32)
+        return 0;
+    for (ptrdiff_t yy = 0; yy < out_h; yy++) {   /* every row fits, or nothing is written */
+        const ptrdiff_t n = bounds[2 * yy + 1];
+        if ((n + 1) / 2 > TL_VPAIRS || !tl_split_fits(kk + yy * ksize, n))
+            return 0;
+    }
+    __m256i khi[TL_VPAIRS], klo[TL_VPAIRS];
+    uint8_t blk[96] __attribute__((aligned(32)));
+    uint8_t mb[3][2][16];
+    tl_norm_masks(mb, flip);
+    const __m256i m0 = _mm256_loadu_si256((const __m256i *)mb[0]);
+    const __m256i m1 = _mm256_loadu_si256((const __m256i *)mb[1]);
+    const __m256i m2 = _mm256_loadu_si256((const __m256i *)mb[2]);
+    const __m256 s0 = _mm256_set1_ps(scale[0]), s1 = _mm256_set1_ps(scale[1]);
+    const __m256 s2 = _mm256_set1_ps(scale[2]);
+    const __m256 b0 = _mm256_set1_ps(bias[0]), b1 = _mm256_set1_ps(bias[1]);
+    const __m256 b2 = _mm256_set1_ps(bias[2]);
+    const ptrdiff_t plane = out_h * out_w, first8 = flip ? 8 : 0;
+    for (ptrdiff_t yy = 0; yy < out_h; yy++) {
+        const int32_t *k = kk + yy * ksize;
+        const ptrdiff_t n = bounds[2 * yy + 1];
+        const uint8_t *first = src + (ptrdiff_t)bounds[2 * yy] * src_stride;
+        float *d0 = dst + yy * out_w, *d1 = d0 + plane, *d2 = d1 + plane;
+        for (ptrdiff_t p = 0; 2 * p < n; p++) {
+            const int32_t a = k[2 * p], b = 2 * p + 1 < n ? k[2 * p + 1] : 0;
+            khi[p] = _mm256_set1_epi32(tl_pair_hi(a, b));
+            klo[p] = _mm256_set1_epi32(tl_pair_lo(a, b));
+        }
+        for (ptrdiff_t x = 0;; x += 32) {
+            if (x > out_w - 32)
+                x = out_w - 32;   /* the last block, aligned to the row's end */
+            /* the lines TL_CHW_AHEAD floats on in each plane (about a row ahead), for the
+             * stores: without it every store's line is fetched when the store reaches it
+             * (a float32 batch tensor is far out of the cache) and the loop waits on them */
+            const ptrdiff_t ahead = yy * out_w + x + TL_CHW_AHEAD;
+            if (ahead + 32 <= plane) {
+                __builtin_prefetch(dst + ahead, 1, 3);
+                __builtin_prefetch(dst + ahead + 16, 1, 3);
+                __builtin_prefetch(dst + plane + ahead, 1, 3);
+                __builtin_prefetch(dst + plane + ahead + 16, 1, 3);
+                __builtin_prefetch(dst + 2 * plane + ahead, 1, 3);
+                __builtin_prefetch(dst + 2 * plane + ahead + 16, 1, 3);
+            }
+            vblock32(first, src_stride, n, khi, klo, 3 * x, blk);
+            vblock32(first, src_stride, n, khi, klo, 3 * x + 32, blk + 32);
+            vblock32(first, src_stride, n, khi, klo, 3 * x + 64, blk + 64);
+            for (int q = 0; q < 32; q += 8) {
+                const uint8_t *bp = blk + 3 * q;
+                const __m256i v = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(bp + first8))),
+                    _mm_loadu_si128((const __m128i *)(bp + 8 - first8)), 1);
+                const ptrdiff_t o = flip ? out_w - (x + q) - 8 : x + q;
+#define TL_NORM8(m, s, bb, d)                                                                \
+    _mm256_storeu_ps((d), _mm256_add_ps(_mm256_mul_ps(                                       \
+                              _mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, (m))), (s)), (bb)))
+                TL_NORM8(m0, s0, b0, d0 + o);
+                TL_NORM8(m1, s1, b1, d1 + o);
+                TL_NORM8(m2, s2, b2, d2 + o);
+#undef TL_NORM8
+            }
+            if (x == out_w - 32)
+                break;
+        }
+    }
+    return 1;
+}
 #undef TL_SPLIT_SUM
 #endif
 
@@ -607,4 +703,19 @@ void tl_resample_vpass(const uint8_t *src, ptrdiff_t src_stride, uint8_t *dst,
 #endif
     (void)isa;
     vpass_baseline(src, src_stride, dst, dst_stride, out_h, rowlen, kk, bounds, ksize, acc);
+}
+
+int tl_resample_vpass_chw_f32(const uint8_t *src, ptrdiff_t src_stride, ptrdiff_t out_h,
+                              ptrdiff_t out_w, const int32_t *kk, const int32_t *bounds,
+                              ptrdiff_t ksize, float *dst, const float *scale,
+                              const float *bias, int flip, int isa)
+{
+#if TL_X86
+    if (isa >= TL_ISA_AVX2)
+        return vpass_chw_f32_avx2(src, src_stride, out_h, out_w, kk, bounds, ksize, dst, scale,
+                                  bias, flip);
+#endif
+    (void)src; (void)src_stride; (void)out_h; (void)out_w; (void)kk; (void)bounds;
+    (void)ksize; (void)dst; (void)scale; (void)bias; (void)flip; (void)isa;
+    return 0;
 }

@@ -25,4 +25,18 @@ void tl_resample_vpass(const uint8_t *src, ptrdiff_t src_stride, uint8_t *dst,
                        const int32_t *kk, const int32_t *bounds, ptrdiff_t ksize, int32_t *acc,
                        int isa);
 
+/* The vertical pass of a 3-channel image fused with the float32 CHW write of chw_kernels.h's
+ * tl_normalize_chw_f32: dst's three planes (out_h * out_w floats each) get
+ * (float)byte * scale[c] + bias[c] of the pass's output bytes, mirrored when flip, equal bit for
+ * bit to tl_resample_vpass (rowlen 3 * out_w) followed by tl_normalize_chw_f32. Each row is
+ * written 32 pixels at a time right after they are computed: the stores of the 12-byte-per-pixel
+ * float output then overlap the pass's arithmetic instead of running as a separate
+ * memory-bound loop. Returns 1 when it wrote dst, 0 when it does not apply and wrote nothing
+ * (a level below AVX2, out_w < 32, a row of more than 256 taps or coefficients outside the
+ * exact 16-bit split): the caller then runs the two kernels. */
+int tl_resample_vpass_chw_f32(const uint8_t *src, ptrdiff_t src_stride, ptrdiff_t out_h,
+                              ptrdiff_t out_w, const int32_t *kk, const int32_t *bounds,
+                              ptrdiff_t ksize, float *dst, const float *scale,
+                              const float *bias, int flip, int isa);
+
 #endif
