@@ -773,7 +773,7 @@ def test_a_pass_next_shard_is_asked_for_beside_its_first_shard_parts(slow):
     while every one of them is still in progress, not once one of them is done (a second
     shard's first part then arrived a request late at every cold start, and the readers
     waited for it). Bytes exact."""
-    slow.delay = 1.0  # no request of the first shard is answered within a second
+    slow.delay = 3.0  # no request of the first shard is answered within 3 s (a loaded VM)
     part = 8 * READ
     blobs = {"h0.bin": blob(part + part // 2 + 5, 70), "h1.bin": blob(part + 11, 71)}
     urls = publish(slow, blobs)
@@ -786,8 +786,7 @@ def test_a_pass_next_shard_is_asked_for_beside_its_first_shard_parts(slow):
     pool.plan("s", [urls["h0.bin"], urls["h1.bin"]])
     wait_for(lambda: any(name == "h1.bin" for name, _ in slow.ranges), timeout=10)
     done = pool.stats()["requests"]  # requests finished when the next shard's was made
-    asked = time.monotonic() - t0
-    assert done == 0 and asked < 1.0, (done, asked)
+    assert done == 0, (done, time.monotonic() - t0)
     assert sum(name == "h0.bin" for name, _ in slow.ranges) == 5
     for name in ("h0.bin", "h1.bin"):
         with pool.open(urls[name]) as f:
