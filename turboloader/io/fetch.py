@@ -15,8 +15,9 @@ stream reads first with nothing of it fetched ahead (a pass's cold start), whose
 known the same way, is asked for at once too, its first ``part_bytes`` in parts of
 ``part_bytes / 4`` and the rest in whole parts: the reader reads bytes as they arrive, so
 its first batch comes at several connections' rate, not one's. The parts of those objects
-(file fetches and first objects) each get a connection of their own while they run, beyond
-``K``. Each part is read with
+each get a connection of their own while they run: a file fetch's count within ``K`` (see
+below), a first object's come on top of ``K`` (up to ``max_connections``), so the next
+shards' requests start beside them. Each part is read with
 :func:`turboloader.io.remote.open_remote`'s retrying reader at the part's offset: retries,
 resumption and the check that a resumed answer starts where asked are its; a part whose
 answer reports another total size than the first part's is a
@@ -51,7 +52,8 @@ rate one connection delivers (measured per request, latency included), with 50% 
 between 1 and ``max_connections``; while a reader waits for bytes the pool adds connections
 (half again as many) until it stops waiting or reaches ``max_connections``. File fetches
 the shard cache asked for at once get at least a connection per part in progress (up to
-``max_connections``). :meth:`FetchPool.stats` reports it.
+``max_connections``); the parts of a pass's first objects (above) get a connection each
+beyond that. :meth:`FetchPool.stats` reports ``K``.
 
 Configuration (environment, read when the pool is created): ``TURBOLOADER_FETCH_CONNECTIONS``
 (``max_connections``, default 16), ``TURBOLOADER_FETCH_BUFFER`` (``buffer_bytes``, default
@@ -179,6 +181,7 @@ class FetchPool:
         self._closing = collections.deque()  # objects whose readers left them to be cancelled
         self._spare_bytes = 0
         self._eager = 0  # parts of eager objects not finished (each gets a connection: _limit)
+        self._eager_buf = 0  # of them, those of buffered objects (a pass's first: beyond K)
         self.k = min(4, self.max_connections)  # connections wanted now
         # measurements
         self._conn_rate = None  # bytes/s one request delivers (EWMA)
@@ -406,6 +409,8 @@ class FetchPool:
             obj.left = len(obj.parts)
         if obj.eager:
             self._eager += len(obj.parts)
+            if obj.sink is None:
+                self._eager_buf += len(obj.parts)
         for part in obj.parts:
             self._queue(part)
 
@@ -442,6 +447,8 @@ class FetchPool:
         obj.left -= len(self._pending) - len(keep)  # never started: finished now
         if obj.eager:
             self._eager -= len(self._pending) - len(keep)
+            if obj.sink is None:
+                self._eager_buf -= len(self._pending) - len(keep)
         self._pending = keep
 
     def _release(self, part):
@@ -555,10 +562,17 @@ class FetchPool:
         return best
 
     def _limit(self):
-        """Requests at once: K, and at least one per part in progress of the eager objects:
-        the file fetches (the shard cache asked for those downloads at once) and the first
-        objects of known size (a pass's first bytes, :meth:`_start`)."""
-        return max(self.k, min(self.max_connections, self._eager))
+        """Requests at once: K, or one per part in progress of the file fetches (the shard
+        cache asked for those downloads at once) where they are more, and on top of that
+        one per part in progress of a pass's first objects of known size (their first bytes,
+        :meth:`_start`): those do not take the K connections that fetch the stream's next
+        shards, so a pass's second shards are asked for at its start, not once its first
+        ones are in (through bench_remote's proxy at 100 ms / 10 MB/s a second shard's
+        8 MiB part 0 takes about a second, about what a stream takes to read its first
+        shard: the readers waited for it at a cold pass start)."""
+        files = self._eager - self._eager_buf
+        return min(self.max_connections,
+                   max(self.k, min(self.max_connections, files)) + self._eager_buf)
 
     def _dispatch(self):
         """Wake idle threads, or start new ones, for the startable parts, up to K at once."""
@@ -664,6 +678,8 @@ class FetchPool:
             self._in_flight -= 1
             if obj.eager:
                 self._eager -= 1
+                if obj.sink is None:
+                    self._eager_buf -= 1
             if part.late is not None:  # released by its reader while this thread wrote
                 buf, part.late = part.late, None
                 self._spare_add(buf)
