@@ -63,11 +63,13 @@ fi
 
 case "$job" in
   demo)  exec "$venv/bin/turboloader" demo "$@" ;;
-  # two pytest processes (pytest-xdist): most tests wait on subprocesses, servers and worker
-  # processes, so two share two cores well. --dist loadgroup keeps each xdist_group on one
-  # process (the wheel's build, the benchmark smoke runs: their module fixtures run once).
+  # three pytest processes (pytest-xdist) on two cores: most tests wait on subprocesses,
+  # servers, worker processes and latency proxies, and with two processes the cores sat idle
+  # about 30% of the suite (975 CPU-s in 1392 core-s, benchmarks/results/issue41-suite.md).
+  # --dist loadgroup keeps each xdist_group on one process (the wheel's build, the benchmark
+  # smoke runs: their module fixtures run once).
   # TURBOLOADER_TEST_PROCESSES picks another count (0: one process, no xdist)
-  test)  exec "$venv/bin/python" -m pytest -n "${TURBOLOADER_TEST_PROCESSES:-2}" --dist loadgroup \
+  test)  exec "$venv/bin/python" -m pytest -n "${TURBOLOADER_TEST_PROCESSES:-3}" --dist loadgroup \
            "$@" ;;   # pytest exits 5 when no test ran
   shell) exec env VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" "${SHELL:-bash}" ;;
 esac
