@@ -75,7 +75,12 @@ def test_readme_is_a_front_page():
         assert section in README
     # the headline table says when and where it was measured
     bench = README[README.index("## Benchmarks"):README.index("## Documentation")]
-    assert re.search(r"20\d\d-\d\d-\d\d", bench) and "AMD EPYC" in bench
+    assert re.search(r"20\d\d-\d\d-\d\d", bench)
+    # ... on the machine the full run's results name (its CPU's maker and family)
+    full = (ROOT / "benchmarks" / "results" / "full.md").read_text()
+    cpu = re.search(r"^- machine: (.*)$", full, re.M).group(1)
+    maker = next(m for m in ("AMD EPYC", "Intel", "Apple", "Graviton", "ARM") if m in cpu)
+    assert maker in bench, (maker, cpu)
     # every link into the repository points at a file that exists
     for target in re.findall(r"\]\(((?!https?:)[^)#]+)", README):
         assert (ROOT / target).exists(), target
