@@ -2,17 +2,14 @@
 fused step (with the resampler and output kernels beside them), both kinds, per batch and per
 image, with a colour op, the outputs checked equal (exit status 0)."""
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from helpers.bench_ab import build_args, photo_folder
 from turboloader._native import _chw, _colour, _fused, _resample
-
-Image = pytest.importorskip("PIL.Image")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,18 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("per_image,jitter", [(False, False), (True, False), (True, True)],
                          ids=["batch", "per-image", "per-image-jitter"])
 def test_bench_step_ab_runs(tmp_path, kind, per_image, jitter):
-    rng = np.random.default_rng(0)
-    data = tmp_path / "data" / "class_0"
-    data.mkdir(parents=True)
-    for i, (h, w) in enumerate([(375, 500), (333, 250), (260, 300)]):
-        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(data / f"{i}.jpg")
-    builds = []
-    for label in ("a", "b"):
-        d = tmp_path / label
-        d.mkdir()
-        for mod in (_fused, _resample, _chw, _colour):
-            shutil.copy(mod.__file__, d)
-        builds += ["--build", f"{label}={d}"]
+    photo_folder(tmp_path / "data")
+    builds = build_args(tmp_path, (_fused, _resample, _chw, _colour))
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_step_ab.py"),
                         "--data", str(tmp_path / "data"), "--rounds", "1", "--batch", "2",
                         "--kind", kind, *(["--per-image"] if per_image else []),

@@ -5,7 +5,6 @@ output kernels, Pillow for the resampler) and with the baseline level, bit for b
 differ in speed only. Levels the CPU lacks are reported as skipped, not silently dropped.
 """
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -14,31 +13,14 @@ import threading
 import numpy as np
 import pytest
 
+from helpers.isa import LEVELS, at_level
 from turboloader._native import _chw, _colour, _cpu, _resample, _warp
 
 Image = pytest.importorskip("PIL.Image")
 
-LEVELS = _cpu.LEVELS
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 SIZES = [1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 223, 224, 225]
-
-
-@contextlib.contextmanager
-def at_level(name):
-    previous = _cpu._set_isa(name)
-    try:
-        yield
-    finally:
-        _cpu._set_isa(previous)
-
-
-@pytest.fixture(params=LEVELS)
-def level(request):
-    if request.param not in _cpu.supported():
-        pytest.skip(f"this CPU lacks {request.param} (supported: {_cpu.supported()})")
-    with at_level(request.param):
-        yield request.param
 
 
 def noise(h, w, c=3, seed=0):

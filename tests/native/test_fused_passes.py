@@ -105,18 +105,6 @@ LEVEL_CASES = [
 ]
 
 
-@pytest.fixture(params=["baseline", "sse4.1", "avx2"])
-def level(request):
-    from turboloader._native import _cpu
-    if request.param not in _cpu.supported():
-        pytest.skip(f"this CPU lacks {request.param} (supported: {_cpu.supported()})")
-    previous = _cpu._set_isa(request.param)
-    try:
-        yield request.param
-    finally:
-        _cpu._set_isa(previous)
-
-
 @pytest.mark.parametrize("case", LEVEL_CASES,
                          ids=lambda c: f"{c[3][0]}x{c[3][1]}-win{c[1][2]}x{c[1][3]}")
 @pytest.mark.parametrize("filt", [_resample.BILINEAR, _resample.BICUBIC],

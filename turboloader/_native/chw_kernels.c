@@ -15,6 +15,7 @@
  * SSE-encoded code with the upper halves of the ymm registers live measured 3-4x slower here.
  */
 #include "chw_kernels.h"
+#include "chw_masks.h"
 
 #include "simd.h"
 
@@ -104,22 +105,6 @@ static void byte_masks(uint8_t masks[3][3][16], int flip)
             }
 }
 
-/* normalize blocks: 8 pixels (24 bytes), read as two overlapping 16-byte loads at bytes 0 and
- * 8 of the block. A pshufb with 0x80 in a dword's upper three bytes zero-extends while it
- * deinterleaves, so one shuffle per channel and load gives four int32. masks[c][L] fills
- * output positions 4L..4L+3 of channel c: pixels 4L.. from the load at 8L, or, flipped,
- * pixels 7-4L.. from the other load. */
-static void widen_masks(uint8_t masks[3][2][16], int flip)
-{
-    for (int c = 0; c < 3; c++)
-        for (int lane = 0; lane < 2; lane++)
-            for (int k = 0; k < 16; k++) {
-                int pixel = flip ? 7 - (4 * lane + k / 4) : 4 * lane + k / 4;
-                int base = pixel >= 4 ? 8 : 0;
-                masks[c][lane][k] = (uint8_t)(k % 4 ? 0x80 : 3 * pixel + c - base);
-            }
-}
-
 /* ---- SSSE3 + SSE4.1 ------------------------------------------------------------------------ */
 
 TL_TARGET_SSE41 static void normalize_sse41(const uint8_t *src, ptrdiff_t h, ptrdiff_t w,
@@ -128,7 +113,7 @@ TL_TARGET_SSE41 static void normalize_sse41(const uint8_t *src, ptrdiff_t h, ptr
 {
     const ptrdiff_t plane = h * w;
     uint8_t mb[3][2][16];
-    widen_masks(mb, flip);
+    tl_widen_masks(mb, flip);  /* chw_masks.h */
     const __m128i m00 = _mm_loadu_si128((const __m128i *)mb[0][0]);
     const __m128i m01 = _mm_loadu_si128((const __m128i *)mb[0][1]);
     const __m128i m10 = _mm_loadu_si128((const __m128i *)mb[1][0]);
@@ -225,7 +210,7 @@ TL_TARGET_AVX2 static void normalize_avx2(const uint8_t *src, ptrdiff_t h, ptrdi
      * flipped): one vpshufb per channel gives the channel's 8 int32 in output order */
     const ptrdiff_t plane = h * w;
     uint8_t mb[3][2][16];
-    widen_masks(mb, flip);
+    tl_widen_masks(mb, flip);  /* chw_masks.h */
     const __m256i m0 = _mm256_loadu_si256((const __m256i *)mb[0]);
     const __m256i m1 = _mm256_loadu_si256((const __m256i *)mb[1]);
     const __m256i m2 = _mm256_loadu_si256((const __m256i *)mb[2]);

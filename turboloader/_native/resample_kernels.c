@@ -1,6 +1,7 @@
 /* Pillow's 8 bpc resampling passes (resample_impl.h), one copy per ISA level, and their
  * dispatch (see resample_kernels.h). */
 #include "resample_kernels.h"
+#include "chw_masks.h"
 
 #include "simd.h"
 
@@ -565,19 +566,6 @@ TL_TARGET_AVX2 static void vpass_avx2_madd(const uint8_t *src, ptrdiff_t src_str
  * when flipped), then (float)byte * scale[c] + bias[c], a multiply and an add (two roundings,
  * never an FMA). The last block of a row overlaps the one before it when out_w is not a
  * multiple of 32 (it rewrites those outputs with the same values). */
-static void tl_norm_masks(uint8_t masks[3][2][16], int flip)
-{
-    /* chw_kernels.c's widen_masks: lane L of channel c holds pixels 4L.. (from the load at
-     * byte 8L of an 8-pixel block), or, flipped, pixels 7 - 4L.. from the other load */
-    for (int c = 0; c < 3; c++)
-        for (int lane = 0; lane < 2; lane++)
-            for (int k = 0; k < 16; k++) {
-                const int pixel = flip ? 7 - (4 * lane + k / 4) : 4 * lane + k / 4;
-                const int base = pixel >= 4 ? 8 : 0;
-                masks[c][lane][k] = (uint8_t)(k % 4 ? 0x80 : 3 * pixel + c - base);
-            }
-}
-
 enum { TL_CHW_AHEAD = 256 };   /* floats of a plane prefetched ahead of the stores */
 
 TL_TARGET_AVX2 static int vpass_chw_f32_avx2(const uint8_t *src, ptrdiff_t src_stride,
@@ -596,7 +584,7 @@ TL_TARGET_AVX2 static int vpass_chw_f32_avx2(const uint8_t *src, ptrdiff_t src_s
     __m256i khi[TL_VPAIRS], klo[TL_VPAIRS];
     uint8_t blk[96] __attribute__((aligned(32)));
     uint8_t mb[3][2][16];
-    tl_norm_masks(mb, flip);
+    tl_widen_masks(mb, flip);  /* chw_masks.h: normalize_avx2's masks */
     const __m256i m0 = _mm256_loadu_si256((const __m256i *)mb[0]);
     const __m256i m1 = _mm256_loadu_si256((const __m256i *)mb[1]);
     const __m256i m2 = _mm256_loadu_si256((const __m256i *)mb[2]);
