@@ -414,6 +414,37 @@ def test_damage_in_the_second_interval_of_a_pair_decodes_as_libjpeg(seekable, fl
     assert "pixels" in outcomes and "DecodeError" in outcomes
 
 
+def _cpu_has_bmi2():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and "bmi2" in line.split() for line in f)
+    except OSError:
+        return None
+
+
+def test_each_build_of_the_decoder_decodes_as_libjpeg(level):
+    # the decoder's builds: plain x86-64 below the avx2 dispatch level, BMI2 at it where the
+    # CPU has BMI2 (the same C body): every subsampling, ordinary and restart files, a whole
+    # decode, windows and a reduced scale, each as libjpeg's decoder
+    bmi2 = _jpeg.huffman_decoder(encode(synth(203, 317)), build=True) == "turboloader-bmi2"
+    if level != "avx2":
+        assert not bmi2
+    elif _cpu_has_bmi2() is not None:
+        assert bmi2 == _cpu_has_bmi2()
+    # a caller's flag bit never asks for BMI2 (the level alone decides)
+    assert (_jpeg.huffman_decoder(encode(synth(203, 317)), flags=16, build=True)
+            == ("turboloader-bmi2" if bmi2 else "turboloader"))
+    for kind, (kw, mode) in KINDS.items():
+        orig = encode(synth(203, 317), mode, **kw)
+        for data in (orig, _jpeg.transcode_restart(orig)[0],
+                     _jpeg.transcode_restart(orig, restart_mcus=1)[0]):
+            assert _jpeg.huffman_decoder(data) == "turboloader"
+            for k in (8, 3):
+                for crop in windows(203, 317, k)[:4]:
+                    for restart in (False, True):
+                        assert isinstance(assert_same(data, k, crop, restart)[0], np.ndarray)
+
+
 # -- the switch -----------------------------------------------------------------------------
 
 
