@@ -6,8 +6,10 @@
  * errors, lives in jpeg_shim.c; callers only ever see integer status codes and messages.
  *
  * Contract for every function here:
- *   - Reentrant and thread-safe: no globals, no static buffers; all state is on the stack
- *     of the call. Safe to call concurrently from any number of threads without the GIL.
+ *   - Reentrant and thread-safe: no static buffers; all state is on the stack of the call,
+ *     but for jpeg_huffman.c's per-thread cache of built Huffman tables (each thread's own,
+ *     keyed by the table's bytes, freed when the thread exits). Safe to call concurrently
+ *     from any number of threads without the GIL.
  *   - Never prints (libjpeg's output_message/emit_message are replaced).
  *   - Never allocates the output: pixels go into the caller's buffer. libjpeg's own working
  *     memory is allocated and freed inside the call, on success and on every error path.
