@@ -121,8 +121,9 @@ def extensions():
     exts = [
         ext("_cpu", "_cpu.pyx"),
         ext("_tar", "_tar.pyx"),
+        # threads: jpeg_huffman.c's per-thread table cache (pthread keys)
         ext("_jpeg", "_jpeg.pyx", "jpeg_shim.c", "jpeg_transcode.c", "jpeg_huffman.c",
-            jpeg=True),
+            jpeg=True, threads=True),
         ext("_resample", "_resample.pyx", "resample_kernels.c"),
         ext("_colour", "_colour.pyx", "colour_kernels.c"),
         ext("_chw", "_chw.pyx", "chw_kernels.c"),

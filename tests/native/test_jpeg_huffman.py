@@ -414,6 +414,113 @@ def test_damage_in_the_second_interval_of_a_pair_decodes_as_libjpeg(seekable, fl
     assert "pixels" in outcomes and "DecodeError" in outcomes
 
 
+def _cpu_has_bmi2():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and "bmi2" in line.split() for line in f)
+    except OSError:
+        return None
+
+
+def test_each_build_of_the_decoder_decodes_as_libjpeg(level):
+    # the decoder's builds: plain x86-64 below the avx2 dispatch level, BMI2 at it where the
+    # CPU has BMI2 (the same C body): every subsampling, ordinary and restart files, a whole
+    # decode, windows and a reduced scale, each as libjpeg's decoder
+    bmi2 = _jpeg.huffman_decoder(encode(synth(203, 317)), build=True) == "turboloader-bmi2"
+    if level != "avx2":
+        assert not bmi2
+    elif _cpu_has_bmi2() is not None:
+        assert bmi2 == _cpu_has_bmi2()
+    # a caller's flag bit never asks for BMI2 (the level alone decides)
+    assert (_jpeg.huffman_decoder(encode(synth(203, 317)), flags=16, build=True)
+            == ("turboloader-bmi2" if bmi2 else "turboloader"))
+    for kind, (kw, mode) in KINDS.items():
+        orig = encode(synth(203, 317), mode, **kw)
+        for data in (orig, _jpeg.transcode_restart(orig)[0],
+                     _jpeg.transcode_restart(orig, restart_mcus=1)[0]):
+            assert _jpeg.huffman_decoder(data) == "turboloader"
+            for k in (8, 3):
+                for crop in windows(203, 317, k)[:4]:
+                    for restart in (False, True):
+                        assert isinstance(assert_same(data, k, crop, restart)[0], np.ndarray)
+
+
+# -- each thread's cache of built tables -----------------------------------------------------
+# jpeg_huffman.c keeps the tables it built per thread, keyed by the bytes they are built from
+# (a DHT table's code counts and symbols): the next file with the same bytes reuses them.
+
+
+def _ac_tables(data):
+    """[(offset of its symbols, code counts by length 1-16, symbols)] of data's AC tables."""
+    out, i = [], 2
+    while True:
+        m, n = data[i + 1], int.from_bytes(data[i + 2:i + 4], "big")
+        if m == 0xDA:
+            return out
+        if m == 0xC4:
+            j = i + 4
+            while j < i + 2 + n:
+                counts = list(data[j + 1:j + 17])
+                if data[j] >> 4 == 1:
+                    out.append((j + 17, counts, list(data[j + 17:j + 17 + sum(counts)])))
+                j += 17 + sum(counts)
+        i += 2 + n
+
+
+def _swapped_runs(data):
+    """data with two symbols of its first AC table swapped: two codes of the same length whose
+    values have the same size and different runs. The scan parses the same way (the same code
+    and value bits), its coefficients land elsewhere (another picture), and the table's code
+    counts are unchanged: only its symbols tell the two files apart."""
+    at, counts, syms = _ac_tables(data)[0]
+    k = 0
+    for n in counts:
+        group = range(k, k + n)
+        for a in group:
+            for b in group:
+                if a < b and syms[a] & 15 and syms[a] & 15 == syms[b] & 15 and syms[a] != syms[b]:
+                    out = bytearray(data)
+                    out[at + a], out[at + b] = syms[b], syms[a]
+                    return bytes(out)
+        k += n
+    raise AssertionError("no two same-length codes of values of one size")
+
+
+def test_a_cached_table_serves_only_the_same_table_bytes():
+    orig = encode(synth(203, 317), quality=90)
+    other = _swapped_runs(orig)
+    assert _ac_tables(other)[0][1] == _ac_tables(orig)[0][1]    # the same code counts
+    a, b = outcome(orig)[0], outcome(other)[0]
+    assert not np.array_equal(a, b)        # another picture: a table taken for the other's
+    for _ in range(3):                     # would give the first file's pixels
+        for data in (orig, other, other, orig):
+            for crop, restart in ((None, False), ((40, 30, 120, 90), True)):
+                assert isinstance(assert_same(data, 8, crop, restart)[0], np.ndarray)
+
+
+def test_more_tables_than_a_thread_keeps_decode_as_libjpeg():
+    # five files of optimised tables of their own (20 tables; a thread keeps 8), ordinary and
+    # restart copies, in turn and twice in a row, on one thread and on three at once
+    files = []
+    for seed in range(5):
+        orig = encode(synth(203, 317, seed=seed), quality=80 + 3 * seed, optimize=True)
+        files += [orig, _jpeg.transcode_restart(orig)[0]]
+    assert len({bytes(t[2]) for f in files for t in _ac_tables(f)}) >= 5
+    ref = [outcome(f, flags=STOCK) for f in files]
+
+    def run(order):
+        for i in order:
+            got = outcome(files[i])
+            np.testing.assert_array_equal(got[0], ref[i][0])
+            assert got[1] == ref[i][1]
+        return True
+
+    order = [i for r in range(2) for i in range(len(files))] + [3, 3, 0, 0, 7, 1, 7]
+    assert run(order)
+    with ThreadPoolExecutor(3) as ex:
+        assert all(ex.map(run, [order, order[::-1], order[3:] + order[:3]] * 2))
+
+
 # -- the switch -----------------------------------------------------------------------------
 
 

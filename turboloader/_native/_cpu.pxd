@@ -11,3 +11,7 @@ cdef extern from "simd.h" nogil:
 
 # The level kernels run at now (no GIL needed).
 cdef int isa_level() noexcept nogil
+
+# Whether the JPEG Huffman decoder runs its BMI2 build now (the avx2 level on a CPU with BMI2;
+# the _native modules pass it to jpeg_shim as TL_HUFF_BMI2).
+cdef int huffman_bmi2() noexcept nogil

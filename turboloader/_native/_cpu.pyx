@@ -4,8 +4,10 @@ A portable build carries each hot loop compiled for several levels (``simd.h``);
 picks one per process: the best the CPU supports, capped by the environment variable
 ``TURBOLOADER_ISA`` (``baseline``, ``sse4.1`` or ``avx2``; unset or ``auto``: no cap), read
 once at import. Every level computes the same results bit for bit, so the choice changes
-speed only. ``_set_isa`` switches the level at run time, for tests and benchmarks that compare
-the variants in one process; it is not meant for use while kernels run on other threads.
+speed only. At the avx2 level on a CPU with BMI2 the JPEG Huffman decoder (``jpeg_huffman.c``)
+runs its BMI2 build too (``huffman_bmi2``: the same code, so the same coefficients).
+``_set_isa`` switches the level at run time, for tests and benchmarks that compare the
+variants in one process; it is not meant for use while kernels run on other threads.
 """
 import os
 import warnings
@@ -14,13 +16,19 @@ LEVELS = ("baseline", "sse4.1", "avx2")
 
 cdef extern from "simd.h" nogil:
     int tl_cpu_detect()
+    int tl_cpu_bmi2()
 
 cdef int _detected = tl_cpu_detect()
 cdef int _level = _detected
+cdef int _bmi2 = tl_cpu_bmi2()
 
 
 cdef int isa_level() noexcept nogil:
     return _level
+
+
+cdef int huffman_bmi2() noexcept nogil:
+    return _level >= TL_ISA_AVX2 and _bmi2
 
 
 def _parse(name):

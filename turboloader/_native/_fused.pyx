@@ -43,8 +43,10 @@ from turboloader._native._resample cimport (
     RUN_U8, ResamplePlan, resample_plan_init_in, resample_plan_size, resample_run,
     resample_run_chw_f32,
 )
+from turboloader._native._cpu cimport huffman_bmi2
 from turboloader._native.jpeg_shim cimport (
-    TL_ERR_ARG, TL_MSG_LEN, TL_OK, TL_RST_SCRATCH, TL_WIDE_MARGIN, tl_jpeg_decode_wide_rst,
+    TL_ERR_ARG, TL_HUFF_BMI2, TL_MSG_LEN, TL_OK, TL_RST_SCRATCH, TL_WIDE_MARGIN,
+    tl_jpeg_decode_wide_rst,
     tl_jpeg_info, tl_jpeg_read_header,
 )
 
@@ -438,11 +440,17 @@ cdef int _check_ops(ops, int* kinds, double* factors) except -1:
     return <int>n
 
 
+cdef inline int _isa_flags(int flags) noexcept nogil:
+    # the decoder's TL_HUFF_BMI2 from the dispatch level alone (a caller's bit could ask for
+    # instructions this CPU lacks)
+    return (flags & ~TL_HUFF_BMI2) | (TL_HUFF_BMI2 if huffman_bmi2() else 0)
+
+
 cdef void _fill_common(_Common* c, _Out o, int filt, int flags, long long max_pixels):
     c.oh = o.oh
     c.ow = o.ow
     c.filt = filt
-    c.flags = flags
+    c.flags = _isa_flags(flags)
     c.max_pixels = max_pixels
     memcpy(c.scale, o.sc, sizeof(c.scale))
     memcpy(c.bias, o.bi, sizeof(c.bias))
@@ -746,7 +754,7 @@ def run_batch(BatchRunner runner not None, list sources not None, out, /, *,
     if c.oh <= 0 or c.ow <= 0:
         raise ValueError(f"out must not be empty, got shape {out.shape}")
     c.filt = filter
-    c.flags = flags
+    c.flags = _isa_flags(flags)
     c.max_pixels = max_pixels
     failed = np.zeros(n, np.uint8)
     errors = [None] * n

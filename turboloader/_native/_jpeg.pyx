@@ -7,9 +7,10 @@ from libc.stddef cimport ptrdiff_t
 from libc.stdint cimport uint8_t
 from libc.stdlib cimport free, malloc
 
+from turboloader._native._cpu cimport huffman_bmi2
 from turboloader._native.jpeg_shim cimport (
     TL_CS_CMYK, TL_CS_GRAY, TL_CS_RGB, TL_CS_YCBCR, TL_CS_YCCK, TL_ERR_ARG, TL_FAST_DCT,
-    TL_ERR_OUTPUT_FULL, TL_MAX_SCANS, TL_MSG_LEN, TL_NO_FANCY_UPSAMPLING, TL_OK,
+    TL_ERR_OUTPUT_FULL, TL_HUFF_BMI2, TL_MAX_SCANS, TL_MSG_LEN, TL_NO_FANCY_UPSAMPLING, TL_OK,
     TL_RST_SCRATCH, TL_STOCK_HUFFMAN, TL_STRICT, TL_TRANSCODE_BOUND, tl_jpeg_decode_rst,
     tl_jpeg_huffman_own, tl_jpeg_info,
     tl_jpeg_read_header, tl_jpeg_restart_window, tl_jpeg_transcode_restart,
@@ -30,6 +31,12 @@ _COLOR_SPACES = {
     TL_CS_CMYK: "cmyk",
     TL_CS_YCCK: "ycck",
 }
+
+
+cdef inline int _isa_flags(int flags) noexcept nogil:
+    # TL_HUFF_BMI2 from the dispatch level alone (a caller's bit could ask for instructions
+    # this CPU lacks)
+    return (flags & ~TL_HUFF_BMI2) | (TL_HUFF_BMI2 if huffman_bmi2() else 0)
 
 
 cdef str _text(const char *msg):
@@ -116,9 +123,9 @@ def decode_into(const uint8_t[::1] data, uint8_t[:, :, :] out, /, *, int scale_n
     try:
         with nogil:
             status = tl_jpeg_decode_rst(ptr, size, scale_num, crop_x, crop_y, crop_w, crop_h,
-                                        &out[0, 0, 0], stride, out_size, flags, max_pixels,
-                                        errmsg, &n_warnings, warnmsg, scratch, scratch_size,
-                                        NULL)
+                                        &out[0, 0, 0], stride, out_size, _isa_flags(flags),
+                                        max_pixels, errmsg, &n_warnings, warnmsg, scratch,
+                                        scratch_size, NULL)
     finally:
         free(scratch)
     _check(status, errmsg)
@@ -167,16 +174,20 @@ def transcode_restart(const uint8_t[::1] data, /, *, int restart_mcus=0, bint op
     return out[:n], used
 
 
-def huffman_decoder(const uint8_t[::1] data, /, *, int scale_num=8, int flags=0):
+def huffman_decoder(const uint8_t[::1] data, /, *, int scale_num=8, int flags=0,
+                    bint build=False):
     """Which Huffman decoder a decode of ``data`` at ``scale_num``/8 with ``flags`` runs:
     ``"turboloader"`` (``_native/jpeg_huffman.c``) or ``"libjpeg"``; raises DecodeError on a
-    bad header. For tests and benchmarks: both give the same pixels."""
+    bad header. ``build``: ``"turboloader-bmi2"`` for its BMI2 build (at the avx2 dispatch
+    level on a CPU with BMI2). For tests and benchmarks: all give the same pixels."""
     cdef char errmsg[TL_MSG_LEN]
     cdef const unsigned char *ptr = &data[0] if data.shape[0] > 0 else NULL
     cdef size_t size = <size_t>data.shape[0]
     cdef int status
     with nogil:
-        status = tl_jpeg_huffman_own(ptr, size, scale_num, flags, errmsg)
+        status = tl_jpeg_huffman_own(ptr, size, scale_num, _isa_flags(flags), errmsg)
     if status < 0:
         _check(status, errmsg)
-    return "turboloader" if status == 1 else "libjpeg"
+    if status == 0:
+        return "libjpeg"
+    return "turboloader-bmi2" if build and status == 2 else "turboloader"

@@ -28,20 +28,28 @@
  * where libjpeg would not warn -- e.g. a few bytes of junk after the scan that its bit buffer
  * swallowed -- which costs time, never pixels.)
  *
- * No globals; the state lives in libjpeg's JPOOL_IMAGE pool of the decompressor (freed by
- * jpeg_abort/destroy_decompress on every path).
+ * Two builds of the decoder: the portable one, and one with BMI2 (TL_HUFF_BMI2, where the CPU
+ * has it), whose SHLX/SHRX shift the bit buffer by a register count without the flag-merging
+ * uops of SHL/SHR by CL on the lookup -> shift chain (about 2% of the train and val steps).
+ *
+ * The state of a decode lives in libjpeg's JPOOL_IMAGE pool of the decompressor (freed by
+ * jpeg_abort/destroy_decompress on every path); the only other state is each thread's cache
+ * of built tables (tl_hcache, below), read and written by that thread alone.
  */
 #include <limits.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jpeglib.h>
 
 #include "jpeg_shim.h"
 #include "jpeg_internal.h"
+#include "simd.h"
 
 /* libjpeg's entropy-decoder module (jpegint.h, not installed by every libjpeg-turbo; the
  * layout has not changed since IJG 6b). */
@@ -116,9 +124,55 @@ typedef struct {
     int marker;                           /* the marker after the segment */
     const unsigned char *marker_at;       /* its 0xFF (fill bytes before it skipped) */
     int started;
-    /* last: only the tables the scan uses are built (and cleared) */
-    tl_htab tabs[2 * NUM_HUFF_TBLS];      /* DC tables 0-3 / AC tables 0-3 at 4-7 */
 } tl_huff;
+
+/* A thread's tables built by earlier decodes, keyed by the bytes they are built from
+ * (tl_build_table reads nothing else: the code counts per length and the symbols): photos
+ * from one encoder share their tables (most use the standard ones), so a thread builds them
+ * once instead of once per image (~1.7% of the train step). Files with tables of their own
+ * (optimised ones, as `convert --seekable` writes) miss and build as before. Slots are
+ * replaced least recently used first, never one an install has taken (at most
+ * 2 * NUM_HUFF_TBLS tables a scan, as many slots); freed when the thread exits. */
+#define TL_HCACHE_SLOTS (2 * NUM_HUFF_TBLS)
+
+typedef struct {
+    tl_htab tab;
+    unsigned stamp;                       /* the install that last took it */
+    int valid, is_ac;
+    UINT8 bits[16];                       /* the JHUFF_TBL's bits[1..16] */
+    UINT8 huffval[256];                   /* and huffval (all of it: the table copies it) */
+} tl_hslot;
+
+typedef struct {
+    unsigned clock;                       /* installs so far, never 0 */
+    tl_hslot slot[TL_HCACHE_SLOTS];
+} tl_hcache;
+
+static pthread_key_t tl_hcache_key;
+static pthread_once_t tl_hcache_once = PTHREAD_ONCE_INIT;
+static int tl_hcache_key_ok;
+
+static void tl_hcache_make_key(void)
+{
+    tl_hcache_key_ok = pthread_key_create(&tl_hcache_key, free) == 0;
+}
+
+/* The calling thread's cache (made on its first call), NULL without memory or a key. */
+static tl_hcache *tl_hcache_get(void)
+{
+    tl_hcache *hc;
+    if (pthread_once(&tl_hcache_once, tl_hcache_make_key) != 0 || !tl_hcache_key_ok)
+        return NULL;
+    hc = (tl_hcache *)pthread_getspecific(tl_hcache_key);
+    if (hc == NULL) {
+        hc = (tl_hcache *)calloc(1, sizeof(*hc));
+        if (hc != NULL && pthread_setspecific(tl_hcache_key, hc) != 0) {
+            free(hc);
+            hc = NULL;
+        }
+    }
+    return hc;
+}
 
 static void tl_retry(j_decompress_ptr cinfo)
 {
@@ -227,6 +281,53 @@ static int tl_build_table(const JHUFF_TBL *t, tl_htab *h, int is_ac)
     return 1;
 }
 
+/* The table built from t for the install hc->clock: the thread's cached copy when an earlier
+ * decode built it from the same bytes, else built into a free or the least recently used slot
+ * that this install has not taken, or (no cache) into the decompressor's pool. NULL: t is not
+ * a valid table. */
+static const tl_htab *tl_table(j_decompress_ptr cinfo, tl_hcache *hc, const JHUFF_TBL *t,
+                               int is_ac)
+{
+    tl_htab *tab;
+    int i, victim = -1;
+    if (hc != NULL) {
+        for (i = 0; i < TL_HCACHE_SLOTS; i++) {
+            tl_hslot *sl = &hc->slot[i];
+            if (sl->valid && sl->is_ac == is_ac && memcmp(sl->bits, t->bits + 1, 16) == 0 &&
+                memcmp(sl->huffval, t->huffval, 256) == 0) {
+                sl->stamp = hc->clock;
+                return &sl->tab;
+            }
+        }
+        for (i = 0; i < TL_HCACHE_SLOTS; i++) {
+            const tl_hslot *sl = &hc->slot[i];
+            if (sl->valid && sl->stamp == hc->clock)
+                continue;                     /* taken by this install */
+            /* a free slot, else the one unused for the most installs (wrapping ages) */
+            if (victim < 0 || !sl->valid ||
+                (hc->slot[victim].valid &&
+                 hc->clock - sl->stamp > hc->clock - hc->slot[victim].stamp))
+                victim = i;
+            if (!sl->valid)
+                break;
+        }
+    }
+    if (victim >= 0) {
+        tl_hslot *sl = &hc->slot[victim];
+        sl->valid = 0;
+        if (!tl_build_table(t, &sl->tab, is_ac))
+            return NULL;
+        sl->valid = 1;
+        sl->stamp = hc->clock;
+        sl->is_ac = is_ac;
+        memcpy(sl->bits, t->bits + 1, 16);
+        memcpy(sl->huffval, t->huffval, 256);
+        return &sl->tab;
+    }
+    tab = (tl_htab *)(*cinfo->mem->alloc_small)((j_common_ptr)cinfo, JPOOL_IMAGE, sizeof(tl_htab));
+    return tl_build_table(t, tab, is_ac) ? tab : NULL;
+}
+
 static inline uint64_t tl_be64(const unsigned char *p)
 {
     uint64_t v;
@@ -282,11 +383,16 @@ static int tl_segment_exact(const tl_huff *h)
 }
 
 static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
+#if TL_X86
+static boolean tl_decode_mcu_bmi2(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
+#endif
 
-int tl_huff_install(tl_ctx *c)
+int tl_huff_install(tl_ctx *c, int flags)
 {
     j_decompress_ptr cinfo = &c->cinfo;
     tl_huff *h;
+    tl_hcache *hc;
+    const tl_htab *tabs[2 * NUM_HUFF_TBLS] = {0};   /* DC tables 0-3 / AC tables 0-3 at 4-7 */
     int blkn, ci, t;
     int used_dc[NUM_HUFF_TBLS] = {0}, used_ac[NUM_HUFF_TBLS] = {0};
     /* A sequential scan of every component is the file's only scan (jdinput.c: no
@@ -312,13 +418,16 @@ int tl_huff_install(tl_ctx *c)
         used_dc[d] = used_ac[a] = 1;
     }
     h = (tl_huff *)(*cinfo->mem->alloc_small)((j_common_ptr)cinfo, JPOOL_IMAGE, sizeof(tl_huff));
-    memset(h, 0, offsetof(tl_huff, tabs));
+    memset(h, 0, sizeof(*h));
+    hc = tl_hcache_get();
+    if (hc != NULL && ++hc->clock == 0)
+        hc->clock = 1;
     for (t = 0; t < NUM_HUFF_TBLS; t++) {
         /* only the tables a component uses; build failures leave libjpeg's decoder on */
-        if (used_dc[t] && !tl_build_table(cinfo->dc_huff_tbl_ptrs[t], &h->tabs[t], 0))
+        if (used_dc[t] && (tabs[t] = tl_table(cinfo, hc, cinfo->dc_huff_tbl_ptrs[t], 0)) == NULL)
             return 0;
-        if (used_ac[t] &&
-            !tl_build_table(cinfo->ac_huff_tbl_ptrs[t], &h->tabs[NUM_HUFF_TBLS + t], 1))
+        if (used_ac[t] && (tabs[NUM_HUFF_TBLS + t] =
+                               tl_table(cinfo, hc, cinfo->ac_huff_tbl_ptrs[t], 1)) == NULL)
             return 0;
     }
     for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
@@ -328,8 +437,8 @@ int tl_huff_install(tl_ctx *c)
             return 0;
         comp = cinfo->cur_comp_info[k];
         h->ci[blkn] = k;
-        h->dc[blkn] = &h->tabs[comp->dc_tbl_no];
-        h->ac[blkn] = &h->tabs[NUM_HUFF_TBLS + comp->ac_tbl_no];
+        h->dc[blkn] = tabs[comp->dc_tbl_no];
+        h->ac[blkn] = tabs[NUM_HUFF_TBLS + comp->ac_tbl_no];
         /* as jdhuff.c's start_pass_huff_decoder */
         h->dc_needed[blkn] = comp->component_needed ? 1 : 0;
         h->ac_needed[blkn] = comp->component_needed && TL_DCT_SCALED_SIZE(comp) > 1;
@@ -343,6 +452,14 @@ int tl_huff_install(tl_ctx *c)
         (j_common_ptr)cinfo, JPOOL_IMAGE, cinfo->src->bytes_in_buffer + TL_SEG_PAD);
     c->huff = h;
     cinfo->entropy->decode_mcu = tl_decode_mcu;
+#if TL_X86
+    if (flags & TL_HUFF_BMI2) {
+        cinfo->entropy->decode_mcu = tl_decode_mcu_bmi2;
+        return 2;
+    }
+#else
+    (void)flags;
+#endif
     return 1;
 }
 
@@ -394,7 +511,8 @@ int tl_huff_install(tl_ctx *c)
         v = r_ - (int)((((unsigned)r_ >> ((s) - 1)) - 1u) & ((1u << (s)) - 1u));        \
     } while (0)
 
-static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
+/* The decoder's one body, inlined into each build below. */
+TL_INLINE boolean tl_decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 {
     tl_ctx *c = (tl_ctx *)((char *)cinfo->progress - offsetof(tl_ctx, progress));
     tl_huff *h = c->huff;
@@ -547,6 +665,19 @@ static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     return TRUE;
 }
 
+static boolean tl_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
+{
+    return tl_decode_mcu_body(cinfo, MCU_data);
+}
+
+#if TL_X86
+__attribute__((target("bmi2"))) static boolean tl_decode_mcu_bmi2(j_decompress_ptr cinfo,
+                                                                  JBLOCKROW *MCU_data)
+{
+    return tl_decode_mcu_body(cinfo, MCU_data);
+}
+#endif
+
 int tl_jpeg_huffman_own(const unsigned char *data, size_t size, int scale_num, int flags,
                         char *errmsg)
 {
@@ -573,7 +704,7 @@ int tl_jpeg_huffman_own(const unsigned char *data, size_t size, int scale_num, i
         c.cinfo.scale_denom = 8;
         /* as tl_decode: the output colour space does not change the scan's decoding */
         jpeg_start_decompress(&c.cinfo);
-        own = !(flags & TL_STOCK_HUFFMAN) && tl_huff_install(&c);
+        own = (flags & TL_STOCK_HUFFMAN) ? 0 : tl_huff_install(&c, flags);
     }
     jpeg_destroy_decompress(&c.cinfo);
     return own;

@@ -52,9 +52,9 @@ int tl_check_limits(tl_ctx *c, long long max_pixels);
 int tl_ends_with_eoi(const unsigned char *data, size_t size);
 /* After jpeg_start_decompress: decode the scan's entropy-coded data with jpeg_huffman.c's
  * decoder instead of libjpeg's when it is a sequential Huffman scan of every component
- * (with or without restart markers) of at least TL_HUFF_MIN_BLOCKS blocks (1: installed;
- * 0: libjpeg's decoder stays). */
-int tl_huff_install(tl_ctx *c);
+ * (with or without restart markers) of at least TL_HUFF_MIN_BLOCKS blocks (1: installed,
+ * 2: its BMI2 build installed, as flags' TL_HUFF_BMI2 asks; 0: libjpeg's decoder stays). */
+int tl_huff_install(tl_ctx *c, int flags);
 /* One decode with its own setjmp (tl_jpeg_decode / _wide; whole_rows: see jpeg_shim.c). */
 int tl_decode(const unsigned char *data, size_t size, int scale_num,
               int crop_x, int crop_y, int crop_w, int crop_h,

@@ -416,7 +416,7 @@ static int tl_decode_body(tl_ctx *c, const unsigned char *data, size_t size, int
      * markers or not): faster than libjpeg-turbo's (whose fast path is off for scans with
      * markers), the same coefficients (else tl_decode retries without). */
     if (!(flags & TL_STOCK_HUFFMAN))
-        tl_huff_install(c);
+        tl_huff_install(c, flags);
 
     col0 = x;
     /* whole_rows: the image is a restart-interval sub-image, hardly wider than the window;

@@ -6,8 +6,10 @@
  * errors, lives in jpeg_shim.c; callers only ever see integer status codes and messages.
  *
  * Contract for every function here:
- *   - Reentrant and thread-safe: no globals, no static buffers; all state is on the stack
- *     of the call. Safe to call concurrently from any number of threads without the GIL.
+ *   - Reentrant and thread-safe: no static buffers; all state is on the stack of the call,
+ *     but for jpeg_huffman.c's per-thread cache of built Huffman tables (each thread's own,
+ *     keyed by the table's bytes, freed when the thread exits). Safe to call concurrently
+ *     from any number of threads without the GIL.
  *   - Never prints (libjpeg's output_message/emit_message are replaced).
  *   - Never allocates the output: pixels go into the caller's buffer. libjpeg's own working
  *     memory is allocated and freed inside the call, on success and on every error path.
@@ -69,6 +71,10 @@ extern "C" {
 #define TL_NO_FANCY_UPSAMPLING 4  /* replicate chroma instead of interpolating (faster) */
 #define TL_STOCK_HUFFMAN       8  /* libjpeg's own Huffman decoder for every scan (default:
                                      jpeg_huffman.c's for sequential scans, same output) */
+#define TL_HUFF_BMI2          16  /* jpeg_huffman.c's decoder runs its BMI2 build (the same
+                                     output); only where the CPU has BMI2 (simd.h's
+                                     tl_cpu_bmi2), else an illegal instruction: the _native
+                                     modules set it from _cpu's dispatch level, never users */
 
 typedef struct {
     int width, height;  /* of the file, unscaled */
@@ -217,7 +223,8 @@ int tl_jpeg_transcode_restart(const unsigned char *data, size_t size, int restar
                               char *errmsg);
 
 /* Which Huffman decoder tl_jpeg_decode would run on this file's scan at scale_num/8 with
- * flags (only TL_STOCK_HUFFMAN matters): 1 jpeg_huffman.c's, 0 libjpeg's (progressive,
+ * flags (only TL_STOCK_HUFFMAN and TL_HUFF_BMI2 matter): 1 jpeg_huffman.c's, 2 its BMI2
+ * build, 0 libjpeg's (progressive,
  * arithmetic, multi-scan or small files, TL_STOCK_HUFFMAN), or a TL_ERR_* status (bad header;
  * message in errmsg). Decodes no entropy-coded data; for tests and benchmarks. */
 int tl_jpeg_huffman_own(const unsigned char *data, size_t size, int scale_num, int flags,

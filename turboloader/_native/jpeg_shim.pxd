@@ -31,6 +31,7 @@ cdef extern from "jpeg_shim.h" nogil:
         TL_FAST_DCT
         TL_NO_FANCY_UPSAMPLING
         TL_STOCK_HUFFMAN
+        TL_HUFF_BMI2
         TL_WIDE_MARGIN
 
     ctypedef struct tl_jpeg_info:

@@ -69,4 +69,20 @@ static inline int tl_cpu_detect(void)
     return TL_ISA_BASELINE;
 }
 
+/* Whether the CPU has BMI2 (SHLX/SHRX: shifts by a register count that neither read nor
+ * write the flags). jpeg_huffman.c's decoder has a BMI2 build of its bit reader, run at the
+ * avx2 level on such CPUs (_cpu.pyx's huffman_bmi2); the same code, so the same coefficients. */
+static inline int tl_cpu_bmi2(void)
+{
+#if TL_X86
+    unsigned int a, b, c, d;
+    if (__get_cpuid_max(0, 0) < 7)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 8) & 1;
+#else
+    return 0;
+#endif
+}
+
 #endif
