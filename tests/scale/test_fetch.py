@@ -344,6 +344,46 @@ def test_a_streamed_epoch_starts_from_bytes_read_ahead(slow, monkeypatch):
     assert second_epoch_waits == 0
 
 
+def test_a_streamed_pass_reads_its_streams_next_four_shards_ahead(slow):
+    """By default a remote pass reads ahead the next epoch's first four shards of each of its
+    streams (``tar_dataset._NEXT_EPOCH_AHEAD``; two were too few for a stream reading 36 MB/s
+    over 10 MB/s connections with 100 ms per request: it waited for its third shard at every
+    epoch start): when the first epoch ends, exactly those shards have been asked for a
+    second time and no others; the next epoch takes them over (asks for them no more) and
+    every sample of both epochs comes once."""
+    from turboloader.data import tar_dataset
+
+    assert tar_dataset._NEXT_EPOCH_AHEAD == 4
+    sizes = [2] * 12  # six shards per stream
+    slow.delay = 0.05
+    write_shards(slow.root, sizes, name="a")
+    url = f"{slow.url}/a-{{0000..{len(sizes) - 1:04d}}}.tar"
+    pool = fetch.fetch_pool()
+    wait_for(lambda: settled(pool))
+    slow.requests.clear()
+    ds = TarDataset(url, size_of, seed=11, shard_sizes=sizes)
+    name = lambda u: u.rsplit("/", 1)[1]  # noqa: E731
+    ahead = {name(u) for w in range(2)
+             for u in ds._shard_order(ds._worker_items(1, w, 2)[1])[:4]}
+    assert len(ahead) == 8  # (each stream's own shards)
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        loader = turboloader.DataLoader(ds, batch_size=4, num_workers=2, backend="threads")
+        got = [int(v) for _, lab in loader for v in lab]
+        assert sorted(got) == list(range(sum(sizes))), epoch
+        wait_for(lambda: settled(pool))
+        if epoch == 0:
+            twice = {n for n, c in slow.requests.items() if c == 2}
+            assert twice == ahead, (sorted(twice), sorted(ahead))
+            assert all(c == 1 for n, c in slow.requests.items() if n not in ahead)
+            first = dict(slow.requests)
+    # the second epoch asked for its other shards only (and the third epoch's read-ahead)
+    second = {n: slow.requests[n] - first.get(n, 0) for n in slow.requests}
+    third = {name(u) for w in range(2) for u in ds._shard_order(ds._worker_items(2, w, 2)[1])[:4]}
+    for n, c in second.items():
+        assert c == (n not in ahead) + (n in third), (n, c)
+
+
 def test_pool_is_per_process():
     import multiprocessing as mp
 

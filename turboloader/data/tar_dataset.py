@@ -34,8 +34,15 @@ _topology = topology
 MIX_RAMP = 0.5
 
 
-#: shards of the next epoch a streamed remote pass reads ahead (see ``_stream``)
-_NEXT_EPOCH_AHEAD = 2
+#: shards of the next epoch a streamed remote pass reads ahead (see ``_stream``): a stream
+#: reads its first ones while the pool asks for the shards after them, whose first 8 MiB part
+#: takes a request's latency and then part_bytes at one connection's rate (about 1.1 s at
+#: 100 ms / 10 MB/s); at 36 MB/s per stream (the decoder's 71 MB/s over two) two shards of
+#: 14 MB last 0.8 s: with two, streams waited for their third shard at epoch starts (epoch 2
+#: at 100:10 through bench_remote's proxy: 0.00-0.52 s, mean 0.16 s in 7 runs), with four in
+#: none of 7 (s10-cpu, benchmarks/results/remote.md). The bytes count against the pool's
+#: buffer bound; after the last epoch, up to four shards per stream are fetched for nothing.
+_NEXT_EPOCH_AHEAD = 4
 
 
 class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.IterableDataset):
@@ -502,9 +509,9 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                 # network I/O ahead of the decode threads, in reading order: the node cache
                 # downloads the first window's shards at once, then ``prefetch`` at a time;
                 # without it the process's fetch pool reads streamed shards ahead into memory,
-                # this pass's and then the next epoch's first two (kept for that pass when
+                # this pass's and then the next epoch's first four (kept for that pass when
                 # this one ends, so an epoch does not start by waiting for the network; after
-                # the last epoch they are dropped unread, at most two shards per stream)
+                # the last epoch they are dropped unread, at most four shards per stream)
                 if self.shard_cache is not None:
                     self.shard_cache.prefetch(st.upcoming, at_once=self.mix_shards, stream=name)
                 else:
