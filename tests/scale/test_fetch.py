@@ -912,3 +912,35 @@ print("OK")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env=dict(os.environ, PYTHONPATH=root))
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_readers_of_a_mixing_window_leave_the_buffer_to_the_read_ahead(slow):
+    """The parts the open readers are in do not count against ``buffer_bytes``: a stream
+    reads the shards of its mixing window at once (16 by default), and once those parts
+    filled the bound nothing more was fetched ahead (every next part came only when a
+    reader waited for it, one connection per reader). Here six readers are each inside the
+    first part of their object, more than the 4-part bound: the next objects' parts are
+    still asked for before anyone waits for them, the bytes stay exact, and the buffers
+    stay within the bound plus one part per open reader."""
+    blobs = {f"w{i}.bin": blob(2 * PART, 60 + i) for i in range(10)}
+    urls = publish(slow, blobs)
+    names = list(blobs)
+    pool = FetchPool(part_bytes=PART, buffer_bytes=4 * PART, max_connections=4)
+    pool.plan("s", [urls[n] for n in names])
+    wait_for(lambda: pool.stats()["bytes_fetched"] == 4 * PART)  # w0 and w1: the bound
+    readers = [pool.open(urls[n]) for n in names[:6]]  # the window
+    for f, n in zip(readers, names):
+        assert f.read(1) == blobs[n][:1]
+    asked = lambda n: f"bytes={PART}-{2 * PART - 1}" in [r for m, r in slow.ranges if m == n]
+    # w2..w5's second parts, then w6's first ones: fetched with no reader waiting for them
+    wait_for(lambda: all(asked(n) for n in names[2:4]), timeout=10)
+    waits = pool.stats()["waits"]
+    for f, n in zip(readers, names):
+        assert f.read() == blobs[n][1:]
+        f.close()
+    for n in names[6:]:
+        with pool.open(urls[n]) as f:
+            assert f.read() == blobs[n]
+    st = pool.stats()
+    assert st["waits"] >= waits and st["buffered"] == 0
+    assert st["peak_buffered"] <= (4 + 6 + 1) * PART

@@ -31,7 +31,9 @@ Two kinds of object:
   object over the bytes (waiting only for bytes not fetched yet: a part is readable while
   it arrives). Memory: parts are allocated when their request starts and released as the
   reader passes them; the parts fetched ahead of the readers hold at most
-  ``buffer_bytes``, and each open reader may add the one part it waits for, so the pool's
+  ``buffer_bytes``, and each open reader adds the one part it is in (a stream has a reader
+  open on every shard of its mixing window: ``mix_shards``, 16 by default; counted within
+  the bound, those parts left no room to read ahead once they filled it), so the pool's
   buffers stay below ``buffer_bytes + readers * part_bytes`` (plus ``connections * 1 MiB``
   of socket reads in flight). A part's buffer, once its fetch is done and the reader has
   passed it, is kept for a later part (buffers come in two size classes, ``part_bytes / 4``
@@ -109,6 +111,7 @@ class _Object:
         self.first_error = None  # a file fetch: the first part that failed
         self.left = 1  # parts not finished (sink: on_done runs when it reaches 0)
         self.wait_part = -1  # the part its reader waits for (it may pass the budget)
+        self.read_part = 0  # the part its reader is in (outside the budget: FetchPool._held)
         self.kept_until = 0.0  # kept from an ended plan (see FetchPool.forget): until then
         self.known = False  # its size was known before its first request (every part ranged)
         self.sizing = threading.Lock()  # a known-size file fetch: on_size runs once, first
@@ -180,6 +183,7 @@ class FetchPool:
         self._spare = []
         self._closing = collections.deque()  # objects whose readers left them to be cancelled
         self._spare_bytes = 0
+        self._readers = set()  # buffered objects a reader has opened and not closed (_held)
         self._eager = 0  # parts of eager objects not finished (each gets a connection: _limit)
         self._eager_buf = 0  # of them, those of buffered objects (a pass's first: beyond K)
         self.k = min(4, self.max_connections)  # connections wanted now
@@ -266,6 +270,7 @@ class FetchPool:
                     if kept is not None and obj in kept:
                         kept.remove(obj)
             obj.opened = True
+            self._readers.add(obj)
             self._dispatch()
         return io.BufferedReader(_ObjectReader(obj), buffer_size=_CHUNK)
 
@@ -441,6 +446,7 @@ class FetchPool:
 
     def _cancel(self, obj):
         obj.cancelled = True
+        self._readers.discard(obj)
         for part in obj.parts:
             self._release(part)
         keep = [p for p in self._pending if p.obj is not obj]
@@ -477,7 +483,8 @@ class FetchPool:
         sized by its answer) does not count: a spare is what serves it, and dropping one
         for it would make it allocate a fresh one."""
         spare = self._spare
-        while spare and self._reserved - self._unheld + self._spare_bytes > self.buffer_bytes:
+        room = self.buffer_bytes + self._held()
+        while spare and self._reserved - self._unheld + self._spare_bytes > room:
             big = max(range(len(spare)), key=lambda i: len(spare[i]))
             self._spare_bytes -= len(spare.pop(big))
 
@@ -534,18 +541,28 @@ class FetchPool:
             return (2, obj.pos, part.index, obj.seq)
         return (1, obj.pos - plan["taken"], part.index, obj.seq)
 
-    def _startable(self, part):
+    def _held(self):
+        """Bytes of the parts the open readers are in: outside ``buffer_bytes``, which
+        bounds the bytes fetched ahead of the readers. A stream reads the shards of its
+        mixing window at once (``mix_shards``, 16 by default), each reader inside one part,
+        so counting those parts would leave no room to fetch ahead once a window's parts
+        exceed the bound (two streams of 16 open 14 MB shards hold 34 parts of 8 MiB: the
+        readers then waited for every shard's bytes on one connection each)."""
+        return sum(o.parts[o.read_part].reserved for o in self._readers
+                   if o.read_part < len(o.parts))
+
+    def _startable(self, part, held):
         obj = part.obj
         if obj.sink is not None:
             return True
         need = part.length if part.length is not None else self.part_bytes
-        return (self._reserved + need <= self.buffer_bytes or self._reserved == 0
-                or (obj.opened and part.index == obj.wait_part))
+        return (self._reserved - held + need <= self.buffer_bytes or self._reserved == 0
+                or (obj.opened and part.index in (obj.wait_part, obj.read_part)))
 
     def _next_part(self):
-        best = None
+        best, held = None, self._held()
         for part in self._pending:
-            if self._startable(part) and (best is None or self._rank(part) < self._rank(best)):
+            if self._startable(part, held) and (best is None or self._rank(part) < self._rank(best)):
                 best = part
         if best is not None:
             self._pending.remove(best)
@@ -578,7 +595,9 @@ class FetchPool:
         """Wake idle threads, or start new ones, for the startable parts, up to K at once."""
         while self._closing:  # readers closed while the lock was held (_ObjectReader.close)
             self._cancel(self._closing.popleft())
-        want = min(self._limit() - self._running, sum(1 for p in self._pending if self._startable(p)))
+        held = self._held()
+        want = min(self._limit() - self._running,
+                   sum(1 for p in self._pending if self._startable(p, held)))
         if want <= 0:
             return
         wake = min(want, self._idle - self._wakeups)
@@ -856,6 +875,7 @@ class _ObjectReader(io.RawIOBase):
                 if part.length is not None and off >= part.length:
                     pool._release(part)
                     self.part += 1
+                    obj.read_part = self.part
                     pool._dispatch()
                     continue
                 if part.filled > off and part.buf is not None:
