@@ -39,6 +39,8 @@ Usage::
 
     python benchmarks/bench_remote.py                        # 3000 images, 12 shards
     python benchmarks/bench_remote.py --n 600 --shards 6 --settings 100:10
+    # more bytes than the fetch pool's buffer (669 MB; 12 shards never fill it: results run 21)
+    python benchmarks/bench_remote.py --n 12000 --shards 48 --epochs 2 --store-cpus 1
 """
 from __future__ import annotations
 
