@@ -110,7 +110,6 @@ class _Object:
         self.error = None  # set when the object cannot be fetched (before its size is known)
         self.first_error = None  # a file fetch: the first part that failed
         self.left = 1  # parts not finished (sink: on_done runs when it reaches 0)
-        self.wait_part = -1  # the part its reader waits for (it may pass the budget)
         self.read_part = 0  # the part its reader is in (outside the budget: FetchPool._held)
         self.kept_until = 0.0  # kept from an ended plan (see FetchPool.forget): until then
         self.known = False  # its size was known before its first request (every part ranged)
@@ -561,7 +560,7 @@ class FetchPool:
             return True
         need = part.length if part.length is not None else self.part_bytes
         return (self._reserved - held + need <= self.buffer_bytes or self._reserved == 0
-                or (obj.opened and part.index in (obj.wait_part, obj.read_part)))
+                or (obj.opened and part.index == obj.read_part))
 
     def _next_part(self):
         best, held = None, self._held()
@@ -851,8 +850,7 @@ class _ObjectReader(io.RawIOBase):
 
     def __init__(self, obj):
         self.obj = obj
-        self.pos = 0
-        self.part = 0
+        self.pos = 0  # (the part it is in: obj.read_part)
 
     def readable(self):
         return True
@@ -867,19 +865,18 @@ class _ObjectReader(io.RawIOBase):
                     raise obj.error
                 if obj.size is not None and self.pos >= obj.size:
                     return 0
-                if self.part >= len(obj.parts):
+                if obj.read_part >= len(obj.parts):
                     if obj.size is None:
                         cv.wait()
                         continue
                     return 0
-                part = obj.parts[self.part]
+                part = obj.parts[obj.read_part]
                 if part.error is not None:
                     raise part.error
                 off = self.pos - part.start
                 if part.length is not None and off >= part.length:
                     pool._release(part)
-                    self.part += 1
-                    obj.read_part = self.part
+                    obj.read_part += 1
                     pool._dispatch()
                     continue
                 if part.filled > off and part.buf is not None:
@@ -897,12 +894,11 @@ class _ObjectReader(io.RawIOBase):
                     raise RemoteShardError(  # a part that ended without its bytes or an error
                         f"{redact(obj.url)}: the read of bytes {part.start}.."
                         f"{part.start + part.length} stopped at {part.start + part.filled}")
-                # the reader waits for bytes: this part may pass the buffer bound
+                # the reader waits for bytes (its part, obj.read_part, may pass the bound)
                 if waited is None:
                     waited = time.monotonic()
                     pool.counters["waits"] += 1
                     pool._starved = True
-                    obj.wait_part = self.part
                     pool._adjust()
                     pool._dispatch()
                 part.waiters += 1
