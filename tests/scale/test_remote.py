@@ -117,6 +117,54 @@ def test_s3_streamed_and_cached(s3, tmp_path):
         TarDataset("s3://bucket/prefix/missing.tar", shard_cache=cache)
 
 
+def test_cache_evicts_released_shards_first_then_the_ones_needed_last(http_root, tmp_path):
+    """Eviction order: the shards a pass released (read), the latest released first; then
+    the least recently used, a pass's shards not read yet by when it needs them
+    (``order``): least-recently-used alone would evict ``a`` both times."""
+    paths = write_shards(http_root.root, [4] * 5, name="e")
+    a, b, c, d, e = (f"{http_root.url}/{os.path.basename(p)}" for p in paths)
+    sizes = [os.path.getsize(p) for p in paths]
+    assert max(sizes) * 3 < min(sizes) * 4
+    cache = ShardCache(tmp_path / "cache", max_bytes=3 * max(sizes), prefetch=0)
+    cached = lambda: {u for u in (a, b, c, d, e) if os.path.exists(cache.path(u))}
+    for u in (a, b, c):
+        cache.fetch(u)
+    cache.release(a)
+    cache.release(b)  # released last: evicted first
+    cache.fetch(d)
+    assert cached() == {a, c, d}
+    cache.order([c, a, d])  # a pass reads c, then a, then d: d is needed last
+    cache.fetch(e)
+    assert cached() == {a, c, e}
+    assert cache.stats()["evictions"] == 2
+
+
+def test_cache_smaller_than_the_dataset_downloads_only_what_it_lacks(http_root, tmp_path):
+    """Twelve shards through a cache of nine, read in the same order each epoch: a later
+    epoch downloads the shards the one before left out of the cache, and at most one more
+    for each shard read ahead at its start (every shard cached then is one the pass needs,
+    so a download then evicts one of them: at most ``2 * mix_shards + prefetch``), where
+    least-recently-used eviction dropped each shard just before it was needed again (all
+    twelve, every epoch); every sample comes once."""
+    sizes = [4] * 12
+    paths = write_shards(http_root.root, sizes, name="lru")
+    url = f"{http_root.url}/lru-{{0000..0011}}.tar"
+    cache = ShardCache(tmp_path / "cache", max_bytes=9 * max(os.path.getsize(p) for p in paths),
+                       prefetch=1)
+    ds = TarDataset(url, size_of, shuffle=False, shard_sizes=sizes, shard_cache=cache,
+                    mix_shards=1)
+    misses = []
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        held = cache.stats()["files"]
+        before = cache.stats()["misses"]
+        assert labels(ds) == list(range(sum(sizes))), epoch
+        misses.append((cache.stats()["misses"] - before, held))
+    assert misses[0] == (12, 0)
+    assert all(12 - held <= m <= 12 - held + 3 for m, held in misses[1:]), misses
+    assert all(held >= 8 for _, held in misses[1:]), misses
+
+
 def test_cache_downloads_once_for_concurrent_readers(http_root, tmp_path):
     write_shards(http_root.root, [6], name="one")
     url = f"{http_root.url}/one-0000.tar"

@@ -513,7 +513,12 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                 # this one ends, so an epoch does not start by waiting for the network; after
                 # the last epoch they are dropped unread, at most four shards per stream)
                 if self.shard_cache is not None:
-                    self.shard_cache.prefetch(st.upcoming, at_once=self.mix_shards, stream=name)
+                    self.shard_cache.order(st.upcoming)  # kept by when this pass needs them
+                    # released as soon as read (a bucketed pass reads in its groups' order:
+                    # its shards are released when closed or when the pass ends)
+                    st.done_after = self._done_after(samples[skip:]) if grouping.key is None else {}
+                    self.shard_cache.prefetch(st.upcoming, at_once=self.mix_shards, stream=name,
+                                              ahead=st.ahead)
                 else:
                     fetch_pool().plan(st, [u for u in st.upcoming if is_remote(u)],
                                       next_pass=[u for u in after if is_remote(u)],
@@ -527,7 +532,30 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         finally:
             if planned:
                 fetch_pool().forget(st, keep_for=lineage)
+            if self.shard_cache is not None and self._remote:
+                st.release_shards()  # read this pass: evicted before the ones still to read
             self._release(st)
+
+    def _done_after(self, samples):
+        """``{url: [urls]}``: the shards whose last sample in ``samples`` (a pass's reading
+        order) comes before ``url``'s first sample, each listed once, under the first such
+        ``url`` (the stream is done with them once it opens ``url``)."""
+        ids = np.searchsorted(self._offsets, np.asarray(samples, np.int64), side="right") - 1
+        if not len(ids):
+            return {}
+        shards, first = np.unique(ids, return_index=True)
+        _, last = np.unique(ids[::-1], return_index=True)
+        last = len(ids) - 1 - last
+        by_last = np.argsort(last, kind="stable")
+        out, j = {}, 0
+        for i in np.argsort(first, kind="stable"):
+            done = []
+            while j < len(by_last) and last[by_last[j]] < first[i]:
+                done.append(self.urls[shards[by_last[j]]])
+                j += 1
+            if done:
+                out[self.urls[shards[i]]] = done
+        return out
 
     def _shard_order(self, samples):
         """The URLs of the shards ``samples`` (global indexes) come from, in first-read order."""

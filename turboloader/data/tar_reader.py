@@ -18,6 +18,7 @@ from turboloader.data.reader import StreamReader
 from turboloader.data.step import Chunk
 from turboloader.errors import SampleError, TurboLoaderError
 from turboloader.io import files
+from turboloader.io.remote import is_remote
 from turboloader.io.shards import FIELDS_HINT, check_record as _check_record, parse_label
 from turboloader.io.tar import read_extents_into
 
@@ -49,6 +50,10 @@ class _TarReader(StreamReader):
         self.shard_cache = dataset.shard_cache
         self.open_shard = dataset._io.open
         self.upcoming = []  # the shards of the current pass, in order of first use (prefetch)
+        self.done_after = {}  # url -> shards read before its first sample (ShardCache.release)
+        # the shards downloaded ahead of the one being read: the next two mixing windows
+        self.ahead = None if self.shard_cache is None else \
+            2 * dataset.mix_shards + self.shard_cache.prefetch_count
         self.labels = {}  # url -> (values, {j: (exception type, args)})
         self.plain = {}  # url -> the values when plain_labels says so, else None
         self.label_key = dataset.label_key
@@ -78,7 +83,10 @@ class _TarReader(StreamReader):
                 except ValueError:
                     i = -1
                 self.shard_cache.prefetch(self.upcoming[i + 1:], stream=self.name,
-                                          start=i + 1)
+                                          start=i + 1, ahead=self.ahead)
+                for done in self.done_after.pop(url, ()):  # read: evicted first
+                    if is_remote(done):
+                        self.shard_cache.release(done)
             opened = True
         else:
             self.shards.move_to_end(url)
@@ -108,6 +116,16 @@ class _TarReader(StreamReader):
         pinned = self.pinned
         for url in [u for u in self.shards if u not in pinned and u != keep][:excess]:
             self.shards.pop(url).close()
+
+    def release_shards(self):
+        """The pass is over: the node cache evicts the shards it read (those still open
+        too) before the ones other passes have still to read (``ShardCache.release``);
+        they stay open for the next pass, which makes them current again if it reads
+        them (``ShardCache.order``)."""
+        self.done_after = {}
+        for url in self.shards:
+            if is_remote(url):
+                self.shard_cache.release(url)
 
     def label_table(self, url, shard):
         table = self.labels.get(url)

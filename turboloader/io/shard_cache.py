@@ -27,6 +27,7 @@ from typing import Any
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import threading
@@ -64,6 +65,14 @@ def _dead(tmp_name):
     return False
 
 
+#: a released shard's mtime is this minus the time of its release (see ShardCache.release):
+#: before every shard in use (their mtime is their last use, now or earlier), the latest
+#: released lowest (2**31 s: 2038; the marks are years before any real use time)
+_RELEASED = float(2 ** 31)
+
+#: the use times ShardCache.order gives a pass's shards, apart (see there)
+_ORDER_STEP_NS = 50_000_000
+
 _STAT_KEYS = ("hits", "misses", "bytes_downloaded", "evictions", "downloads_failed")
 
 
@@ -77,6 +86,9 @@ class ShardCache:
             (``flock`` semantics).
         max_bytes: the bound on the shards kept (int or ``"50GB"``). A shard larger than
             the bound is still downloaded (the reader needs it) and is the first evicted.
+            Eviction: the shards a pass's readers are done with first, the latest first
+            (:meth:`release`), then the least recently used, a pass's shards not read yet
+            ordered by when it needs them (:meth:`order`).
         prefetch: shards downloaded at once ahead of the one being read, per reading
             process (0: off); the first mixing window of a pass is asked for at once.
         retries, backoff, timeout: of each request (see :func:`open_remote`).
@@ -211,6 +223,37 @@ class ShardCache:
                 return path
             # evicted by another process between its download and now: fetch it again
 
+    def order(self, urls: Iterable[str], /) -> None:
+        """The shards a pass reads, in its reading order: those cached are evicted in the
+        reverse order, the one needed last first (after every released shard, see
+        :meth:`release`). Each gets a use time 50 ms before the one read before it, the
+        first needed the latest: the streams of a node order their passes within a few
+        milliseconds of each other, so their shards interleave by place in the reading
+        order, as the streams read them. The shards the pass downloads are the most recent
+        when they arrive (they are needed soonest)."""
+        now = time.time_ns()
+        for i, url in enumerate(u for u in urls if is_remote(u)):
+            t = now - _ORDER_STEP_NS * i
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(self.path(url), ns=(t, t))
+
+    def release(self, url: str, /) -> None:
+        """A reader is done with the shard of ``url`` (a pass's stream closed it): it becomes
+        the first to be evicted, before every shard not released since its last use, and
+        among released shards the latest released goes first.
+
+        A pass reads each shard once, so a shard just read is needed again only in the
+        next pass, while one not yet read is needed in this one: least-recently-used
+        eviction drops exactly those (the shards the previous pass read first), and with a
+        cache a little smaller than the dataset nearly every shard was downloaded again
+        each epoch (48 shards, 39 cached: 44 misses in the second epoch). Evicting the
+        latest released first keeps what the pass still needs; in an unshuffled order it is
+        also what the next pass needs last. A released shard read again is used as
+        before (its next :meth:`fetch` makes it the most recent again)."""
+        with contextlib.suppress(FileNotFoundError):
+            now = time.time()
+            os.utime(self.path(url), (now, max(1.0, _RELEASED - now)))
+
     def _touch(self, path, count=True):
         try:
             os.utime(path)  # the LRU clock: last use
@@ -308,7 +351,7 @@ class ShardCache:
 
     # prefetch
     def prefetch(self, urls: Iterable[str], *, at_once: int = 0, stream: str = "",
-                 start: int = 0) -> None:
+                 start: int = 0, ahead: int | None = None) -> None:
         """Download ``urls`` (the shards a reading stream reads next, in reading order) in
         the background, without waiting: ``prefetch`` of them at a time (at least
         ``at_once``: a mixing window read all at once), each through the process's fetch
@@ -317,8 +360,12 @@ class ShardCache:
         every stream's downloads by that place (the shards needed first complete first,
         across the process's streams). Replaces the list of an earlier call for the same
         ``stream`` (each stream of a process has its own); cached URLs are skipped, a
-        shard another process downloads is left to it. Failures are left for the reader
-        to meet (and report) when it needs the shard."""
+        shard another process downloads is left to it. ``ahead``: only the first ``ahead``
+        of ``urls`` (the reader's next places, cached or not): a cache smaller than the
+        dataset then does not evict shards the pass needs soon for ones it needs much later
+        (with no bound the queue downloaded a stream's whole pass as fast as the link
+        allowed). Failures are left for the reader to meet (and report) when it needs the
+        shard."""
         if not self.prefetch_count:
             return
         downloads = _downloads()
@@ -326,6 +373,7 @@ class ShardCache:
             queue = downloads.queues.get((self.root, stream))
             if queue is None:
                 queue = downloads.queues[(self.root, stream)] = _Queue()
+            urls = list(urls) if ahead is None else list(itertools.islice(urls, int(ahead)))
             queue.urls = [(int(start) + i, u) for i, u in enumerate(urls) if is_remote(u)]
             queue.width = max(self.prefetch_count, int(at_once))
         self._pump()
