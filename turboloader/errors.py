@@ -25,6 +25,7 @@ __all__ = [
     "StateMismatchError",
     "TruncatedArchiveWarning",
     "UnfusedWarning",
+    "CacheTooSmallWarning",
     "MissingDependencyError",
     "DISTRIBUTION",
     "require",
@@ -152,6 +153,16 @@ class UnfusedWarning(UserWarning):
     once, when the dataset is made; the message names the first member that prevents fusion,
     as ``turboloader.transforms.explain(transform)`` does. Silence it with
     ``warnings.filterwarnings("ignore", category=UnfusedWarning)``.
+    """
+
+
+class CacheTooSmallWarning(UserWarning):
+    """A :class:`~turboloader.io.shard_cache.ShardCache` evicted a shard it had downloaded
+    ahead before any reader opened it: the cache is smaller than what the node's readers
+    need at once (the ranks' workers' mixing windows and the shards read ahead), so such
+    shards are downloaded again when they are needed. Issued once per process; the
+    ``evicted_unread`` counter of ``ShardCache.stats()`` counts them all. The message names
+    the cache, its bound and a size that holds what the readers need.
     """
 
 

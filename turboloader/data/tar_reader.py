@@ -51,9 +51,10 @@ class _TarReader(StreamReader):
         self.open_shard = dataset._io.open
         self.upcoming = []  # the shards of the current pass, in order of first use (prefetch)
         self.done_after = {}  # url -> shards read before its first sample (ShardCache.release)
-        # the shards downloaded ahead of the one being read: the next two mixing windows
+        # the shards downloaded ahead of the one opened last: the next mixing window (its
+        # shards are opened at once) and ``prefetch`` more
         self.ahead = None if self.shard_cache is None else \
-            2 * dataset.mix_shards + self.shard_cache.prefetch_count
+            dataset.mix_shards + self.shard_cache.prefetch_count
         self.labels = {}  # url -> (values, {j: (exception type, args)})
         self.plain = {}  # url -> the values when plain_labels says so, else None
         self.label_key = dataset.label_key

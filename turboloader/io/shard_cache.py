@@ -32,9 +32,10 @@ import json
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterable
 
-from turboloader.errors import RemoteShardError
+from turboloader.errors import CacheTooSmallWarning, RemoteShardError
 from turboloader.io.fetch import fetch_pool
 from turboloader.io.files import replace_file
 from turboloader.io.remote import is_remote, redact, url_path
@@ -73,7 +74,9 @@ _RELEASED = float(2 ** 31)
 #: the use times ShardCache.order gives a pass's shards, apart (see there)
 _ORDER_STEP_NS = 50_000_000
 
-_STAT_KEYS = ("hits", "misses", "bytes_downloaded", "evictions", "downloads_failed")
+_STAT_KEYS = ("hits", "misses", "bytes_downloaded", "evictions", "evicted_unread",
+              "downloads_failed")
+_warned = False  # CacheTooSmallWarning given in this process
 
 
 class ShardCache:
@@ -128,7 +131,9 @@ class ShardCache:
         return _flock(os.path.join(self.root, ".lock"))
 
     def _entries(self):
-        """[(mtime, size, path)] of complete shards and in-flight reservations."""
+        """[(mtime, size, path, unread)] of complete shards and in-flight reservations;
+        ``unread``: a shard downloaded and not opened since (its access time is 0, as the
+        download leaves it: see :meth:`_finish`)."""
         out = []
         with os.scandir(self.root) as it:
             for e in it:
@@ -140,7 +145,7 @@ class ShardCache:
                     st = e.stat()
                 except FileNotFoundError:
                     continue
-                out.append((st.st_mtime, st.st_size, e.path))
+                out.append((st.st_mtime, st.st_size, e.path, st.st_atime_ns == 0))
         return out
 
     def _bump(self, **inc):
@@ -158,9 +163,9 @@ class ShardCache:
     def _reserve(self, nbytes, keep):
         """Evict least-recently-used shards until ``nbytes`` more fit (dir lock held)."""
         entries = sorted(self._entries())
-        total = sum(size for _, size, _ in entries)
-        evicted = 0
-        for _, size, p in entries:
+        total = sum(size for _, size, _, _ in entries)
+        evicted = unread = 0
+        for _, size, p, fresh in entries:
             if total + nbytes <= self.max_bytes:
                 break
             name = os.path.basename(p)
@@ -172,10 +177,28 @@ class ShardCache:
                 os.unlink(p)  # an open mmap of it stays valid
                 total -= size
                 evicted += 1
+                unread += fresh and not name.startswith(".tmp-")
+        if unread:
+            self._bump(evicted_unread=unread)
+            self._too_small(total + nbytes)
         return evicted
+
+    def _too_small(self, need):
+        global _warned
+        if not _warned:
+            _warned = True
+            warnings.warn(
+                f"{self!r} evicted a shard it had downloaded ahead before any reader opened "
+                f"it: it is smaller than what this node's readers need at once (their mixing "
+                f"windows and the shards read ahead, at least {need / 1e9:.2f} GB here now), "
+                f"so such shards are downloaded again when needed (stats()['evicted_unread'] "
+                f"counts them). Give it max_bytes of at least local ranks x workers x "
+                f"(2 x mix_shards + prefetch) shards.", CacheTooSmallWarning, stacklevel=2)
 
     def stats(self) -> dict:
         """Node-wide counters: ``hits``, ``misses``, ``bytes_downloaded``, ``evictions``,
+        ``evicted_unread`` (shards downloaded ahead and evicted before any reader opened
+        them: the cache is too small, see :class:`~turboloader.errors.CacheTooSmallWarning`),
         ``downloads_failed``; and now: ``bytes`` and ``files`` cached, ``max_bytes``."""
         try:
             with open(os.path.join(self.root, ".stats.json")) as fh:
@@ -184,7 +207,7 @@ class ShardCache:
             counts = {}
         out = {k: int(counts.get(k, 0)) for k in _STAT_KEYS}
         entries = [e for e in self._entries() if not os.path.basename(e[2]).startswith(".tmp-")]
-        out["bytes"] = sum(size for _, size, _ in entries)
+        out["bytes"] = sum(e[1] for e in entries)
         out["files"] = len(entries)
         out["max_bytes"] = self.max_bytes
         return out
@@ -233,9 +256,9 @@ class ShardCache:
         when they arrive (they are needed soonest)."""
         now = time.time_ns()
         for i, url in enumerate(u for u in urls if is_remote(u)):
-            t = now - _ORDER_STEP_NS * i
-            with contextlib.suppress(FileNotFoundError):
-                os.utime(self.path(url), ns=(t, t))
+            t, path = now - _ORDER_STEP_NS * i, self.path(url)
+            with contextlib.suppress(FileNotFoundError):  # (not a read: the access time stays)
+                os.utime(path, ns=(os.stat(path).st_atime_ns, t))
 
     def release(self, url: str, /) -> None:
         """A reader is done with the shard of ``url`` (a pass's stream closed it): it becomes
@@ -313,6 +336,9 @@ class ShardCache:
                 written = os.fstat(job.fd).st_size
                 os.close(job.fd)
                 job.fd = -1
+                # not opened yet (access time 0, see _entries); the modification time is
+                # now: a shard downloaded is needed soon
+                os.utime(job.tmp, ns=(0, time.time_ns()))
                 with self._dirlock():
                     os.replace(job.tmp, job.path)  # atomic: readers see no partial shard
                     evicted = self._reserve(0, keep=job.path)
@@ -343,7 +369,7 @@ class ShardCache:
     def clear(self) -> None:
         """Remove every cached shard and the counters."""
         with self._dirlock():
-            for _, _, p in self._entries():
+            for _, _, p, _ in self._entries():
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(p)
             with contextlib.suppress(FileNotFoundError):
