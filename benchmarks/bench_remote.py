@@ -41,6 +41,9 @@ Usage::
     python benchmarks/bench_remote.py --n 600 --shards 6 --settings 100:10
     # more bytes than the fetch pool's buffer (669 MB; 12 shards never fill it: results run 21)
     python benchmarks/bench_remote.py --n 12000 --shards 48 --epochs 2 --store-cpus 1
+    # a ShardCache smaller than the dataset (39 of the 48 shards: results run 22)
+    python benchmarks/bench_remote.py --n 12000 --shards 48 --epochs 3 --store-cpus 1 \
+        --systems cache --cache-bytes 550MB --settings 100:10
 """
 from __future__ import annotations
 
@@ -167,18 +170,22 @@ def _rss_mb():
     return (own + kids) / 1024
 
 
-def _epochs(loader, epochs, t_start=None):
+def _epochs(loader, epochs, t_start=None, cache=None):
     from turboloader.io.fetch import fetch_pool
 
     def pool():  # the fetch pool's waits and fresh buffers so far (pools before 2026-11-29 lack the latter)
         st = fetch_pool().stats()
         return st["wait_s"], st.get("new_buffer_bytes") or 0
 
+    def downloads():  # the shard cache's downloads so far (node-wide: this row's only)
+        return cache.stats()["misses"] if cache is not None else 0
+
     out = []
     for e in range(epochs):
         it = iter(loader)
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         (w0, b0), t0, c0 = pool(), time.perf_counter(), time.process_time()
+        d0 = downloads()
         first, n = None, 0
         for images, labels in it:
             if first is None:
@@ -189,6 +196,8 @@ def _epochs(loader, epochs, t_start=None):
         out.append({"n": n, "s": dt, "first_s": first, "cpu_s": time.process_time() - c0,
                     "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0,
                     "wait_s": w1 - w0, "fresh_bytes": b1 - b0})
+        if cache is not None:
+            out[-1]["downloads"] = downloads() - d0
     return out
 
 
@@ -202,13 +211,14 @@ def row_turboloader(args):
                     T.ToImage(), T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)])
     cache = None
     if args.cache:
-        cache = turboloader.ShardCache(args.cache, max_bytes="20GB", prefetch=args.prefetch)
+        cache = turboloader.ShardCache(args.cache, max_bytes=args.cache_bytes,
+                                       prefetch=args.prefetch)
     t0 = time.perf_counter()
     sizes = json.loads(args.sizes) if args.sizes else None
     ds = turboloader.TarDataset(args.urls, tf, shard_cache=cache, seed=0, shard_sizes=sizes)
     construct = time.perf_counter() - t0
     loader = turboloader.DataLoader(ds, batch_size=args.batch, num_workers=args.workers)
-    res = {"construct_s": construct, "epochs": _epochs(loader, args.epochs)}
+    res = {"construct_s": construct, "epochs": _epochs(loader, args.epochs, cache=cache)}
     from turboloader.io.fetch import fetch_pool
 
     st = fetch_pool().stats()
@@ -332,7 +342,8 @@ def run_row(kind, urls, args, env_extra, cache=None, sizes=None):
     env = dict(os.environ, **env_extra)
     argv = [str(Path(__file__)), "--row", kind, "--urls", json.dumps(urls),
             "--batch", str(args.batch), "--workers", str(args.workers),
-            "--epochs", str(args.epochs), "--prefetch", str(args.prefetch)]
+            "--epochs", str(args.epochs), "--prefetch", str(args.prefetch),
+            "--cache-bytes", str(args.cache_bytes)]
     if cache:
         argv += ["--cache", cache]
     if sizes:
@@ -419,6 +430,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--prefetch", type=int, default=2, help="ShardCache(prefetch=)")
+    p.add_argument("--cache-bytes", default="20GB",
+                   help="ShardCache(max_bytes=) of the cache rows (default 20GB: all of it)")
     p.add_argument("--settings", default="100:10,40:25",
                    help="latency_ms:MB_per_s per connection, comma separated")
     p.add_argument("--node-mbs", type=float, default=0.0, help="node bandwidth cap (0: none)")
@@ -587,8 +600,8 @@ def main(argv=None):
         if cpu:  # the loader process's own CPU: the client's cost of reading remotely
             print("\n| row | loader CPU ms per image, each epoch | page faults per image, each "
                   "epoch | fetch pool threads CPU | readers waiting for bytes, each epoch | "
-                  "fresh part buffers, each epoch |")
-            print("|---|---|---|---|---|---|")
+                  "fresh part buffers, each epoch | shards downloaded, each epoch |")
+            print("|---|---|---|---|---|---|---|")
             for name, res in cpu:
                 eps = res["epochs"]
                 per = " / ".join(f"{1000 * e['cpu_s'] / max(e['n'], 1):.2f}" for e in eps)
@@ -597,8 +610,9 @@ def main(argv=None):
                 waits = " / ".join(f"{e.get('wait_s', 0):.2f} s" for e in eps)
                 fresh = " / ".join(f"{e.get('fresh_bytes', 0) / 1e6:.0f} MB" for e in eps)
                 pool = res.get("pool", {}).get("cpu_s")
+                dl = " / ".join(str(e["downloads"]) for e in eps if "downloads" in e)
                 print(f"| {name} | {per} | {flt} | {'' if pool is None else f'{pool:.1f} s'} "
-                      f"| {waits} | {fresh} |")
+                      f"| {waits} | {fresh} | {dl} |")
         print(f"\n- load average {os.getloadavg()[0]:.1f} at the end")
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
