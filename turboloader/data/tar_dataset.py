@@ -553,8 +553,8 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
             while j < len(by_last) and last[by_last[j]] < first[i]:
                 done.append(self.urls[shards[by_last[j]]])
                 j += 1
-            if done:
-                out[self.urls[shards[i]]] = done
+            if done:  # (a URL listed twice: both lists, released at its first opening)
+                out.setdefault(self.urls[shards[i]], []).extend(done)
         return out
 
     def _shard_order(self, samples):
