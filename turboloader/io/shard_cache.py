@@ -161,7 +161,10 @@ class ShardCache:
         replace_file(f, json.dumps(counts).encode("utf-8"))
 
     def _reserve(self, nbytes, keep):
-        """Evict least-recently-used shards until ``nbytes`` more fit (dir lock held)."""
+        """Evict shards until ``nbytes`` more fit (dir lock held), the earliest modification
+        time first: released shards (the latest released first, :meth:`release`), then the
+        least recently used (a pass's shards not read yet: the one needed last first,
+        :meth:`order`). Counts those evicted unread (:class:`CacheTooSmallWarning`)."""
         entries = sorted(self._entries())
         total = sum(size for _, size, _, _ in entries)
         evicted = unread = 0
@@ -261,9 +264,10 @@ class ShardCache:
                 os.utime(path, ns=(os.stat(path).st_atime_ns, t))
 
     def release(self, url: str, /) -> None:
-        """A reader is done with the shard of ``url`` (a pass's stream closed it): it becomes
-        the first to be evicted, before every shard not released since its last use, and
-        among released shards the latest released goes first.
+        """A reader is done with the shard of ``url`` (a pass's stream is past its last
+        sample, or the pass ended): it becomes the first to be evicted, before every shard
+        not released since its last use, and among released shards the latest released
+        goes first.
 
         A pass reads each shard once, so a shard just read is needed again only in the
         next pass, while one not yet read is needed in this one: least-recently-used
