@@ -515,8 +515,9 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                 if self.shard_cache is not None:
                     self.shard_cache.order(st.upcoming)  # kept by when this pass needs them
                     # released as soon as read (a bucketed pass reads in its groups' order:
-                    # its shards are released when closed or when the pass ends)
-                    st.done_after = self._done_after(samples[skip:]) if grouping.key is None else {}
+                    # its shards are released when the pass ends)
+                    st.done_after = {} if grouping.key is not None else \
+                        self._done_after(samples[skip:])
                     self.shard_cache.prefetch(st.upcoming, at_once=self.mix_shards, stream=name,
                                               ahead=st.ahead)
                 else:

@@ -85,13 +85,14 @@ class _TarReader(StreamReader):
                     i = -1
                 self.shard_cache.prefetch(self.upcoming[i + 1:], stream=self.name,
                                           start=i + 1, ahead=self.ahead)
-                for done in self.done_after.pop(url, ()):  # read: evicted first
-                    if is_remote(done):
-                        self.shard_cache.release(done)
             opened = True
         else:
             self.shards.move_to_end(url)
             opened = False
+        if self.done_after:  # the shards read before this one's first sample: evicted first
+            for done in self.done_after.pop(url, ()):
+                if is_remote(done):
+                    self.shard_cache.release(done)
         if pin is not None and url not in pin:
             pin.add(url)
             self.pinned[url] = self.pinned.get(url, 0) + 1
@@ -119,10 +120,11 @@ class _TarReader(StreamReader):
             self.shards.pop(url).close()
 
     def release_shards(self):
-        """The pass is over: the node cache evicts the shards it read (those still open
-        too) before the ones other passes have still to read (``ShardCache.release``);
-        they stay open for the next pass, which makes them current again if it reads
-        them (``ShardCache.order``)."""
+        """The pass is over: the shards still open here are released too (the others were
+        as the stream passed them, ``done_after``): the node cache evicts them before the
+        ones other passes have still to read (``ShardCache.release``). They stay open for
+        the next pass, which makes them current again if it reads them
+        (``ShardCache.order``)."""
         self.done_after = {}
         for url in self.shards:
             if is_remote(url):
