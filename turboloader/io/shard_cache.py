@@ -260,7 +260,7 @@ class ShardCache:
         now = time.time_ns()
         for i, url in enumerate(u for u in urls if is_remote(u)):
             t, path = now - _ORDER_STEP_NS * i, self.path(url)
-            with contextlib.suppress(FileNotFoundError):  # (not a read: the access time stays)
+            with contextlib.suppress(OSError):  # (gone; not a read: the access time stays)
                 os.utime(path, ns=(os.stat(path).st_atime_ns, t))
 
     def release(self, url: str, /) -> None:
@@ -277,7 +277,7 @@ class ShardCache:
         latest released first keeps what the pass still needs; in an unshuffled order it is
         also what the next pass needs last. A released shard read again is used as
         before (its next :meth:`fetch` makes it the most recent again)."""
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # (evicted already; eviction order is a hint)
             now = time.time()
             os.utime(self.path(url), (now, max(1.0, _RELEASED - now)))
 
@@ -342,7 +342,8 @@ class ShardCache:
                 job.fd = -1
                 # not opened yet (access time 0, see _entries); the modification time is
                 # now: a shard downloaded is needed soon
-                os.utime(job.tmp, ns=(0, time.time_ns()))
+                with contextlib.suppress(OSError):  # (a hint: no download fails for it)
+                    os.utime(job.tmp, ns=(0, time.time_ns()))
                 with self._dirlock():
                     os.replace(job.tmp, job.path)  # atomic: readers see no partial shard
                     evicted = self._reserve(0, keep=job.path)
