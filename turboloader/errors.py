@@ -162,7 +162,7 @@ class CacheTooSmallWarning(UserWarning):
     need at once (the ranks' workers' mixing windows and the shards read ahead), so such
     shards are downloaded again when they are needed. Issued once per process; the
     ``evicted_unread`` counter of ``ShardCache.stats()`` counts them all. The message names
-    the cache, its bound and a size that holds what the readers need.
+    the cache and its bound, the bytes in use when it evicted, and the sizing rule.
     """
 
 

@@ -541,7 +541,7 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
         """``{url: [urls]}``: the shards whose last sample in ``samples`` (a pass's reading
         order) comes before ``url``'s first sample, each listed once, under the first such
         ``url`` (the stream is done with them once it opens ``url``)."""
-        ids = np.searchsorted(self._offsets, np.asarray(samples, np.int64), side="right") - 1
+        ids = self._shard_ids(samples)
         if not len(ids):
             return {}
         shards, first = np.unique(ids, return_index=True)
@@ -558,11 +558,15 @@ class TarDataset(_TarGather, ReaderMixin, TarCheckpoints, torch.utils.data.Itera
                 out.setdefault(self.urls[shards[i]], []).extend(done)
         return out
 
+    def _shard_ids(self, samples):
+        """The shard index of each of ``samples`` (global indexes)."""
+        return np.searchsorted(self._offsets, np.asarray(samples, np.int64), side="right") - 1
+
     def _shard_order(self, samples):
         """The URLs of the shards ``samples`` (global indexes) come from, in first-read order."""
-        seen = dict.fromkeys(int(np.searchsorted(self._offsets, g, side="right")) - 1
-                             for g in samples)
-        return [self.urls[s] for s in seen]
+        ids = self._shard_ids(samples)
+        _, first = np.unique(ids, return_index=True)
+        return [self.urls[ids[i]] for i in np.sort(first)]
 
     def bucketed(self, batch_size: int, buckets, *, transform=None, drop_last: bool = False):
         """This dataset yielding aspect-ratio-bucketed batches: each ``[images, labels]``

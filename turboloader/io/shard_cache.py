@@ -256,7 +256,8 @@ class ShardCache:
         first needed the latest: the streams of a node order their passes within a few
         milliseconds of each other, so their shards interleave by place in the reading
         order, as the streams read them. The shards the pass downloads are the most recent
-        when they arrive (they are needed soonest)."""
+        when they arrive (they are needed soonest). Never raises: a shard not cached, or a
+        file whose times cannot be set, is left as it is (the order is a hint)."""
         now = time.time_ns()
         for i, url in enumerate(u for u in urls if is_remote(u)):
             t, path = now - _ORDER_STEP_NS * i, self.path(url)
@@ -276,7 +277,8 @@ class ShardCache:
         each epoch (48 shards, 39 cached: 44 misses in the second epoch). Evicting the
         latest released first keeps what the pass still needs; in an unshuffled order it is
         also what the next pass needs last. A released shard read again is used as
-        before (its next :meth:`fetch` makes it the most recent again)."""
+        before (its next :meth:`fetch` makes it the most recent again). Never raises, as
+        :meth:`order`."""
         with contextlib.suppress(OSError):  # (evicted already; eviction order is a hint)
             now = time.time()
             os.utime(self.path(url), (now, max(1.0, _RELEASED - now)))
