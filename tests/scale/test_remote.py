@@ -185,6 +185,72 @@ def test_cache_too_small_for_the_read_ahead_warns_and_counts(http_root, tmp_path
     assert cache.stats()["evicted_unread"] >= 1
 
 
+class _SmallDisk:
+    """``os.statvfs`` of a file system of ``capacity`` bytes that holds only the cache
+    directory: its free bytes are the capacity less the disk the directory's files take
+    (their allocated blocks: a download's sparse reservation takes none until written)."""
+
+    def __init__(self, root, capacity):
+        self.root, self.capacity = str(root), capacity
+
+    def __call__(self, path):
+        used = sum(os.stat(os.path.join(self.root, f)).st_blocks * 512
+                   for f in os.listdir(self.root))
+        return os.statvfs_result((4096, 4096, self.capacity // 4096, 0,
+                                  max(0, self.capacity - used) // 4096, 0, 0, 0, 0, 255))
+
+
+@pytest.mark.parametrize("bound", ["disk", "max_bytes past the disk", "min_free"])
+def test_cache_never_fills_its_disk(http_root, tmp_path, monkeypatch, bound):
+    """With no ``max_bytes`` the cache keeps what its file system has room for, leaving a
+    tenth of it free; a ``max_bytes`` larger than the disk holds the same floor, and
+    ``min_free`` sets it. Eight shards on a disk of five: at every step the cache's files
+    leave at least the floor free (the oracle: their allocated blocks against the
+    capacity), the shard just fetched is there, and every sample reads right."""
+    paths = write_shards(http_root.root, [4] * 8, name="disk")
+    size = max(os.path.getsize(p) for p in paths)
+    root = tmp_path / "cache"
+    root.mkdir()
+    disk = _SmallDisk(root, 5 * size + 4096 * 8)
+    monkeypatch.setattr(shard_cache.os, "statvfs", disk)
+    kw = {"disk": {}, "max_bytes past the disk": {"max_bytes": 100 * size},
+          "min_free": {"min_free": 2 * size}}[bound]
+    cache = ShardCache(root, prefetch=0, **kw)
+    floor = 2 * size if bound == "min_free" else disk.capacity // 10
+    assert cache.stats()["max_bytes"] == kw.get("max_bytes")
+    for i, p in enumerate(paths):
+        url = f"{http_root.url}/{os.path.basename(p)}"
+        with open(cache.fetch(url), "rb") as a, open(p, "rb") as b:
+            assert a.read() == b.read()
+        st = cache.stats()
+        assert st["disk_free"] >= floor and st["min_free"] == floor, (i, st)
+        assert st["files"] == min(i + 1, (disk.capacity - floor) // size), (i, st)
+    assert cache.stats()["evictions"] >= 8 - (disk.capacity - floor) // size
+
+
+def test_cache_counts_the_bytes_other_downloads_still_owe_the_disk(http_root, tmp_path,
+                                                                  monkeypatch):
+    """A download in flight reserves its size as a sparse file its parts fill: the disk
+    has not given it those bytes yet, but will. The room of another download counts them
+    as used (a free-space check alone would give both the same bytes and fill the disk)."""
+    paths = write_shards(http_root.root, [4] * 3, name="owe")
+    size = max(os.path.getsize(p) for p in paths)
+    root = tmp_path / "cache"
+    root.mkdir()
+    disk = _SmallDisk(root, 4 * size)
+    monkeypatch.setattr(shard_cache.os, "statvfs", disk)
+    cache = ShardCache(root, min_free=0, prefetch=0)
+    for p in paths[:2]:
+        cache.fetch(f"{http_root.url}/{os.path.basename(p)}")
+    inflight = root / f".tmp-{os.getpid()}-1-inflight.tar"  # this process: alive
+    with open(inflight, "wb") as fh:
+        fh.truncate(2 * size)  # reserved, nothing written yet
+    assert os.stat(inflight).st_blocks == 0
+    cache.fetch(f"{http_root.url}/{os.path.basename(paths[2])}")
+    assert cache.stats()["files"] == 1  # two shards + 2 owed + the third: evict both
+    assert inflight.exists()  # an in-flight download keeps its reservation
+
+
 def test_cache_downloads_once_for_concurrent_readers(http_root, tmp_path):
     write_shards(http_root.root, [6], name="one")
     url = f"{http_root.url}/one-0000.tar"

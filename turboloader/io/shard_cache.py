@@ -74,6 +74,9 @@ _RELEASED = float(2 ** 31)
 #: the use times ShardCache.order gives a pass's shards, apart (see there)
 _ORDER_STEP_NS = 50_000_000
 
+#: the most ShardCache leaves free by default (a tenth of the file system up to this)
+_MIN_FREE_MAX = 10 * 2 ** 30
+
 _STAT_KEYS = ("hits", "misses", "bytes_downloaded", "evictions", "evicted_unread",
               "downloads_failed")
 _warned = False  # CacheTooSmallWarning given in this process
@@ -87,11 +90,21 @@ class ShardCache:
         root: a directory on local disk (created if missing). Every rank and worker of a
             node should pass the same one; do not put it on a network file system
             (``flock`` semantics).
-        max_bytes: the bound on the shards kept (int or ``"50GB"``). A shard larger than
-            the bound is still downloaded (the reader needs it) and is the first evicted.
-            Eviction: the shards a pass's readers are done with first, the latest first
-            (:meth:`release`), then the least recently used, a pass's shards not read yet
-            ordered by when it needs them (:meth:`order`).
+        max_bytes: the bound on the shards kept (int or ``"50GB"``), or None (the
+            default): as much as ``root``'s file system has room for. Either way the cache
+            never takes the file system below ``min_free`` free bytes (checkpoints and logs
+            written beside it keep their room): a dataset that fits on the disk is kept
+            whole, as MosaicML Streaming, webdataset's and Hugging Face's caches keep it,
+            and one that does not is evicted from instead of filling the disk. A shard
+            larger than the room is still downloaded (the reader needs it) and is the
+            first evicted. Eviction: the shards a pass's readers are done with first, the
+            latest first (:meth:`release`), then the least recently used, a pass's shards
+            not read yet ordered by when it needs them (:meth:`order`).
+        min_free: the bytes of ``root``'s file system the cache leaves free (int or
+            ``"20GB"``); default the smaller of a tenth of the file system and 10 GiB. Free
+            space is what an unprivileged process may use (``statvfs``'s ``f_bavail``),
+            checked under the directory lock at each download's reservation (the bytes
+            other downloads still have to write counted as used).
         prefetch: shards downloaded at once ahead of the one being read, per reading
             process (0: off); the first mixing window of a pass is asked for at once.
         retries, backoff, timeout: of each request (see :func:`open_remote`).
@@ -105,12 +118,16 @@ class ShardCache:
         {'hits': ..., 'misses': ..., 'bytes_downloaded': ..., 'bytes': ..., 'files': ...}
     """
 
-    def __init__(self, root: Any, max_bytes: Any = "10GB", *, prefetch: int = 2, retries: int = 5,
-                 backoff: float = 0.25, timeout: float = 60.0) -> None:
+    def __init__(self, root: Any, max_bytes: Any = None, *, min_free: Any = None,
+                 prefetch: int = 2, retries: int = 5, backoff: float = 0.25,
+                 timeout: float = 60.0) -> None:
         self.root = os.path.abspath(os.fspath(root))
-        self.max_bytes = parse_size(max_bytes)
-        if self.max_bytes <= 0:
+        self.max_bytes = None if max_bytes is None else parse_size(max_bytes)
+        if self.max_bytes is not None and self.max_bytes <= 0:
             raise ValueError(f"max_bytes must be > 0, got {max_bytes!r}")
+        self.min_free = None if min_free is None else parse_size(min_free)
+        if self.min_free is not None and self.min_free < 0:
+            raise ValueError(f"min_free must be >= 0, got {min_free!r}")
         if int(prefetch) < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         self.prefetch_count = int(prefetch)
@@ -118,7 +135,8 @@ class ShardCache:
         os.makedirs(self.root, exist_ok=True)
 
     def __repr__(self):
-        return f"ShardCache({self.root!r}, max_bytes={self.max_bytes}, prefetch={self.prefetch_count})"
+        return (f"ShardCache({self.root!r}, max_bytes={self.max_bytes}, min_free={self.min_free}, "
+                f"prefetch={self.prefetch_count})")
 
     # paths
     def path(self, url: str) -> str:
@@ -131,9 +149,10 @@ class ShardCache:
         return _flock(os.path.join(self.root, ".lock"))
 
     def _entries(self):
-        """[(mtime, size, path, unread)] of complete shards and in-flight reservations;
-        ``unread``: a shard downloaded and not opened since (its access time is 0, as the
-        download leaves it: see :meth:`_finish`)."""
+        """[(mtime, size, path, unread, allocated)] of complete shards and in-flight
+        reservations; ``unread``: a shard downloaded and not opened since (its access time
+        is 0, as the download leaves it: see :meth:`_finish`); ``allocated``: the bytes of
+        disk it takes now (a reservation is a sparse file its download fills)."""
         out = []
         with os.scandir(self.root) as it:
             for e in it:
@@ -145,7 +164,8 @@ class ShardCache:
                     st = e.stat()
                 except FileNotFoundError:
                     continue
-                out.append((st.st_mtime, st.st_size, e.path, st.st_atime_ns == 0))
+                out.append((st.st_mtime, st.st_size, e.path, st.st_atime_ns == 0,
+                            st.st_blocks * 512))
         return out
 
     def _bump(self, **inc):
@@ -160,16 +180,35 @@ class ShardCache:
             counts[k] = counts.get(k, 0) + v
         replace_file(f, json.dumps(counts).encode("utf-8"))
 
+    def _room(self):
+        """(free, min_free): the bytes ``root``'s file system has free for this process,
+        and those the cache leaves free (``min_free``, else a tenth of the file system up
+        to 10 GiB)."""
+        st = os.statvfs(self.root)
+        free = st.f_bavail * st.f_frsize
+        if self.min_free is not None:
+            return free, self.min_free
+        return free, min(st.f_blocks * st.f_frsize // 10, _MIN_FREE_MAX)
+
     def _reserve(self, nbytes, keep):
-        """Evict shards until ``nbytes`` more fit (dir lock held), the earliest modification
-        time first: released shards (the latest released first, :meth:`release`), then the
-        least recently used (a pass's shards not read yet: the one needed last first,
-        :meth:`order`). Counts those evicted unread (:class:`CacheTooSmallWarning`)."""
+        """Evict shards until ``nbytes`` more fit (dir lock held) within ``max_bytes`` and
+        leave ``min_free`` of the file system free (the bytes in-flight downloads have yet
+        to write count as used: their reservations are sparse files), the earliest
+        modification time first: released shards (the latest released first,
+        :meth:`release`), then the least recently used (a pass's shards not read yet: the
+        one needed last first, :meth:`order`). An evicted shard's disk counts as free at
+        once (a reader that has it open keeps it until it closes it). Counts those evicted
+        unread (:class:`CacheTooSmallWarning`)."""
         entries = sorted(self._entries())
-        total = sum(size for _, size, _, _ in entries)
+        total = sum(e[1] for e in entries)
+        free, min_free = self._room()
+        # what the disk still owes: in-flight downloads' unwritten bytes, and this one's
+        free -= nbytes + sum(max(0, size - alloc) for _, size, p, _, alloc in entries
+                             if os.path.basename(p).startswith(".tmp-"))
+        bound = self.max_bytes
         evicted = unread = 0
-        for _, size, p, fresh in entries:
-            if total + nbytes <= self.max_bytes:
+        for _, size, p, fresh, alloc in entries:
+            if (bound is None or total + nbytes <= bound) and free >= min_free:
                 break
             name = os.path.basename(p)
             if name.startswith(".tmp-") and not _dead(name):
@@ -179,6 +218,7 @@ class ShardCache:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)  # an open mmap of it stays valid
                 total -= size
+                free += max(alloc, size) if name.startswith(".tmp-") else alloc
                 evicted += 1
                 unread += fresh and not name.startswith(".tmp-")
         if unread:
@@ -195,24 +235,28 @@ class ShardCache:
                 f"it: it is smaller than what this node's readers need at once (their mixing "
                 f"windows and the shards read ahead, at least {need / 1e9:.2f} GB here now), "
                 f"so such shards are downloaded again when needed (stats()['evicted_unread'] "
-                f"counts them). Give it max_bytes of at least local ranks x workers x "
-                f"(2 x mix_shards + prefetch) shards.", CacheTooSmallWarning, stacklevel=2)
+                f"counts them). Give it room (max_bytes, and disk beyond min_free) for at "
+                f"least local ranks x workers x (2 x mix_shards + prefetch) shards.",
+                CacheTooSmallWarning, stacklevel=2)
 
     def stats(self) -> dict:
         """Node-wide counters: ``hits``, ``misses``, ``bytes_downloaded``, ``evictions``,
         ``evicted_unread`` (shards downloaded ahead and evicted before any reader opened
         them: the cache is too small, see :class:`~turboloader.errors.CacheTooSmallWarning`),
-        ``downloads_failed``; and now: ``bytes`` and ``files`` cached, ``max_bytes``."""
+        ``downloads_failed``; and now: ``bytes`` and ``files`` cached, ``max_bytes``
+        (None: bounded by the disk), ``disk_free`` (the file system's free bytes) and
+        ``min_free`` (those the cache leaves free)."""
         try:
             with open(os.path.join(self.root, ".stats.json")) as fh:
                 counts = json.load(fh)
         except (OSError, ValueError):
             counts = {}
-        out = {k: int(counts.get(k, 0)) for k in _STAT_KEYS}
+        out: dict[str, int | None] = {k: int(counts.get(k, 0)) for k in _STAT_KEYS}
         entries = [e for e in self._entries() if not os.path.basename(e[2]).startswith(".tmp-")]
         out["bytes"] = sum(e[1] for e in entries)
         out["files"] = len(entries)
         out["max_bytes"] = self.max_bytes
+        out["disk_free"], out["min_free"] = self._room()
         return out
 
     def fetch(self, url: str, /, *, _count=True) -> str:
@@ -376,7 +420,7 @@ class ShardCache:
     def clear(self) -> None:
         """Remove every cached shard and the counters."""
         with self._dirlock():
-            for _, _, p, _ in self._entries():
+            for _, _, p, _, _ in self._entries():
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(p)
             with contextlib.suppress(FileNotFoundError):
