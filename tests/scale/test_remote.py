@@ -228,6 +228,21 @@ def test_cache_never_fills_its_disk(http_root, tmp_path, monkeypatch, bound):
     assert cache.stats()["evictions"] >= 8 - (disk.capacity - floor) // size
 
 
+def test_cache_on_a_file_system_of_no_reported_size_keeps_its_shards(http_root, tmp_path,
+                                                                    monkeypatch):
+    """Some FUSE and network file systems answer ``statvfs`` with zeros: no floor can be
+    known there, so the cache is bounded by ``max_bytes`` alone (a floor read from the zeros
+    evicted every shard the moment it was downloaded)."""
+    paths = write_shards(http_root.root, [4] * 3, name="zero")
+    monkeypatch.setattr(shard_cache.os, "statvfs",
+                        lambda path: os.statvfs_result((4096,) * 2 + (0,) * 7 + (255,)))
+    cache = ShardCache(tmp_path / "cache", prefetch=0)
+    for p in paths:
+        cache.fetch(f"{http_root.url}/{os.path.basename(p)}")
+    st = cache.stats()
+    assert st["files"] == 3 and st["evictions"] == 0 and st["disk_free"] is None
+
+
 def test_cache_counts_the_bytes_other_downloads_still_owe_the_disk(http_root, tmp_path,
                                                                   monkeypatch):
     """A download in flight reserves its size as a sparse file its parts fill: the disk

@@ -183,8 +183,11 @@ class ShardCache:
     def _room(self):
         """(free, min_free): the bytes ``root``'s file system has free for this process,
         and those the cache leaves free (``min_free``, else a tenth of the file system up
-        to 10 GiB)."""
+        to 10 GiB); ``free`` None where the file system reports no size (some FUSE and
+        network file systems answer ``statvfs`` with zeros): no floor there."""
         st = os.statvfs(self.root)
+        if not st.f_blocks:
+            return None, self.min_free or 0
         free = st.f_bavail * st.f_frsize
         if self.min_free is not None:
             return free, self.min_free
@@ -202,9 +205,11 @@ class ShardCache:
         entries = sorted(self._entries())
         total = sum(e[1] for e in entries)
         free, min_free = self._room()
-        # what the disk still owes: in-flight downloads' unwritten bytes, and this one's
-        free -= nbytes + sum(max(0, size - alloc) for _, size, p, _, alloc in entries
-                             if os.path.basename(p).startswith(".tmp-"))
+        if free is None:  # (a file system of no reported size: max_bytes alone)
+            free = min_free
+        else:  # what the disk still owes: in-flight downloads' unwritten bytes, and this one's
+            free -= nbytes + sum(max(0, size - alloc) for _, size, p, _, alloc in entries
+                                 if os.path.basename(p).startswith(".tmp-"))
         bound = self.max_bytes
         evicted = unread = 0
         for _, size, p, fresh, alloc in entries:
@@ -244,8 +249,8 @@ class ShardCache:
         ``evicted_unread`` (shards downloaded ahead and evicted before any reader opened
         them: the cache is too small, see :class:`~turboloader.errors.CacheTooSmallWarning`),
         ``downloads_failed``; and now: ``bytes`` and ``files`` cached, ``max_bytes``
-        (None: bounded by the disk), ``disk_free`` (the file system's free bytes) and
-        ``min_free`` (those the cache leaves free)."""
+        (None: bounded by the disk), ``disk_free`` (the file system's free bytes; None
+        where it reports no size) and ``min_free`` (those the cache leaves free)."""
         try:
             with open(os.path.join(self.root, ".stats.json")) as fh:
                 counts = json.load(fh)
