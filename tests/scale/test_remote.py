@@ -266,6 +266,38 @@ def test_cache_counts_the_bytes_other_downloads_still_owe_the_disk(http_root, tm
     assert inflight.exists()  # an in-flight download keeps its reservation
 
 
+def test_two_passes_at_once_through_one_small_cache(http_root, tmp_path):
+    """Two datasets of other seeds and batch sizes read through one cache smaller than their
+    windows, their DataLoaders (two workers each) stepped in turn for two epochs: each
+    pass's reading order and releases are hints the other pass contradicts, and shards one
+    evicts the other downloads again, but every sample comes once to each, and the cache
+    stays within its bound."""
+    sizes = [4] * 10
+    paths = write_shards(http_root.root, sizes, name="two")
+    url = f"{http_root.url}/two-{{0000..0009}}.tar"
+    cache = ShardCache(tmp_path / "cache", max_bytes=4 * max(os.path.getsize(p) for p in paths),
+                       prefetch=1)
+    loaders = [torch.utils.data.DataLoader(
+        TarDataset(url, size_of, seed=seed, shard_sizes=sizes, shard_cache=cache, mix_shards=2),
+        batch_size=batch, num_workers=2, timeout=60) for seed, batch in ((1, 3), (2, 5))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CacheTooSmallWarning)  # (it is: 4 shards, 2 x 2 windows)
+        for epoch in range(2):
+            for loader in loaders:
+                loader.dataset.set_epoch(epoch)
+            running = {k: iter(loader) for k, loader in enumerate(loaders)}
+            got = {k: [] for k in running}
+            while running:
+                for k, it in list(running.items()):
+                    try:
+                        got[k] += [int(v) for v in next(it)[1]]
+                    except StopIteration:
+                        del running[k]
+            assert sorted(got[0]) == sorted(got[1]) == list(range(sum(sizes))), epoch
+    st = cache.stats()
+    assert st["bytes"] <= cache.max_bytes and st["misses"] > len(sizes)
+
+
 def test_cache_downloads_once_for_concurrent_readers(http_root, tmp_path):
     write_shards(http_root.root, [6], name="one")
     url = f"{http_root.url}/one-0000.tar"
