@@ -44,6 +44,10 @@ Usage::
     # a ShardCache smaller than the dataset (39 of the 48 shards: results run 22)
     python benchmarks/bench_remote.py --n 12000 --shards 48 --epochs 3 --store-cpus 1 \
         --systems cache --cache-bytes 550MB --settings 100:10
+    # this machine's speed moves by more than the rows differ: five rounds, each epoch's
+    # fastest (results run 24)
+    python benchmarks/bench_remote.py --epochs 3 --store-cpus 1 --systems local,remote,cache \
+        --rounds 5
 """
 from __future__ import annotations
 
@@ -421,6 +425,176 @@ def _fmt_row(name, res, local_ips, *, cold_with_construct=False):
             f"| {res['rss_mb']:.0f} MB | {server} |")
 
 
+_TL_ROWS = ("local", "remote", "cache", "cache-sized")  # turboloader's rows: run each round
+
+
+def _run_round(args, systems, srv, info, aws, root, local, names, mds, mds_made, *, first):
+    """Every row once, in the report's order (local, then per setting remote, cache,
+    cache-sized; the peers' rows only in the ``first`` round): {row key: result}."""
+    results = {}
+    if "local" in systems:
+        results["local"] = run_row("turboloader", local, args, {})
+    if first and "webdataset" in systems:
+        results["webdataset local"] = run_wds(local, args)
+    if first and "streaming" in systems:
+        if mds_made is not None and "error" in mds_made:
+            results["streaming local"] = {"error": f"no MDS conversion: {mds_made['error']}"}
+        else:
+            results["streaming local"] = run_streaming(None, str(mds), args)
+    for setting, port in info["proxies"].items():
+        ms, mbs = setting.split(":")
+        env = dict(aws, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+        s3urls = f"s3://bench/train/train-{{00000..{len(names) - 1:05d}}}.tar"  # as users write it
+        if "remote" in systems:
+            results[f"remote {setting}"] = _timed(srv, run_row, "turboloader", [s3urls], args,
+                                                  env)
+        if "cache" in systems:
+            cdir = root / f"cache-{ms}-{mbs}-{time.time_ns()}"
+            results[f"cache {setting}"] = _timed(srv, run_row, "turboloader", [s3urls], args,
+                                                 env, cache=str(cdir))
+            subprocess.run(["rm", "-rf", str(cdir)], check=False)
+        if "cache-sized" in systems:  # counts known (a manifest): the pass fills the cache
+            per = -(-args.n // args.shards)
+            counts = [min(per, args.n - i * per) for i in range(len(names))]
+            cdir = root / f"cache-{ms}-{mbs}-{time.time_ns()}"
+            results[f"cache-sized {setting}"] = _timed(
+                srv, run_row, "turboloader", [s3urls], args, env, cache=str(cdir),
+                sizes=counts)
+            subprocess.run(["rm", "-rf", str(cdir)], check=False)
+        if first and "webdataset" in systems:
+            # presigned GETs (the bucket is private, as users' are), through the proxy
+            import boto3
+
+            signer = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}",
+                                  aws_access_key_id="testing",
+                                  aws_secret_access_key="testing", region_name="us-east-1")
+            urls = ["pipe:curl -s -f " + shlex.quote(signer.generate_presigned_url(
+                "get_object", Params={"Bucket": "bench", "Key": f"train/{n}"},
+                ExpiresIn=86400)) for n in names]
+            results[f"webdataset {setting}"] = _timed(srv, run_wds, urls, args)
+        if first and "streaming" in systems and "error" not in results["streaming local"]:
+            cdir = root / f"mds-cache-{ms}-{mbs}-{time.time_ns()}"
+            senv = dict(aws, S3_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+            results[f"streaming {setting}"] = _timed(
+                srv, run_streaming, "s3://bench/mds", str(cdir), args, senv)
+            subprocess.run(["rm", "-rf", str(cdir)], check=False)
+    if args.rounds == 1 and "local" in results and len(results) > 1:
+        # the local row again, after the others: the machine's drift over the run (the
+        # ratios are to the first local row's best epoch, minutes earlier)
+        results["local again"] = run_row("turboloader", local, args, {})
+    return results
+
+
+def _best_of(runs, *, cold=False):
+    """One result from a row's rounds: each epoch the round's epoch that ran fastest (with
+    ``cold``, the first epoch counted with its round's construction, which comes with it),
+    so the rows compare the machine at its least disturbed; ``rounds`` keeps them all."""
+    ok = [r for r in runs if "error" not in r]
+    if len(runs) == 1 or not ok:
+        return runs[0]
+    best = dict(ok[0], rounds=runs, rss_mb=max(r["rss_mb"] for r in ok))
+    epochs = []
+    for i in range(len(ok[0]["epochs"])):
+        pick = min(ok, key=lambda r: r["epochs"][i]["s"] / r["epochs"][i]["n"]
+                   + (r["construct_s"] / r["epochs"][0]["n"] if cold and i == 0 else 0.0))
+        epochs.append(pick["epochs"][i])
+        if i == 0:
+            best["construct_s"] = pick["construct_s"]
+    best["epochs"] = epochs
+    for key in ("server_cpu_s",):
+        if all(key in r for r in ok):
+            best[key] = sorted(r[key] for r in ok)[len(ok) // 2]
+    return best
+
+
+def _report(args, results, info, mds):
+    """The tables of one run (see the module docstring)."""
+    local_ips = None
+    if "local" in results and "error" not in results["local"]:
+        local_ips = max(e["n"] / e["s"] for e in results["local"]["epochs"])
+    if "streaming local" in results and "error" not in results["streaming local"]:
+        n_mds = len(list(mds.glob("*.mds")))
+        print(f"- MDS copy for streaming: {mds} ({n_mds} shards, "
+              f"{sum(p.stat().st_size for p in mds.glob('*.mds')) / 1e6:.0f} MB)")
+    if args.rounds > 1:
+        print(f"- {args.rounds} rounds, each running every turboloader row in this order (the "
+              f"peers' rows in the first only); each epoch's figure is that epoch's fastest "
+              f"round, the rounds are listed after the tables")
+    for setting in info["proxies"]:
+        ms, mbs = setting.split(":")
+        print(f"\n## {ms} ms per request, {mbs} MB/s per connection"
+              + (f", node cap {args.node_mbs} MB/s" if args.node_mbs else ""))
+        print("| row | images/s per epoch (x local) | first batch | construction | peak RSS "
+              "| S3 + proxy CPU |")
+        print("|---|---|---|---|---|---|")
+        if "local" in results:
+            print(_fmt_row("turboloader local", results["local"], local_ips))
+        if f"remote {setting}" in results:
+            print(_fmt_row("turboloader remote (streamed)", results[f"remote {setting}"],
+                           local_ips))
+        if f"cache {setting}" in results:
+            print(_fmt_row("turboloader + ShardCache (epoch 1 cold, construction "
+                           "included; then warm)", results[f"cache {setting}"], local_ips,
+                           cold_with_construct=True))
+        if f"cache-sized {setting}" in results:
+            print(_fmt_row("turboloader + ShardCache, counts given (shard_sizes): epoch 1 "
+                           "cold, then warm", results[f"cache-sized {setting}"], local_ips))
+        if f"webdataset {setting}" in results:
+            wds_local = results.get("webdataset local")
+            if wds_local is not None and "error" not in wds_local:
+                print(_fmt_row("webdataset local", wds_local, local_ips))
+            print(_fmt_row("webdataset remote (pipe:curl)", results[f"webdataset {setting}"],
+                           local_ips))
+        if "streaming local" in results:
+            print(_fmt_row("mosaicml streaming local (MDS, PIL decode)",
+                           results["streaming local"], local_ips))
+            if f"streaming {setting}" in results:
+                print(_fmt_row("mosaicml streaming remote (epoch 1 cold into a fresh cache "
+                               "folder, then warm from disk)", results[f"streaming {setting}"],
+                               local_ips))
+    if "local again" in results:
+        print("\n| row | images/s per epoch (x the first local row's best) | first batch "
+              "| construction | peak RSS | |")
+        print("|---|---|---|---|---|---|")
+        print(_fmt_row("turboloader local, again after the remote rows", results["local again"],
+                       local_ips))
+    cpu = [(name, res) for name, res in results.items()  # turboloader's rows: one process
+           if isinstance(res, dict) and res.get("epochs") and "cpu_s" in res["epochs"][0]
+           and name.split()[0] in _TL_ROWS]
+    if cpu:  # the loader process's own CPU: the client's cost of reading remotely
+        print("\n| row | loader CPU ms per image, each epoch | page faults per image, each "
+              "epoch | fetch pool threads CPU | readers waiting for bytes, each epoch | "
+              "fresh part buffers, each epoch | shards downloaded, each epoch |")
+        print("|---|---|---|---|---|---|---|")
+        for name, res in cpu:
+            eps = res["epochs"]
+            per = " / ".join(f"{1000 * e['cpu_s'] / max(e['n'], 1):.2f}" for e in eps)
+            flt = " / ".join(f"{e['faults'] / max(e['n'], 1):.1f}" if "faults" in e else "?"
+                             for e in eps)
+            waits = " / ".join(f"{e.get('wait_s', 0):.2f} s" for e in eps)
+            fresh = " / ".join(f"{e.get('fresh_bytes', 0) / 1e6:.0f} MB" for e in eps)
+            pool = res.get("pool", {}).get("cpu_s")
+            dl = " / ".join(str(e["downloads"]) for e in eps if "downloads" in e)
+            print(f"| {name} | {per} | {flt} | {'' if pool is None else f'{pool:.1f} s'} "
+                  f"| {waits} | {fresh} | {dl} |")
+    if args.rounds > 1:  # every round's images/s: the spread the best-of hides
+        print("\n| row | images/s per epoch, each round |")
+        print("|---|---|")
+        for name, res in results.items():
+            if name.split()[0] not in _TL_ROWS or "rounds" not in res:
+                continue
+            cells = []
+            for r in res["rounds"]:
+                if "error" in r:
+                    cells.append("not run")
+                    continue
+                cold = name.startswith("cache ")
+                cells.append(" / ".join(
+                    f"{e['n'] / (e['s'] + (r['construct_s'] if cold and i == 0 else 0)):.0f}"
+                    for i, e in enumerate(r["epochs"])))
+            print(f"| {name} | {' ; '.join(cells)} |")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -441,6 +615,10 @@ def main(argv=None):
                    help="run the S3 server and the proxy on the last N CPUs and every row on "
                         "the others (the store on other machines, as in a cloud; default 0: "
                         "all share every CPU)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every turboloader row this many times, alternating, and report "
+                        "each epoch's fastest round (this shared machine's speed moves by "
+                        "more than the differences measured; default 1)")
     p.add_argument("--json", help="also write the results here")
     # internal: the server process and the row processes
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -511,108 +689,17 @@ def main(argv=None):
                   f"loader's, as when it is another machine")
         print(f"- command: `python benchmarks/bench_remote.py "
               f"{' '.join(argv if argv is not None else sys.argv[1:])}`")
-        results = {}
-        local_ips = None
-        if "local" in systems:
-            res = results["local"] = run_row("turboloader", local, args, {})
-            if "error" not in res:
-                local_ips = max(e["n"] / e["s"] for e in res["epochs"])
-        wds_local = run_wds(local, args) if "webdataset" in systems else None
-        mds_local = None
-        if "streaming" in systems:
-            if mds_made is not None and "error" in mds_made:
-                mds_local = {"error": f"no MDS conversion: {mds_made['error']}"}
-            else:
-                n_mds = len(list(mds.glob("*.mds")))
-                print(f"- MDS copy for streaming: {mds} ({n_mds} shards, "
-                      f"{sum(p.stat().st_size for p in mds.glob('*.mds')) / 1e6:.0f} MB)")
-                mds_local = results["streaming local"] = run_streaming(None, str(mds), args)
-        for setting, port in info["proxies"].items():
-            ms, mbs = setting.split(":")
-            print(f"\n## {ms} ms per request, {mbs} MB/s per connection"
-                  + (f", node cap {args.node_mbs} MB/s" if args.node_mbs else ""))
-            print("| row | images/s per epoch (x local) | first batch | construction | peak RSS "
-                  "| S3 + proxy CPU |")
-            print("|---|---|---|---|---|---|")
-            if "local" in results:
-                print(_fmt_row("turboloader local", results["local"], local_ips))
-            env = dict(aws, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
-            s3urls = f"s3://bench/train/train-{{00000..{len(names) - 1:05d}}}.tar"  # as users write it
-            if "remote" in systems:
-                res = results[f"remote {setting}"] = _timed(srv, run_row, "turboloader",
-                                                            [s3urls], args, env)
-                print(_fmt_row("turboloader remote (streamed)", res, local_ips))
-            if "cache" in systems:
-                cdir = root / f"cache-{ms}-{mbs}-{time.time_ns()}"
-                res = results[f"cache {setting}"] = _timed(srv, run_row, "turboloader",
-                                                           [s3urls], args, env, cache=str(cdir))
-                print(_fmt_row("turboloader + ShardCache (epoch 1 cold, construction "
-                               "included; then warm)", res, local_ips,
-                               cold_with_construct=True))
-                subprocess.run(["rm", "-rf", str(cdir)], check=False)
-            if "cache-sized" in systems:  # counts known (a manifest): the pass fills the cache
-                per = -(-args.n // args.shards)
-                counts = [min(per, args.n - i * per) for i in range(len(names))]
-                cdir = root / f"cache-{ms}-{mbs}-{time.time_ns()}"
-                res = results[f"cache-sized {setting}"] = _timed(
-                    srv, run_row, "turboloader", [s3urls], args, env, cache=str(cdir),
-                    sizes=counts)
-                print(_fmt_row("turboloader + ShardCache, counts given (shard_sizes): epoch 1 "
-                               "cold, then warm", res, local_ips))
-                subprocess.run(["rm", "-rf", str(cdir)], check=False)
-            if "webdataset" in systems:
-                if wds_local is not None and "error" not in wds_local:
-                    print(_fmt_row("webdataset local", wds_local, local_ips))
-                # presigned GETs (the bucket is private, as users' are), through the proxy
-                import boto3
-
-                signer = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}",
-                                      aws_access_key_id="testing",
-                                      aws_secret_access_key="testing", region_name="us-east-1")
-                urls = ["pipe:curl -s -f " + shlex.quote(signer.generate_presigned_url(
-                    "get_object", Params={"Bucket": "bench", "Key": f"train/{n}"},
-                    ExpiresIn=86400)) for n in names]
-                res = results[f"webdataset {setting}"] = _timed(srv, run_wds, urls, args)
-                print(_fmt_row("webdataset remote (pipe:curl)", res, local_ips))
-            if "streaming" in systems:
-                print(_fmt_row("mosaicml streaming local (MDS, PIL decode)", mds_local,
-                               local_ips))
-                if "error" in mds_local:
-                    continue  # the last row of the setting
-                cdir = root / f"mds-cache-{ms}-{mbs}-{time.time_ns()}"
-                senv = dict(aws, S3_ENDPOINT_URL=f"http://127.0.0.1:{port}")
-                res = results[f"streaming {setting}"] = _timed(
-                    srv, run_streaming, "s3://bench/mds", str(cdir), args, senv)
-                print(_fmt_row("mosaicml streaming remote (epoch 1 cold into a fresh cache "
-                               "folder, then warm from disk)", res, local_ips))
-                subprocess.run(["rm", "-rf", str(cdir)], check=False)
-        if "local" in results and len(results) > 1:
-            # the local row again, after the others: the machine's drift over the run (the
-            # ratios above are to the first local row's best epoch, minutes earlier)
-            res = results["local again"] = run_row("turboloader", local, args, {})
-            print("\n| row | images/s per epoch (x the first local row's best) | first batch "
-                  "| construction | peak RSS | |")
-            print("|---|---|---|---|---|---|")
-            print(_fmt_row("turboloader local, again after the remote rows", res, local_ips))
-        cpu = [(name, res) for name, res in results.items()  # turboloader's rows: one process
-               if isinstance(res, dict) and res.get("epochs") and "cpu_s" in res["epochs"][0]
-               and name.split()[0] in ("local", "remote", "cache", "cache-sized")]
-        if cpu:  # the loader process's own CPU: the client's cost of reading remotely
-            print("\n| row | loader CPU ms per image, each epoch | page faults per image, each "
-                  "epoch | fetch pool threads CPU | readers waiting for bytes, each epoch | "
-                  "fresh part buffers, each epoch | shards downloaded, each epoch |")
-            print("|---|---|---|---|---|---|---|")
-            for name, res in cpu:
-                eps = res["epochs"]
-                per = " / ".join(f"{1000 * e['cpu_s'] / max(e['n'], 1):.2f}" for e in eps)
-                flt = " / ".join(f"{e['faults'] / max(e['n'], 1):.1f}" if "faults" in e else "?"
-                                 for e in eps)
-                waits = " / ".join(f"{e.get('wait_s', 0):.2f} s" for e in eps)
-                fresh = " / ".join(f"{e.get('fresh_bytes', 0) / 1e6:.0f} MB" for e in eps)
-                pool = res.get("pool", {}).get("cpu_s")
-                dl = " / ".join(str(e["downloads"]) for e in eps if "downloads" in e)
-                print(f"| {name} | {per} | {flt} | {'' if pool is None else f'{pool:.1f} s'} "
-                      f"| {waits} | {fresh} | {dl} |")
+        rounds = [_run_round(args, systems, srv, info, aws, root, local, names, mds,
+                             mds_made, first=True)]
+        for r in range(1, args.rounds):
+            print(f"round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
+            rounds.append(_run_round(args, systems, srv, info, aws, root, local, names, mds,
+                                     mds_made, first=False))
+        results = {key: (_best_of([rnd[key] for rnd in rounds if key in rnd],
+                                  cold=key.startswith("cache "))
+                         if key.split()[0] in _TL_ROWS else rounds[0][key])
+                   for key in rounds[0]}
+        _report(args, results, info, mds)
         print(f"\n- load average {os.getloadavg()[0]:.1f} at the end")
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
