@@ -298,6 +298,31 @@ def test_two_passes_at_once_through_one_small_cache(http_root, tmp_path):
     assert st["bytes"] <= cache.max_bytes and st["misses"] > len(sizes)
 
 
+def test_process_loader_keeps_its_workers_over_remote_shards(http_root, tmp_path):
+    """turboloader's DataLoader on worker processes keeps them across epochs by default
+    when the shards are remote (their fetch pools, connections and the next epoch's
+    read-ahead live in the workers), streamed or cached, not over local shards; a
+    ``persistent_workers=False`` the user passes stays; two epochs read every sample once."""
+    from turboloader import DataLoader
+
+    url = publish(http_root, tmp_path)
+    local = write_shards(str(tmp_path / "local"), SIZES, name="train")
+    cache = ShardCache(tmp_path / "cache", prefetch=0)
+
+    def kept(ds, **kw):
+        return DataLoader(ds, batch_size=4, num_workers=2, backend="processes",
+                          **kw).torch_loader.persistent_workers
+
+    assert kept(TarDataset(url, size_of)) is True
+    assert kept(TarDataset(url, size_of, shard_cache=cache)) is True
+    assert kept(TarDataset(local, size_of)) is False
+    assert kept(TarDataset(url, size_of), persistent_workers=False) is False
+    loader = DataLoader(TarDataset(url, size_of, seed=4), batch_size=4, num_workers=2,
+                        backend="processes")
+    for _ in range(2):
+        assert sorted(int(v) for _, lab in loader for v in lab) == list(range(N))
+
+
 def test_cache_downloads_once_for_concurrent_readers(http_root, tmp_path):
     write_shards(http_root.root, [6], name="one")
     url = f"{http_root.url}/one-0000.tar"

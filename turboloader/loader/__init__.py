@@ -6,7 +6,8 @@ epoch):
 ``backend="processes"``
     ``torch.utils.data.DataLoader`` itself (``loader.torch_loader``), with defaults that suit
     turboloader's datasets: ``persistent_workers`` when the dataset's decoded-sample cache is
-    on (a new worker process starts with an empty cache), the epoch forwarded to the dataset
+    on or its shards are remote (a new worker process starts with an empty cache, and with no
+    connections or bytes read ahead), the epoch forwarded to the dataset
     and sampler from the main process, ``shuffle`` checked against an iterable dataset's own.
 
 ``backend="threads"``
