@@ -323,6 +323,39 @@ def test_process_loader_keeps_its_workers_over_remote_shards(http_root, tmp_path
         assert sorted(int(v) for _, lab in loader for v in lab) == list(range(N))
 
 
+def test_a_full_disk_fails_the_download_naming_the_shard(http_root, tmp_path, monkeypatch):
+    """A disk another writer filled (the cache's own bound keeps ``min_free``): the download
+    fails with the system's ``ENOSPC`` and a note naming the shard, leaves no partial file,
+    is counted, and the dataset reading through the cache raises the same; once the disk
+    has room again every sample reads."""
+    import errno
+
+    from turboloader.io import fetch
+
+    write_shards(http_root.root, [4, 4], name="full")
+    cache = ShardCache(tmp_path / "cache", prefetch=0)
+    real = os.pwrite
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fetch.os, "pwrite", full)
+    with pytest.raises(OSError) as info:
+        cache.fetch(f"{http_root.url}/full-0000.tar")
+    assert info.value.errno == errno.ENOSPC
+    assert any("full-0000.tar" in n for n in info.value.__notes__)
+    assert not [f for f in os.listdir(cache.root) if f.startswith(".tmp-")]
+    assert cache.stats()["downloads_failed"] == 1
+    ds = TarDataset(f"{http_root.url}/full-{{0000..0001}}.tar", size_of, shard_sizes=[4, 4],
+                    shard_cache=cache)
+    with pytest.raises(OSError) as info:
+        list(ds)
+    assert info.value.errno == errno.ENOSPC
+    assert any("caching remote shard" in n for n in info.value.__notes__)
+    monkeypatch.setattr(fetch.os, "pwrite", real)
+    assert sorted(int(y) for _, y in ds) == list(range(8))
+
+
 def test_cache_downloads_once_for_concurrent_readers(http_root, tmp_path):
     write_shards(http_root.root, [6], name="one")
     url = f"{http_root.url}/one-0000.tar"
