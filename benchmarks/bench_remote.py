@@ -501,9 +501,10 @@ def _best_of(runs, *, cold=False):
         if i == 0:
             best["construct_s"] = pick["construct_s"]
     best["epochs"] = epochs
-    for key in ("server_cpu_s",):
-        if all(key in r for r in ok):
-            best[key] = sorted(r[key] for r in ok)[len(ok) // 2]
+    if all("server_cpu_s" in r for r in ok):  # whole-run figures: the median round's
+        best["server_cpu_s"] = sorted(r["server_cpu_s"] for r in ok)[len(ok) // 2]
+    if all("cpu_s" in r.get("pool", {}) for r in ok):
+        best["pool"] = sorted((r["pool"] for r in ok), key=lambda p: p["cpu_s"])[len(ok) // 2]
     return best
 
 
@@ -519,7 +520,8 @@ def _report(args, results, info, mds):
     if args.rounds > 1:
         print(f"- {args.rounds} rounds, each running every turboloader row in this order (the "
               f"peers' rows in the first only); each epoch's figure is that epoch's fastest "
-              f"round, the rounds are listed after the tables")
+              f"round (the S3 + proxy and fetch pool CPU: the median round's), the rounds are "
+              f"listed after the tables")
     for setting in info["proxies"]:
         ms, mbs = setting.split(":")
         print(f"\n## {ms} ms per request, {mbs} MB/s per connection"
