@@ -100,6 +100,25 @@ def test_state_dict_resumes_an_iterable_dataset(shards, backend, workers):
     assert sorted(_labels(nxt)) == list(range(30)) and nxt.epoch == state["epoch"] + 1
 
 
+def test_a_state_loaded_after_a_pass_reaches_kept_workers(shards):
+    """Worker processes kept across passes (``persistent_workers``, the default with the
+    decoded-sample cache and over remote shards) hold the dataset as it was when they
+    started: a resume state loaded after a pass still resumes exactly (before, the next
+    pass ran the whole epoch again)."""
+    ds = turboloader.TarDataset(shards, T.Compose([T.Resize(8), T.ToTensor()]))
+    loader = turboloader.DataLoader(ds, 4, num_workers=2, backend="processes",
+                                    persistent_workers=True)
+    it = iter(loader)
+    head = [next(it)[1].tolist() for _ in range(3)]
+    state = loader.state_dict()
+    tail = [y.tolist() for _, y in it]
+    assert sorted(_labels(loader)) == list(range(30))  # the next epoch, same workers
+    loader.load_state_dict(state)
+    assert [y.tolist() for _, y in loader] == tail
+    assert sorted(sum(head + tail, [])) == list(range(30))
+    assert sorted(_labels(loader)) == list(range(30))  # and on from there
+
+
 @pytest.mark.parametrize("backend", ["threads", "processes"])
 @pytest.mark.parametrize("with_generator", [False, True])
 def test_state_dict_resumes_a_map_style_dataset(backend, with_generator):

@@ -549,6 +549,7 @@ class DataLoader:
                              f"this loader has {total}")
         if self._iterable:
             self.dataset.load_state_dict(state["dataset"])
+            self._drop_kept_workers()
             self.set_epoch(epoch)
         else:
             self.set_epoch(epoch)
@@ -563,6 +564,18 @@ class DataLoader:
 
     def _batches(self):
         return iter(self.batch_sampler)
+
+    def _drop_kept_workers(self):
+        """Worker processes kept from an earlier pass (``persistent_workers``) hold their
+        copy of the dataset as it was when they started, so a resume state loaded into it
+        since would not reach them (the next pass ran the whole epoch again): shut them
+        down; the next pass starts new ones from the dataset as it is now."""
+        it = getattr(self.torch_loader, "_iterator", None)
+        if it is not None:
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            self.torch_loader._iterator = None
 
     # -- iteration ---------------------------------------------------------------------
 
